@@ -1,0 +1,25 @@
+//! The `tenancy.x-k8s.io` API shared by every virtualcluster-rs component.
+//!
+//! - [`v1alpha1`]: the `VirtualCluster` and `ClusterVersion` custom resources, YAML-compatible with the
+//!   original Go VirtualCluster project and extended with our optional fields.
+//! - [`naming`]: how tenant objects are named in the super cluster (cluster keys, namespace mapping).
+//! - [`wellknown`]: label, annotation, Secret and finalizer names that components agree on.
+//! - [`generate`]: rendering the CRDs to YAML (used by the `crdgen` binary and the drift test).
+
+pub mod generate;
+pub mod naming;
+pub mod v1alpha1;
+pub mod wellknown;
+
+mod schema;
+
+pub use v1alpha1::{
+    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, KubeconfigSecretRef, PodPolicy,
+    RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster, VirtualClusterRef, VirtualClusterSpec,
+    VirtualClusterStatus,
+};
+
+/// The API group of every resource in this crate.
+pub const GROUP: &str = "tenancy.x-k8s.io";
+/// The only served and stored version.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,129 @@
+//! How a tenant's objects are named in the super cluster.
+//!
+//! Every component uses these functions, so that vc-manager's root namespace, the syncer's tenant
+//! namespaces and vn-agent's lookups always agree, including for names that must be shortened.
+
+use sha2::{Digest, Sha256};
+
+/// Longest name a namespace (a DNS label) may have.
+pub const MAX_DNS_LABEL: usize = 63;
+
+/// How many characters of an over-long name are kept before the hash suffix.
+const SHORTENED_PREFIX: usize = 57;
+
+fn sha256_hex(input: &str) -> String {
+    hex::encode(Sha256::digest(input.as_bytes()))
+}
+
+/// Keeps `name` if it fits in a DNS label; otherwise its first 57 characters, `-`, and the first five hex
+/// digits of the SHA-256 of the whole name (the original project's rule), so it stays valid and unique.
+pub fn fit_dns_label(name: &str) -> String {
+    if name.len() <= MAX_DNS_LABEL {
+        return name.to_owned();
+    }
+    let prefix: String = name.chars().take(SHORTENED_PREFIX).collect();
+    format!("{prefix}-{}", &sha256_hex(name)[..5])
+}
+
+/// The cluster key of a VirtualCluster: `<vc namespace>-<first 6 hex of sha256(vc uid)>-<vc name>`, fitted
+/// to a DNS label. It names the tenant's root namespace, prefixes its namespaces, and is the common name of
+/// the certificate its apiserver presents to vn-agent.
+pub fn cluster_key(vc_namespace: &str, vc_uid: &str, vc_name: &str) -> String {
+    let uid_hash = sha256_hex(vc_uid);
+    fit_dns_label(&format!("{vc_namespace}-{}-{vc_name}", &uid_hash[..6]))
+}
+
+/// The cluster key of a VirtualCluster object; `None` until the apiserver has given it a namespace and uid.
+pub fn cluster_key_of(vc: &crate::VirtualCluster) -> Option<String> {
+    let meta = &vc.metadata;
+    Some(cluster_key(
+        meta.namespace.as_deref()?,
+        meta.uid.as_deref()?,
+        meta.name.as_deref()?,
+    ))
+}
+
+/// The super-cluster namespace holding tenant namespace `tenant_namespace`: `<cluster key>-<namespace>`,
+/// fitted to a DNS label.
+pub fn super_namespace(cluster_key: &str, tenant_namespace: &str) -> String {
+    fit_dns_label(&format!("{cluster_key}-{tenant_namespace}"))
+}
+
+/// The tenant namespace of a super namespace, when its name was not shortened. A shortened name cannot be
+/// reversed; read the [`crate::wellknown::ANNOTATION_NAMESPACE`] annotation of the super object instead.
+pub fn tenant_namespace<'a>(cluster_key: &str, super_namespace: &'a str) -> Option<&'a str> {
+    super_namespace
+        .strip_prefix(cluster_key)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .filter(|ns| !ns.is_empty() && super_namespace.len() <= MAX_DNS_LABEL)
+        .filter(|ns| self::super_namespace(cluster_key, ns) == super_namespace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_key_matches_the_original_scheme() {
+        // sha256("12345678-aaaa-bbbb-cccc-1234567890ab") starts with these six hex digits.
+        let uid = "12345678-aaaa-bbbb-cccc-1234567890ab";
+        let hash = &sha256_hex(uid)[..6];
+        assert_eq!(
+            cluster_key("default", uid, "vc-1"),
+            format!("default-{hash}-vc-1")
+        );
+    }
+
+    #[test]
+    fn sha256_prefix_is_stable() {
+        // Fixed vector: guards against a change of hash or encoding, which would rename every tenant.
+        assert_eq!(&sha256_hex("abc")[..12], "ba7816bf8f01");
+    }
+
+    #[test]
+    fn short_names_are_unchanged() {
+        let name = "a".repeat(63);
+        assert_eq!(fit_dns_label(&name), name);
+    }
+
+    #[test]
+    fn long_names_are_cut_and_hashed() {
+        let name = "b".repeat(64);
+        let fitted = fit_dns_label(&name);
+        assert_eq!(fitted.len(), 63);
+        assert_eq!(&fitted[..57], &name[..57]);
+        assert_eq!(&fitted[57..58], "-");
+        assert_eq!(&fitted[58..], &sha256_hex(&name)[..5]);
+        // Two long names with the same prefix stay distinct.
+        let other = format!("{}c", "b".repeat(63));
+        assert_ne!(fit_dns_label(&other), fitted);
+    }
+
+    #[test]
+    fn super_namespace_round_trips_when_short() {
+        let key = cluster_key("team-a", "uid-1", "dev");
+        let ns = super_namespace(&key, "kube-system");
+        assert_eq!(ns, format!("{key}-kube-system"));
+        assert_eq!(tenant_namespace(&key, &ns), Some("kube-system"));
+        assert_eq!(tenant_namespace(&key, "unrelated"), None);
+        assert_eq!(tenant_namespace(&key, &key), None);
+    }
+
+    #[test]
+    fn sixty_three_character_tenant_namespace_is_shortened_and_not_reversible() {
+        let key = cluster_key("default", "uid-2", "vc");
+        let tenant_ns = "n".repeat(63);
+        let ns = super_namespace(&key, &tenant_ns);
+        assert_eq!(ns.len(), 63);
+        assert!(ns.starts_with(&key));
+        assert_eq!(tenant_namespace(&key, &ns), None);
+    }
+
+    #[test]
+    fn long_cluster_keys_still_make_valid_namespaces() {
+        let key = cluster_key(&"x".repeat(63), "uid-3", &"y".repeat(63));
+        assert_eq!(key.len(), 63);
+        assert_eq!(super_namespace(&key, "default").len(), 63);
+        assert_ne!(cluster_key(&"x".repeat(63), "uid-4", &"y".repeat(63)), key);
+    }
+}

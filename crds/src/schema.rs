@@ -1,0 +1,51 @@
+//! Hand-written OpenAPI fragments for fields whose Rust type cannot describe the Kubernetes schema we want.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+/// A full embedded Kubernetes object (StatefulSet, Service, ...).
+///
+/// The apiserver checks `apiVersion`, `kind` and `metadata` of embedded resources itself; the rest is kept
+/// as given so that any field of the embedded kind survives (the full StatefulSet schema would make the CRD
+/// larger than etcd accepts).
+pub fn embedded_resource(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-embedded-resource": true,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// Free-form object metadata, kept as given.
+pub fn free_form_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// A Kubernetes quantity (`500m`, `2Gi`, `10`), validated like core's ResourceList values.
+pub fn quantity(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": true,
+    })
+}
+
+/// Standard `metav1.Condition` list, merged by `type` under server-side apply.
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>::json_schema(generator);
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema
+}
+
+/// A list of `{namespace, name}` references, merged by both keys under server-side apply.
+pub fn object_references(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Vec<crate::v1alpha1::VirtualClusterRef>>::json_schema(generator);
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["namespace", "name"]),
+    );
+    schema
+}

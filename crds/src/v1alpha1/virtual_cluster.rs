@@ -1,0 +1,330 @@
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Condition};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::schema;
+
+/// The desired state of a tenant: either a control plane provisioned from a ClusterVersion, or an existing
+/// cluster adopted through its kubeconfig.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "tenancy.x-k8s.io",
+    version = "v1alpha1",
+    kind = "VirtualCluster",
+    namespaced,
+    shortname = "vc",
+    category = "tenancy",
+    status = "VirtualClusterStatus",
+    doc = "A tenant with its own Kubernetes control plane whose pods run on the shared super cluster.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "ClusterVersion", type_ = "string", json_path = ".spec.clusterVersionName"),
+    printcolumn(name = "ClusterNamespace", type_ = "string", json_path = ".status.clusterNamespace"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message(
+        "metadata.name must be a DNS label (lowercase letters, digits and '-', no dots): it becomes part of namespace names in the super cluster"
+    ),
+    validation = Rule::new("size(self.metadata.name) <= 63")
+        .message("metadata.name must be at most 63 characters: it becomes part of namespace names in the super cluster"),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.clusterVersionName) || has(self.kubeconfigSecretRef)").message(
+        "one of spec.clusterVersionName (provision a tenant control plane) or spec.kubeconfigSecretRef (adopt an existing one) is required"
+    ),
+    validation = Rule::new("!(has(self.clusterVersionName) && has(self.kubeconfigSecretRef))").message(
+        "spec.clusterVersionName and spec.kubeconfigSecretRef are mutually exclusive: set exactly one"
+    ),
+    validation = Rule::new("has(oldSelf.kubeconfigSecretRef) == has(self.kubeconfigSecretRef)").message(
+        "a VirtualCluster cannot switch between a provisioned and an adopted control plane; create a new VirtualCluster instead"
+    ),
+)]
+pub struct VirtualClusterSpec {
+    /// DNS domain of the tenant cluster: pods resolve services as `<svc>.<ns>.svc.<clusterDomain>`, and the
+    /// tenant apiserver certificate covers `kubernetes.default.svc.<clusterDomain>`.
+    #[serde(default = "default_cluster_domain")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message(
+        "must be a lowercase RFC 1123 DNS domain such as cluster.local"
+    ))]
+    pub cluster_domain: String,
+
+    /// Name of the cluster-scoped ClusterVersion to provision the tenant control plane from. Changing it
+    /// upgrades the control plane in place. Mutually exclusive with `kubeconfigSecretRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub cluster_version_name: Option<String>,
+
+    /// Lifetime of the tenant's certificates in days. Certificates are renewed before a fifth of it
+    /// remains; the certificate authorities and the service-account key are kept.
+    #[serde(default = "default_pki_expire_days")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub pki_expire_days: i64,
+
+    /// Label and annotation key prefixes set on super-cluster objects by super-cluster controllers that are
+    /// copied back up to the tenant's objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    pub transparent_meta_prefixes: Vec<String>,
+
+    /// Label and annotation key prefixes owned by the super cluster: never copied down from the tenant and
+    /// never overwritten on super-cluster objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    pub opaque_meta_prefixes: Vec<String>,
+
+    /// Service IP range of the tenant apiserver (`--service-cluster-ip-range`), e.g. `10.32.0.0/16`, or an
+    /// IPv4 and an IPv6 range separated by a comma for dual stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    // A pattern rather than CEL's isCIDR(), which apiservers before 1.31 lack.
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]{1,3}(\\\\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]+/[0-9]{1,3})(,([0-9]{1,3}(\\\\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]+/[0-9]{1,3}))?$')").message(
+        "must be a CIDR such as 10.32.0.0/16 (or an IPv4 and an IPv6 CIDR separated by a comma)"
+    ))]
+    pub service_cidr: Option<String>,
+
+    /// Adopt an existing tenant control plane instead of provisioning one: the Secret (in this
+    /// VirtualCluster's namespace) holding its admin kubeconfig. Mutually exclusive with
+    /// `clusterVersionName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
+
+    /// This tenant's share of the syncer's work queues relative to other tenants (1-100).
+    #[serde(default = "default_weight")]
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: u32,
+
+    /// Aggregate limits on everything this tenant runs in the super cluster. Pods that do not fit wait in
+    /// the tenant with condition reason `TenantQuotaExceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<TenantQuota>,
+
+    /// Cap on the syncer's writes to the super cluster on behalf of this tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+
+    /// RuntimeClass forced onto every tenant pod in the super cluster, e.g. `kata` for sandboxed pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message(
+        "must be a RuntimeClass name (a lowercase RFC 1123 subdomain)"
+    ))]
+    pub runtime_class_name: Option<String>,
+
+    /// Host access tenant pods may have in the super cluster. Anything not allowed here is refused.
+    /// Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_policy: Option<PodPolicy>,
+}
+
+fn default_cluster_domain() -> String {
+    "cluster.local".to_owned()
+}
+
+fn default_pki_expire_days() -> i64 {
+    365
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl Default for VirtualClusterSpec {
+    fn default() -> Self {
+        Self {
+            cluster_domain: default_cluster_domain(),
+            cluster_version_name: None,
+            pki_expire_days: default_pki_expire_days(),
+            transparent_meta_prefixes: Vec::new(),
+            opaque_meta_prefixes: Vec::new(),
+            service_cidr: None,
+            kubeconfig_secret_ref: None,
+            weight: default_weight(),
+            quota: None,
+            rate_limit: None,
+            runtime_class_name: None,
+            pod_policy: None,
+        }
+    }
+}
+
+/// A key of a Secret in the VirtualCluster's own namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret's data holding the kubeconfig (default `value`, as Cluster API writes it).
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+fn default_kubeconfig_key() -> String {
+    "value".to_owned()
+}
+
+/// Aggregate resource limits for a tenant in the super cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct TenantQuota {
+    /// Maximum number of tenant pods in the super cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub pods: Option<Quantity>,
+    /// Maximum sum of CPU requests.
+    #[serde(rename = "requests.cpu", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub requests_cpu: Option<Quantity>,
+    /// Maximum sum of memory requests.
+    #[serde(rename = "requests.memory", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub requests_memory: Option<Quantity>,
+    /// Maximum sum of CPU limits.
+    #[serde(rename = "limits.cpu", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub limits_cpu: Option<Quantity>,
+    /// Maximum sum of memory limits.
+    #[serde(rename = "limits.memory", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub limits_memory: Option<Quantity>,
+}
+
+/// A token bucket on the syncer's writes to the super cluster for one tenant.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.burst) || self.burst >= self.qps").message("burst must be at least qps"))]
+pub struct RateLimit {
+    /// Sustained writes per second.
+    #[schemars(range(min = 1, max = 100000))]
+    pub qps: u32,
+    /// Writes allowed at once after a quiet period (default: qps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub burst: Option<u32>,
+}
+
+impl RateLimit {
+    /// The bucket size: `burst`, or `qps` when unset.
+    pub fn effective_burst(&self) -> u32 {
+        self.burst.unwrap_or(self.qps)
+    }
+}
+
+/// Host access that tenant pods may have. Every field defaults to `false` (refused).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPolicy {
+    /// Allow `spec.hostNetwork: true`.
+    #[serde(default)]
+    pub host_network: bool,
+    /// Allow `spec.hostPID: true`.
+    #[serde(default, rename = "hostPID")]
+    pub host_pid: bool,
+    /// Allow `spec.hostIPC: true`.
+    #[serde(default, rename = "hostIPC")]
+    pub host_ipc: bool,
+    /// Allow privileged containers.
+    #[serde(default)]
+    pub privileged: bool,
+    /// Allow hostPath volumes.
+    #[serde(default)]
+    pub host_path: bool,
+}
+
+/// The observed state of a VirtualCluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualClusterStatus {
+    /// Lifecycle phase: Pending, Running, Updating or Error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+    /// Namespace of the super cluster holding this tenant's control plane (its root namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_namespace: Option<String>,
+    /// Human-readable explanation of the current phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Brief CamelCase reason for the current phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Standard conditions: PKIReady, EtcdReady, APIServerReady, ControllerManagerReady, Ready, and the
+    /// syncer's TenantSynced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Lifecycle phase of a VirtualCluster.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClusterPhase {
+    /// Being provisioned or checked; not all components are ready.
+    Pending,
+    /// Every component is ready.
+    Running,
+    /// A spec or ClusterVersion change is rolling out.
+    Updating,
+    /// The last attempt failed; it is retried with backoff.
+    Error,
+}
+
+impl ClusterPhase {
+    /// The phase as it appears in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Updating => "Updating",
+            Self::Error => "Error",
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl VirtualCluster {
+    /// The current phase, if the status has one.
+    pub fn phase(&self) -> Option<ClusterPhase> {
+        self.status.as_ref().and_then(|s| s.phase)
+    }
+
+    /// Where the admin kubeconfig of an adopted tenant lives, from `spec.kubeconfigSecretRef` or the original
+    /// project's annotations; `None` for a provisioned tenant.
+    pub fn adoption(&self) -> Option<Adoption> {
+        use crate::wellknown::{ANNOTATION_ADMIN_KUBECONFIG, ANNOTATION_SECRET_ADMIN_KUBECONFIG};
+        if let Some(r) = &self.spec.kubeconfig_secret_ref {
+            return Some(Adoption::Secret(r.clone()));
+        }
+        let annotations = self.metadata.annotations.as_ref()?;
+        if let Some(inline) = annotations
+            .get(ANNOTATION_ADMIN_KUBECONFIG)
+            .filter(|v| !v.is_empty())
+        {
+            return Some(Adoption::InlineBase64(inline.clone()));
+        }
+        annotations
+            .get(ANNOTATION_SECRET_ADMIN_KUBECONFIG)
+            .filter(|v| !v.is_empty())
+            .map(|name| {
+                Adoption::Secret(KubeconfigSecretRef {
+                    name: name.clone(),
+                    key: default_kubeconfig_key(),
+                })
+            })
+    }
+}
+
+/// How an adopted tenant's admin kubeconfig is supplied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Adoption {
+    /// A key of a Secret in the VirtualCluster's namespace.
+    Secret(KubeconfigSecretRef),
+    /// The original project's `tenancy.x-k8s.io/admin-kubeconfig` annotation: a base64-encoded kubeconfig.
+    InlineBase64(String),
+}

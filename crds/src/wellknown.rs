@@ -1,0 +1,61 @@
+//! Names that several components (and the original VirtualCluster project) agree on.
+//!
+//! Label and annotation keys are the original project's, so super-cluster objects look the same to tooling
+//! written for it.
+
+// Labels on super-cluster objects synced from a tenant.
+/// Label: name of the VirtualCluster a super object belongs to.
+pub const LABEL_VC_NAME: &str = "tenancy.x-k8s.io/vcname";
+/// Label: namespace of the VirtualCluster a super object belongs to.
+pub const LABEL_VC_NAMESPACE: &str = "tenancy.x-k8s.io/vcnamespace";
+/// Label on super pods (and annotation on every synced object): the tenant's cluster key.
+pub const LABEL_CLUSTER: &str = "tenancy.x-k8s.io/cluster";
+/// Label on tenant nodes that stand for a super node (vNodes).
+pub const LABEL_VIRTUAL_NODE: &str = "tenancy.x-k8s.io/virtualnode";
+/// Label on super StorageClasses and PriorityClasses that every tenant should see.
+pub const LABEL_SUPER_PUBLIC: &str = "tenancy.x-k8s.io/super.public";
+/// Label on a VirtualCluster: an extra DNS name for the tenant apiserver certificate.
+pub const LABEL_EXTERNAL_APISERVER_DOMAIN: &str = "tenancy.x-k8s.io/external-apiserver-domain";
+/// Label on super-cluster objects vc-manager creates for a tenant control plane.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+// Annotations on super-cluster objects synced from a tenant.
+/// Annotation: the tenant's cluster key.
+pub const ANNOTATION_CLUSTER: &str = "tenancy.x-k8s.io/cluster";
+/// Annotation: uid of the tenant object a super object was made from.
+pub const ANNOTATION_UID: &str = "tenancy.x-k8s.io/uid";
+/// Annotation: the tenant namespace of a super object.
+pub const ANNOTATION_NAMESPACE: &str = "tenancy.x-k8s.io/namespace";
+/// Annotation: name of the owning VirtualCluster.
+pub const ANNOTATION_VC_NAME: &str = "tenancy.x-k8s.io/vcname";
+/// Annotation: namespace of the owning VirtualCluster.
+pub const ANNOTATION_VC_NAMESPACE: &str = "tenancy.x-k8s.io/vcnamespace";
+/// Annotation: uid of the owning VirtualCluster.
+pub const ANNOTATION_VC_UID: &str = "tenancy.x-k8s.io/vcuid";
+/// Annotation: the tenant object's ownerReferences, as JSON.
+pub const ANNOTATION_OWNER_REFERENCES: &str = "tenancy.x-k8s.io/ownerReferences";
+/// Annotation on a tenant's root namespace in the super cluster.
+pub const ANNOTATION_ROOT_NAMESPACE: &str = "tenancy.x-k8s.io/vcrootns";
+/// Annotation on a tenant Service: its ClusterIP in the super cluster.
+pub const ANNOTATION_SUPER_CLUSTER_IP: &str = "transparency.tenancy.x-k8s.io/clusterIP";
+/// Annotation on a super Service: its ClusterIP in the tenant.
+pub const ANNOTATION_TENANT_CLUSTER_IP: &str = "tenancy.x-k8s.io/clusterIP";
+/// Annotation on a tenant pod: keep its DNS policy as is.
+pub const ANNOTATION_DISABLE_DNS_MUTATION: &str = "tenancy.x-k8s.io/disable.dnsPolicyMutation";
+
+// Adopt mode, as the original project spelled it.
+/// VirtualCluster annotation holding a base64-encoded admin kubeconfig.
+pub const ANNOTATION_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/admin-kubeconfig";
+/// VirtualCluster annotation naming a Secret (key `value`) with the admin kubeconfig.
+pub const ANNOTATION_SECRET_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/secret.admin-kubeconfig";
+
+// Secrets in a tenant's root namespace that more than one component reads.
+/// Admin kubeconfig of a provisioned tenant; the data key is the Secret name.
+pub const SECRET_ADMIN_KUBECONFIG: &str = "admin-kubeconfig";
+/// CA (`ca.crt`) and client certificate (`tls.crt`, `tls.key`) a tenant apiserver presents to vn-agent.
+pub const SECRET_KUBELET_CLIENT: &str = "kubelet-client";
+/// Key of the kubelet-client CA certificate in [`SECRET_KUBELET_CLIENT`].
+pub const KUBELET_CLIENT_CA_KEY: &str = "ca.crt";
+
+/// Default port of vn-agent, which vNodes advertise as their kubelet port.
+pub const DEFAULT_VN_AGENT_PORT: u16 = 10550;

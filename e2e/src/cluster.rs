@@ -1,0 +1,128 @@
+use std::sync::Arc;
+
+use kube::Client;
+
+use crate::{ApiServer, ApiServerOptions, ControllerManager, Etcd, Result, Scheduler};
+
+/// What to run in a [`ControlPlane`].
+#[derive(Clone, Debug)]
+pub struct ControlPlaneOptions {
+    /// The apiserver.
+    pub apiserver: ApiServerOptions,
+    /// Run kube-controller-manager with this `--controllers` value.
+    pub controller_manager: Option<String>,
+    /// Run kube-scheduler. Without it, a [`crate::NodeSimulator`] binds pods itself.
+    pub scheduler: bool,
+}
+
+/// Controllers of a super cluster: everything but what needs a cloud.
+pub const SUPER_CONTROLLERS: &str = "*,-nodeipam,-route,-cloud-node-lifecycle,-service";
+/// Controllers of a tenant master: like the original project's, without node lifecycle, because vNodes have
+/// no kubelet heartbeat of their own.
+pub const TENANT_CONTROLLERS: &str = "*,-nodelifecycle,-nodeipam,-route,-cloud-node-lifecycle,-service";
+
+impl ControlPlaneOptions {
+    /// An apiserver alone.
+    pub fn bare(name: &str) -> Self {
+        Self {
+            apiserver: ApiServerOptions::named(name),
+            controller_manager: None,
+            scheduler: false,
+        }
+    }
+
+    /// A super cluster: apiserver and controller-manager; pods are bound by the node simulator.
+    pub fn super_cluster() -> Self {
+        Self {
+            controller_manager: Some(SUPER_CONTROLLERS.to_owned()),
+            ..Self::bare("super")
+        }
+    }
+
+    /// A tenant master: apiserver and controller-manager, with its own service range.
+    pub fn tenant(name: &str) -> Self {
+        let mut options = Self {
+            controller_manager: Some(TENANT_CONTROLLERS.to_owned()),
+            ..Self::bare(name)
+        };
+        options.apiserver.service_cidr = "10.32.0.0/16".to_owned();
+        options
+    }
+
+    /// Also run kube-scheduler.
+    #[must_use]
+    pub fn with_scheduler(mut self) -> Self {
+        self.scheduler = true;
+        self
+    }
+}
+
+/// A running control plane. Dropping it stops every process (components first) and removes its files.
+#[derive(Debug)]
+pub struct ControlPlane {
+    // Fields drop in order: components, then the apiserver, then (if last owner) etcd.
+    scheduler: Option<Scheduler>,
+    controller_manager: Option<ControllerManager>,
+    apiserver: ApiServer,
+    etcd: Arc<Etcd>,
+}
+
+impl ControlPlane {
+    /// Starts a control plane with its own etcd.
+    pub async fn start(options: ControlPlaneOptions) -> Result<Self> {
+        Self::start_on(Arc::new(Etcd::start().await?), options).await
+    }
+
+    /// Starts a control plane on a shared etcd (its apiserver uses the etcd prefix `/<name>`).
+    pub async fn start_on(etcd: Arc<Etcd>, options: ControlPlaneOptions) -> Result<Self> {
+        let name = options.apiserver.name.clone();
+        let service_cidr = options.apiserver.service_cidr.clone();
+        let apiserver = ApiServer::start(&etcd, options.apiserver).await?;
+        let controller_manager = match &options.controller_manager {
+            Some(controllers) => {
+                Some(ControllerManager::start(&apiserver, &name, controllers, &service_cidr).await?)
+            }
+            None => None,
+        };
+        let scheduler = match options.scheduler {
+            true => Some(Scheduler::start(&apiserver, &name).await?),
+            false => None,
+        };
+        Ok(Self {
+            scheduler,
+            controller_manager,
+            apiserver,
+            etcd,
+        })
+    }
+
+    /// A cluster-admin client.
+    pub fn client(&self) -> Client {
+        self.apiserver.client()
+    }
+
+    /// The apiserver.
+    pub fn apiserver(&self) -> &ApiServer {
+        &self.apiserver
+    }
+
+    /// The apiserver, to stop or restart it.
+    pub fn apiserver_mut(&mut self) -> &mut ApiServer {
+        &mut self.apiserver
+    }
+
+    /// The etcd this control plane stores into.
+    pub fn etcd(&self) -> &Arc<Etcd> {
+        &self.etcd
+    }
+
+    /// The controller-manager, when one runs.
+    pub fn controller_manager_mut(&mut self) -> Option<&mut ControllerManager> {
+        self.controller_manager.as_mut()
+    }
+
+    /// Whether a scheduler runs (otherwise the node simulator should bind pods).
+    pub fn has_scheduler(&self) -> bool {
+        self.scheduler.is_some()
+    }
+}

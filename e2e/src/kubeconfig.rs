@@ -1,0 +1,52 @@
+use std::path::Path;
+
+use base64::{Engine, engine::general_purpose::STANDARD};
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use crate::{Error, Result, pki::CertifiedKey};
+
+/// A kubeconfig with one cluster, one client-certificate user and one current context, all named `name`.
+pub fn kubeconfig_yaml(name: &str, server: &str, ca_pem: &str, user: &CertifiedKey) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: {name}
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: {name}
+  context:
+    cluster: {name}
+    user: {name}
+current-context: {name}
+",
+        ca = STANDARD.encode(ca_pem),
+        cert = STANDARD.encode(&user.cert_pem),
+        key = STANDARD.encode(&user.key_pem),
+    )
+}
+
+/// A client for the current context of a kubeconfig file.
+pub async fn client_from_kubeconfig_file(path: &Path) -> Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
+        context: format!("reading {}", path.display()),
+        source: Box::new(e),
+    })?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Kubeconfig {
+            context: format!("loading {}", path.display()),
+            source: Box::new(e),
+        })?;
+    Client::try_from(config).map_err(Error::kube(format!("building a client from {}", path.display())))
+}
