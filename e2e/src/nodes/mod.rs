@@ -351,7 +351,9 @@ fn node_conditions() -> Vec<NodeCondition> {
 async fn heartbeat(client: Client, nodes: Vec<String>) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let node_api: Api<Node> = Api::all(client);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // A manager of its own: applying only the conditions under the node's manager would drop the addresses
+    // and capacity that manager applied before.
+    let params = PatchParams::apply("e2e-node-heartbeat").force();
     let mut tick = 0u64;
     loop {
         for node in &nodes {
