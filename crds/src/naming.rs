@@ -49,16 +49,6 @@ pub fn super_namespace(cluster_key: &str, tenant_namespace: &str) -> String {
     fit_dns_label(&format!("{cluster_key}-{tenant_namespace}"))
 }
 
-/// The tenant namespace of a super namespace, when its name was not shortened. A shortened name cannot be
-/// reversed; read the [`crate::wellknown::ANNOTATION_NAMESPACE`] annotation of the super object instead.
-pub fn tenant_namespace<'a>(cluster_key: &str, super_namespace: &'a str) -> Option<&'a str> {
-    super_namespace
-        .strip_prefix(cluster_key)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .filter(|ns| !ns.is_empty() && super_namespace.len() <= MAX_DNS_LABEL)
-        .filter(|ns| self::super_namespace(cluster_key, ns) == super_namespace)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,23 +90,29 @@ mod tests {
     }
 
     #[test]
-    fn super_namespace_round_trips_when_short() {
+    fn super_namespace_prefixes_the_cluster_key() {
         let key = cluster_key("team-a", "uid-1", "dev");
-        let ns = super_namespace(&key, "kube-system");
-        assert_eq!(ns, format!("{key}-kube-system"));
-        assert_eq!(tenant_namespace(&key, &ns), Some("kube-system"));
-        assert_eq!(tenant_namespace(&key, "unrelated"), None);
-        assert_eq!(tenant_namespace(&key, &key), None);
+        assert_eq!(super_namespace(&key, "kube-system"), format!("{key}-kube-system"));
     }
 
     #[test]
-    fn sixty_three_character_tenant_namespace_is_shortened_and_not_reversible() {
+    fn sixty_three_character_tenant_namespace_is_shortened() {
         let key = cluster_key("default", "uid-2", "vc");
         let tenant_ns = "n".repeat(63);
         let ns = super_namespace(&key, &tenant_ns);
         assert_eq!(ns.len(), 63);
-        assert!(ns.starts_with(&key));
-        assert_eq!(tenant_namespace(&key, &ns), None);
+        assert!(ns.starts_with(&format!("{key}-nnn")));
+    }
+
+    #[test]
+    fn a_shortened_name_can_equal_another_namespaces_plain_name() {
+        // The scheme (kept for compatibility) is not injective: the tail of a shortened name is itself a
+        // valid namespace whose plain mapping is the same. This is why components identify super objects by
+        // their tenancy.x-k8s.io/namespace and uid annotations, never by parsing names.
+        let key = cluster_key("default", "uid-2", "vc");
+        let long = super_namespace(&key, &"n".repeat(63));
+        let tail = &long[key.len() + 1..];
+        assert_eq!(super_namespace(&key, tail), long);
     }
 
     #[test]

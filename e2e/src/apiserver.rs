@@ -234,15 +234,26 @@ impl ApiServer {
     }
 }
 
-/// Whether `/readyz` answers `ok`.
+/// Whether `/readyz` answers `ok` and the system namespaces exist. The apiserver's bootstrap controller
+/// creates `default` and friends shortly after it turns ready; tests expect them.
 pub(crate) async fn readyz(client: &Client) -> bool {
     let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
         return false;
     };
-    matches!(
+    let ready = matches!(
         tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
         Ok(Ok(body)) if body.trim() == "ok"
-    )
+    );
+    if !ready {
+        return false;
+    }
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        if !matches!(namespaces.get_opt(name).await, Ok(Some(_))) {
+            return false;
+        }
+    }
+    true
 }
 
 /// The first address of a service range, which the apiserver takes for the `kubernetes` Service.

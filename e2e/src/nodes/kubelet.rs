@@ -195,13 +195,17 @@ impl KubeletState {
             .find(|p| p.namespace().as_deref() == Some(namespace) && p.name_any() == name)
     }
 
-    fn find_container(&self, namespace: &str, name: &str, container: &str) -> Result<Arc<Pod>, Response> {
+    fn find_container(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+    ) -> Result<Arc<Pod>, (StatusCode, String)> {
         let pod = self.find(namespace, name).ok_or_else(|| {
             (
                 StatusCode::NOT_FOUND,
                 format!("pod {namespace}/{name} is not on this node\n"),
             )
-                .into_response()
         })?;
         let has_container = pod
             .spec
@@ -211,8 +215,7 @@ impl KubeletState {
             return Err((
                 StatusCode::NOT_FOUND,
                 format!("container {container} not found in pod {namespace}/{name}\n"),
-            )
-                .into_response());
+            ));
         }
         Ok(pod)
     }
@@ -244,8 +247,8 @@ async fn container_logs(
     Path((namespace, pod, container)): Path<(String, String, String)>,
     Query(query): Query<LogQuery>,
 ) -> Response {
-    if let Err(response) = state.find_container(&namespace, &pod, &container) {
-        return response;
+    if let Err(not_found) = state.find_container(&namespace, &pod, &container) {
+        return not_found.into_response();
     }
     let lines = expected_log_lines(&namespace, &pod, &container);
     let start = lines
@@ -309,7 +312,7 @@ fn run_in(
 ) -> Response {
     let found = match state.find_container(namespace, pod, container) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(not_found) => return not_found.into_response(),
     };
     if uid.is_some_and(|uid| found.uid().as_deref() != Some(uid)) {
         return (StatusCode::NOT_FOUND, "pod uid does not match\n").into_response();
