@@ -16,7 +16,7 @@ pub const LABEL_VIRTUAL_NODE: &str = "tenancy.x-k8s.io/virtualnode";
 pub const LABEL_SUPER_PUBLIC: &str = "tenancy.x-k8s.io/super.public";
 /// Label on a VirtualCluster: an extra DNS name for the tenant apiserver certificate.
 pub const LABEL_EXTERNAL_APISERVER_DOMAIN: &str = "tenancy.x-k8s.io/external-apiserver-domain";
-/// Label on super-cluster objects vc-manager creates for a tenant control plane.
+/// Label on super-cluster objects vc-manager creates for a tenant control plane (value `vc-manager`).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 // Annotations on super-cluster objects synced from a tenant.
@@ -59,3 +59,32 @@ pub const KUBELET_CLIENT_CA_KEY: &str = "ca.crt";
 
 /// Default port of vn-agent, which vNodes advertise as their kubelet port.
 pub const DEFAULT_VN_AGENT_PORT: u16 = 10550;
+
+/// Label on the `kubelet-client` Secret in a tenant's root namespace, which vn-agent watches.
+pub const LABEL_KUBELET_CLIENT: &str = "tenancy.x-k8s.io/kubelet-client";
+
+// Finalizers.
+/// On a VirtualCluster: vc-manager removes its root namespace and the syncer's tenant namespaces first.
+pub const FINALIZER_VIRTUAL_CLUSTER: &str = "tenancy.x-k8s.io/virtualcluster";
+/// On a ClusterVersion: it is not deleted while VirtualClusters use it.
+pub const FINALIZER_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/clusterversion-in-use";
+
+// Server-side apply field managers, one per component.
+/// vc-manager's field manager.
+pub const FIELD_MANAGER_VC_MANAGER: &str = "vc-manager";
+/// The syncer's field manager.
+pub const FIELD_MANAGER_SYNCER: &str = "vc-syncer";
+
+// VirtualCluster condition types.
+/// vc-manager: certificates and kubeconfigs are in place and valid.
+pub const CONDITION_PKI_READY: &str = "PKIReady";
+/// vc-manager: the etcd StatefulSet is ready.
+pub const CONDITION_ETCD_READY: &str = "EtcdReady";
+/// vc-manager: the apiserver StatefulSet is ready (adopt mode: the adopted apiserver answers).
+pub const CONDITION_APISERVER_READY: &str = "APIServerReady";
+/// vc-manager: the controller-manager StatefulSet is ready.
+pub const CONDITION_CONTROLLER_MANAGER_READY: &str = "ControllerManagerReady";
+/// vc-manager: the tenant control plane is usable.
+pub const CONDITION_READY: &str = "Ready";
+/// syncer: the tenant is attached and syncing (False with a reason when unreachable).
+pub const CONDITION_TENANT_SYNCED: &str = "TenantSynced";

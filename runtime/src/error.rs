@@ -1,0 +1,47 @@
+/// Errors of the shared runtime. Each variant says what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The admin endpoint could not listen.
+    #[error("admin endpoint on {addr}")]
+    AdminListen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No super-cluster configuration was found (neither KUBECONFIG nor an in-cluster service account).
+    #[error("no super-cluster configuration (KUBECONFIG or in-cluster service account)")]
+    SuperClusterConfig(#[source] kube::config::InferConfigError),
+    /// A kubeconfig could not be read.
+    #[error("kubeconfig {what}")]
+    Kubeconfig {
+        /// What failed.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// A client could not be built.
+    #[error("building a Kubernetes client")]
+    Client(#[source] kube::Error),
+    /// Leader election failed.
+    #[error("leader election on Lease {namespace}/{name}")]
+    Lease {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube_lease_manager::LeaseManagerError,
+    },
+    /// The leader-election task ended.
+    #[error("leader election on Lease {namespace}/{name} stopped")]
+    LeaseTaskEnded {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+    },
+}

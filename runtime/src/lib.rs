@@ -1,0 +1,17 @@
+//! Process plumbing shared by vc-manager, syncer and vn-agent.
+//!
+//! - [`logging`]: tracing setup (text or JSON, `RUST_LOG` filter).
+//! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
+//! - [`leader`]: leader election on a `coordination.k8s.io` Lease.
+//! - [`clients`]: the super-cluster client and clients built from kubeconfig Secrets.
+//! - [`shutdown`]: SIGTERM / SIGINT.
+
+pub mod admin;
+pub mod clients;
+pub mod leader;
+pub mod logging;
+pub mod shutdown;
+
+mod error;
+
+pub use error::Error;
