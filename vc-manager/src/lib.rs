@@ -1,1 +1,1 @@
-
+//! Placeholder until the component lands.
