@@ -1,1 +1,158 @@
-//! Placeholder until the component lands.
+//! The syncer: one controller that keeps every tenant master and the super cluster in step.
+//!
+//! - [`attach`]: one supervisor per VirtualCluster attaches and detaches tenants.
+//! - [`tenant`] and [`super_stores`]: watch-fed caches on both sides, feeding the [`queue`]s.
+//! - [`resources`]: syncing each kind down (tenant → super) and up (super → tenant).
+//! - [`workers`]: draining the fair queues; [`patrol`]: periodic drift repair; [`quota`]: per-tenant usage.
+//! - [`identity`]: the metadata that says which tenant object a super object came from.
+
+pub mod attach;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod identity;
+pub mod items;
+pub mod metrics;
+pub mod patrol;
+pub mod queue;
+pub mod quota;
+pub mod resources;
+pub mod settings;
+pub mod stores;
+pub mod super_stores;
+pub mod tenant;
+pub mod workers;
+
+use std::{future::Future, sync::Arc};
+
+use crds::VirtualCluster;
+use kube::{
+    Api, Client,
+    api::ListParams,
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use tokio::task::JoinHandle;
+use vc_runtime::admin::Health;
+
+pub use config::{SyncerArgs, SyncerConfig};
+pub use context::Context;
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+
+use crate::{
+    queue::FairQueue,
+    quota::Quota,
+    super_stores::SuperStores,
+    tenant::{Queues, Tenants},
+    workers::Backoff,
+};
+
+/// A running syncer. Dropping it (or calling [`Syncer::stop`]) stops every loop.
+pub struct Syncer {
+    /// Shared state, for inspection (tests, benchmarks).
+    pub context: Arc<Context>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Syncer {
+    /// Starts the syncer against the super cluster: caches, tenant supervisors, workers, patrol. Returns
+    /// once the super-cluster caches are synced, and marks `health` ready.
+    pub async fn start(
+        client: Client,
+        config: SyncerConfig,
+        metrics: Arc<Metrics>,
+        health: Health,
+    ) -> Result<Self> {
+        let virtual_clusters: Api<VirtualCluster> = Api::all(client.clone());
+        virtual_clusters
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(error::on_super(
+                "listing VirtualClusters (is the tenancy.x-k8s.io CRD installed?)",
+            ))?;
+
+        let queues = Queues {
+            down: Arc::new(FairQueue::new()),
+            up: Arc::new(FairQueue::new()),
+        };
+        let tenants = Arc::new(Tenants::default());
+        let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
+        let supers = SuperStores::start(
+            &client,
+            &queues,
+            tenants.clone(),
+            quota.clone(),
+            config.sync_ingresses,
+        );
+        let (vc_store, vc_writer) = reflector::store();
+        let ctx = Arc::new(Context {
+            super_client: client,
+            config,
+            tenants,
+            supers,
+            virtual_clusters: vc_store,
+            queues,
+            quota,
+            metrics,
+        });
+
+        let mut tasks = Vec::new();
+        let vc_events = watcher(virtual_clusters, watcher::Config::default())
+            .default_backoff()
+            .modify(stores::trim)
+            .reflect(vc_writer);
+        tasks.push(tokio::spawn(attach::supervise(ctx.clone(), vc_events)));
+
+        ctx.supers.wait_ready().await;
+        let _ = ctx.virtual_clusters.wait_until_ready().await;
+
+        let down_backoff = Arc::new(Backoff::default());
+        for _ in 0..ctx.config.downward_workers {
+            tasks.push(tokio::spawn(workers::downward(ctx.clone(), down_backoff.clone())));
+        }
+        let up_backoff = Arc::new(Backoff::default());
+        for _ in 0..ctx.config.upward_workers {
+            tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
+        }
+        tasks.push(tokio::spawn(patrol::run(ctx.clone())));
+        tasks.push(tokio::spawn(events::forward(ctx.clone())));
+        tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
+        health.set_ready(true);
+        tracing::info!("syncer ready: super-cluster caches synced");
+        Ok(Self { context: ctx, tasks })
+    }
+
+    /// Stops every loop and detaches every tenant.
+    pub fn stop(&mut self) {
+        self.context.queues.down.close();
+        self.context.queues.up.close();
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for tenant in self.context.tenants.all() {
+            attach::detach(&self.context, &tenant.identity.cluster_key);
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the syncer until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: SyncerConfig,
+    metrics: Arc<Metrics>,
+    health: Health,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let mut syncer = Syncer::start(client, config, metrics, health.clone()).await?;
+    shutdown.await;
+    health.set_ready(false);
+    syncer.stop();
+    Ok(())
+}

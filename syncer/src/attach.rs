@@ -1,0 +1,565 @@
+//! Attaching tenants: one supervisor per VirtualCluster reads its kubeconfig, checks the tenant apiserver,
+//! starts the tenant's watches, reports on the VirtualCluster, and detaches it when it goes away — without
+//! disturbing any other tenant.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use base64::Engine;
+use crds::{
+    VirtualCluster,
+    v1alpha1::Adoption,
+    wellknown::{CONDITION_TENANT_SYNCED, SECRET_ADMIN_KUBECONFIG},
+};
+use futures::{Stream, StreamExt};
+use k8s_openapi::{
+    api::core::v1::{Namespace, Secret},
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use sha2::{Digest, Sha256};
+use tokio::{sync::watch, task::JoinHandle};
+use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
+
+use crate::{
+    context::Context, identity::TenantIdentity, items::UpItem, metrics::StateLabels,
+    settings::TenantSettings, tenant::Tenant,
+};
+
+/// How often an attached tenant's apiserver is checked.
+const HEALTH_PERIOD: Duration = Duration::from_secs(30);
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The identity of a VirtualCluster, once the apiserver gave it a uid.
+pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
+    Some(TenantIdentity {
+        cluster_key: crds::naming::cluster_key_of(vc)?,
+        vc_name: vc.name_any(),
+        vc_namespace: vc.namespace()?,
+        vc_uid: vc.uid()?,
+    })
+}
+
+/// Whether the syncer should attach: a provisioned tenant once Running, an adopted one always.
+pub fn eligible(vc: &VirtualCluster) -> bool {
+    if vc.meta().deletion_timestamp.is_some() {
+        return false;
+    }
+    if vc.adoption().is_some() {
+        return true;
+    }
+    vc.phase() == Some(crds::ClusterPhase::Running)
+        && vc
+            .status
+            .as_ref()
+            .and_then(|s| s.cluster_namespace.as_ref())
+            .is_some_and(|n| !n.is_empty())
+}
+
+/// Why a tenant could not be attached, as a condition reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// What exactly failed.
+    pub message: String,
+}
+
+fn failure(reason: &'static str, message: impl Into<String>) -> Failure {
+    Failure {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// Reads a tenant's admin kubeconfig from wherever its VirtualCluster says it is.
+pub async fn load_kubeconfig(client: &Client, vc: &VirtualCluster) -> Result<String, Failure> {
+    let vc_namespace = vc.namespace().unwrap_or_default();
+    let (namespace, name, key) = match vc.adoption() {
+        Some(Adoption::InlineBase64(encoded)) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .map_err(|e| {
+                    failure(
+                        "KubeconfigInvalid",
+                        format!(
+                            "annotation {} is not valid base64: {e}",
+                            crds::wellknown::ANNOTATION_ADMIN_KUBECONFIG
+                        ),
+                    )
+                })?;
+            return String::from_utf8(bytes)
+                .map_err(|_| failure("KubeconfigInvalid", "the inline kubeconfig is not UTF-8 text"));
+        }
+        Some(Adoption::Secret(reference)) => (vc_namespace, reference.name, reference.key),
+        None => {
+            let root = vc
+                .status
+                .as_ref()
+                .and_then(|s| s.cluster_namespace.clone())
+                .unwrap_or_default();
+            (
+                root,
+                SECRET_ADMIN_KUBECONFIG.to_owned(),
+                SECRET_ADMIN_KUBECONFIG.to_owned(),
+            )
+        }
+    };
+    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(|e| {
+            failure(
+                "KubeconfigUnavailable",
+                format!("reading Secret {namespace}/{name}: {e}"),
+            )
+        })?
+        .ok_or_else(|| {
+            failure(
+                "KubeconfigMissing",
+                format!("Secret {namespace}/{name} not found"),
+            )
+        })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&key))
+                .map(|s| s.clone().into_bytes())
+        })
+        .ok_or_else(|| {
+            failure(
+                "KubeconfigMissing",
+                format!("Secret {namespace}/{name} has no key {key:?}"),
+            )
+        })?;
+    String::from_utf8(bytes).map_err(|_| {
+        failure(
+            "KubeconfigInvalid",
+            format!("key {key:?} of Secret {namespace}/{name} is not UTF-8 text"),
+        )
+    })
+}
+
+/// Builds a client from a kubeconfig and asks the apiserver for its version.
+async fn connect(kubeconfig: &str) -> Result<(Client, Option<String>, String), Failure> {
+    let config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
+        .await
+        .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+    let ca_pem = config.root_cert.as_ref().map(|certs| {
+        certs
+            .iter()
+            .map(|der| {
+                let body = base64::engine::general_purpose::STANDARD.encode(der);
+                let lines: Vec<&str> = body
+                    .as_bytes()
+                    .chunks(64)
+                    .map(|c| std::str::from_utf8(c).unwrap_or(""))
+                    .collect();
+                format!(
+                    "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                    lines.join("\n")
+                )
+            })
+            .collect::<String>()
+    });
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+    match client.apiserver_version().await {
+        Ok(version) => Ok((client, ca_pem, version.git_version)),
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(failure(
+            "TenantUnauthorized",
+            format!(
+                "the tenant apiserver at {server} refused the kubeconfig's credentials ({})",
+                status.code
+            ),
+        )),
+        Err(error) => Err(failure(
+            "TenantUnreachable",
+            format!(
+                "the tenant apiserver at {server} did not answer: {}",
+                error_chain(&error)
+            ),
+        )),
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn fingerprint(text: &str) -> String {
+    hex::encode(&Sha256::digest(text.as_bytes())[..8])
+}
+
+/// Writes the syncer's condition on a VirtualCluster (only when it changes) and an event on changes.
+async fn report(
+    ctx: &Context,
+    recorder: &Recorder,
+    vc: &VirtualCluster,
+    ok: bool,
+    reason: &str,
+    message: &str,
+) {
+    let status = if ok { "True" } else { "False" };
+    let current = vc.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_TENANT_SYNCED)
+            .cloned()
+    });
+    if current
+        .as_ref()
+        .is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
+    {
+        return;
+    }
+    let transition = match &current {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(Timestamp::now()),
+    };
+    let condition = Condition {
+        type_: CONDITION_TENANT_SYNCED.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: transition,
+        observed_generation: vc.metadata.generation,
+    };
+    let patch = serde_json::json!({
+        "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+        "kind": "VirtualCluster",
+        "status": { "conditions": [condition] },
+    });
+    let api: Api<VirtualCluster> =
+        Api::namespaced(ctx.super_client.clone(), &vc.namespace().unwrap_or_default());
+    let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
+    if let Err(error) = api
+        .patch_status(&vc.name_any(), &params, &Patch::Apply(&patch))
+        .await
+    {
+        tracing::warn!(vc = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default(), %error, "writing the TenantSynced condition");
+    }
+    let changed_status = current
+        .as_ref()
+        .is_none_or(|c| c.status != status || c.reason != reason);
+    if changed_status {
+        let event = Event {
+            type_: if ok { EventType::Normal } else { EventType::Warning },
+            reason: reason.to_owned(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Attach".into(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &vc.object_ref(&())).await {
+            tracing::debug!(vc = %vc.name_any(), %error, "publishing an event on the VirtualCluster");
+        }
+    }
+}
+
+/// Stops syncing a tenant and forgets its queued work and series.
+pub fn detach(ctx: &Context, cluster_key: &str) {
+    if let Some(tenant) = ctx.tenants.remove(cluster_key) {
+        tracing::info!(tenant = %tenant.identity.vc_ref(), "detaching tenant");
+        tenant.stop();
+        ctx.queues.down.remove_tenant(&tenant.id);
+        ctx.queues.up.remove_tenant(&tenant.id);
+        ctx.quota.forget(&tenant.id);
+        ctx.metrics.forget_tenant(&tenant.identity.vc_ref());
+    }
+}
+
+/// Deletes every super namespace of a tenant whose VirtualCluster is gone (their contents go with them).
+pub async fn clean_up(ctx: &Context, cluster_key: &str) {
+    let api: Api<Namespace> = Api::all(ctx.super_client.clone());
+    for namespace in ctx.supers.namespaces.state() {
+        if !crate::identity::belongs_to(namespace.meta(), cluster_key)
+            || namespace.meta().deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        if let Err(error) =
+            crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await
+        {
+            tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace");
+        }
+    }
+}
+
+fn set_state(ctx: &Context, state: &'static str, delta: i64) {
+    ctx.metrics
+        .tenants
+        .get_or_create(&StateLabels { state })
+        .inc_by(delta);
+}
+
+/// Follows one VirtualCluster for as long as it exists.
+async fn supervise_one(
+    ctx: Arc<Context>,
+    recorder: Arc<Recorder>,
+    mut updates: watch::Receiver<Arc<VirtualCluster>>,
+) {
+    let mut attached: Option<(Arc<Tenant>, String)> = None;
+    let mut retry = RETRY_MIN;
+    let mut state: Option<&'static str> = None;
+    let mut enter = |ctx: &Context, new: Option<&'static str>| {
+        if state != new {
+            if let Some(old) = state {
+                set_state(ctx, old, -1);
+            }
+            if let Some(new) = new {
+                set_state(ctx, new, 1);
+            }
+            state = new;
+        }
+    };
+    loop {
+        let vc = updates.borrow_and_update().clone();
+        let Some(identity) = identity_of(&vc) else {
+            if updates.changed().await.is_err() {
+                break;
+            }
+            continue;
+        };
+        let wait = if !eligible(&vc) {
+            if attached.take().is_some() {
+                detach(&ctx, &identity.cluster_key);
+            }
+            enter(&ctx, Some("waiting"));
+            None
+        } else {
+            match attach_or_check(&ctx, &vc, &identity, &mut attached).await {
+                Ok(version) => {
+                    enter(&ctx, Some("attached"));
+                    retry = RETRY_MIN;
+                    report(
+                        &ctx,
+                        &recorder,
+                        &vc,
+                        true,
+                        "TenantAttached",
+                        &format!("syncing with the tenant apiserver ({version})"),
+                    )
+                    .await;
+                    Some(HEALTH_PERIOD)
+                }
+                Err(failed) => {
+                    enter(&ctx, Some("unreachable"));
+                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = retry.as_secs(), "tenant not synced");
+                    report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
+                    let wait = retry;
+                    retry = (retry * 2).min(RETRY_MAX);
+                    Some(wait)
+                }
+            }
+        };
+        let changed = match wait {
+            Some(wait) => tokio::select! {
+                changed = updates.changed() => changed,
+                _ = tokio::time::sleep(wait) => Ok(()),
+            },
+            None => updates.changed().await,
+        };
+        if changed.is_err() {
+            break;
+        }
+    }
+    enter(&ctx, None);
+}
+
+/// Attaches the tenant (again, if its kubeconfig changed) or checks that it still answers.
+async fn attach_or_check(
+    ctx: &Context,
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    attached: &mut Option<(Arc<Tenant>, String)>,
+) -> Result<String, Failure> {
+    let kubeconfig = load_kubeconfig(&ctx.super_client, vc).await?;
+    let print = fingerprint(&kubeconfig);
+    let settings = TenantSettings::of(vc);
+    if let Some((tenant, current)) = attached.as_ref()
+        && *current == print
+    {
+        if tenant.update_settings(settings, &ctx.queues) {
+            tracing::info!(vc = %identity.vc_ref(), "tenant settings updated");
+        }
+        return match tenant.client.apiserver_version().await {
+            Ok(version) => Ok(version.git_version),
+            // Watches keep retrying on their own; the tenant stays attached and catches up when it is back.
+            Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(failure(
+                "TenantUnauthorized",
+                format!(
+                    "the tenant apiserver refused the syncer's credentials ({})",
+                    status.code
+                ),
+            )),
+            Err(error) => Err(failure(
+                "TenantUnreachable",
+                format!("the tenant apiserver did not answer: {}", error_chain(&error)),
+            )),
+        };
+    }
+    let (client, ca_pem, version) = connect(&kubeconfig).await?;
+    if attached.take().is_some() {
+        detach(ctx, &identity.cluster_key);
+    }
+    tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
+    let tenant = Tenant::start(
+        identity.clone(),
+        client,
+        ca_pem,
+        settings,
+        &ctx.queues,
+        ctx.config.sync_ingresses,
+    );
+    if let Some(previous) = ctx.tenants.insert(tenant.clone()) {
+        previous.stop();
+    }
+    // Public classes only change rarely; a new tenant needs the current set.
+    for class in ctx.supers.storage_classes.state() {
+        ctx.queues.up.add(
+            &tenant.id,
+            UpItem::StorageClass {
+                name: class.name_any(),
+            },
+        );
+    }
+    for class in ctx.supers.priority_classes.state() {
+        ctx.queues.up.add(
+            &tenant.id,
+            UpItem::PriorityClass {
+                name: class.name_any(),
+            },
+        );
+    }
+    *attached = Some((tenant, print));
+    Ok(version)
+}
+
+struct Supervised {
+    updates: watch::Sender<Arc<VirtualCluster>>,
+    task: JoinHandle<()>,
+    cluster_key: Option<String>,
+}
+
+/// Follows every VirtualCluster: one supervisor each, detaching and cleaning up when one is deleted.
+pub async fn supervise<S>(ctx: Arc<Context>, events: S)
+where
+    S: Stream<Item = Result<watcher::Event<VirtualCluster>, watcher::Error>>,
+{
+    let recorder = Arc::new(Recorder::new(
+        ctx.super_client.clone(),
+        Reporter {
+            controller: crds::wellknown::FIELD_MANAGER_SYNCER.into(),
+            instance: Some(vc_runtime::leader::identity()),
+        },
+    ));
+    let mut supervised: HashMap<String, Supervised> = HashMap::new();
+    let mut listed: Vec<String> = Vec::new();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(vc)) => {
+                listed.push(vc.uid().unwrap_or_default());
+                upsert(&ctx, &recorder, &mut supervised, vc);
+            }
+            Ok(watcher::Event::InitDone) => {
+                let gone: Vec<String> = supervised
+                    .keys()
+                    .filter(|uid| !listed.contains(uid))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    remove(&ctx, &mut supervised, &uid).await;
+                }
+            }
+            Ok(watcher::Event::Apply(vc)) => upsert(&ctx, &recorder, &mut supervised, vc),
+            Ok(watcher::Event::Delete(vc)) => {
+                remove(&ctx, &mut supervised, &vc.uid().unwrap_or_default()).await
+            }
+            Err(error) => tracing::debug!(%error, "VirtualCluster watch interrupted; retrying"),
+        }
+    }
+}
+
+fn upsert(
+    ctx: &Arc<Context>,
+    recorder: &Arc<Recorder>,
+    supervised: &mut HashMap<String, Supervised>,
+    vc: VirtualCluster,
+) {
+    let Some(uid) = vc.uid() else { return };
+    let cluster_key = crds::naming::cluster_key_of(&vc);
+    let vc = Arc::new(vc);
+    match supervised.get_mut(&uid) {
+        Some(entry) => {
+            entry.cluster_key = cluster_key;
+            let _ = entry.updates.send(vc);
+        }
+        None => {
+            let (updates, receiver) = watch::channel(vc);
+            let task = tokio::spawn(supervise_one(ctx.clone(), recorder.clone(), receiver));
+            supervised.insert(
+                uid,
+                Supervised {
+                    updates,
+                    task,
+                    cluster_key,
+                },
+            );
+        }
+    }
+}
+
+async fn remove(ctx: &Arc<Context>, supervised: &mut HashMap<String, Supervised>, uid: &str) {
+    let Some(entry) = supervised.remove(uid) else {
+        return;
+    };
+    entry.task.abort();
+    if let Some(key) = entry.cluster_key {
+        detach(ctx, &key);
+        clean_up(ctx, &key).await;
+    }
+}
+
+/// Whether a super namespace belongs to no live VirtualCluster (its tenant was deleted while the syncer
+/// was not running).
+pub fn orphaned(ctx: &Context, namespace: &Namespace) -> bool {
+    let Some(key) = crate::identity::owner_cluster(namespace.meta()) else {
+        return false;
+    };
+    let vc_namespace = namespace
+        .annotations()
+        .get(crds::wellknown::ANNOTATION_VC_NAMESPACE);
+    let vc_name = namespace.annotations().get(crds::wellknown::ANNOTATION_VC_NAME);
+    let (Some(vc_namespace), Some(vc_name)) = (vc_namespace, vc_name) else {
+        return false;
+    };
+    let live = ctx
+        .virtual_clusters
+        .get(&ObjectRef::new(vc_name).within(vc_namespace))
+        .is_some_and(|vc| crds::naming::cluster_key_of(&vc).as_deref() == Some(key));
+    !live
+}

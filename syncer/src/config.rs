@@ -1,0 +1,138 @@
+//! Flags of the syncer.
+
+use std::time::Duration;
+
+/// Where vNodes say their kubelet (vn-agent) is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VNodeAddresses {
+    /// The super node's own addresses (vn-agent runs with hostNetwork).
+    Node,
+    /// The ClusterIP of this vn-agent Service (`namespace/name`), for every vNode.
+    Service {
+        /// Namespace of the Service.
+        namespace: String,
+        /// Name of the Service.
+        name: String,
+    },
+}
+
+/// Command-line flags of the syncer.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SyncerArgs {
+    /// Port vNodes advertise as their kubelet port: vn-agent's port.
+    #[arg(long, env = "VN_AGENT_PORT", default_value_t = crds::wellknown::DEFAULT_VN_AGENT_PORT)]
+    pub vn_agent_port: u16,
+    /// Advertise this vn-agent Service's ClusterIP (`namespace/name`) as every vNode's address instead of
+    /// the super node's addresses.
+    #[arg(long)]
+    pub vn_agent_service: Option<String>,
+    /// Seconds a vNode stays after its tenant's last pod left the node.
+    #[arg(long, default_value_t = 120)]
+    pub vnode_grace_seconds: u64,
+    /// Seconds between patrols that compare tenant and super state and repair differences.
+    #[arg(long, default_value_t = 60)]
+    pub patrol_interval_seconds: u64,
+    /// Workers syncing tenant objects down.
+    #[arg(long, default_value_t = 32)]
+    pub downward_workers: usize,
+    /// Workers syncing status up.
+    #[arg(long, default_value_t = 32)]
+    pub upward_workers: usize,
+    /// Also sync Ingresses down.
+    #[arg(long, default_value_t = false)]
+    pub sync_ingresses: bool,
+    /// `ndots` of the DNS config given to tenant pods.
+    #[arg(long, default_value_t = 5)]
+    pub dns_ndots: u32,
+    /// Lifetime of the service-account tokens minted for tenant pods (refreshed at 80%).
+    #[arg(long, default_value_t = 3600)]
+    pub token_ttl_seconds: i64,
+    /// Label and annotation prefixes that are super-owned for every tenant, besides each VirtualCluster's
+    /// `opaqueMetaPrefixes`.
+    #[arg(long, value_delimiter = ',')]
+    pub opaque_meta_prefixes: Vec<String>,
+}
+
+/// The syncer's settings.
+#[derive(Clone, Debug)]
+pub struct SyncerConfig {
+    /// vNode kubelet port.
+    pub vn_agent_port: u16,
+    /// vNode addresses.
+    pub vnode_addresses: VNodeAddresses,
+    /// vNode lifetime after the last pod.
+    pub vnode_grace: Duration,
+    /// Patrol period.
+    pub patrol_interval: Duration,
+    /// Downward workers.
+    pub downward_workers: usize,
+    /// Upward workers.
+    pub upward_workers: usize,
+    /// Sync Ingresses.
+    pub sync_ingresses: bool,
+    /// DNS ndots.
+    pub dns_ndots: u32,
+    /// Token lifetime in seconds.
+    pub token_ttl_seconds: i64,
+    /// Super-owned prefixes for every tenant.
+    pub opaque_meta_prefixes: Vec<String>,
+}
+
+impl Default for SyncerConfig {
+    fn default() -> Self {
+        Self {
+            vn_agent_port: crds::wellknown::DEFAULT_VN_AGENT_PORT,
+            vnode_addresses: VNodeAddresses::Node,
+            vnode_grace: Duration::from_secs(120),
+            patrol_interval: Duration::from_secs(60),
+            downward_workers: 32,
+            upward_workers: 32,
+            sync_ingresses: false,
+            dns_ndots: 5,
+            token_ttl_seconds: 3600,
+            opaque_meta_prefixes: Vec::new(),
+        }
+    }
+}
+
+impl TryFrom<SyncerArgs> for SyncerConfig {
+    type Error = String;
+
+    fn try_from(args: SyncerArgs) -> Result<Self, String> {
+        let vnode_addresses = match args.vn_agent_service.as_deref() {
+            None | Some("") => VNodeAddresses::Node,
+            Some(reference) => match reference.split_once('/') {
+                Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                    VNodeAddresses::Service {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "--vn-agent-service must be namespace/name, got {reference:?}"
+                    ));
+                }
+            },
+        };
+        if args.token_ttl_seconds < 600 {
+            return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
+        }
+        Ok(Self {
+            vn_agent_port: args.vn_agent_port,
+            vnode_addresses,
+            vnode_grace: Duration::from_secs(args.vnode_grace_seconds),
+            patrol_interval: Duration::from_secs(args.patrol_interval_seconds.max(1)),
+            downward_workers: args.downward_workers.max(1),
+            upward_workers: args.upward_workers.max(1),
+            sync_ingresses: args.sync_ingresses,
+            dns_ndots: args.dns_ndots,
+            token_ttl_seconds: args.token_ttl_seconds,
+            opaque_meta_prefixes: args
+                .opaque_meta_prefixes
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect(),
+        })
+    }
+}

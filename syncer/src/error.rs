@@ -1,0 +1,91 @@
+/// Errors of the syncer. Each variant says what was being done; [`Error::category`] gives a stable,
+/// low-cardinality label for metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the super cluster failed.
+    #[error("super cluster: {context}")]
+    Super {
+        /// What was being done.
+        context: String,
+        /// The kube error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A call to a tenant apiserver failed.
+    #[error("tenant {tenant}: {context}")]
+    Tenant {
+        /// The tenant's cluster key.
+        tenant: String,
+        /// What was being done.
+        context: String,
+        /// The kube error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A tenant's kubeconfig could not be found or used.
+    #[error("tenant {tenant}: {reason}")]
+    Kubeconfig {
+        /// The VirtualCluster (namespace/name).
+        tenant: String,
+        /// Why.
+        reason: String,
+    },
+    /// A tenant object cannot be represented in the super cluster.
+    #[error("{0}")]
+    Conversion(String),
+    /// Serializing an object failed.
+    #[error("serializing {what}")]
+    Serialize {
+        /// What.
+        what: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The shared runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] vc_runtime::Error),
+}
+
+impl Error {
+    /// A label for metrics: one of a fixed set of words.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Super { source, .. } | Self::Tenant { source, .. } => match source {
+                kube::Error::Api(status) if status.code == 409 => "conflict",
+                kube::Error::Api(status) if status.code == 404 => "not_found",
+                kube::Error::Api(status) if status.code == 403 => "forbidden",
+                kube::Error::Api(status) if status.code == 422 || status.code == 400 => "invalid",
+                kube::Error::Api(_) => "api",
+                _ => "transport",
+            },
+            Self::Kubeconfig { .. } => "kubeconfig",
+            Self::Conversion(_) => "conversion",
+            Self::Serialize { .. } => "serialize",
+            Self::Runtime(_) => "runtime",
+        }
+    }
+
+    /// Whether the apiserver answered with this HTTP status.
+    pub fn is_status(&self, code: u16) -> bool {
+        matches!(self, Self::Super { source: kube::Error::Api(s), .. } | Self::Tenant { source: kube::Error::Api(s), .. } if s.code == code)
+    }
+}
+
+pub(crate) fn on_super(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Super { context, source }
+}
+
+pub(crate) fn on_tenant(tenant: &str, context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let tenant = tenant.to_owned();
+    let context = context.into();
+    move |source| Error::Tenant {
+        tenant,
+        context,
+        source,
+    }
+}
+
+/// Result of syncer operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

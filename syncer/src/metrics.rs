@@ -1,0 +1,291 @@
+//! The syncer's Prometheus metrics.
+//!
+//! Labels are a fixed set of words (resource, direction, operation, result) plus the tenant, which is one
+//! series per VirtualCluster: its series are removed when the tenant is detached.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+/// Which way an object flows.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Direction {
+    /// Tenant to super.
+    Down,
+    /// Super to tenant.
+    Up,
+}
+
+/// What a reconcile did.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Operation {
+    /// Created an object.
+    Create,
+    /// Updated an object.
+    Update,
+    /// Deleted an object.
+    Delete,
+    /// Found everything in sync.
+    None,
+    /// Held back (quota, policy, waiting for a dependency).
+    Wait,
+}
+
+/// Labels of reconcile counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// Resource, e.g. `pod`.
+    pub resource: &'static str,
+    /// Direction.
+    pub direction: Direction,
+    /// What was done.
+    pub operation: Operation,
+    /// `success` or an error category.
+    pub result: &'static str,
+}
+
+/// Labels of per-resource histograms.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// Resource.
+    pub resource: &'static str,
+    /// Direction.
+    pub direction: Direction,
+}
+
+/// Labels of writes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// Resource.
+    pub resource: &'static str,
+    /// `apply` or `delete` (super), or the tenant-side verb.
+    pub verb: &'static str,
+}
+
+/// Labels of per-tenant series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    /// `namespace/name` of the VirtualCluster.
+    pub tenant: String,
+    /// Direction (queue series) or `none`.
+    pub direction: Direction,
+}
+
+/// Labels of per-tenant usage gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UsageLabels {
+    /// `namespace/name` of the VirtualCluster.
+    pub tenant: String,
+}
+
+/// Labels of patrol counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PatrolLabels {
+    /// Resource.
+    pub resource: &'static str,
+    /// `missing`, `drifted`, `orphaned`, `stale-vnode`.
+    pub finding: &'static str,
+}
+
+/// Labels of the tenant-state gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// `attached`, `unreachable` or `waiting`.
+    pub state: &'static str,
+}
+
+/// Every metric of the syncer.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Reconciles by resource, direction, operation and result.
+    pub operations: Family<OperationLabels, Counter>,
+    /// Reconcile duration.
+    pub operation_duration: Family<ResourceLabels, Histogram>,
+    /// Writes to the super cluster.
+    pub super_writes: Family<WriteLabels, Counter>,
+    /// Writes to tenant apiservers.
+    pub tenant_writes: Family<WriteLabels, Counter>,
+    /// Items waiting per tenant and direction.
+    pub queue_depth: Family<TenantLabels, Gauge>,
+    /// Time items waited in the queue.
+    pub queue_wait: Family<TenantLabels, Histogram>,
+    /// Non-terminal super pods per tenant.
+    pub tenant_pods: Family<UsageLabels, Gauge>,
+    /// Sum of CPU requests of super pods per tenant, in millicores.
+    pub tenant_cpu_requests_millicores: Family<UsageLabels, Gauge>,
+    /// Sum of memory requests of super pods per tenant, in bytes.
+    pub tenant_memory_requests_bytes: Family<UsageLabels, Gauge>,
+    /// Pods held back by the tenant's quota.
+    pub quota_waiting_pods: Family<UsageLabels, Gauge>,
+    /// Patrol findings.
+    pub patrol_findings: Family<PatrolLabels, Counter>,
+    /// Patrol remedies queued or done.
+    pub patrol_remedies: Family<PatrolLabels, Counter>,
+    /// Patrol scan duration.
+    pub patrol_duration: Histogram,
+    /// Tenants by state.
+    pub tenants: Family<StateLabels, Gauge>,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            operations: Family::default(),
+            operation_duration: Family::new_with_constructor(duration_histogram),
+            super_writes: Family::default(),
+            tenant_writes: Family::default(),
+            queue_depth: Family::default(),
+            queue_wait: Family::new_with_constructor(duration_histogram),
+            tenant_pods: Family::default(),
+            tenant_cpu_requests_millicores: Family::default(),
+            tenant_memory_requests_bytes: Family::default(),
+            quota_waiting_pods: Family::default(),
+            patrol_findings: Family::default(),
+            patrol_remedies: Family::default(),
+            patrol_duration: duration_histogram(),
+            tenants: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `syncer` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix("syncer");
+        registry.register(
+            "operations",
+            "Reconciles by resource, direction, operation and result",
+            self.operations.clone(),
+        );
+        registry.register(
+            "operation_duration_seconds",
+            "Reconcile duration by resource and direction",
+            self.operation_duration.clone(),
+        );
+        registry.register(
+            "super_writes",
+            "Writes to the super cluster",
+            self.super_writes.clone(),
+        );
+        registry.register(
+            "tenant_writes",
+            "Writes to tenant apiservers",
+            self.tenant_writes.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Items waiting per tenant and direction",
+            self.queue_depth.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time items waited in the queue",
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "tenant_pods",
+            "Non-terminal super pods per tenant",
+            self.tenant_pods.clone(),
+        );
+        registry.register(
+            "tenant_cpu_requests_millicores",
+            "CPU requests of super pods per tenant",
+            self.tenant_cpu_requests_millicores.clone(),
+        );
+        registry.register(
+            "tenant_memory_requests_bytes",
+            "Memory requests of super pods per tenant",
+            self.tenant_memory_requests_bytes.clone(),
+        );
+        registry.register(
+            "quota_waiting_pods",
+            "Pods held back by the tenant's quota",
+            self.quota_waiting_pods.clone(),
+        );
+        registry.register(
+            "patrol_findings",
+            "Differences the patrol found",
+            self.patrol_findings.clone(),
+        );
+        registry.register(
+            "patrol_remedies",
+            "Repairs the patrol queued",
+            self.patrol_remedies.clone(),
+        );
+        registry.register(
+            "patrol_duration_seconds",
+            "Duration of a patrol scan",
+            self.patrol_duration.clone(),
+        );
+        registry.register("tenants", "Tenants by state", self.tenants.clone());
+    }
+
+    /// Counts a write to the super cluster.
+    pub fn super_write(&self, resource: &'static str, verb: &'static str) {
+        self.super_writes
+            .get_or_create(&WriteLabels { resource, verb })
+            .inc();
+    }
+
+    /// Counts a write to a tenant.
+    pub fn tenant_write(&self, resource: &'static str, verb: &'static str) {
+        self.tenant_writes
+            .get_or_create(&WriteLabels { resource, verb })
+            .inc();
+    }
+
+    /// Total writes to the super cluster so far.
+    pub fn super_writes_total(&self) -> u64 {
+        let total = AtomicU64::new(0);
+        for resource in [
+            "namespace",
+            "pod",
+            "service",
+            "endpoints",
+            "configmap",
+            "secret",
+            "serviceaccount",
+            "persistentvolumeclaim",
+            "ingress",
+        ] {
+            for verb in ["apply", "delete"] {
+                if let Some(counter) = self.super_writes.get(&WriteLabels { resource, verb }) {
+                    total.fetch_add(counter.get(), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        total.into_inner()
+    }
+
+    /// Removes a detached tenant's series.
+    pub fn forget_tenant(&self, tenant: &str) {
+        for direction in [Direction::Down, Direction::Up] {
+            let labels = TenantLabels {
+                tenant: tenant.to_owned(),
+                direction,
+            };
+            self.queue_depth.remove(&labels);
+            self.queue_wait.remove(&labels);
+        }
+        let labels = UsageLabels {
+            tenant: tenant.to_owned(),
+        };
+        self.tenant_pods.remove(&labels);
+        self.tenant_cpu_requests_millicores.remove(&labels);
+        self.tenant_memory_requests_bytes.remove(&labels);
+        self.quota_waiting_pods.remove(&labels);
+    }
+}

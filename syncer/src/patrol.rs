@@ -1,0 +1,300 @@
+//! The patrol: a periodic comparison of every tenant with the super cluster that queues repairs for
+//! missing, drifted and orphaned objects, stale vNodes and status that did not flow up, and removes the
+//! namespaces of tenants that no longer exist.
+
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Endpoints, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount},
+    networking::v1::Ingress,
+};
+use kube::{Api, Resource, ResourceExt};
+
+use crate::{
+    attach,
+    context::Context,
+    identity,
+    items::{DownItem, Kind, UpItem},
+    metrics::PatrolLabels,
+    resources::{Conversion, Downward, in_sync, pod::token},
+    tenant::Tenant,
+};
+
+/// What one scan found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// Tenant objects without a super copy.
+    pub missing: usize,
+    /// Super copies that differ from their tenant object.
+    pub drifted: usize,
+    /// Super objects whose tenant object is gone.
+    pub orphaned: usize,
+    /// vNodes to look at again.
+    pub stale_vnodes: usize,
+    /// Status that did not reach the tenant.
+    pub status: usize,
+}
+
+impl std::ops::AddAssign for Findings {
+    fn add_assign(&mut self, other: Self) {
+        self.missing += other.missing;
+        self.drifted += other.drifted;
+        self.orphaned += other.orphaned;
+        self.stale_vnodes += other.stale_vnodes;
+        self.status += other.status;
+    }
+}
+
+fn found(ctx: &Context, resource: &'static str, finding: &'static str) {
+    let labels = PatrolLabels { resource, finding };
+    ctx.metrics.patrol_findings.get_or_create(&labels).inc();
+    ctx.metrics.patrol_remedies.get_or_create(&labels).inc();
+}
+
+/// Runs a scan every `config.patrol_interval`.
+pub async fn run(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(ctx.config.patrol_interval);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let findings = scan(&ctx).await;
+        tracing::info!(
+            missing = findings.missing,
+            drifted = findings.drifted,
+            orphaned = findings.orphaned,
+            stale_vnodes = findings.stale_vnodes,
+            status = findings.status,
+            "patrol done"
+        );
+    }
+}
+
+/// Compares every attached tenant with the super cluster once and queues repairs.
+pub async fn scan(ctx: &Context) -> Findings {
+    let started = Instant::now();
+    let mut findings = Findings::default();
+    for tenant in ctx.tenants.all() {
+        findings += scan_namespaces(ctx, &tenant);
+        findings += scan_kind::<ServiceAccount>(ctx, &tenant);
+        findings += scan_kind::<ConfigMap>(ctx, &tenant);
+        findings += scan_kind::<Secret>(ctx, &tenant);
+        findings += scan_kind::<Service>(ctx, &tenant);
+        findings += scan_kind::<Endpoints>(ctx, &tenant);
+        findings += scan_kind::<PersistentVolumeClaim>(ctx, &tenant);
+        if ctx.config.sync_ingresses {
+            findings += scan_kind::<Ingress>(ctx, &tenant);
+        }
+        findings += scan_pods(ctx, &tenant);
+        findings += scan_vnodes(ctx, &tenant);
+    }
+    findings.orphaned += remove_orphaned_tenants(ctx).await;
+    ctx.metrics
+        .patrol_duration
+        .observe(started.elapsed().as_secs_f64());
+    findings
+}
+
+/// Super objects of one tenant, by tenant namespace and name.
+fn super_objects<K: Resource + Clone>(
+    objects: Vec<Arc<K>>,
+    cluster_key: &str,
+) -> HashMap<(String, String), Arc<K>> {
+    objects
+        .into_iter()
+        .filter(|o| identity::belongs_to(o.meta(), cluster_key))
+        .filter_map(|o| {
+            let namespace = identity::tenant_namespace(o.meta())?.to_owned();
+            Some(((namespace, o.meta().name.clone()?), o))
+        })
+        .collect()
+}
+
+fn scan_namespaces(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let mut supers: HashMap<String, Arc<Namespace>> = ctx
+        .supers
+        .namespaces
+        .state()
+        .into_iter()
+        .filter(|ns| identity::belongs_to(ns.meta(), &tenant.identity.cluster_key))
+        .filter_map(|ns| Some((identity::tenant_namespace(ns.meta())?.to_owned(), ns)))
+        .collect();
+    for namespace in tenant.stores.namespaces.state() {
+        let name = namespace.name_any();
+        let live = namespace.meta().deletion_timestamp.is_none();
+        match supers.remove(&name) {
+            None if live => {
+                findings.missing += 1;
+                found(ctx, "namespace", "missing");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
+            Some(existing)
+                if identity::tenant_uid(existing.meta()) != namespace.uid().as_deref() || !live =>
+            {
+                findings.drifted += 1;
+                found(ctx, "namespace", "drifted");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
+            _ => {}
+        }
+    }
+    for (name, namespace) in supers {
+        if namespace.meta().deletion_timestamp.is_none() {
+            findings.orphaned += 1;
+            found(ctx, "namespace", "orphaned");
+            ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+        }
+    }
+    findings
+}
+
+fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let (Some(tenant_store), Some(super_store)) =
+        (K::tenant_store(&tenant.stores), K::super_store(&ctx.supers))
+    else {
+        return findings;
+    };
+    let resource = K::KIND.as_str();
+    let mut supers = super_objects(super_store.state(), &tenant.identity.cluster_key);
+    // Token Secrets belong to their pods, not to a tenant Secret.
+    supers.retain(|_, o| {
+        o.meta()
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(token::ANNOTATION_TOKEN_FOR_POD))
+    });
+    let settings = tenant.settings();
+    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    for object in tenant_store.state() {
+        if object.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        let namespace = object.namespace().unwrap_or_default();
+        let name = object.name_any();
+        let super_namespace = tenant.identity.super_namespace(&namespace);
+        let cx = Conversion {
+            tenant,
+            opaque_prefixes: &opaque,
+            super_namespace: &super_namespace,
+        };
+        let Ok(Some(mut desired)) = K::to_super(&object, &cx) else {
+            continue;
+        };
+        identity::stamp(&mut desired, |o| o.meta_mut());
+        let finding = match supers.remove(&(namespace.clone(), name.clone())) {
+            None => Some("missing"),
+            Some(existing) if identity::tenant_uid(existing.meta()) != object.uid().as_deref() => {
+                Some("drifted")
+            }
+            Some(existing) if !in_sync(&desired, &existing) => Some("drifted"),
+            Some(_) => None,
+        };
+        match finding {
+            Some("missing") => findings.missing += 1,
+            Some(_) => findings.drifted += 1,
+            None => continue,
+        }
+        found(ctx, resource, finding.unwrap_or("drifted"));
+        ctx.queues
+            .down
+            .add(&tenant.id, DownItem::new(K::KIND, &namespace, &name));
+    }
+    for ((namespace, name), _) in supers {
+        findings.orphaned += 1;
+        found(ctx, resource, "orphaned");
+        ctx.queues
+            .down
+            .add(&tenant.id, DownItem::new(K::KIND, &namespace, &name));
+    }
+    findings
+}
+
+fn scan_pods(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let mut supers = super_objects(ctx.supers.pods.state(), &tenant.identity.cluster_key);
+    for pod in tenant.stores.pods.state() {
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        let item = DownItem::new(Kind::Pod, &namespace, &name);
+        match supers.remove(&(namespace.clone(), name.clone())) {
+            None => {
+                let unbound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none();
+                let waiting = ctx.quota.is_waiting(&tenant.id, &namespace, &name);
+                if pod.meta().deletion_timestamp.is_some() || (unbound && !waiting) {
+                    findings.missing += 1;
+                    found(ctx, "pod", "missing");
+                    ctx.queues.down.add(&tenant.id, item);
+                }
+            }
+            Some(existing) if identity::tenant_uid(existing.meta()) != pod.uid().as_deref() => {
+                findings.drifted += 1;
+                found(ctx, "pod", "drifted");
+                ctx.queues.down.add(&tenant.id, item);
+            }
+            Some(existing) => {
+                let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                let super_node = existing.spec.as_ref().and_then(|s| s.node_name.clone());
+                let super_phase = existing.status.as_ref().and_then(|s| s.phase.clone());
+                let tenant_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+                if (super_node.is_some() && bound.is_none()) || super_phase != tenant_phase {
+                    findings.status += 1;
+                    found(ctx, "pod", "status");
+                    ctx.queues.up.add(&tenant.id, UpItem::Pod { namespace, name });
+                }
+            }
+        }
+    }
+    for ((namespace, name), _) in supers {
+        findings.orphaned += 1;
+        found(ctx, "pod", "orphaned");
+        ctx.queues
+            .down
+            .add(&tenant.id, DownItem::new(Kind::Pod, &namespace, &name));
+    }
+    findings
+}
+
+fn scan_vnodes(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let used: std::collections::HashSet<String> = tenant
+        .stores
+        .pods
+        .state()
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    for vnode in tenant.stores.vnodes.state() {
+        let name = vnode.name_any();
+        let super_exists = ctx
+            .supers
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(&name))
+            .is_some();
+        if !super_exists || !used.contains(&name) {
+            findings.stale_vnodes += 1;
+            found(ctx, "node", "stale-vnode");
+            ctx.queues.up.add(&tenant.id, UpItem::Node { name });
+        }
+    }
+    findings
+}
+
+/// Deletes super namespaces of tenants whose VirtualCluster no longer exists.
+async fn remove_orphaned_tenants(ctx: &Context) -> usize {
+    let api: Api<Namespace> = Api::all(ctx.super_client.clone());
+    let mut removed = 0;
+    for namespace in ctx.supers.namespaces.state() {
+        if namespace.meta().deletion_timestamp.is_some() || !attach::orphaned(ctx, &namespace) {
+            continue;
+        }
+        found(ctx, "namespace", "orphaned-tenant");
+        match crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
+            Ok(()) => removed += 1,
+            Err(error) => {
+                tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "removing a deleted tenant's namespace")
+            }
+        }
+    }
+    removed
+}

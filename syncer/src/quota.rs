@@ -1,0 +1,467 @@
+//! Per-tenant aggregate quota on super pods.
+//!
+//! The ledger follows super pods from the cache and reserves a pod's resources at admission, so that
+//! workers creating pods at the same time cannot overshoot. A pod that does not fit waits; it is queued
+//! again as soon as a pod of the same tenant ends or goes away.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use crds::TenantQuota;
+use k8s_openapi::{
+    api::core::v1::{Container, Pod},
+    apimachinery::pkg::api::resource::Quantity,
+};
+use kube::{Resource, ResourceExt};
+
+use crate::{
+    identity,
+    items::{DownItem, Kind},
+    metrics::{Metrics, UsageLabels},
+    queue::{FairQueue, TenantId},
+    stores::Change,
+};
+
+/// Resources a pod uses, in millicores and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Pods.
+    pub pods: i64,
+    /// CPU requests, millicores.
+    pub requests_cpu: i64,
+    /// Memory requests, bytes.
+    pub requests_memory: i64,
+    /// CPU limits, millicores.
+    pub limits_cpu: i64,
+    /// Memory limits, bytes.
+    pub limits_memory: i64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.pods += other.pods;
+        self.requests_cpu += other.requests_cpu;
+        self.requests_memory += other.requests_memory;
+        self.limits_cpu += other.limits_cpu;
+        self.limits_memory += other.limits_memory;
+    }
+}
+
+impl std::ops::SubAssign for Usage {
+    fn sub_assign(&mut self, other: Self) {
+        self.pods -= other.pods;
+        self.requests_cpu -= other.requests_cpu;
+        self.requests_memory -= other.requests_memory;
+        self.limits_cpu -= other.limits_cpu;
+        self.limits_memory -= other.limits_memory;
+    }
+}
+
+/// Parses a Kubernetes quantity into units of `1 / scale` (e.g. scale 1000 gives millis).
+pub fn parse_quantity(quantity: &str, scale: f64) -> Option<i64> {
+    let text = quantity.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exponent if exponent.starts_with(['e', 'E']) => 10f64.powi(exponent[1..].parse().ok()?),
+        _ => return None,
+    };
+    Some((value * factor * scale).ceil() as i64)
+}
+
+fn amount(resources: Option<&std::collections::BTreeMap<String, Quantity>>, name: &str, scale: f64) -> i64 {
+    resources
+        .and_then(|r| r.get(name))
+        .and_then(|q| parse_quantity(&q.0, scale))
+        .unwrap_or(0)
+}
+
+fn container_usage(container: &Container) -> Usage {
+    let resources = container.resources.as_ref();
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    Usage {
+        pods: 0,
+        requests_cpu: amount(requests, "cpu", 1000.0),
+        requests_memory: amount(requests, "memory", 1.0),
+        limits_cpu: amount(limits, "cpu", 1000.0),
+        limits_memory: amount(limits, "memory", 1.0),
+    }
+}
+
+/// What a pod counts against quota: its containers' sum, or its largest init container if that is more
+/// (as the scheduler counts), plus the pod overhead.
+pub fn pod_usage(pod: &Pod) -> Usage {
+    let Some(spec) = &pod.spec else {
+        return Usage::default();
+    };
+    let mut total = Usage::default();
+    for container in &spec.containers {
+        total += container_usage(container);
+    }
+    for init in spec.init_containers.iter().flatten() {
+        let usage = container_usage(init);
+        total.requests_cpu = total.requests_cpu.max(usage.requests_cpu);
+        total.requests_memory = total.requests_memory.max(usage.requests_memory);
+        total.limits_cpu = total.limits_cpu.max(usage.limits_cpu);
+        total.limits_memory = total.limits_memory.max(usage.limits_memory);
+    }
+    let overhead = spec.overhead.as_ref();
+    total.requests_cpu += amount(overhead, "cpu", 1000.0);
+    total.requests_memory += amount(overhead, "memory", 1.0);
+    total.pods = 1;
+    total
+}
+
+fn counts(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Why a pod does not fit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exceeded {
+    /// The quota key, e.g. `requests.cpu`.
+    pub resource: &'static str,
+    /// Used (including reservations), in the quota's unit.
+    pub used: i64,
+    /// Asked for by the pod.
+    pub requested: i64,
+    /// The limit.
+    pub limit: i64,
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tenant quota {} exceeded: {} in use, pod asks for {}, limit {}",
+            self.resource, self.used, self.requested, self.limit
+        )
+    }
+}
+
+/// The limits of a tenant's quota in ledger units; `None` for unlimited dimensions.
+fn limits(quota: &TenantQuota) -> [(&'static str, Option<i64>); 5] {
+    let parse = |q: &Option<Quantity>, scale| q.as_ref().and_then(|q| parse_quantity(&q.0, scale));
+    [
+        ("pods", parse(&quota.pods, 1.0)),
+        ("requests.cpu", parse(&quota.requests_cpu, 1000.0)),
+        ("requests.memory", parse(&quota.requests_memory, 1.0)),
+        ("limits.cpu", parse(&quota.limits_cpu, 1000.0)),
+        ("limits.memory", parse(&quota.limits_memory, 1.0)),
+    ]
+}
+
+fn dimensions(usage: &Usage) -> [i64; 5] {
+    [
+        usage.pods,
+        usage.requests_cpu,
+        usage.requests_memory,
+        usage.limits_cpu,
+        usage.limits_memory,
+    ]
+}
+
+#[derive(Default)]
+struct Ledger {
+    label: String,
+    pods: HashMap<(String, String), Usage>,
+    reserved: HashMap<(String, String), Usage>,
+    used: Usage,
+    waiting: HashSet<(String, String)>,
+}
+
+/// Every tenant's usage.
+pub struct Quota {
+    tenants: Mutex<HashMap<TenantId, Ledger>>,
+    down: Arc<FairQueue<DownItem>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Quota {
+    /// An empty ledger that re-queues waiting pods on `down`.
+    pub fn new(down: Arc<FairQueue<DownItem>>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            tenants: Mutex::default(),
+            down,
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, Ledger>> {
+        self.tenants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows a super pod from the cache.
+    pub fn observe(&self, pod: &Pod, change: Change) {
+        let meta = pod.meta();
+        let (Some(cluster), Some(namespace)) =
+            (identity::owner_cluster(meta), identity::tenant_namespace(meta))
+        else {
+            return;
+        };
+        let tenant: TenantId = Arc::from(cluster);
+        let key = (namespace.to_owned(), pod.name_any());
+        let usage = match change {
+            Change::Applied if counts(pod) => Some(pod_usage(pod)),
+            _ => None,
+        };
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        if ledger.label.is_empty() {
+            let labels = pod.labels();
+            ledger.label = format!(
+                "{}/{}",
+                labels
+                    .get(crds::wellknown::LABEL_VC_NAMESPACE)
+                    .map(String::as_str)
+                    .unwrap_or(""),
+                labels
+                    .get(crds::wellknown::LABEL_VC_NAME)
+                    .map(String::as_str)
+                    .unwrap_or("")
+            );
+        }
+        if let Some(reserved) = ledger.reserved.remove(&key) {
+            ledger.used -= reserved;
+        }
+        let previous = ledger.pods.remove(&key);
+        if let Some(previous) = previous {
+            ledger.used -= previous;
+        }
+        if let Some(usage) = usage {
+            ledger.used += usage;
+            ledger.pods.insert(key, usage);
+        }
+        let freed = previous.is_some() && usage.is_none();
+        let waiting: Vec<(String, String)> = if freed {
+            ledger.waiting.drain().collect()
+        } else {
+            Vec::new()
+        };
+        self.publish(ledger);
+        drop(tenants);
+        for (namespace, name) in waiting {
+            self.down
+                .add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+        }
+    }
+
+    /// Admits a pod about to be created: reserves its usage, or says which limit it would exceed (and
+    /// remembers it, to queue it again when usage drops).
+    pub fn admit(
+        &self,
+        tenant: &TenantId,
+        quota: Option<&TenantQuota>,
+        namespace: &str,
+        name: &str,
+        usage: Usage,
+    ) -> Result<(), Exceeded> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        if ledger.pods.contains_key(&key) || ledger.reserved.contains_key(&key) {
+            return Ok(());
+        }
+        if let Some(quota) = quota {
+            let used = dimensions(&ledger.used);
+            let asked = dimensions(&usage);
+            for (i, (resource, limit)) in limits(quota).into_iter().enumerate() {
+                if let Some(limit) = limit
+                    && used[i] + asked[i] > limit
+                {
+                    ledger.waiting.insert(key);
+                    self.publish(ledger);
+                    return Err(Exceeded {
+                        resource,
+                        used: used[i],
+                        requested: asked[i],
+                        limit,
+                    });
+                }
+            }
+        }
+        ledger.waiting.remove(&key);
+        ledger.used += usage;
+        ledger.reserved.insert(key, usage);
+        self.publish(ledger);
+        Ok(())
+    }
+
+    /// Drops a reservation whose pod was not created.
+    pub fn release(&self, tenant: &TenantId, namespace: &str, name: &str) {
+        let mut tenants = self.lock();
+        if let Some(ledger) = tenants.get_mut(tenant)
+            && let Some(reserved) = ledger.reserved.remove(&(namespace.to_owned(), name.to_owned()))
+        {
+            ledger.used -= reserved;
+            self.publish(ledger);
+        }
+    }
+
+    /// Forgets a pod that no longer waits (deleted in the tenant).
+    pub fn stop_waiting(&self, tenant: &TenantId, namespace: &str, name: &str) {
+        if let Some(ledger) = self.lock().get_mut(tenant) {
+            ledger.waiting.remove(&(namespace.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// Whether a pod waits for quota.
+    pub fn is_waiting(&self, tenant: &TenantId, namespace: &str, name: &str) -> bool {
+        self.lock()
+            .get(tenant)
+            .is_some_and(|l| l.waiting.contains(&(namespace.to_owned(), name.to_owned())))
+    }
+
+    /// A tenant's current usage, reservations included.
+    pub fn used(&self, tenant: &TenantId) -> Usage {
+        self.lock().get(tenant).map(|l| l.used).unwrap_or_default()
+    }
+
+    /// Forgets a detached tenant.
+    pub fn forget(&self, tenant: &TenantId) {
+        self.lock().remove(tenant);
+    }
+
+    fn publish(&self, ledger: &Ledger) {
+        if ledger.label.is_empty() {
+            return;
+        }
+        let labels = UsageLabels {
+            tenant: ledger.label.clone(),
+        };
+        self.metrics
+            .tenant_pods
+            .get_or_create(&labels)
+            .set(ledger.used.pods);
+        self.metrics
+            .tenant_cpu_requests_millicores
+            .get_or_create(&labels)
+            .set(ledger.used.requests_cpu);
+        self.metrics
+            .tenant_memory_requests_bytes
+            .get_or_create(&labels)
+            .set(ledger.used.requests_memory);
+        self.metrics
+            .quota_waiting_pods
+            .get_or_create(&labels)
+            .set(ledger.waiting.len() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_in_every_notation() {
+        assert_eq!(parse_quantity("500m", 1000.0), Some(500));
+        assert_eq!(parse_quantity("2", 1000.0), Some(2000));
+        assert_eq!(parse_quantity("0.25", 1000.0), Some(250));
+        assert_eq!(parse_quantity("1Gi", 1.0), Some(1 << 30));
+        assert_eq!(parse_quantity("128Mi", 1.0), Some(128 << 20));
+        assert_eq!(parse_quantity("1k", 1.0), Some(1000));
+        assert_eq!(parse_quantity("1e3", 1.0), Some(1000));
+        assert_eq!(parse_quantity("lots", 1.0), None);
+    }
+
+    fn pod(cpu: &str, memory: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": "1"}}},
+                    {"name": "b", "resources": {"requests": {"cpu": cpu}}}
+                ],
+                "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "3"}}}]
+            }
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn pod_usage_counts_containers_and_the_largest_init_container() {
+        let usage = pod_usage(&pod("500m", "1Gi"));
+        assert_eq!(
+            usage,
+            Usage {
+                pods: 1,
+                requests_cpu: 3000,
+                requests_memory: 1 << 30,
+                limits_cpu: 1000,
+                limits_memory: 0
+            }
+        );
+        let usage = pod_usage(&pod("2", "1Gi"));
+        assert_eq!(usage.requests_cpu, 4000);
+    }
+
+    #[tokio::test]
+    async fn admission_reserves_and_refuses_over_the_limit() {
+        let down = Arc::new(FairQueue::new());
+        let quota = Quota::new(down.clone(), Arc::new(Metrics::default()));
+        let tenant: TenantId = Arc::from("t");
+        let limit = TenantQuota {
+            pods: Some(Quantity("2".into())),
+            ..Default::default()
+        };
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        assert!(quota.admit(&tenant, Some(&limit), "ns", "a", one).is_ok());
+        assert!(quota.admit(&tenant, Some(&limit), "ns", "b", one).is_ok());
+        // Admitting the same pod again does not count it twice.
+        assert!(quota.admit(&tenant, Some(&limit), "ns", "a", one).is_ok());
+        let refused = quota
+            .admit(&tenant, Some(&limit), "ns", "c", one)
+            .expect_err("third pod");
+        assert_eq!(refused.resource, "pods");
+        assert_eq!((refused.used, refused.limit), (2, 2));
+        assert_eq!(quota.used(&tenant).pods, 2);
+
+        // The super pod of "a" appears, then finishes: "c" is queued again.
+        let mut super_pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "t-ns", "annotations": {
+                "tenancy.x-k8s.io/cluster": "t", "tenancy.x-k8s.io/namespace": "ns"}},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .expect("pod");
+        quota.observe(&super_pod, Change::Applied);
+        assert_eq!(quota.used(&tenant).pods, 2);
+        super_pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        quota.observe(&super_pod, Change::Applied);
+        assert_eq!(quota.used(&tenant).pods, 1);
+        let work = down.next().await.expect("requeued");
+        assert_eq!(work.item, DownItem::new(Kind::Pod, "ns", "c"));
+
+        // A failed creation gives its reservation back.
+        quota.release(&tenant, "ns", "b");
+        assert_eq!(quota.used(&tenant).pods, 0);
+    }
+}

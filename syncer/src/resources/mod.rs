@@ -1,0 +1,274 @@
+//! Syncing each kind of object, down and up.
+//!
+//! Namespaced kinds that are copied with little change share one engine ([`sync_down`]) driven by the
+//! [`Downward`] trait; namespaces and pods have their own modules, as does everything that flows up.
+
+pub mod kinds;
+pub mod namespace;
+pub mod pod;
+pub mod public;
+pub mod up;
+pub mod vnode;
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    runtime::reflector::{ObjectRef, Store},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    context::Context,
+    error::{Error, Result, on_super},
+    identity::{self, TenantIdentity},
+    items::{DownItem, Kind},
+    super_stores::SuperStores,
+    tenant::{Tenant, TenantStores},
+};
+
+/// What a reconcile did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Created the super object (`writes` API writes in all).
+    Created {
+        /// Writes made.
+        writes: u32,
+    },
+    /// Brought the super object in line.
+    Updated {
+        /// Writes made.
+        writes: u32,
+    },
+    /// Deleted the super object.
+    Deleted,
+    /// Nothing to do.
+    InSync,
+    /// Held back; retried when something changes (or after the given delay).
+    Waiting {
+        /// Why, for logs.
+        reason: String,
+        /// Look again after this long, if nothing else queues the item first.
+        retry_after: Option<std::time::Duration>,
+    },
+}
+
+impl Outcome {
+    /// API writes to the super cluster.
+    pub fn writes(&self) -> u32 {
+        match self {
+            Outcome::Created { writes } | Outcome::Updated { writes } => *writes,
+            Outcome::Deleted => 1,
+            Outcome::InSync | Outcome::Waiting { .. } => 0,
+        }
+    }
+}
+
+/// What conversions may consult.
+pub struct Conversion<'a> {
+    /// The tenant.
+    pub tenant: &'a Tenant,
+    /// Super-owned prefixes.
+    pub opaque_prefixes: &'a [String],
+    /// Super namespace of the object.
+    pub super_namespace: &'a str,
+}
+
+impl Conversion<'_> {
+    /// The tenant's identity.
+    pub fn identity(&self) -> &TenantIdentity {
+        &self.tenant.identity
+    }
+
+    /// The super metadata of a tenant object.
+    pub fn metadata(
+        &self,
+        tenant: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        identity::super_metadata(
+            tenant,
+            self.identity(),
+            self.opaque_prefixes,
+            Some(self.super_namespace.to_owned()),
+            false,
+        )
+    }
+}
+
+/// A namespaced kind copied from tenants into the super cluster.
+pub trait Downward:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// Which kind.
+    const KIND: Kind;
+    /// The tenant's cache of this kind.
+    fn tenant_store(stores: &TenantStores) -> Option<&Store<Self>>;
+    /// The super cluster's cache of this kind.
+    fn super_store(stores: &SuperStores) -> Option<&Store<Self>>;
+    /// The super object for a tenant object; `Ok(None)` when this object is not synced.
+    fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>>;
+    /// Fields compared, besides labels, annotations and the sync hash, to tell whether the super object
+    /// still matches. Fields the apiserver defaults must be normalised so that a freshly written object
+    /// compares equal.
+    fn view(object: &Self) -> serde_json::Value;
+}
+
+/// Whether `actual` (from the cache) matches `desired` (stamped with its hash).
+pub fn in_sync<K: Downward>(desired: &K, actual: &K) -> bool {
+    identity::recorded_hash(desired.meta()) == identity::recorded_hash(actual.meta())
+        && identity::metadata_covers(desired.meta(), actual.meta())
+        && K::view(desired) == K::view(actual)
+}
+
+/// Server-side applies `desired`; with `uid`, only onto the object with that uid.
+pub async fn apply<K>(ctx: &Context, api: &Api<K>, mut desired: K, uid: Option<String>) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    desired.meta_mut().uid = uid;
+    let name = desired.name_any();
+    let resource = K::plural(&()).into_owned();
+    let result = api
+        .patch(
+            &name,
+            &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(on_super(format!(
+            "applying {resource} {}/{name}",
+            desired.namespace().unwrap_or_default()
+        )));
+    ctx.metrics.super_write(kind_label::<K>(), "apply");
+    result
+}
+
+/// Deletes a super object, only if it still has `uid`.
+pub async fn delete<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    grace: Option<u32>,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let params = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        grace_period_seconds: grace,
+        ..Default::default()
+    };
+    ctx.metrics.super_write(kind_label::<K>(), "delete");
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        // Gone already, or replaced by another object (whose sync will follow): nothing to do.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Super {
+            context: format!("deleting {} {name}", K::plural(&())),
+            source,
+        }),
+    }
+}
+
+/// The metric label of a kind.
+pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "Namespace" => "namespace",
+        "Pod" => "pod",
+        "Service" => "service",
+        "Endpoints" => "endpoints",
+        "ConfigMap" => "configmap",
+        "Secret" => "secret",
+        "ServiceAccount" => "serviceaccount",
+        "PersistentVolumeClaim" => "persistentvolumeclaim",
+        "Ingress" => "ingress",
+        "Node" => "node",
+        "PersistentVolume" => "persistentvolume",
+        "StorageClass" => "storageclass",
+        "PriorityClass" => "priorityclass",
+        "Event" => "event",
+        _ => "other",
+    }
+}
+
+/// Syncs one tenant object of a [`Downward`] kind into the super cluster.
+pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {
+    let (Some(tenant_store), Some(super_store)) =
+        (K::tenant_store(&tenant.stores), K::super_store(&ctx.supers))
+    else {
+        return Ok(Outcome::InSync);
+    };
+    let super_namespace = tenant.identity.super_namespace(&item.namespace);
+    let tenant_object = tenant_store.get(&ObjectRef::new(&item.name).within(&item.namespace));
+    let super_object = super_store.get(&ObjectRef::new(&item.name).within(&super_namespace));
+    let api: Api<K> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
+
+    if let Some(existing) = &super_object
+        && !identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+    {
+        // The super cache only holds objects labelled as synced, but the label can be forged by whoever
+        // writes the super cluster: never touch what another tenant or a person owns.
+        return Ok(Outcome::Waiting {
+            reason: "the super object belongs to someone else".into(),
+            retry_after: None,
+        });
+    }
+
+    let live = tenant_object.filter(|o| o.meta().deletion_timestamp.is_none());
+    let settings = tenant.settings();
+    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let cx = Conversion {
+        tenant,
+        opaque_prefixes: &opaque,
+        super_namespace: &super_namespace,
+    };
+    let desired = match &live {
+        Some(object) => K::to_super(object, &cx)?,
+        None => None,
+    };
+
+    match (desired, super_object) {
+        (None, None) => Ok(Outcome::InSync),
+        (None, Some(existing)) => {
+            delete(ctx, &api, &item.name, existing.uid(), None).await?;
+            Ok(Outcome::Deleted)
+        }
+        (Some(mut desired), existing) => {
+            identity::stamp(&mut desired, |o| o.meta_mut());
+            let tenant_uid = live.as_ref().and_then(|o| o.uid());
+            match existing {
+                Some(existing) if identity::tenant_uid(existing.meta()) != tenant_uid.as_deref() => {
+                    // The tenant object was recreated: the old copy goes first, the new one follows when
+                    // the deletion shows in the cache (which queues this item again).
+                    delete(ctx, &api, &item.name, existing.uid(), None).await?;
+                    Ok(Outcome::Deleted)
+                }
+                Some(existing) if in_sync(&desired, &existing) => Ok(Outcome::InSync),
+                Some(existing) => {
+                    apply(ctx, &api, desired, existing.uid()).await?;
+                    Ok(Outcome::Updated { writes: 1 })
+                }
+                None => {
+                    let namespace_writes = namespace::ensure(ctx, tenant, &item.namespace).await?;
+                    apply(ctx, &api, desired, None).await?;
+                    Ok(Outcome::Created {
+                        writes: 1 + namespace_writes,
+                    })
+                }
+            }
+        }
+    }
+}

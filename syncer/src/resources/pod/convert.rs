@@ -1,0 +1,796 @@
+//! Turning a tenant pod into its super pod (pure: everything it needs is passed in).
+
+use std::collections::BTreeMap;
+
+use crds::{PodPolicy, wellknown::ANNOTATION_DISABLE_DNS_MUTATION};
+use k8s_openapi::{
+    api::core::v1::{
+        Affinity, Container, EnvVar, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
+        PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Volume,
+        VolumeProjection,
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
+};
+use sha2::{Digest, Sha256};
+
+use crate::identity::{self, TenantIdentity};
+
+/// Where a tenant's own apiserver and DNS are reachable from super pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantEndpoints {
+    /// Super cluster IP of the tenant's `kube-system/kube-dns` Service, when the tenant has one.
+    pub dns_ip: Option<String>,
+    /// Super cluster IP and port of the tenant's `default/kubernetes` Service.
+    pub apiserver: Option<(String, i32)>,
+}
+
+/// Everything a pod conversion depends on.
+pub struct PodConversion<'a> {
+    /// Whose pod.
+    pub identity: &'a TenantIdentity,
+    /// Super-owned label/annotation prefixes.
+    pub opaque_prefixes: &'a [String],
+    /// The pod's super namespace.
+    pub super_namespace: &'a str,
+    /// The tenant's DNS domain.
+    pub cluster_domain: &'a str,
+    /// RuntimeClass to force.
+    pub runtime_class_name: Option<&'a str>,
+    /// Allowed host access.
+    pub pod_policy: &'a PodPolicy,
+    /// Tenant services as seen from the super cluster.
+    pub endpoints: &'a TenantEndpoints,
+    /// `ndots` for pod DNS.
+    pub ndots: u32,
+    /// Name of the pod's token Secret in the super namespace.
+    pub token_secret: &'a str,
+}
+
+/// A service-account token the pod needs, minted from the tenant apiserver.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenNeed {
+    /// Key in the token Secret.
+    pub key: String,
+    /// Audience (`None`: the apiserver's default).
+    pub audience: Option<String>,
+    /// Requested lifetime in seconds (`None`: the syncer's default).
+    pub expiration_seconds: Option<i64>,
+}
+
+/// The converted pod and what its token Secret must hold.
+#[derive(Clone, Debug)]
+pub struct SuperPod {
+    /// The pod to create.
+    pub pod: Pod,
+    /// Tokens to mint (empty: the pod needs no token).
+    pub tokens: Vec<TokenNeed>,
+    /// Whether the token Secret is needed at all (tokens, CA, namespace or uid files).
+    pub needs_secret: bool,
+}
+
+/// Why a pod is not synced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `spec.nodeName` was set by the tenant.
+    NodeNameSet(String),
+    /// Host access beyond the VirtualCluster's `podPolicy`.
+    HostAccess(Vec<String>),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NodeNameSet(node) => write!(
+                f,
+                "spec.nodeName is set to {node:?}: pods are placed by the super cluster's scheduler, so a pod with a node name is not synced"
+            ),
+            Refusal::HostAccess(violations) => write!(
+                f,
+                "the VirtualCluster's podPolicy does not allow {}; the pod is not synced",
+                violations.join(", ")
+            ),
+        }
+    }
+}
+
+/// Keys of the token Secret besides tokens.
+pub const KEY_CA: &str = "ca.crt";
+/// Tenant namespace, for downward-API files.
+pub const KEY_NAMESPACE: &str = "namespace";
+/// Tenant pod uid, for downward-API files.
+pub const KEY_UID: &str = "uid";
+/// The default token.
+pub const KEY_TOKEN: &str = "token";
+
+/// Host access a pod asks for that `policy` does not allow.
+pub fn host_access_violations(spec: &PodSpec, policy: &PodPolicy) -> Vec<String> {
+    let mut violations = Vec::new();
+    if spec.host_network == Some(true) && !policy.host_network {
+        violations.push("hostNetwork".to_owned());
+    }
+    if spec.host_pid == Some(true) && !policy.host_pid {
+        violations.push("hostPID".to_owned());
+    }
+    if spec.host_ipc == Some(true) && !policy.host_ipc {
+        violations.push("hostIPC".to_owned());
+    }
+    if !policy.privileged {
+        let privileged = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(true))
+            .map(|c| format!("privileged container {:?}", c.name));
+        violations.extend(privileged);
+    }
+    if !policy.host_path {
+        let host_paths = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.host_path.is_some())
+            .map(|v| format!("hostPath volume {:?}", v.name));
+        violations.extend(host_paths);
+    }
+    violations
+}
+
+/// The super pod for a tenant pod.
+pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<SuperPod, Refusal> {
+    let mut spec = tenant.spec.clone().unwrap_or_default();
+    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
+        return Err(Refusal::NodeNameSet(node.clone()));
+    }
+    let violations = host_access_violations(&spec, cx.pod_policy);
+    if !violations.is_empty() {
+        return Err(Refusal::HostAccess(violations));
+    }
+    let tenant_namespace = tenant.metadata.namespace.clone().unwrap_or_default();
+    let tenant_uid = tenant.metadata.uid.clone().unwrap_or_default();
+
+    // The super cluster's admission sets priority and overhead from its own classes.
+    spec.priority = None;
+    spec.preemption_policy = None;
+    spec.overhead = None;
+    // Tokens come from the tenant, through the token Secret.
+    spec.automount_service_account_token = Some(false);
+    if let Some(runtime_class) = cx.runtime_class_name {
+        spec.runtime_class_name = Some(runtime_class.to_owned());
+    }
+
+    let mut tokens = Vec::new();
+    let mut needs_secret = false;
+    for volume in spec.volumes.iter_mut().flatten() {
+        needs_secret |= rewrite_volume(volume, cx.token_secret, &mut tokens);
+    }
+    tokens.sort();
+    tokens.dedup();
+
+    let opted_out = tenant
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_DISABLE_DNS_MUTATION))
+        .is_some_and(|v| v == "true");
+    if !opted_out {
+        rewrite_dns(&mut spec, &tenant_namespace, cx);
+    }
+
+    if let Some((ip, port)) = &cx.endpoints.apiserver {
+        let hostnames = vec![
+            "kubernetes".to_owned(),
+            "kubernetes.default".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+            format!("kubernetes.default.svc.{}", cx.cluster_domain),
+        ];
+        spec.host_aliases.get_or_insert_with(Vec::new).push(HostAlias {
+            ip: ip.clone(),
+            hostnames: Some(hostnames),
+        });
+        for container in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            set_apiserver_env(container, ip, *port);
+        }
+    }
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        literal_downward_env(container, &tenant_namespace, &tenant_uid);
+    }
+
+    if let Some(affinity) = &mut spec.affinity {
+        scope_affinity(affinity, cx.identity);
+    }
+
+    let metadata = identity::super_metadata(
+        &tenant.metadata,
+        cx.identity,
+        cx.opaque_prefixes,
+        Some(cx.super_namespace.to_owned()),
+        true,
+    );
+    Ok(SuperPod {
+        pod: Pod {
+            metadata,
+            spec: Some(spec),
+            status: None,
+        },
+        tokens,
+        needs_secret,
+    })
+}
+
+/// The Secret key of a token with a non-default audience or lifetime.
+fn token_key(audience: Option<&str>, expiration: Option<i64>) -> String {
+    if audience.is_none() && expiration.is_none() {
+        return KEY_TOKEN.to_owned();
+    }
+    let digest = Sha256::digest(format!("{}|{}", audience.unwrap_or(""), expiration.unwrap_or(0)).as_bytes());
+    format!("token-{}", &hex::encode(digest)[..10])
+}
+
+/// Points a volume's token, CA and downward-API namespace/uid files at the token Secret. Returns whether
+/// the volume needs the Secret.
+fn rewrite_volume(volume: &mut Volume, secret: &str, tokens: &mut Vec<TokenNeed>) -> bool {
+    let mut needs = false;
+    if let Some(projected) = &mut volume.projected {
+        let mut sources = Vec::new();
+        for source in projected.sources.take().unwrap_or_default() {
+            sources.extend(rewrite_projection(source, secret, tokens, &mut needs));
+        }
+        projected.sources = Some(sources);
+    }
+    if let Some(config_map) = &volume.config_map
+        && config_map.name == super::super::kinds::ROOT_CA_CONFIG_MAP
+    {
+        let items = config_map.items.clone().map(ca_items);
+        volume.secret = Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(items.unwrap_or_else(|| {
+                vec![KeyToPath {
+                    key: KEY_CA.into(),
+                    path: KEY_CA.into(),
+                    mode: None,
+                }]
+            })),
+            default_mode: config_map.default_mode,
+            optional: config_map.optional,
+        });
+        volume.config_map = None;
+        needs = true;
+    }
+    if let Some(downward) = &volume.downward_api {
+        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default());
+        if !moved.is_empty() {
+            let mut sources = Vec::new();
+            if !kept.is_empty() {
+                sources.push(VolumeProjection {
+                    downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
+                        items: Some(kept),
+                    }),
+                    ..Default::default()
+                });
+            }
+            sources.push(secret_projection(secret, moved));
+            volume.projected = Some(ProjectedVolumeSource {
+                default_mode: downward.default_mode,
+                sources: Some(sources),
+            });
+            volume.downward_api = None;
+            needs = true;
+        }
+    }
+    needs
+}
+
+fn ca_items(items: Vec<KeyToPath>) -> Vec<KeyToPath> {
+    items
+        .into_iter()
+        .map(|item| KeyToPath {
+            key: KEY_CA.into(),
+            ..item
+        })
+        .collect()
+}
+
+fn secret_projection(secret: &str, items: Vec<KeyToPath>) -> VolumeProjection {
+    VolumeProjection {
+        secret: Some(SecretProjection {
+            name: secret.to_owned(),
+            items: Some(items),
+            optional: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Splits downward-API items into those that work unchanged in the super cluster and those (the
+/// namespace and uid, which differ there) served from the token Secret.
+fn split_downward(
+    items: Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
+) -> (
+    Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
+    Vec<KeyToPath>,
+) {
+    let mut kept = Vec::new();
+    let mut moved = Vec::new();
+    for item in items {
+        let key = match item.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+            Some("metadata.namespace") => Some(KEY_NAMESPACE),
+            Some("metadata.uid") => Some(KEY_UID),
+            _ => None,
+        };
+        match key {
+            Some(key) => moved.push(KeyToPath {
+                key: key.to_owned(),
+                path: item.path,
+                mode: item.mode,
+            }),
+            None => kept.push(item),
+        }
+    }
+    (kept, moved)
+}
+
+fn rewrite_projection(
+    source: VolumeProjection,
+    secret: &str,
+    tokens: &mut Vec<TokenNeed>,
+    needs: &mut bool,
+) -> Vec<VolumeProjection> {
+    if let Some(token) = &source.service_account_token {
+        let key = token_key(token.audience.as_deref(), token.expiration_seconds);
+        tokens.push(TokenNeed {
+            key: key.clone(),
+            audience: token.audience.clone(),
+            expiration_seconds: token.expiration_seconds,
+        });
+        *needs = true;
+        return vec![secret_projection(
+            secret,
+            vec![KeyToPath {
+                key,
+                path: token.path.clone(),
+                mode: None,
+            }],
+        )];
+    }
+    if let Some(config_map) = &source.config_map
+        && config_map.name == super::super::kinds::ROOT_CA_CONFIG_MAP
+    {
+        *needs = true;
+        let items = config_map.items.clone().map(ca_items).unwrap_or_else(|| {
+            vec![KeyToPath {
+                key: KEY_CA.into(),
+                path: KEY_CA.into(),
+                mode: None,
+            }]
+        });
+        return vec![secret_projection(secret, items)];
+    }
+    if let Some(downward) = &source.downward_api {
+        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default());
+        if !moved.is_empty() {
+            *needs = true;
+            let mut out = Vec::new();
+            if !kept.is_empty() {
+                out.push(VolumeProjection {
+                    downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
+                        items: Some(kept),
+                    }),
+                    ..Default::default()
+                });
+            }
+            out.push(secret_projection(secret, moved));
+            return out;
+        }
+    }
+    vec![source]
+}
+
+/// ClusterFirst DNS becomes the tenant's own DNS; without a tenant DNS the node's resolver is used, never
+/// the super cluster's, which would answer with super-cluster services.
+fn rewrite_dns(spec: &mut PodSpec, tenant_namespace: &str, cx: &PodConversion<'_>) {
+    let policy = spec
+        .dns_policy
+        .clone()
+        .unwrap_or_else(|| "ClusterFirst".to_owned());
+    let host_network = spec.host_network == Some(true);
+    let cluster_first = policy == "ClusterFirst" || (policy == "ClusterFirstWithHostNet" && host_network);
+    if !cluster_first {
+        return;
+    }
+    let Some(dns_ip) = &cx.endpoints.dns_ip else {
+        spec.dns_policy = Some("Default".to_owned());
+        return;
+    };
+    let domain = cx.cluster_domain;
+    let existing = spec.dns_config.take().unwrap_or_default();
+    let mut nameservers = vec![dns_ip.clone()];
+    nameservers.extend(existing.nameservers.unwrap_or_default());
+    let mut searches = vec![
+        format!("{tenant_namespace}.svc.{domain}"),
+        format!("svc.{domain}"),
+        domain.to_owned(),
+    ];
+    searches.extend(existing.searches.unwrap_or_default());
+    let mut options = existing.options.unwrap_or_default();
+    if !options.iter().any(|o| o.name.as_deref() == Some("ndots")) {
+        options.insert(
+            0,
+            PodDNSConfigOption {
+                name: Some("ndots".into()),
+                value: Some(cx.ndots.to_string()),
+            },
+        );
+    }
+    spec.dns_policy = Some("None".to_owned());
+    spec.dns_config = Some(PodDNSConfig {
+        nameservers: Some(nameservers),
+        searches: Some(searches),
+        options: Some(options),
+    });
+}
+
+/// The variables a kubelet sets for the `kubernetes` Service, pointing at the tenant's apiserver. Explicit
+/// container variables win over the kubelet's, so these replace the super cluster's.
+fn set_apiserver_env(container: &mut Container, ip: &str, port: i32) {
+    let url = format!("tcp://{ip}:{port}");
+    let values = [
+        ("KUBERNETES_SERVICE_HOST".to_owned(), ip.to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.to_string()),
+        ("KUBERNETES_PORT".to_owned(), url.clone()),
+        (format!("KUBERNETES_PORT_{port}_TCP"), url),
+        (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".to_owned()),
+        (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
+        (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), ip.to_owned()),
+    ];
+    let env = container.env.get_or_insert_with(Vec::new);
+    for (name, value) in values {
+        if !env.iter().any(|e| e.name == name) {
+            env.push(EnvVar {
+                name,
+                value: Some(value),
+                value_from: None,
+            });
+        }
+    }
+}
+
+/// Downward-API variables whose value differs in the super cluster become literals.
+fn literal_downward_env(container: &mut Container, tenant_namespace: &str, tenant_uid: &str) {
+    for var in container.env.iter_mut().flatten() {
+        let field = var
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        let literal = match field {
+            Some("metadata.namespace") => tenant_namespace,
+            Some("metadata.uid") => tenant_uid,
+            _ => continue,
+        };
+        var.value = Some(literal.to_owned());
+        var.value_from = None;
+    }
+}
+
+/// Pod (anti-)affinity terms only ever match pods of the same tenant.
+fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity) {
+    let mut terms: Vec<&mut PodAffinityTerm> = Vec::new();
+    if let Some(a) = &mut affinity.pod_affinity {
+        terms.extend(
+            a.required_during_scheduling_ignored_during_execution
+                .iter_mut()
+                .flatten(),
+        );
+        terms.extend(
+            a.preferred_during_scheduling_ignored_during_execution
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.pod_affinity_term),
+        );
+    }
+    if let Some(a) = &mut affinity.pod_anti_affinity {
+        terms.extend(
+            a.required_during_scheduling_ignored_during_execution
+                .iter_mut()
+                .flatten(),
+        );
+        terms.extend(
+            a.preferred_during_scheduling_ignored_during_execution
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.pod_affinity_term),
+        );
+    }
+    for term in terms {
+        if let Some(selector) = &mut term.label_selector {
+            require_cluster(selector, identity);
+        }
+        if let Some(namespaces) = &mut term.namespaces {
+            for namespace in namespaces.iter_mut() {
+                *namespace = identity.super_namespace(namespace);
+            }
+        }
+        if let Some(selector) = &mut term.namespace_selector {
+            require_cluster(selector, identity);
+        }
+    }
+}
+
+fn require_cluster(selector: &mut LabelSelector, identity: &TenantIdentity) {
+    selector
+        .match_expressions
+        .get_or_insert_with(Vec::new)
+        .push(LabelSelectorRequirement {
+            key: crds::wellknown::LABEL_CLUSTER.to_owned(),
+            operator: "In".to_owned(),
+            values: Some(vec![identity.cluster_key.clone()]),
+        });
+}
+
+/// The fields of a pod that may change after creation and flow down on update.
+pub fn mutable_view(pod: &Pod) -> serde_json::Value {
+    let spec = pod.spec.as_ref();
+    let images = |containers: Option<&Vec<Container>>| -> BTreeMap<String, Option<String>> {
+        containers
+            .into_iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.image.clone()))
+            .collect()
+    };
+    serde_json::json!({
+        "images": images(spec.map(|s| &s.containers)),
+        "initImages": images(spec.and_then(|s| s.init_containers.as_ref())),
+        "activeDeadlineSeconds": spec.and_then(|s| s.active_deadline_seconds),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> TenantIdentity {
+        TenantIdentity {
+            cluster_key: "default-abc123-team".into(),
+            vc_name: "team".into(),
+            vc_namespace: "default".into(),
+            vc_uid: "vc-uid".into(),
+        }
+    }
+
+    /// A pod as a tenant apiserver stores it: admission added the kube-api-access volume and priority.
+    fn tenant_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "pod-uid", "labels": {"app": "web"}},
+            "spec": {
+                "priority": 0,
+                "serviceAccountName": "default",
+                "containers": [{
+                    "name": "web", "image": "nginx:1",
+                    "env": [
+                        {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                    ],
+                    "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+                }],
+                "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+                ]}}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                    "namespaces": ["shop"],
+                    "topologyKey": "kubernetes.io/hostname"
+                }]}}
+            }
+        }))
+        .expect("pod")
+    }
+
+    fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<SuperPod, Refusal> {
+        let identity = identity();
+        let cx = PodConversion {
+            identity: &identity,
+            opaque_prefixes: &[],
+            super_namespace: "default-abc123-team-shop",
+            cluster_domain: "cluster.local",
+            runtime_class_name: Some("kata"),
+            pod_policy: policy,
+            endpoints,
+            ndots: 5,
+            token_secret: "web-1.vc-token",
+        };
+        to_super(pod, &cx)
+    }
+
+    fn endpoints() -> TenantEndpoints {
+        TenantEndpoints {
+            dns_ip: Some("10.96.0.10".into()),
+            apiserver: Some(("10.96.0.1".into(), 443)),
+        }
+    }
+
+    #[test]
+    fn a_typical_pod_is_rewritten_for_the_super_cluster() {
+        let converted = convert(&tenant_pod(), &PodPolicy::default(), &endpoints()).expect("converted");
+        let pod = converted.pod;
+        assert_eq!(
+            pod.metadata.namespace.as_deref(),
+            Some("default-abc123-team-shop")
+        );
+        assert_eq!(
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crds::wellknown::LABEL_CLUSTER))
+                .map(String::as_str),
+            Some("default-abc123-team")
+        );
+        let spec = pod.spec.expect("spec");
+        assert_eq!(spec.priority, None);
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("kata"));
+
+        // DNS: the tenant's kube-dns and search paths.
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        let dns = spec.dns_config.expect("dns config");
+        assert_eq!(dns.nameservers, Some(vec!["10.96.0.10".to_owned()]));
+        assert_eq!(
+            dns.searches.expect("searches")[..3],
+            ["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+        );
+
+        // The tenant apiserver, by env and host alias.
+        let env = spec.containers[0].env.clone().expect("env");
+        let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+        assert_eq!(value("KUBERNETES_SERVICE_HOST").as_deref(), Some("10.96.0.1"));
+        assert_eq!(
+            value("KUBERNETES_PORT_443_TCP_ADDR").as_deref(),
+            Some("10.96.0.1")
+        );
+        // Downward namespace becomes the tenant's; the name is the same on both sides.
+        assert_eq!(value("MY_NS").as_deref(), Some("shop"));
+        assert!(env.iter().any(|e| e.name == "MY_NAME" && e.value_from.is_some()));
+        let aliases = spec.host_aliases.expect("host aliases");
+        assert!(
+            aliases[0]
+                .hostnames
+                .as_ref()
+                .expect("names")
+                .contains(&"kubernetes.default.svc.cluster.local".to_owned())
+        );
+
+        // The kube-api-access volume reads token, CA and namespace from the token Secret.
+        let sources = spec.volumes.expect("volumes")[0]
+            .projected
+            .clone()
+            .expect("projected")
+            .sources
+            .expect("sources");
+        assert_eq!(sources.len(), 3);
+        for (source, key) in sources.iter().zip(["token-", "ca.crt", "namespace"]) {
+            let secret = source.secret.as_ref().expect("secret source");
+            assert_eq!(secret.name, "web-1.vc-token");
+            assert!(
+                secret.items.as_ref().expect("items")[0].key.starts_with(key),
+                "{key}"
+            );
+        }
+        assert!(converted.needs_secret);
+        assert_eq!(converted.tokens.len(), 1);
+        assert_eq!(converted.tokens[0].expiration_seconds, Some(3607));
+
+        // Anti-affinity stays within the tenant.
+        let term = &spec
+            .affinity
+            .expect("affinity")
+            .pod_anti_affinity
+            .expect("anti")
+            .required_during_scheduling_ignored_during_execution
+            .expect("terms")[0];
+        assert_eq!(term.namespaces, Some(vec!["default-abc123-team-shop".to_owned()]));
+        let requirement = &term
+            .label_selector
+            .as_ref()
+            .expect("selector")
+            .match_expressions
+            .as_ref()
+            .expect("expressions")[0];
+        assert_eq!(requirement.key, crds::wellknown::LABEL_CLUSTER);
+        assert_eq!(requirement.values, Some(vec!["default-abc123-team".to_owned()]));
+    }
+
+    #[test]
+    fn without_tenant_dns_pods_use_the_node_resolver_not_the_super_dns() {
+        let converted =
+            convert(&tenant_pod(), &PodPolicy::default(), &TenantEndpoints::default()).expect("converted");
+        let spec = converted.pod.spec.expect("spec");
+        assert_eq!(spec.dns_policy.as_deref(), Some("Default"));
+        assert!(spec.host_aliases.is_none());
+    }
+
+    #[test]
+    fn the_dns_opt_out_annotation_is_honoured() {
+        let mut pod = tenant_pod();
+        pod.metadata.annotations =
+            Some([(ANNOTATION_DISABLE_DNS_MUTATION.to_owned(), "true".to_owned())].into());
+        let spec = convert(&pod, &PodPolicy::default(), &endpoints())
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        assert_eq!(spec.dns_policy, None);
+    }
+
+    #[test]
+    fn node_names_and_host_access_are_refused() {
+        let mut pod = tenant_pod();
+        pod.spec.as_mut().expect("spec").node_name = Some("node-1".into());
+        assert_eq!(
+            convert(&pod, &PodPolicy::default(), &endpoints()).expect_err("refused"),
+            Refusal::NodeNameSet("node-1".into())
+        );
+
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().expect("spec");
+        spec.host_network = Some(true);
+        spec.containers[0].security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        spec.volumes.as_mut().expect("volumes").push(Volume {
+            name: "root".into(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: "/".into(),
+                type_: None,
+            }),
+            ..Default::default()
+        });
+        let Refusal::HostAccess(violations) =
+            convert(&pod, &PodPolicy::default(), &endpoints()).expect_err("refused")
+        else {
+            panic!("wrong refusal")
+        };
+        assert_eq!(violations.len(), 3, "{violations:?}");
+        // Allowed by policy: synced.
+        let allowed = PodPolicy {
+            host_network: true,
+            privileged: true,
+            host_path: true,
+            ..Default::default()
+        };
+        assert!(convert(&pod, &allowed, &endpoints()).is_ok());
+    }
+
+    #[test]
+    fn pods_without_tokens_need_no_secret() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "plain", "namespace": "shop", "uid": "u"},
+            "spec": {"automountServiceAccountToken": false, "containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .expect("pod");
+        let converted = convert(&pod, &PodPolicy::default(), &endpoints()).expect("converted");
+        assert!(!converted.needs_secret);
+        assert!(converted.tokens.is_empty());
+    }
+
+    #[test]
+    fn mutable_views_follow_images_and_deadlines_only() {
+        let pod = tenant_pod();
+        let mut changed = pod.clone();
+        changed.spec.as_mut().expect("spec").containers[0].image = Some("nginx:2".into());
+        assert_ne!(mutable_view(&pod), mutable_view(&changed));
+        let mut relabelled = pod.clone();
+        relabelled.metadata.labels = None;
+        assert_eq!(mutable_view(&pod), mutable_view(&relabelled));
+    }
+}

@@ -1,0 +1,76 @@
+//! Watch-fed caches holding only what sync needs.
+
+use std::{fmt::Debug, hash::Hash};
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource,
+    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+/// Drops what sync never reads: managed fields and the last-applied annotation are often larger than the
+/// rest of the object.
+pub fn trim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// What happened to a cached object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Added or modified (also when listed at start).
+    Applied,
+    /// Deleted.
+    Deleted,
+}
+
+/// Starts a reflector on `api` and calls `on_change` with every object it adds, changes or deletes,
+/// after the store reflects the change. The task ends when the returned handle is aborted.
+pub fn reflect<K, F>(api: Api<K>, config: watcher::Config, on_change: F) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    F: Fn(&K) + Send + 'static,
+{
+    reflect_with(api, config, trim::<K>, move |object, _| on_change(object))
+}
+
+/// Like [`reflect`], with a custom trimming step and the kind of change.
+pub fn reflect_with<K, T, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut trim: T,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    T: FnMut(&mut K) + Send + 'static,
+    F: Fn(&K, Change) + Send + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(move |o| trim(o))
+        .reflect(writer);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                    on_change(&object, Change::Applied)
+                }
+                Ok(watcher::Event::Delete(object)) => on_change(&object, Change::Deleted),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                Err(error) => tracing::debug!(resource, %error, "watch interrupted; retrying"),
+            }
+        }
+    });
+    (reader, task)
+}

@@ -1,0 +1,290 @@
+//! Caches of the super cluster, shared by every tenant, and how their events reach the queues.
+
+use std::sync::Arc;
+
+use crds::wellknown::{LABEL_SUPER_PUBLIC, LABEL_VC_NAME};
+use k8s_openapi::api::{
+    core::v1::{
+        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+        ServiceAccount,
+    },
+    networking::v1::Ingress,
+    scheduling::v1::PriorityClass,
+    storage::v1::StorageClass,
+};
+use kube::{Api, Client, Resource, ResourceExt, runtime::reflector::Store, runtime::watcher};
+use tokio::task::JoinHandle;
+
+use crate::{
+    identity,
+    items::{DownItem, Kind, UpItem},
+    quota::Quota,
+    resources::pod::token,
+    stores::{reflect, reflect_with, trim},
+    tenant::{Queues, Tenants},
+};
+
+/// The super cluster's caches.
+pub struct SuperStores {
+    /// Tenant namespaces.
+    pub namespaces: Store<Namespace>,
+    /// Tenant pods.
+    pub pods: Store<Pod>,
+    /// Tenant services.
+    pub services: Store<Service>,
+    /// Endpoints of tenant services.
+    pub endpoints: Store<Endpoints>,
+    /// Tenant ConfigMaps.
+    pub config_maps: Store<ConfigMap>,
+    /// Tenant Secrets and pod token Secrets.
+    pub secrets: Store<Secret>,
+    /// Tenant ServiceAccounts.
+    pub service_accounts: Store<ServiceAccount>,
+    /// Tenant PersistentVolumeClaims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// Tenant Ingresses, when synced.
+    pub ingresses: Option<Store<Ingress>>,
+    /// Every node.
+    pub nodes: Store<Node>,
+    /// Every PersistentVolume.
+    pub volumes: Store<PersistentVolume>,
+    /// Public StorageClasses.
+    pub storage_classes: Store<StorageClass>,
+    /// Public PriorityClasses.
+    pub priority_classes: Store<PriorityClass>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Where a super object's changes go: its tenant, tenant namespace and name.
+fn tenant_key<K: Resource>(object: &K) -> Option<(Arc<str>, String, String)> {
+    let meta = object.meta();
+    let cluster = identity::owner_cluster(meta)?;
+    let namespace = identity::tenant_namespace(meta)?.to_owned();
+    Some((Arc::from(cluster), namespace, meta.name.clone()?))
+}
+
+impl SuperStores {
+    /// Starts every super-cluster watch.
+    pub fn start(
+        client: &Client,
+        queues: &Queues,
+        tenants: Arc<Tenants>,
+        quota: Arc<Quota>,
+        sync_ingresses: bool,
+    ) -> Self {
+        let ours = watcher::Config::default().labels(LABEL_VC_NAME);
+        let mut tasks = Vec::new();
+
+        macro_rules! downward {
+            ($type:ty, $kind:expr) => {{
+                let queue = queues.down.clone();
+                let (store, task) = reflect(Api::<$type>::all(client.clone()), ours.clone(), move |o| {
+                    if let Some((tenant, namespace, name)) = tenant_key(o) {
+                        queue.add(&tenant, DownItem::new($kind, &namespace, &name));
+                    }
+                });
+                tasks.push(task);
+                store
+            }};
+            ($type:ty, $kind:expr, $up:expr) => {{
+                let (down, up) = (queues.down.clone(), queues.up.clone());
+                let (store, task) = reflect(Api::<$type>::all(client.clone()), ours.clone(), move |o| {
+                    if let Some((tenant, namespace, name)) = tenant_key(o) {
+                        down.add(&tenant, DownItem::new($kind, &namespace, &name));
+                        up.add(&tenant, $up(namespace, name));
+                    }
+                });
+                tasks.push(task);
+                store
+            }};
+        }
+
+        let namespaces = {
+            let queue = queues.down.clone();
+            let (store, task) = reflect(Api::<Namespace>::all(client.clone()), ours.clone(), move |ns| {
+                if let (Some(tenant), Some(tenant_ns)) = (
+                    identity::owner_cluster(ns.meta()),
+                    identity::tenant_namespace(ns.meta()),
+                ) {
+                    queue.add(&Arc::from(tenant), DownItem::namespace(tenant_ns));
+                }
+            });
+            tasks.push(task);
+            store
+        };
+        let pods = {
+            let (down, up) = (queues.down.clone(), queues.up.clone());
+            let (store, task) = reflect_with(
+                Api::<Pod>::all(client.clone()),
+                ours.clone(),
+                crate::resources::pod::trim_super,
+                move |pod, change| {
+                    quota.observe(pod, change);
+                    if let Some((tenant, namespace, name)) = tenant_key(pod) {
+                        down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                        up.add(&tenant, UpItem::Pod { namespace, name });
+                    }
+                },
+            );
+            tasks.push(task);
+            store
+        };
+        let services = downward!(Service, Kind::Service, |namespace, name| UpItem::Service {
+            namespace,
+            name
+        });
+        let endpoints = downward!(Endpoints, Kind::Endpoints);
+        let config_maps = downward!(ConfigMap, Kind::ConfigMap);
+        let secrets = {
+            let queue = queues.down.clone();
+            let (store, task) = reflect(Api::<Secret>::all(client.clone()), ours.clone(), move |secret| {
+                let Some((tenant, namespace, name)) = tenant_key(secret) else {
+                    return;
+                };
+                // A pod's token Secret is part of the pod: repairing it means syncing the pod.
+                match token::pod_of_token_secret(secret) {
+                    Some(pod) => queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod)),
+                    None => queue.add(&tenant, DownItem::new(Kind::Secret, &namespace, &name)),
+                }
+            });
+            tasks.push(task);
+            store
+        };
+        let service_accounts = downward!(ServiceAccount, Kind::ServiceAccount);
+        let claims = downward!(
+            PersistentVolumeClaim,
+            Kind::PersistentVolumeClaim,
+            |namespace, name| { UpItem::PersistentVolumeClaim { namespace, name } }
+        );
+        let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
+
+        let nodes = {
+            let (queue, tenants) = (queues.up.clone(), tenants.clone());
+            let (store, task) = reflect_with(
+                Api::<Node>::all(client.clone()),
+                watcher::Config::default(),
+                trim_node,
+                move |node, _| {
+                    let name = node.name_any();
+                    for tenant in tenants.all() {
+                        let has_vnode = tenant
+                            .stores
+                            .vnodes
+                            .get(&kube::runtime::reflector::ObjectRef::new(&name))
+                            .is_some();
+                        if has_vnode {
+                            queue.add(&tenant.id, UpItem::Node { name: name.clone() });
+                        }
+                    }
+                },
+            );
+            tasks.push(task);
+            store
+        };
+        let volumes = {
+            let (queue, namespaces) = (queues.up.clone(), namespaces.clone());
+            let (store, task) = reflect(
+                Api::<PersistentVolume>::all(client.clone()),
+                watcher::Config::default(),
+                move |pv| {
+                    let claim_namespace = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|c| c.namespace.clone());
+                    let Some(claim_namespace) = claim_namespace else {
+                        return;
+                    };
+                    let Some(ns) =
+                        namespaces.get(&kube::runtime::reflector::ObjectRef::new(&claim_namespace))
+                    else {
+                        return;
+                    };
+                    if let Some(tenant) = identity::owner_cluster(ns.meta()) {
+                        queue.add(
+                            &Arc::from(tenant),
+                            UpItem::PersistentVolume { name: pv.name_any() },
+                        );
+                    }
+                },
+            );
+            tasks.push(task);
+            store
+        };
+        let public = watcher::Config::default().labels(&format!("{LABEL_SUPER_PUBLIC}=true"));
+        macro_rules! broadcast {
+            ($type:ty, $item:expr) => {{
+                let (queue, tenants) = (queues.up.clone(), tenants.clone());
+                let (store, task) = reflect(
+                    Api::<$type>::all(client.clone()),
+                    public.clone(),
+                    move |o| {
+                        for tenant in tenants.all() {
+                            queue.add(&tenant.id, $item(o.name_any()));
+                        }
+                    },
+                );
+                tasks.push(task);
+                store
+            }};
+        }
+        let storage_classes = broadcast!(StorageClass, |name| UpItem::StorageClass { name });
+        let priority_classes = broadcast!(PriorityClass, |name| UpItem::PriorityClass { name });
+
+        Self {
+            namespaces,
+            pods,
+            services,
+            endpoints,
+            config_maps,
+            secrets,
+            service_accounts,
+            claims,
+            ingresses,
+            nodes,
+            volumes,
+            storage_classes,
+            priority_classes,
+            tasks,
+        }
+    }
+
+    /// Waits until every cache has listed the super cluster once.
+    pub async fn wait_ready(&self) {
+        let _ = tokio::join!(
+            self.namespaces.wait_until_ready(),
+            self.pods.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.endpoints.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.service_accounts.wait_until_ready(),
+            self.claims.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.volumes.wait_until_ready(),
+            self.storage_classes.wait_until_ready(),
+            self.priority_classes.wait_until_ready(),
+        );
+        if let Some(ingresses) = &self.ingresses {
+            let _ = ingresses.wait_until_ready().await;
+        }
+    }
+}
+
+impl Drop for SuperStores {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Nodes report images and volumes in use, which vNodes do not need and which dominate a node's size.
+fn trim_node(node: &mut Node) {
+    trim(node);
+    if let Some(status) = &mut node.status {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}

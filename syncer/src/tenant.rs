@@ -1,0 +1,298 @@
+//! An attached tenant: its client, settings and watch-fed caches.
+
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::{
+    core::v1::{
+        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+        ServiceAccount,
+    },
+    networking::v1::Ingress,
+    scheduling::v1::PriorityClass,
+    storage::v1::StorageClass,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::Store,
+        watcher,
+    },
+};
+use tokio::task::JoinHandle;
+
+use crate::{
+    identity::TenantIdentity,
+    items::{DownItem, Kind, UpItem},
+    queue::{FairQueue, TenantId},
+    settings::TenantSettings,
+    stores::reflect,
+};
+
+/// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
+/// PriorityClasses), so it only ever touches its own.
+pub const LABEL_SYNCED_FROM_SUPER: &str = "tenancy.x-k8s.io/synced-from-super";
+
+/// The tenant's caches.
+pub struct TenantStores {
+    /// Namespaces.
+    pub namespaces: Store<Namespace>,
+    /// Pods.
+    pub pods: Store<Pod>,
+    /// Services.
+    pub services: Store<Service>,
+    /// Endpoints.
+    pub endpoints: Store<Endpoints>,
+    /// ConfigMaps.
+    pub config_maps: Store<ConfigMap>,
+    /// Secrets.
+    pub secrets: Store<Secret>,
+    /// ServiceAccounts.
+    pub service_accounts: Store<ServiceAccount>,
+    /// PersistentVolumeClaims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// Ingresses, when synced.
+    pub ingresses: Option<Store<Ingress>>,
+    /// vNodes.
+    pub vnodes: Store<Node>,
+    /// PersistentVolumes the syncer made.
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses the syncer made.
+    pub storage_classes: Store<StorageClass>,
+    /// PriorityClasses the syncer made.
+    pub priority_classes: Store<PriorityClass>,
+}
+
+/// A tenant the syncer is attached to.
+pub struct Tenant {
+    /// Which VirtualCluster.
+    pub identity: TenantIdentity,
+    /// Queue key: the cluster key.
+    pub id: TenantId,
+    /// Client of the tenant apiserver (admin).
+    pub client: Client,
+    /// CA of the tenant apiserver (PEM), from its kubeconfig, for the tokens given to pods.
+    pub ca_pem: Option<String>,
+    /// Publishes Kubernetes events in the tenant.
+    pub recorder: Recorder,
+    /// When each vNode last had none of this tenant's pods.
+    pub vnode_idle_since: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Caches.
+    pub stores: TenantStores,
+    settings: RwLock<Arc<TenantSettings>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The work queues a tenant's watches feed.
+#[derive(Clone)]
+pub struct Queues {
+    /// Tenant to super.
+    pub down: Arc<FairQueue<DownItem>>,
+    /// Super to tenant.
+    pub up: Arc<FairQueue<UpItem>>,
+}
+
+fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
+    DownItem::new(kind, &object.namespace().unwrap_or_default(), &object.name_any())
+}
+
+impl Tenant {
+    /// Starts watching the tenant and feeding the queues.
+    pub fn start(
+        identity: TenantIdentity,
+        client: Client,
+        ca_pem: Option<String>,
+        settings: TenantSettings,
+        queues: &Queues,
+        sync_ingresses: bool,
+    ) -> Arc<Self> {
+        let id: TenantId = Arc::from(identity.cluster_key.as_str());
+        let mut tasks = Vec::new();
+        let all = watcher::Config::default();
+
+        macro_rules! downward {
+            ($kind:expr) => {{
+                let (queue, id) = (queues.down.clone(), id.clone());
+                let (store, task) = reflect(Api::all(client.clone()), all.clone(), move |o| {
+                    queue.add(&id, namespaced(o, $kind))
+                });
+                tasks.push(task);
+                store
+            }};
+        }
+        let namespaces = {
+            let (queue, id) = (queues.down.clone(), id.clone());
+            let (store, task) = reflect(Api::<Namespace>::all(client.clone()), all.clone(), move |ns| {
+                queue.add(&id, DownItem::namespace(&ns.name_any()))
+            });
+            tasks.push(task);
+            store
+        };
+        let pods = downward!(Kind::Pod);
+        let services = downward!(Kind::Service);
+        let endpoints = downward!(Kind::Endpoints);
+        let config_maps = downward!(Kind::ConfigMap);
+        let secrets = downward!(Kind::Secret);
+        let service_accounts = downward!(Kind::ServiceAccount);
+        let claims = downward!(Kind::PersistentVolumeClaim);
+        let ingresses = sync_ingresses.then(|| downward!(Kind::Ingress));
+
+        macro_rules! upward {
+            ($type:ty, $selector:expr, $item:expr) => {{
+                let (queue, id) = (queues.up.clone(), id.clone());
+                let config = watcher::Config::default().labels($selector);
+                let (store, task) = reflect(Api::<$type>::all(client.clone()), config, move |o| {
+                    queue.add(&id, $item(o.name_any()))
+                });
+                tasks.push(task);
+                store
+            }};
+        }
+        let vnode_selector = format!("{}=true", crds::wellknown::LABEL_VIRTUAL_NODE);
+        let ours = format!("{LABEL_SYNCED_FROM_SUPER}=true");
+        let vnodes = upward!(Node, &vnode_selector, |name| UpItem::Node { name });
+        let volumes = upward!(PersistentVolume, &ours, |name| UpItem::PersistentVolume { name });
+        let storage_classes = upward!(StorageClass, &ours, |name| UpItem::StorageClass { name });
+        let priority_classes = upward!(PriorityClass, &ours, |name| UpItem::PriorityClass { name });
+
+        queues
+            .down
+            .configure_tenant(&id, settings.weight, settings.rate_limit);
+        queues.up.configure_tenant(&id, settings.weight, None);
+
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crds::wellknown::FIELD_MANAGER_SYNCER.into(),
+                instance: Some(vc_runtime::leader::identity()),
+            },
+        );
+        Arc::new(Self {
+            identity,
+            id,
+            client,
+            ca_pem,
+            recorder,
+            vnode_idle_since: Default::default(),
+            stores: TenantStores {
+                namespaces,
+                pods,
+                services,
+                endpoints,
+                config_maps,
+                secrets,
+                service_accounts,
+                claims,
+                ingresses,
+                vnodes,
+                volumes,
+                storage_classes,
+                priority_classes,
+            },
+            settings: RwLock::new(Arc::new(settings)),
+            tasks,
+        })
+    }
+
+    /// The current settings.
+    pub fn settings(&self) -> Arc<TenantSettings> {
+        self.settings.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the settings (from an edited VirtualCluster); returns whether they changed.
+    pub fn update_settings(&self, settings: TenantSettings, queues: &Queues) -> bool {
+        let mut current = self.settings.write().unwrap_or_else(|e| e.into_inner());
+        if **current == settings {
+            return false;
+        }
+        queues
+            .down
+            .configure_tenant(&self.id, settings.weight, settings.rate_limit);
+        queues.up.configure_tenant(&self.id, settings.weight, None);
+        *current = Arc::new(settings);
+        true
+    }
+
+    /// Waits until every cache has listed the tenant once.
+    pub async fn wait_ready(&self) {
+        let s = &self.stores;
+        let _ = tokio::join!(
+            s.namespaces.wait_until_ready(),
+            s.pods.wait_until_ready(),
+            s.services.wait_until_ready(),
+            s.endpoints.wait_until_ready(),
+            s.config_maps.wait_until_ready(),
+            s.secrets.wait_until_ready(),
+            s.service_accounts.wait_until_ready(),
+            s.claims.wait_until_ready(),
+            s.vnodes.wait_until_ready(),
+            s.volumes.wait_until_ready(),
+            s.storage_classes.wait_until_ready(),
+            s.priority_classes.wait_until_ready(),
+        );
+        if let Some(ingresses) = &s.ingresses {
+            let _ = ingresses.wait_until_ready().await;
+        }
+    }
+
+    /// Stops the watches.
+    pub fn stop(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The attached tenants, by cluster key.
+#[derive(Default)]
+pub struct Tenants {
+    map: RwLock<std::collections::HashMap<TenantId, Arc<Tenant>>>,
+}
+
+impl Tenants {
+    /// The tenant with this cluster key.
+    pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Every attached tenant.
+    pub fn all(&self) -> Vec<Arc<Tenant>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Adds or replaces a tenant; returns the one it replaced.
+    pub fn insert(&self, tenant: Arc<Tenant>) -> Option<Arc<Tenant>> {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tenant.id.clone(), tenant)
+    }
+
+    /// Removes a tenant.
+    pub fn remove(&self, id: &str) -> Option<Arc<Tenant>> {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id)
+    }
+}
