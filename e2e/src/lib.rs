@@ -28,6 +28,7 @@ pub mod http_client;
 mod kubeconfig;
 pub mod nodes;
 pub mod pki;
+pub mod tenancy;
 mod ports;
 mod process;
 pub mod wait;

@@ -34,8 +34,6 @@ use crate::{
     settings::TenantSettings, tenant::Tenant,
 };
 
-/// How often an attached tenant's apiserver is checked.
-const HEALTH_PERIOD: Duration = Duration::from_secs(30);
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
@@ -362,7 +360,7 @@ async fn supervise_one(
                         &format!("syncing with the tenant apiserver ({version})"),
                     )
                     .await;
-                    Some(HEALTH_PERIOD)
+                    Some(ctx.config.tenant_health_period)
                 }
                 Err(failed) => {
                     enter(&ctx, Some("unreachable"));

@@ -32,6 +32,9 @@ pub struct SyncerArgs {
     /// Seconds between patrols that compare tenant and super state and repair differences.
     #[arg(long, default_value_t = 60)]
     pub patrol_interval_seconds: u64,
+    /// Seconds between checks that an attached tenant's apiserver still answers.
+    #[arg(long, default_value_t = 30)]
+    pub tenant_health_period_seconds: u64,
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
     pub downward_workers: usize,
@@ -64,6 +67,8 @@ pub struct SyncerConfig {
     pub vnode_grace: Duration,
     /// Patrol period.
     pub patrol_interval: Duration,
+    /// Tenant health-check period.
+    pub tenant_health_period: Duration,
     /// Downward workers.
     pub downward_workers: usize,
     /// Upward workers.
@@ -85,6 +90,7 @@ impl Default for SyncerConfig {
             vnode_addresses: VNodeAddresses::Node,
             vnode_grace: Duration::from_secs(120),
             patrol_interval: Duration::from_secs(60),
+            tenant_health_period: Duration::from_secs(30),
             downward_workers: 32,
             upward_workers: 32,
             sync_ingresses: false,
@@ -123,6 +129,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             vnode_addresses,
             vnode_grace: Duration::from_secs(args.vnode_grace_seconds),
             patrol_interval: Duration::from_secs(args.patrol_interval_seconds.max(1)),
+            tenant_health_period: Duration::from_secs(args.tenant_health_period_seconds.max(1)),
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
             sync_ingresses: args.sync_ingresses,

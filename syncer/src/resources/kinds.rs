@@ -242,14 +242,17 @@ impl Downward for Endpoints {
             subsets
                 .into_iter()
                 .map(|mut subset| {
-                    for address in subset
-                        .addresses
-                        .iter_mut()
+                    for addresses in [&mut subset.addresses, &mut subset.not_ready_addresses]
+                        .into_iter()
                         .flatten()
-                        .chain(subset.not_ready_addresses.iter_mut().flatten())
                     {
-                        // Tenant object references mean nothing in the super cluster.
-                        address.target_ref = None;
+                        // Loopback and link-local addresses are refused by the super apiserver and
+                        // unreachable from super pods anyway.
+                        addresses.retain(|a| routable(&a.ip));
+                        for address in addresses.iter_mut() {
+                            // Tenant object references mean nothing in the super cluster.
+                            address.target_ref = None;
+                        }
                     }
                     subset
                 })
@@ -280,6 +283,14 @@ impl Downward for Endpoints {
             })
             .collect();
         Value::Array(subsets)
+    }
+}
+
+fn routable(ip: &str) -> bool {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => !v4.is_loopback() && !v4.is_link_local(),
+        Ok(std::net::IpAddr::V6(v6)) => !v6.is_loopback() && !v6.is_unicast_link_local(),
+        Err(_) => false,
     }
 }
 

@@ -1,0 +1,217 @@
+//! A super cluster with tenant masters registered as adopted VirtualClusters, and simulated nodes: the
+//! setting of the syncer's tests and benchmarks.
+
+use std::sync::Arc;
+
+use crds::{KubeconfigSecretRef, VirtualCluster, VirtualClusterSpec};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ObjectMeta, Patch, PatchParams},
+};
+
+use crate::{
+    ControlPlane, ControlPlaneOptions, Error, Etcd, NodeSimulator, NodeSimulatorOptions, Result, install_crds,
+};
+
+/// Namespace of the super cluster holding the VirtualClusters and their kubeconfig Secrets.
+pub const VC_NAMESPACE: &str = "default";
+
+/// How to build a [`Tenancy`].
+#[derive(Clone, Debug)]
+pub struct TenancyOptions {
+    /// Tenant masters to start.
+    pub tenants: usize,
+    /// Simulated super nodes.
+    pub nodes: usize,
+    /// Run a controller-manager in each tenant (service accounts, namespace deletion, ReplicaSets...).
+    pub tenant_controller_managers: bool,
+    /// Run a controller-manager in the super cluster (garbage collection, endpoints...).
+    pub super_controller_manager: bool,
+}
+
+impl Default for TenancyOptions {
+    fn default() -> Self {
+        Self {
+            tenants: 2,
+            nodes: 2,
+            tenant_controller_managers: true,
+            super_controller_manager: true,
+        }
+    }
+}
+
+/// One tenant master and its VirtualCluster.
+pub struct TenantMaster {
+    /// VirtualCluster name (also the tenant apiserver's name and etcd prefix).
+    pub name: String,
+    /// The tenant's control plane.
+    pub control_plane: ControlPlane,
+    /// The VirtualCluster as created.
+    pub virtual_cluster: VirtualCluster,
+    /// Its cluster key.
+    pub cluster_key: String,
+}
+
+impl TenantMaster {
+    /// A cluster-admin client of the tenant.
+    pub fn client(&self) -> Client {
+        self.control_plane.client()
+    }
+
+    /// The super namespace of a tenant namespace.
+    pub fn super_namespace(&self, namespace: &str) -> String {
+        crds::naming::super_namespace(&self.cluster_key, namespace)
+    }
+}
+
+/// A super cluster, tenant masters sharing its etcd, and simulated nodes.
+pub struct Tenancy {
+    /// Tenants, in creation order (fields drop in order: tenants, nodes, super cluster, etcd).
+    pub tenants: Vec<TenantMaster>,
+    /// Simulated super nodes.
+    pub nodes: NodeSimulator,
+    /// The super cluster.
+    pub super_cluster: ControlPlane,
+    /// The shared etcd.
+    pub etcd: Arc<Etcd>,
+    options: TenancyOptions,
+}
+
+impl Tenancy {
+    /// Starts everything; tenants are named `tenant-0`, `tenant-1`, ...
+    pub async fn start(options: TenancyOptions) -> Result<Self> {
+        let etcd = Arc::new(Etcd::start().await?);
+        let super_options = match options.super_controller_manager {
+            true => ControlPlaneOptions::super_cluster(),
+            false => ControlPlaneOptions::bare("super"),
+        };
+        let super_cluster = ControlPlane::start_on(etcd.clone(), super_options).await?;
+        install_crds(&super_cluster.client()).await?;
+        let nodes = NodeSimulator::start(
+            &super_cluster,
+            NodeSimulatorOptions {
+                node_count: options.nodes,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let mut tenancy = Self {
+            tenants: Vec::new(),
+            nodes,
+            super_cluster,
+            etcd,
+            options,
+        };
+        for i in 0..tenancy.options.tenants {
+            tenancy
+                .add_tenant(&format!("tenant-{i}"), VirtualClusterSpec::default())
+                .await?;
+        }
+        Ok(tenancy)
+    }
+
+    /// The super cluster's admin client.
+    pub fn super_client(&self) -> Client {
+        self.super_cluster.client()
+    }
+
+    /// Starts another tenant master and registers it as an adopted VirtualCluster with `spec` (its
+    /// `kubeconfigSecretRef` is filled in).
+    pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<&TenantMaster> {
+        let options = match self.options.tenant_controller_managers {
+            true => ControlPlaneOptions::tenant(name),
+            false => {
+                let mut bare = ControlPlaneOptions::bare(name);
+                bare.apiserver.service_cidr = "10.32.0.0/16".into();
+                bare
+            }
+        };
+        let control_plane = ControlPlane::start_on(self.etcd.clone(), options).await?;
+        let virtual_cluster = self
+            .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)
+            .await?;
+        let cluster_key =
+            crds::naming::cluster_key_of(&virtual_cluster).ok_or_else(|| Error::Kubeconfig {
+                context: format!("VirtualCluster {name} has no uid"),
+                source: "created without uid".into(),
+            })?;
+        self.tenants.push(TenantMaster {
+            name: name.to_owned(),
+            control_plane,
+            virtual_cluster,
+            cluster_key,
+        });
+        Ok(self.tenants.last().expect("just pushed"))
+    }
+
+    /// Writes `kubeconfig` into Secret `<name>-kubeconfig` and applies VirtualCluster `name` adopting it.
+    pub async fn register(
+        &self,
+        name: &str,
+        kubeconfig: &str,
+        spec: VirtualClusterSpec,
+    ) -> Result<VirtualCluster> {
+        let client = self.super_client();
+        let secret_name = format!("{name}-kubeconfig");
+        self.write_kubeconfig(&secret_name, kubeconfig).await?;
+        let spec = VirtualClusterSpec {
+            cluster_version_name: None,
+            kubeconfig_secret_ref: Some(KubeconfigSecretRef {
+                name: secret_name,
+                key: "value".into(),
+            }),
+            ..spec
+        };
+        let vc = VirtualCluster::new(name, spec);
+        let api: Api<VirtualCluster> = Api::namespaced(client, VC_NAMESPACE);
+        api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&vc))
+            .await
+            .map_err(Error::kube(format!("applying VirtualCluster {name}")))
+    }
+
+    /// Replaces the kubeconfig in Secret `secret_name` (key `value`).
+    pub async fn write_kubeconfig(&self, secret_name: &str, kubeconfig: &str) -> Result<()> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(secret_name.to_owned()),
+                ..Default::default()
+            },
+            data: Some([("value".to_owned(), ByteString(kubeconfig.as_bytes().to_vec()))].into()),
+            ..Default::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.super_client(), VC_NAMESPACE);
+        api.patch(
+            secret_name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .map_err(Error::kube(format!("writing Secret {secret_name}")))?;
+        Ok(())
+    }
+
+    /// The tenant called `name`.
+    pub fn tenant(&self, name: &str) -> &TenantMaster {
+        self.tenants
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no tenant {name}"))
+    }
+
+    /// The tenant called `name`, to stop or restart it.
+    pub fn tenant_mut(&mut self, name: &str) -> &mut TenantMaster {
+        self.tenants
+            .iter_mut()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no tenant {name}"))
+    }
+
+    /// Names of the VirtualClusters, for logs.
+    pub fn names(&self) -> Vec<String> {
+        self.tenants
+            .iter()
+            .map(|t| t.virtual_cluster.name_any())
+            .collect()
+    }
+}
