@@ -1,0 +1,345 @@
+//! Watch-fed caches: the tenant pods on the served nodes, and the trust set built from VirtualClusters and
+//! their `kubelet-client` Secrets.
+
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use crds::{
+    VirtualCluster,
+    wellknown::{KUBELET_CLIENT_CA_KEY, LABEL_CLUSTER, LABEL_KUBELET_CLIENT},
+};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Error, Result,
+    identity::{TrustSet, Untrusted},
+    metrics::Metrics,
+    settings::NodeScope,
+    tls,
+};
+
+/// The annotation `kubectl apply` leaves behind, which would hold a Secret's private key.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The caches vn-agent answers from.
+pub struct Caches {
+    client: Client,
+    nodes: NodeScope,
+    pods: Vec<Store<Pod>>,
+    trust: Arc<RwLock<Arc<TrustSet>>>,
+    trust_generation: watch::Receiver<u64>,
+    ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches")
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caches {
+    /// Starts the watches; they run until `cancel`.
+    pub fn start(client: Client, nodes: NodeScope, metrics: Metrics, cancel: CancellationToken) -> Arc<Self> {
+        let label = watcher::Config::default().labels(LABEL_CLUSTER);
+        let pod_configs: Vec<(String, watcher::Config)> = match &nodes {
+            NodeScope::All => vec![("all nodes".to_owned(), label)],
+            NodeScope::Named(names) => names
+                .iter()
+                .map(|node| {
+                    (
+                        node.clone(),
+                        label.clone().fields(&format!("spec.nodeName={node}")),
+                    )
+                })
+                .collect(),
+        };
+        let mut pods = Vec::new();
+        for (scope, config) in pod_configs {
+            let (store, writer) = reflector::store();
+            let stream = watcher(Api::<Pod>::all(client.clone()), config)
+                .default_backoff()
+                .modify(|pod| pod.managed_fields_mut().clear())
+                .reflect(writer);
+            spawn_watch(stream, "pods", scope, None, cancel.clone());
+            pods.push(store);
+        }
+
+        let changed = Arc::new(Notify::new());
+        let (vc_store, vc_writer) = reflector::store();
+        let vcs = watcher(
+            Api::<VirtualCluster>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|vc| vc.managed_fields_mut().clear())
+        .reflect(vc_writer);
+        spawn_watch(
+            vcs,
+            "virtualclusters",
+            String::new(),
+            Some(changed.clone()),
+            cancel.clone(),
+        );
+        let (secret_store, secret_writer) = reflector::store();
+        let secrets = watcher(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default().labels(&format!("{LABEL_KUBELET_CLIENT}=true")),
+        )
+        .default_backoff()
+        .modify(keep_only_the_ca)
+        .reflect(secret_writer);
+        spawn_watch(
+            secrets,
+            "kubelet-client secrets",
+            String::new(),
+            Some(changed.clone()),
+            cancel.clone(),
+        );
+
+        let trust = Arc::new(RwLock::new(Arc::new(TrustSet::empty())));
+        let (generation_tx, trust_generation) = watch::channel(0);
+        tokio::spawn(maintain_trust(
+            vc_store,
+            secret_store,
+            changed,
+            trust.clone(),
+            generation_tx,
+            metrics,
+            cancel,
+        ));
+        let caches = Arc::new(Self {
+            client,
+            nodes,
+            pods,
+            trust,
+            trust_generation,
+            ready: Arc::new(AtomicBool::new(false)),
+        });
+        let waiting = caches.clone();
+        tokio::spawn(async move {
+            if waiting.wait_ready().await.is_ok() {
+                waiting.ready.store(true, Ordering::Relaxed);
+                tracing::info!("caches synced");
+            }
+        });
+        caches
+    }
+
+    /// Waits until every cache is filled and the trust set was built once.
+    pub async fn wait_ready(&self) -> Result<()> {
+        for store in &self.pods {
+            store
+                .wait_until_ready()
+                .await
+                .map_err(|_| Error::CacheSync { cache: "pod" })?;
+        }
+        let mut generation = self.trust_generation.clone();
+        generation
+            .wait_for(|g| *g > 0)
+            .await
+            .map_err(|_| Error::CacheSync { cache: "trust" })?;
+        Ok(())
+    }
+
+    /// Whether [`wait_ready`](Self::wait_ready) would return at once.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The current trust set.
+    pub fn trust(&self) -> Arc<TrustSet> {
+        self.trust.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A cached super pod.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let key = ObjectRef::new(name).within(namespace);
+        self.pods.iter().find_map(|store| store.get(&key))
+    }
+
+    /// Every cached super pod (tenant pods on the served nodes).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.iter().flat_map(Store::state).collect()
+    }
+
+    /// Whose pods are served.
+    pub fn nodes(&self) -> &NodeScope {
+        &self.nodes
+    }
+
+    /// Reads a pod the cache does not (yet) hold, e.g. one created a moment ago; `None` unless it is bound
+    /// to a served node.
+    pub async fn fetch_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
+        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::Kube {
+                context: format!("reading pod {namespace}/{name}"),
+                source,
+            })?;
+        Ok(pod.filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|node| self.nodes.contains(node))
+        }))
+    }
+}
+
+/// Keeps only what vn-agent needs of a `kubelet-client` Secret: the CA certificate. The client key stays
+/// out of memory (and out of heap dumps).
+fn keep_only_the_ca(secret: &mut Secret) {
+    secret.managed_fields_mut().clear();
+    secret.annotations_mut().remove(LAST_APPLIED);
+    if let Some(data) = secret.data.as_mut() {
+        data.retain(|key, _| key == KUBELET_CLIENT_CA_KEY);
+    }
+    secret.string_data = None;
+}
+
+fn spawn_watch<K>(
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    what: &'static str,
+    scope: String,
+    changed: Option<Arc<Notify>>,
+    cancel: CancellationToken,
+) where
+    K: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let event = tokio::select! {
+                _ = cancel.cancelled() => return,
+                event = stream.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Ok(watcher::Event::InitApply(_) | watcher::Event::Init)) => {}
+                Some(Ok(_)) => {
+                    if let Some(changed) = &changed {
+                        changed.notify_one();
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(
+                        cache = what,
+                        scope,
+                        error = &error as &dyn std::error::Error,
+                        "watch failed; retrying"
+                    )
+                }
+            }
+        }
+    });
+}
+
+async fn maintain_trust(
+    virtual_clusters: Store<VirtualCluster>,
+    secrets: Store<Secret>,
+    changed: Arc<Notify>,
+    trust: Arc<RwLock<Arc<TrustSet>>>,
+    generation_tx: watch::Sender<u64>,
+    metrics: Metrics,
+    cancel: CancellationToken,
+) {
+    let synced = async {
+        virtual_clusters.wait_until_ready().await.is_ok() && secrets.wait_until_ready().await.is_ok()
+    };
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        ok = synced => if !ok { return },
+    }
+    let provider = tls::provider();
+    let mut generation = 0;
+    let mut trusted: BTreeSet<String> = BTreeSet::new();
+    let mut problems: Vec<Untrusted> = Vec::new();
+    loop {
+        generation += 1;
+        let vcs = virtual_clusters.state();
+        let all_secrets = secrets.state();
+        let (set, untrusted) = TrustSet::build(
+            generation,
+            vcs.iter().map(AsRef::as_ref),
+            all_secrets.iter().map(AsRef::as_ref),
+            &provider,
+        );
+        let now: BTreeSet<String> = set.tenant_keys().into_iter().map(str::to_owned).collect();
+        for added in now.difference(&trusted) {
+            tracing::info!(tenant = %added, "trusting tenant's kubelet-client CA");
+        }
+        for removed in trusted.difference(&now) {
+            tracing::info!(tenant = %removed, "no longer trusting tenant (VirtualCluster or Secret gone)");
+        }
+        for problem in untrusted.iter().filter(|u| !problems.contains(u)) {
+            tracing::warn!(secret = %problem.secret, reason = %problem.reason, "kubelet-client Secret not trusted");
+        }
+        metrics
+            .trusted_tenants
+            .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
+        metrics
+            .untrusted_secrets
+            .set(i64::try_from(untrusted.len()).unwrap_or(i64::MAX));
+        metrics.trust_rebuilds.inc();
+        *trust.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
+        generation_tx.send_replace(generation);
+        trusted = now;
+        problems = untrusted;
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = changed.notified() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+
+    use super::*;
+
+    #[test]
+    fn only_the_ca_of_a_kubelet_client_secret_is_kept() {
+        let mut secret = Secret {
+            data: Some(
+                [("ca.crt", "ca"), ("tls.crt", "cert"), ("tls.key", "private")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            string_data: Some(
+                [("tls.key".to_owned(), "private".to_owned())]
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        secret
+            .annotations_mut()
+            .insert(LAST_APPLIED.into(), "{\"data\":{\"tls.key\":\"private\"}}".into());
+        secret.annotations_mut().insert("keep".into(), "me".into());
+        keep_only_the_ca(&mut secret);
+        let data = secret.data.expect("data");
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt"]);
+        assert!(secret.string_data.is_none());
+        assert_eq!(secret.metadata.annotations.expect("annotations").len(), 1);
+    }
+}

@@ -1,0 +1,741 @@
+//! Who is calling: the tenant whose kubelet-client CA signed the client certificate and whose cluster key
+//! is its common name.
+//!
+//! The trust set is rebuilt from the live VirtualClusters and their `kubelet-client` Secrets whenever either
+//! changes ([`TrustSet::build`]). Certificates are checked per request against the current set
+//! ([`TrustSet::authenticate`]), so a deleted tenant's certificate stops working at once, also on
+//! connections that were opened before.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    sync::Arc,
+};
+
+use crds::{
+    VirtualCluster,
+    naming::cluster_key,
+    wellknown::{
+        ANNOTATION_CLUSTER, ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID,
+        KUBELET_CLIENT_CA_KEY, SECRET_KUBELET_CLIENT,
+    },
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
+    client::danger::HandshakeSignatureValid,
+    crypto::CryptoProvider,
+    server::{
+        WebPkiClientVerifier,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
+};
+use rustls_pki_types::{CertificateDer, UnixTime, pem::PemObject};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+/// A tenant, as vn-agent knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant {
+    /// The cluster key: the tenant's root namespace and the prefix of its super namespaces.
+    pub cluster_key: String,
+    /// The VirtualCluster's namespace.
+    pub vc_namespace: String,
+    /// The VirtualCluster's name.
+    pub vc_name: String,
+    /// The VirtualCluster's uid.
+    pub vc_uid: String,
+}
+
+struct TrustedTenant {
+    tenant: Arc<Tenant>,
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+/// The kubelet-client CAs of the live tenants, indexed by CA subject.
+pub struct TrustSet {
+    generation: u64,
+    tenants: Vec<TrustedTenant>,
+    by_subject: HashMap<Vec<u8>, Vec<usize>>,
+}
+
+impl fmt::Debug for TrustSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TrustSet")
+            .field("generation", &self.generation)
+            .field("tenants", &self.tenant_keys())
+            .finish()
+    }
+}
+
+/// Why a `kubelet-client` Secret does not make its tenant trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Untrusted {
+    /// `namespace/name` of the Secret.
+    pub secret: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a client is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AuthFailureKind {
+    /// No client certificate was presented.
+    NoCertificate,
+    /// The certificate could not be parsed.
+    Malformed,
+    /// No live tenant's CA has the certificate's issuer as subject.
+    UnknownIssuer,
+    /// A candidate CA did not verify the certificate (signature, validity, usage).
+    Invalid,
+    /// A tenant's CA signed it, but its common name is not that tenant's cluster key.
+    CommonNameMismatch,
+}
+
+impl AuthFailureKind {
+    /// A stable label for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoCertificate => "no_certificate",
+            Self::Malformed => "malformed_certificate",
+            Self::UnknownIssuer => "unknown_issuer",
+            Self::Invalid => "invalid_certificate",
+            Self::CommonNameMismatch => "common_name_mismatch",
+        }
+    }
+
+    /// 401 when the caller is not authenticated, 403 when an authentic certificate claims another tenant.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Self::CommonNameMismatch => http::StatusCode::FORBIDDEN,
+            _ => http::StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// A refused client: the kind and a sentence for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthFailure {
+    /// The kind.
+    pub kind: AuthFailureKind,
+    /// What exactly was wrong.
+    pub detail: String,
+}
+
+impl AuthFailure {
+    fn new(kind: AuthFailureKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl TrustSet {
+    /// A set that trusts nobody.
+    pub fn empty() -> Self {
+        Self {
+            generation: 0,
+            tenants: Vec::new(),
+            by_subject: HashMap::new(),
+        }
+    }
+
+    /// Builds the set from the VirtualClusters and the `kubelet-client` Secrets in the caches. A Secret
+    /// counts only when it sits in its tenant's root namespace, its annotations name a VirtualCluster that
+    /// exists with that uid and is not being deleted, the cluster key computed from them is the namespace,
+    /// and its `ca.crt` holds certificates. Everything else is returned with the reason.
+    pub fn build<'a>(
+        generation: u64,
+        virtual_clusters: impl IntoIterator<Item = &'a VirtualCluster>,
+        secrets: impl IntoIterator<Item = &'a Secret>,
+        provider: &Arc<CryptoProvider>,
+    ) -> (Self, Vec<Untrusted>) {
+        let live: BTreeMap<(String, String), &VirtualCluster> = virtual_clusters
+            .into_iter()
+            .filter_map(|vc| Some(((vc.namespace()?, vc.name_any()), vc)))
+            .collect();
+        let mut set = Self {
+            generation,
+            ..Self::empty()
+        };
+        let mut untrusted = Vec::new();
+        let mut secrets: Vec<&Secret> = secrets.into_iter().collect();
+        secrets.sort_by_key(|s| (s.namespace(), s.name_any()));
+        for secret in secrets {
+            let id = format!("{}/{}", secret.namespace().unwrap_or_default(), secret.name_any());
+            match trusted_tenant(secret, &live, provider) {
+                Ok((tenant, subjects)) => {
+                    let index = set.tenants.len();
+                    for subject in subjects {
+                        set.by_subject.entry(subject).or_default().push(index);
+                    }
+                    set.tenants.push(tenant);
+                }
+                Err(reason) => untrusted.push(Untrusted { secret: id, reason }),
+            }
+        }
+        (set, untrusted)
+    }
+
+    /// Increases with every rebuild, so per-connection results can be cached until the set changes.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The cluster keys of the trusted tenants.
+    pub fn tenant_keys(&self) -> Vec<&str> {
+        self.tenants
+            .iter()
+            .map(|t| t.tenant.cluster_key.as_str())
+            .collect()
+    }
+
+    /// How many tenants are trusted.
+    pub fn len(&self) -> usize {
+        self.tenants.len()
+    }
+
+    /// Whether no tenant is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.tenants.is_empty()
+    }
+
+    /// The tenant a client certificate chain (end entity first) authenticates.
+    pub fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: UnixTime,
+    ) -> Result<Arc<Tenant>, AuthFailure> {
+        let (end_entity, intermediates) = chain
+            .split_first()
+            .ok_or_else(|| AuthFailure::new(AuthFailureKind::NoCertificate, "no client certificate"))?;
+        let (_, certificate) = X509Certificate::from_der(end_entity.as_ref()).map_err(|error| {
+            AuthFailure::new(
+                AuthFailureKind::Malformed,
+                format!("unparsable certificate: {error}"),
+            )
+        })?;
+        let common_name = certificate
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or("")
+            .to_owned();
+
+        // Candidates: tenants whose CA is the issuer of a certificate in the chain (the end entity's, or an
+        // intermediate's when the client sends one).
+        let mut candidates: Vec<usize> = Vec::new();
+        let mut issuers = vec![certificate.issuer().as_raw().to_vec()];
+        for intermediate in intermediates {
+            if let Ok((_, parsed)) = X509Certificate::from_der(intermediate.as_ref()) {
+                issuers.push(parsed.issuer().as_raw().to_vec());
+            }
+        }
+        for issuer in &issuers {
+            for index in self.by_subject.get(issuer).into_iter().flatten() {
+                if !candidates.contains(index) {
+                    candidates.push(*index);
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Err(AuthFailure::new(
+                AuthFailureKind::UnknownIssuer,
+                format!(
+                    "certificate {common_name:?} issued by {:?} is not signed by the kubelet-client CA of any live VirtualCluster",
+                    certificate.issuer().to_string()
+                ),
+            ));
+        }
+
+        let mut verified_for = Vec::new();
+        let mut last_error = None;
+        for index in candidates {
+            let trusted = &self.tenants[index];
+            match trusted
+                .verifier
+                .verify_client_cert(end_entity, intermediates, now)
+            {
+                Ok(_) => verified_for.push(trusted.tenant.clone()),
+                Err(error) => last_error = Some((trusted.tenant.cluster_key.clone(), error)),
+            }
+        }
+        if verified_for.is_empty() {
+            let (key, error) = last_error.expect("a candidate was tried");
+            return Err(AuthFailure::new(
+                AuthFailureKind::Invalid,
+                format!(
+                    "certificate {common_name:?} does not verify against the kubelet-client CA of {key}: {error}"
+                ),
+            ));
+        }
+        verified_for
+            .iter()
+            .find(|tenant| tenant.cluster_key == common_name)
+            .cloned()
+            .ok_or_else(|| {
+                AuthFailure::new(
+                    AuthFailureKind::CommonNameMismatch,
+                    format!(
+                        "certificate common name {common_name:?} is not the cluster key of the VirtualCluster whose CA signed it ({})",
+                        verified_for
+                            .iter()
+                            .map(|t| t.cluster_key.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+fn annotation<'a>(secret: &'a Secret, key: &str) -> Result<&'a str, String> {
+    secret
+        .annotations()
+        .get(key)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("annotation {key} is missing"))
+}
+
+fn trusted_tenant(
+    secret: &Secret,
+    live: &BTreeMap<(String, String), &VirtualCluster>,
+    provider: &Arc<CryptoProvider>,
+) -> Result<(TrustedTenant, Vec<Vec<u8>>), String> {
+    if secret.name_any() != SECRET_KUBELET_CLIENT {
+        return Err(format!("only Secrets named {SECRET_KUBELET_CLIENT} are read"));
+    }
+    let namespace = secret.namespace().unwrap_or_default();
+    let key = annotation(secret, ANNOTATION_CLUSTER)?;
+    let vc_namespace = annotation(secret, ANNOTATION_VC_NAMESPACE)?;
+    let vc_name = annotation(secret, ANNOTATION_VC_NAME)?;
+    let vc_uid = annotation(secret, ANNOTATION_VC_UID)?;
+    if key != namespace {
+        return Err(format!(
+            "it names cluster {key} but lives in namespace {namespace}, not in that tenant's root namespace"
+        ));
+    }
+    let expected = cluster_key(vc_namespace, vc_uid, vc_name);
+    if expected != key {
+        return Err(format!(
+            "cluster {key} is not the cluster key {expected} of VirtualCluster {vc_namespace}/{vc_name} (uid {vc_uid})"
+        ));
+    }
+    let vc = live
+        .get(&(vc_namespace.to_owned(), vc_name.to_owned()))
+        .ok_or_else(|| format!("VirtualCluster {vc_namespace}/{vc_name} does not exist"))?;
+    if vc.uid().as_deref() != Some(vc_uid) {
+        return Err(format!(
+            "VirtualCluster {vc_namespace}/{vc_name} has uid {}, not {vc_uid} (it was recreated)",
+            vc.uid().unwrap_or_default()
+        ));
+    }
+    if vc.metadata.deletion_timestamp.is_some() {
+        return Err(format!(
+            "VirtualCluster {vc_namespace}/{vc_name} is being deleted"
+        ));
+    }
+    let ca_pem = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBELET_CLIENT_CA_KEY))
+        .ok_or_else(|| format!("data key {KUBELET_CLIENT_CA_KEY} is missing"))?;
+    let mut roots = RootCertStore::empty();
+    let mut subjects = Vec::new();
+    for cert in CertificateDer::pem_slice_iter(&ca_pem.0) {
+        let cert = cert.map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} is not PEM: {e}"))?;
+        let (_, parsed) = X509Certificate::from_der(cert.as_ref())
+            .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} holds an unparsable certificate: {e}"))?;
+        subjects.push(parsed.subject().as_raw().to_vec());
+        roots
+            .add(cert)
+            .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} holds an unusable CA: {e}"))?;
+    }
+    if subjects.is_empty() {
+        return Err(format!("{KUBELET_CLIENT_CA_KEY} holds no certificate"));
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} cannot verify clients: {e}"))?;
+    Ok((
+        TrustedTenant {
+            tenant: Arc::new(Tenant {
+                cluster_key: key.to_owned(),
+                vc_namespace: vc_namespace.to_owned(),
+                vc_name: vc_name.to_owned(),
+                vc_uid: vc_uid.to_owned(),
+            }),
+            verifier,
+        },
+        subjects,
+    ))
+}
+
+/// The TLS side of client authentication: ask every client for a certificate and check that it holds the
+/// certificate's private key, but leave the chain to [`TrustSet::authenticate`], which runs per request
+/// against the current trust set and answers 401/403 with a reason instead of a bare handshake failure.
+///
+/// No CA names are hinted: Go clients (the tenant apiservers) then always send their certificate.
+#[derive(Debug)]
+pub struct RequestClientCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl RequestClientCertificate {
+    /// A verifier using `provider`'s signature algorithms.
+    pub fn new(provider: Arc<CryptoProvider>) -> Self {
+        Self { provider }
+    }
+}
+
+impl ClientCertVerifier for RequestClientCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        // A request without a certificate gets a 401 (and a log line) rather than a handshake alert.
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Deferred to TrustSet::authenticate, on every request.
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::{
+        ByteString,
+        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+        jiff::Timestamp,
+    };
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+        KeyUsagePurpose,
+    };
+
+    use super::*;
+
+    /// A test CA.
+    pub(crate) struct TestCa {
+        pub(crate) pem: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    impl TestCa {
+        pub(crate) fn new(name: &str) -> Self {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::default();
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+            let cert = params.self_signed(&key).expect("CA");
+            Self {
+                pem: cert.pem(),
+                issuer: Issuer::new(params, key),
+            }
+        }
+
+        /// A client certificate for `common_name`, DER.
+        pub(crate) fn client(&self, common_name: &str) -> CertificateDer<'static> {
+            self.client_with(common_name, ExtendedKeyUsagePurpose::ClientAuth)
+        }
+
+        pub(crate) fn client_with(
+            &self,
+            common_name: &str,
+            usage: ExtendedKeyUsagePurpose,
+        ) -> CertificateDer<'static> {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::default();
+            params.distinguished_name.push(DnType::CommonName, common_name);
+            params.extended_key_usages = vec![usage];
+            params.use_authority_key_identifier_extension = true;
+            params.signed_by(&key, &self.issuer).expect("leaf").der().clone()
+        }
+    }
+
+    pub(crate) fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    pub(crate) fn virtual_cluster(namespace: &str, name: &str, uid: &str) -> VirtualCluster {
+        let mut vc: VirtualCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+            "kind": "VirtualCluster",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "spec": {"clusterVersionName": "cv"}
+        }))
+        .expect("vc");
+        vc.metadata.uid = Some(uid.to_owned());
+        vc
+    }
+
+    pub(crate) fn kubelet_client_secret(vc: &VirtualCluster, ca_pem: &str) -> Secret {
+        let key = crds::naming::cluster_key_of(vc).expect("key");
+        let annotations: BTreeMap<String, String> = [
+            (ANNOTATION_CLUSTER, key.clone()),
+            (ANNOTATION_VC_NAME, vc.name_any()),
+            (ANNOTATION_VC_NAMESPACE, vc.namespace().unwrap_or_default()),
+            (ANNOTATION_VC_UID, vc.uid().unwrap_or_default()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(SECRET_KUBELET_CLIENT.into()),
+                namespace: Some(key),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    KUBELET_CLIENT_CA_KEY.to_owned(),
+                    ByteString(ca_pem.as_bytes().to_vec()),
+                )]
+                .into_iter()
+                .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn now() -> UnixTime {
+        UnixTime::now()
+    }
+
+    struct World {
+        a: VirtualCluster,
+        b: VirtualCluster,
+        ca_a: TestCa,
+        ca_b: TestCa,
+    }
+
+    fn world() -> World {
+        World {
+            a: virtual_cluster("team-a", "dev", "uid-a"),
+            b: virtual_cluster("team-b", "dev", "uid-b"),
+            ca_a: TestCa::new("kubelet-client-ca"),
+            ca_b: TestCa::new("kubelet-client-ca"),
+        }
+    }
+
+    fn key(vc: &VirtualCluster) -> String {
+        crds::naming::cluster_key_of(vc).expect("key")
+    }
+
+    #[test]
+    fn each_tenant_is_identified_by_its_own_ca_and_cluster_key() {
+        let w = world();
+        let secrets = [
+            kubelet_client_secret(&w.a, &w.ca_a.pem),
+            kubelet_client_secret(&w.b, &w.ca_b.pem),
+        ];
+        let (set, untrusted) = TrustSet::build(7, [&w.a, &w.b], &secrets, &provider());
+        assert!(untrusted.is_empty(), "{untrusted:?}");
+        assert_eq!(set.len(), 2);
+        assert_eq!(set.generation(), 7);
+
+        // Both CAs have the same subject: the right one is found by trying both.
+        let tenant = set.authenticate(&[w.ca_a.client(&key(&w.a))], now()).expect("a");
+        assert_eq!(tenant.cluster_key, key(&w.a));
+        assert_eq!(
+            (tenant.vc_namespace.as_str(), tenant.vc_uid.as_str()),
+            ("team-a", "uid-a")
+        );
+        let tenant = set.authenticate(&[w.ca_b.client(&key(&w.b))], now()).expect("b");
+        assert_eq!(tenant.cluster_key, key(&w.b));
+    }
+
+    #[test]
+    fn a_forged_common_name_is_forbidden() {
+        let w = world();
+        let secrets = [
+            kubelet_client_secret(&w.a, &w.ca_a.pem),
+            kubelet_client_secret(&w.b, &w.ca_b.pem),
+        ];
+        let (set, _) = TrustSet::build(1, [&w.a, &w.b], &secrets, &provider());
+        // Signed by A's CA, claiming to be B.
+        let failure = set
+            .authenticate(&[w.ca_a.client(&key(&w.b))], now())
+            .expect_err("forged");
+        assert_eq!(failure.kind, AuthFailureKind::CommonNameMismatch);
+        assert_eq!(failure.kind.status(), http::StatusCode::FORBIDDEN);
+        assert!(failure.detail.contains(&key(&w.a)), "{}", failure.detail);
+    }
+
+    #[test]
+    fn unknown_cas_missing_and_wrong_usage_certificates_are_unauthorized() {
+        let w = world();
+        let (set, _) = TrustSet::build(
+            1,
+            [&w.a],
+            &[kubelet_client_secret(&w.a, &w.ca_a.pem)],
+            &provider(),
+        );
+        let stranger = TestCa::new("somebody else");
+        let failure = set
+            .authenticate(&[stranger.client(&key(&w.a))], now())
+            .expect_err("unknown CA");
+        assert_eq!(failure.kind, AuthFailureKind::UnknownIssuer);
+        assert_eq!(failure.kind.status(), http::StatusCode::UNAUTHORIZED);
+
+        // Same subject as A's CA but another key: the signature does not verify.
+        let impostor = TestCa::new("kubelet-client-ca");
+        let failure = set
+            .authenticate(&[impostor.client(&key(&w.a))], now())
+            .expect_err("impostor CA");
+        assert_eq!(failure.kind, AuthFailureKind::Invalid);
+
+        let failure = set
+            .authenticate(
+                &[w.ca_a
+                    .client_with(&key(&w.a), ExtendedKeyUsagePurpose::ServerAuth)],
+                now(),
+            )
+            .expect_err("server certificate");
+        assert_eq!(failure.kind, AuthFailureKind::Invalid);
+
+        let failure = set.authenticate(&[], now()).expect_err("none");
+        assert_eq!(failure.kind, AuthFailureKind::NoCertificate);
+        let failure = set
+            .authenticate(&[CertificateDer::from(vec![1, 2, 3])], now())
+            .expect_err("garbage");
+        assert_eq!(failure.kind, AuthFailureKind::Malformed);
+    }
+
+    #[test]
+    fn only_live_tenants_in_their_root_namespace_are_trusted() {
+        let w = world();
+        let good = kubelet_client_secret(&w.a, &w.ca_a.pem);
+
+        let mut deleting = w.a.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        let (set, untrusted) = TrustSet::build(1, [&deleting], [&good], &provider());
+        assert!(set.is_empty());
+        assert!(untrusted[0].reason.contains("being deleted"), "{untrusted:?}");
+
+        let (set, untrusted) = TrustSet::build(1, [&w.b], [&good], &provider());
+        assert!(set.is_empty());
+        assert!(untrusted[0].reason.contains("does not exist"), "{untrusted:?}");
+
+        let recreated = virtual_cluster("team-a", "dev", "uid-a2");
+        let (set, untrusted) = TrustSet::build(1, [&recreated], [&good], &provider());
+        assert!(set.is_empty());
+        assert!(untrusted[0].reason.contains("recreated"), "{untrusted:?}");
+
+        let mut elsewhere = good.clone();
+        elsewhere.metadata.namespace = Some("kube-system".into());
+        let (set, untrusted) = TrustSet::build(1, [&w.a], [&elsewhere], &provider());
+        assert!(set.is_empty());
+        assert!(untrusted[0].reason.contains("root namespace"), "{untrusted:?}");
+
+        // Annotations claiming tenant B's key from A's root namespace.
+        let mut claims_b = good.clone();
+        claims_b
+            .annotations_mut()
+            .insert(ANNOTATION_VC_UID.into(), "uid-b".into());
+        let (set, untrusted) = TrustSet::build(1, [&w.a, &w.b], [&claims_b], &provider());
+        assert!(set.is_empty());
+        assert!(
+            untrusted[0].reason.contains("is not the cluster key"),
+            "{untrusted:?}"
+        );
+
+        let mut no_ca = good.clone();
+        no_ca.data = None;
+        let (_, untrusted) = TrustSet::build(1, [&w.a], [&no_ca], &provider());
+        assert!(untrusted[0].reason.contains("missing"), "{untrusted:?}");
+
+        let mut bad_ca = good.clone();
+        bad_ca.data = Some(
+            [(KUBELET_CLIENT_CA_KEY.to_owned(), ByteString(b"not pem".to_vec()))]
+                .into_iter()
+                .collect(),
+        );
+        let (_, untrusted) = TrustSet::build(1, [&w.a], [&bad_ca], &provider());
+        assert!(untrusted[0].reason.contains("no certificate"), "{untrusted:?}");
+
+        let mut renamed = good.clone();
+        renamed.metadata.name = Some("other".into());
+        let (_, untrusted) = TrustSet::build(1, [&w.a], [&renamed], &provider());
+        assert!(
+            untrusted[0].reason.contains("only Secrets named"),
+            "{untrusted:?}"
+        );
+
+        let mut unannotated = good;
+        unannotated.annotations_mut().remove(ANNOTATION_CLUSTER);
+        let (_, untrusted) = TrustSet::build(1, [&w.a], [&unannotated], &provider());
+        assert!(untrusted[0].reason.contains(ANNOTATION_CLUSTER), "{untrusted:?}");
+    }
+
+    #[test]
+    fn a_deleted_tenant_is_no_longer_trusted() {
+        let w = world();
+        let secrets = [
+            kubelet_client_secret(&w.a, &w.ca_a.pem),
+            kubelet_client_secret(&w.b, &w.ca_b.pem),
+        ];
+        let cert_b = w.ca_b.client(&key(&w.b));
+        let (set, _) = TrustSet::build(1, [&w.a, &w.b], &secrets, &provider());
+        assert!(set.authenticate(std::slice::from_ref(&cert_b), now()).is_ok());
+        let (set, untrusted) = TrustSet::build(2, [&w.a], &secrets, &provider());
+        assert_eq!(untrusted.len(), 1);
+        // B's CA has the same subject as A's, so A's CA is tried, and does not verify it.
+        let failure = set.authenticate(&[cert_b], now()).expect_err("gone");
+        assert_eq!(failure.kind, AuthFailureKind::Invalid);
+        assert_eq!(failure.kind.status(), http::StatusCode::UNAUTHORIZED);
+    }
+}

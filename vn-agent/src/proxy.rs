@@ -1,0 +1,788 @@
+//! Answering one request: authenticate the caller, route, check that the pod is the caller's, forward to
+//! the backend, filter what comes back, and splice upgraded streams.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
+use rustls_pki_types::{CertificateDer, UnixTime};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    backend::Backend,
+    caches::Caches,
+    identity::{AuthFailure, Tenant},
+    metrics::{AuthFailureLabels, Metrics, RequestLabels, StreamLabels, VerbLabels},
+    response::{self, BoxError, ProxyBody, Refusal},
+    route::{self, Action, KubeletRequest, PodTarget, RouteError},
+    translate::{self, TenantPod, TenantPods},
+};
+
+/// Largest request body accepted (kubelet requests carry none worth mentioning).
+const MAX_REQUEST_BODY: usize = 1024 * 1024;
+/// Largest `/pods`, stats or resource-metrics answer read for filtering.
+const MAX_FILTERED_BODY: usize = 64 * 1024 * 1024;
+/// How long an authentication result is reused on one connection while the trust set is unchanged (a
+/// certificate may expire meanwhile).
+const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
+
+/// What request handling needs.
+pub struct Context {
+    /// Pods and trust.
+    pub caches: Arc<Caches>,
+    /// Where requests go.
+    pub backend: Backend,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Open upgraded streams, so shutdown can wait for them.
+    pub streams: TaskTracker,
+    /// Cuts open streams when the shutdown grace period is over.
+    pub cut_streams: CancellationToken,
+}
+
+struct CachedAuth {
+    generation: u64,
+    checked: Instant,
+    result: Result<Arc<Tenant>, AuthFailure>,
+}
+
+/// The client of one connection: its address and the certificate chain it presented.
+pub struct Peer {
+    addr: SocketAddr,
+    chain: Vec<CertificateDer<'static>>,
+    cached: Mutex<Option<CachedAuth>>,
+}
+
+impl Peer {
+    /// A peer at `addr` that presented `chain` (end entity first; empty without a certificate).
+    pub fn new(addr: SocketAddr, chain: Vec<CertificateDer<'static>>) -> Self {
+        Self {
+            addr,
+            chain,
+            cached: Mutex::new(None),
+        }
+    }
+
+    fn authenticate(&self, caches: &Caches) -> Result<Arc<Tenant>, AuthFailure> {
+        let trust = caches.trust();
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = cached.as_ref()
+            && hit.generation == trust.generation()
+            && hit.checked.elapsed() < AUTH_CACHE_TTL
+        {
+            return hit.result.clone();
+        }
+        let result = trust.authenticate(&self.chain, UnixTime::now());
+        *cached = Some(CachedAuth {
+            generation: trust.generation(),
+            checked: Instant::now(),
+            result: result.clone(),
+        });
+        result
+    }
+}
+
+/// Handles one request and records its metrics.
+pub async fn handle(ctx: Arc<Context>, peer: Arc<Peer>, request: Request<Incoming>) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let parsed = route::parse(request.method(), request.uri().path());
+    let verb = parsed
+        .as_ref()
+        .map(KubeletRequest::verb)
+        .unwrap_or(route::UNKNOWN_VERB);
+    let in_flight = ctx.metrics.in_flight.get_or_create(&VerbLabels { verb }).clone();
+    in_flight.inc();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+
+    let (tenant, response) = serve(&ctx, &peer, parsed, request).await;
+
+    in_flight.dec();
+    let code = response.status().as_u16();
+    ctx.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            verb,
+            tenant: tenant.clone().unwrap_or_default(),
+            code,
+        })
+        .inc();
+    ctx.metrics
+        .latency
+        .get_or_create(&VerbLabels { verb })
+        .observe(started.elapsed().as_secs_f64());
+    tracing::debug!(
+        verb,
+        %method,
+        path,
+        tenant = tenant.as_deref().unwrap_or(""),
+        code,
+        peer = %peer.addr,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}
+
+async fn serve(
+    ctx: &Context,
+    peer: &Peer,
+    parsed: Result<KubeletRequest, RouteError>,
+    request: Request<Incoming>,
+) -> (Option<String>, Response<ProxyBody>) {
+    if !ctx.caches.is_ready() {
+        let refusal = Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "vn-agent is starting: caches are not synced yet",
+        );
+        return (None, refusal.into_response());
+    }
+    let tenant = match peer.authenticate(&ctx.caches) {
+        Ok(tenant) => tenant,
+        Err(failure) => {
+            ctx.metrics
+                .auth_failures
+                .get_or_create(&AuthFailureLabels {
+                    reason: failure.kind.as_str(),
+                })
+                .inc();
+            tracing::warn!(
+                peer = %peer.addr,
+                method = %request.method(),
+                path = request.uri().path(),
+                reason = failure.kind.as_str(),
+                detail = %failure.detail,
+                "refused client"
+            );
+            let status = failure.kind.status();
+            let message = format!(
+                "{}: {}",
+                status.canonical_reason().unwrap_or("refused"),
+                failure.detail
+            );
+            return (None, Refusal::new(status, message).into_response());
+        }
+    };
+    let key = Some(tenant.cluster_key.clone());
+    let path = request.uri().path().to_owned();
+    let parsed = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let status = match error {
+                RouteError::NotFound => StatusCode::NOT_FOUND,
+                RouteError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+                RouteError::InvalidSegment { .. } => StatusCode::BAD_REQUEST,
+            };
+            tracing::info!(tenant = %tenant.cluster_key, path = request.uri().path(), %error, "request not served");
+            return (key, Refusal::new(status, error.to_string()).into_response());
+        }
+    };
+    let result = match parsed {
+        KubeletRequest::Pod {
+            action,
+            pod,
+            container,
+        } => pod_request(ctx, &tenant, action, &pod, container.as_deref(), request).await,
+        KubeletRequest::Pods => pods(ctx, &tenant).await,
+        KubeletRequest::StatsSummary => stats_summary(ctx, &tenant, request.uri().query()).await,
+        KubeletRequest::MetricsResource => resource_metrics(ctx, &tenant, request.uri().query()).await,
+    };
+    let response = match result {
+        Ok(response) => response,
+        Err(Failure::Refused(refusal)) => {
+            tracing::warn!(
+                tenant = %tenant.cluster_key,
+                peer = %peer.addr,
+                path,
+                status = refusal.status.as_u16(),
+                reason = %refusal.message,
+                "request refused"
+            );
+            refusal.into_response()
+        }
+        Err(Failure::Backend(error)) => {
+            tracing::error!(
+                tenant = %tenant.cluster_key,
+                path,
+                error = &error as &dyn std::error::Error,
+                "backend request failed"
+            );
+            Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("{error}: {}", source_text(&error)),
+            )
+            .into_response()
+        }
+    };
+    (key, response)
+}
+
+fn source_text(error: &crate::Error) -> String {
+    let mut text = String::new();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+enum Failure {
+    Refused(Refusal),
+    Backend(crate::Error),
+}
+
+impl From<Refusal> for Failure {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
+type Handled = Result<Response<ProxyBody>, Failure>;
+
+/// Finds the super pod for `target` (the cache first, the apiserver for a pod created a moment ago) and
+/// checks it is the tenant's.
+async fn resolve_pod(ctx: &Context, tenant: &Tenant, target: &PodTarget) -> Result<TenantPod, Failure> {
+    let (super_namespace, name) = translate::super_location(&tenant.cluster_key, target);
+    let pod = match ctx.caches.pod(&super_namespace, &name) {
+        Some(pod) => pod,
+        None => match ctx.caches.fetch_pod(&super_namespace, &name).await {
+            Ok(Some(pod)) => Arc::new(pod),
+            Ok(None) => {
+                return Err(Refusal::not_found(format!(
+                    "pod {}/{} not found on this node",
+                    target.namespace, target.name
+                ))
+                .into());
+            }
+            Err(error) => return Err(Failure::Backend(error)),
+        },
+    };
+    Ok(translate::check_target(&pod, &tenant.cluster_key, target)?)
+}
+
+async fn pod_request(
+    ctx: &Context,
+    tenant: &Tenant,
+    action: Action,
+    target: &PodTarget,
+    container: Option<&str>,
+    request: Request<Incoming>,
+) -> Handled {
+    let pod = resolve_pod(ctx, tenant, target).await?;
+    let query = request.uri().query().map(str::to_owned);
+    let path_and_query = match &ctx.backend {
+        Backend::Kubelet(_) => {
+            let path = translate::kubelet_path(action, &pod, target.uid.is_some(), container);
+            match &query {
+                Some(query) => format!("{path}?{query}"),
+                None => path,
+            }
+        }
+        Backend::SuperApiserver(apiserver) => {
+            let Some(subresource) = translate::apiserver_subresource(action) else {
+                // run: no subresource of its own; exec the command and return its output.
+                let command: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                    .find(|(k, _)| k == "cmd")
+                    .map(|(_, v)| v.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default();
+                if command.is_empty() {
+                    return Err(Refusal::new(StatusCode::BAD_REQUEST, "run needs a cmd parameter").into());
+                }
+                let output = apiserver
+                    .run(
+                        &pod.super_namespace,
+                        &pod.name,
+                        container.unwrap_or_default(),
+                        command,
+                    )
+                    .await
+                    .map_err(Failure::Backend)?;
+                return Ok(response::with_body(
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    output,
+                ));
+            };
+            let query = translate::apiserver_query(action, container, query.as_deref());
+            format!(
+                "/api/v1/namespaces/{}/pods/{}/{subresource}?{query}",
+                pod.super_namespace, pod.name
+            )
+        }
+    };
+    forward(ctx, action.as_str(), request, path_and_query).await
+}
+
+/// Request headers passed to the backend. Credentials, impersonation and proxy headers never are.
+const FORWARDED_REQUEST_HEADERS: &[HeaderName] = &[
+    header::ACCEPT,
+    header::ACCEPT_ENCODING,
+    header::CONTENT_TYPE,
+    header::USER_AGENT,
+    header::UPGRADE,
+    header::SEC_WEBSOCKET_KEY,
+    header::SEC_WEBSOCKET_VERSION,
+    header::SEC_WEBSOCKET_PROTOCOL,
+    header::SEC_WEBSOCKET_EXTENSIONS,
+];
+
+/// The streaming protocol negotiation header of SPDY streams.
+const STREAM_PROTOCOL_VERSION: &str = "x-stream-protocol-version";
+
+/// Response headers that belong to one hop.
+const HOP_BY_HOP: &[HeaderName] = &[
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::TE,
+    header::TRAILER,
+    header::PROXY_AUTHENTICATE,
+];
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+fn forwarded_headers(incoming: &HeaderMap, upgrade: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for name in FORWARDED_REQUEST_HEADERS {
+        if *name == header::UPGRADE && !upgrade {
+            continue;
+        }
+        for value in incoming.get_all(name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    for value in incoming.get_all(STREAM_PROTOCOL_VERSION) {
+        headers.append(HeaderName::from_static(STREAM_PROTOCOL_VERSION), value.clone());
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    }
+    headers
+}
+
+/// Reads a whole body of at most `limit` bytes.
+async fn collect_limited(mut body: ProxyBody, limit: usize) -> Result<Bytes, BoxError> {
+    let mut collected = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if collected.len() + data.len() > limit {
+                return Err(format!("longer than {limit} bytes").into());
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(collected.freeze())
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Failure> {
+    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+    collect_limited(body, limit)
+        .await
+        .map_err(|error| Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {error}")).into())
+}
+
+/// Sends the request on to the backend and streams the answer back; an upgrade is spliced.
+async fn forward(
+    ctx: &Context,
+    verb: &'static str,
+    mut request: Request<Incoming>,
+    path_and_query: String,
+) -> Handled {
+    let upgrade = wants_upgrade(request.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+    let (parts, body) = request.into_parts();
+    let body = read_body(body, MAX_REQUEST_BODY).await?;
+    let mut outgoing = Request::new(body);
+    *outgoing.method_mut() = parts.method.clone();
+    *outgoing.uri_mut() = path_and_query
+        .parse()
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("unusable request: {e}")))?;
+    *outgoing.headers_mut() = forwarded_headers(&parts.headers, upgrade);
+
+    let mut backend_response = ctx.backend.send(outgoing).await.map_err(Failure::Backend)?;
+    let status = backend_response.status();
+    if let Some(client_upgrade) = client_upgrade
+        && status == StatusCode::SWITCHING_PROTOCOLS
+    {
+        let backend_upgrade = hyper::upgrade::on(&mut backend_response);
+        let mut response = Response::new(response::full(Bytes::new()));
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        for (name, value) in backend_response.headers() {
+            response.headers_mut().append(name.clone(), value.clone());
+        }
+        let metrics = ctx.metrics.clone();
+        let cut = ctx.cut_streams.clone();
+        ctx.streams.spawn(async move {
+            let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
+                Ok(pair) => pair,
+                Err(error) => {
+                    tracing::warn!(verb, %error, "upgrade did not complete");
+                    return;
+                }
+            };
+            splice(TokioIo::new(client), TokioIo::new(backend), verb, &metrics, cut).await;
+        });
+        return Ok(response);
+    }
+
+    let mut response = Response::new(response::full(Bytes::new()));
+    *response.status_mut() = status;
+    for (name, value) in backend_response.headers() {
+        if !HOP_BY_HOP.contains(name) {
+            response.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    *response.body_mut() = backend_response.into_body();
+    Ok(response)
+}
+
+/// Copies bytes as they come, flushing every chunk, and counts them.
+async fn pump(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    counter: &Counter,
+) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; 32 * 1024];
+    loop {
+        let read = from.read(&mut buffer).await?;
+        if read == 0 {
+            return Ok(());
+        }
+        to.write_all(&buffer[..read]).await?;
+        to.flush().await?;
+        counter.inc_by(read as u64);
+    }
+}
+
+/// Copies both ways until either side closes (or errs), then closes both: an exec ends for the tenant
+/// when the kubelet ends it, and the kubelet stops the session when the tenant goes away.
+pub async fn splice(
+    client: impl AsyncRead + AsyncWrite + Send + 'static,
+    backend: impl AsyncRead + AsyncWrite + Send + 'static,
+    verb: &'static str,
+    metrics: &Metrics,
+    cut: CancellationToken,
+) {
+    let open = metrics.streams_open.get_or_create(&VerbLabels { verb }).clone();
+    open.inc();
+    let to_backend = metrics
+        .stream_bytes
+        .get_or_create(&StreamLabels {
+            verb,
+            direction: "to_backend",
+        })
+        .clone();
+    let to_client = metrics
+        .stream_bytes
+        .get_or_create(&StreamLabels {
+            verb,
+            direction: "to_client",
+        })
+        .clone();
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut backend_read, mut backend_write) = tokio::io::split(backend);
+    let ended = tokio::select! {
+        result = pump(&mut client_read, &mut backend_write, &to_backend) => ("client", result),
+        result = pump(&mut backend_read, &mut client_write, &to_client) => ("backend", result),
+        _ = cut.cancelled() => ("shutdown", Ok(())),
+    };
+    let close = Duration::from_secs(2);
+    let _ = tokio::time::timeout(close, backend_write.shutdown()).await;
+    let _ = tokio::time::timeout(close, client_write.shutdown()).await;
+    open.dec();
+    match ended {
+        (side, Ok(())) => tracing::debug!(verb, closed_by = side, "stream closed"),
+        (side, Err(error)) => tracing::debug!(verb, side, %error, "stream ended with an error"),
+    }
+}
+
+async fn read_backend_body(response: Response<ProxyBody>, what: &'static str) -> Result<Bytes, Failure> {
+    collect_limited(response.into_body(), MAX_FILTERED_BODY)
+        .await
+        .map_err(|source| Failure::Backend(crate::Error::Rewrite { what, source }))
+}
+
+fn tenant_pods(ctx: &Context, tenant: &Tenant) -> (Vec<Arc<k8s_openapi::api::core::v1::Pod>>, TenantPods) {
+    let pods = ctx.caches.pods();
+    let index = TenantPods::new(&tenant.cluster_key, pods.iter().map(AsRef::as_ref));
+    (pods, index)
+}
+
+/// Sends a GET to the backend and returns the body of a 200, or the backend's answer as it is.
+async fn get_backend(
+    ctx: &Context,
+    path_and_query: String,
+    what: &'static str,
+) -> Result<Result<Bytes, Response<ProxyBody>>, Failure> {
+    let mut request = Request::new(Bytes::new());
+    *request.method_mut() = Method::GET;
+    *request.uri_mut() = path_and_query
+        .parse()
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("unusable request: {e}")))?;
+    let response = ctx.backend.send(request).await.map_err(Failure::Backend)?;
+    if response.status() != StatusCode::OK {
+        let mut passed = Response::new(response::full(Bytes::new()));
+        *passed.status_mut() = response.status();
+        if let Some(content_type) = response.headers().get(header::CONTENT_TYPE) {
+            passed
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, content_type.clone());
+        }
+        *passed.body_mut() = response.into_body();
+        return Ok(Err(passed));
+    }
+    Ok(Ok(read_backend_body(response, what).await?))
+}
+
+fn with_query(path: String, query: Option<&str>) -> String {
+    match query {
+        Some(query) if !query.is_empty() => format!("{path}?{query}"),
+        _ => path,
+    }
+}
+
+/// Nodes to ask through the super apiserver: the tenant's pods' nodes, or the served nodes when it has
+/// none there.
+fn nodes_to_ask(ctx: &Context, index: &TenantPods) -> Vec<String> {
+    let nodes = index.nodes();
+    if !nodes.is_empty() {
+        return nodes;
+    }
+    match ctx.caches.nodes() {
+        crate::settings::NodeScope::Named(names) => names.iter().take(1).cloned().collect(),
+        crate::settings::NodeScope::All => Vec::new(),
+    }
+}
+
+fn parse_json(bytes: &[u8], what: &'static str) -> Result<serde_json::Value, Failure> {
+    serde_json::from_slice(bytes).map_err(|source| {
+        Failure::Backend(crate::Error::Rewrite {
+            what,
+            source: Box::new(source),
+        })
+    })
+}
+
+async fn pods(ctx: &Context, tenant: &Tenant) -> Handled {
+    let (pods, index) = tenant_pods(ctx, tenant);
+    match &ctx.backend {
+        Backend::Kubelet(_) => {
+            let body = match get_backend(ctx, "/pods".into(), "pods").await? {
+                Ok(body) => body,
+                Err(passed) => return Ok(passed),
+            };
+            let mut list = parse_json(&body, "pods")?;
+            translate::filter_pod_list(&mut list, &index);
+            Ok(response::json(&list))
+        }
+        Backend::SuperApiserver(_) => Ok(response::json(&translate::pod_list_from(&pods, &index))),
+    }
+}
+
+async fn stats_summary(ctx: &Context, tenant: &Tenant, query: Option<&str>) -> Handled {
+    let (_, index) = tenant_pods(ctx, tenant);
+    let mut summaries = Vec::new();
+    match &ctx.backend {
+        Backend::Kubelet(_) => {
+            match get_backend(ctx, with_query("/stats/summary".into(), query), "stats summary").await? {
+                Ok(body) => summaries.push(parse_json(&body, "stats summary")?),
+                Err(passed) => return Ok(passed),
+            }
+        }
+        Backend::SuperApiserver(_) => {
+            for node in nodes_to_ask(ctx, &index) {
+                let path = with_query(format!("/api/v1/nodes/{node}/proxy/stats/summary"), query);
+                match get_backend(ctx, path, "stats summary").await? {
+                    Ok(body) => summaries.push(parse_json(&body, "stats summary")?),
+                    Err(passed) => return Ok(passed),
+                }
+            }
+        }
+    }
+    let mut summary = translate::merge_summaries(summaries);
+    translate::filter_summary(&mut summary, &index);
+    Ok(response::json(&summary))
+}
+
+async fn resource_metrics(ctx: &Context, tenant: &Tenant, query: Option<&str>) -> Handled {
+    let (_, index) = tenant_pods(ctx, tenant);
+    let mut text = String::new();
+    let paths: Vec<String> = match &ctx.backend {
+        Backend::Kubelet(_) => vec![with_query("/metrics/resource".into(), query)],
+        Backend::SuperApiserver(_) => nodes_to_ask(ctx, &index)
+            .into_iter()
+            .map(|node| with_query(format!("/api/v1/nodes/{node}/proxy/metrics/resource"), query))
+            .collect(),
+    };
+    for path in paths {
+        match get_backend(ctx, path, "resource metrics").await? {
+            Ok(body) => text.push_str(&String::from_utf8_lossy(&body)),
+            Err(passed) => return Ok(passed),
+        }
+    }
+    Ok(response::with_body(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        translate::filter_resource_metrics(&text, &index),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_safe_headers_are_forwarded() {
+        let mut incoming = HeaderMap::new();
+        incoming.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer tenant"));
+        incoming.insert("impersonate-user", HeaderValue::from_static("system:admin"));
+        incoming.insert("x-remote-user", HeaderValue::from_static("admin"));
+        incoming.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        incoming.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        incoming.append(
+            STREAM_PROTOCOL_VERSION,
+            HeaderValue::from_static("v4.channel.k8s.io"),
+        );
+        incoming.append(
+            STREAM_PROTOCOL_VERSION,
+            HeaderValue::from_static("v3.channel.k8s.io"),
+        );
+        incoming.insert(header::USER_AGENT, HeaderValue::from_static("kube-apiserver"));
+        assert!(wants_upgrade(&incoming));
+        let forwarded = forwarded_headers(&incoming, true);
+        assert!(forwarded.get(header::AUTHORIZATION).is_none());
+        assert!(forwarded.get("impersonate-user").is_none());
+        assert!(forwarded.get("x-remote-user").is_none());
+        assert_eq!(
+            forwarded.get(header::UPGRADE).map(|v| v.as_bytes()),
+            Some(&b"SPDY/3.1"[..])
+        );
+        assert_eq!(
+            forwarded.get(header::CONNECTION).map(|v| v.as_bytes()),
+            Some(&b"Upgrade"[..])
+        );
+        assert_eq!(forwarded.get_all(STREAM_PROTOCOL_VERSION).iter().count(), 2);
+
+        let mut plain = HeaderMap::new();
+        plain.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        plain.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        assert!(!wants_upgrade(&plain));
+        let forwarded = forwarded_headers(&plain, false);
+        assert!(forwarded.get(header::UPGRADE).is_none() && forwarded.get(header::CONNECTION).is_none());
+
+        let mut listed = HeaderMap::new();
+        listed.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        listed.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert!(wants_upgrade(&listed));
+    }
+
+    #[tokio::test]
+    async fn splice_copies_both_ways_and_closing_one_side_closes_the_other() {
+        let (client, mut client_far) = tokio::io::duplex(64);
+        let (backend, mut backend_far) = tokio::io::duplex(64);
+        let metrics = Metrics::default();
+        let task_metrics = metrics.clone();
+        let cut = CancellationToken::new();
+        let task = tokio::spawn(async move { splice(client, backend, "exec", &task_metrics, cut).await });
+
+        client_far.write_all(b"stdin bytes").await.expect("write");
+        let mut buffer = [0u8; 11];
+        backend_far.read_exact(&mut buffer).await.expect("read");
+        assert_eq!(&buffer, b"stdin bytes");
+        // More than the duplex buffer: bytes flow as they come, not after the end.
+        let big = vec![7u8; 100_000];
+        let writer = tokio::spawn(async move {
+            backend_far.write_all(&big).await.expect("write");
+            backend_far
+        });
+        let mut received = vec![0u8; 100_000];
+        client_far.read_exact(&mut received).await.expect("read");
+        assert!(received.iter().all(|b| *b == 7));
+        let backend_far = writer.await.expect("writer");
+
+        // The backend goes away: the client side is closed too.
+        drop(backend_far);
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(2), client_far.read_to_end(&mut rest))
+            .await
+            .expect("client side closed")
+            .expect("read");
+        assert!(rest.is_empty());
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("splice ended")
+            .expect("join");
+        let to_client = metrics
+            .stream_bytes
+            .get_or_create(&StreamLabels {
+                verb: "exec",
+                direction: "to_client",
+            })
+            .get();
+        assert_eq!(to_client, 100_000);
+        assert_eq!(
+            metrics
+                .streams_open
+                .get_or_create(&VerbLabels { verb: "exec" })
+                .get(),
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_closing_ends_the_backend_side_and_shutdown_cuts_streams() {
+        let (client, client_far) = tokio::io::duplex(64);
+        let (backend, mut backend_far) = tokio::io::duplex(64);
+        let metrics = Metrics::default();
+        let task = tokio::spawn(async move {
+            splice(client, backend, "attach", &metrics, CancellationToken::new()).await
+        });
+        drop(client_far);
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(2), backend_far.read_to_end(&mut rest))
+            .await
+            .expect("backend side closed")
+            .expect("read");
+        task.await.expect("join");
+
+        let (client, mut client_far) = tokio::io::duplex(64);
+        let (backend, _backend_far) = tokio::io::duplex(64);
+        let cut = CancellationToken::new();
+        let metrics = Metrics::default();
+        let task = tokio::spawn({
+            let cut = cut.clone();
+            async move { splice(client, backend, "portForward", &metrics, cut).await }
+        });
+        cut.cancel();
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("cut")
+            .expect("join");
+        let mut rest = Vec::new();
+        client_far.read_to_end(&mut rest).await.expect("closed");
+    }
+}
