@@ -1,1 +1,34 @@
-//! Placeholder until the component lands.
+//! vc-manager: turns `VirtualCluster` and `ClusterVersion` objects into tenant control planes.
+//!
+//! - [`native`]: a control plane provisioned from a ClusterVersion (root namespace, Services, PKI,
+//!   StatefulSets, readiness); [`adopt`]: an existing control plane checked through its kubeconfig;
+//!   [`cleanup`]: deletion behind the finalizer. [`virtual_cluster`] dispatches between them and handles
+//!   failures; [`cluster_version`] guards ClusterVersions in use.
+//! - Pure logic: [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets), [`render`] (ClusterVersion
+//!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
+//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches, controllers, leader
+//!   election, admin endpoint), [`args`] (flags of the binary).
+
+pub mod adopt;
+pub mod args;
+pub mod backoff;
+pub mod cleanup;
+pub mod cluster_version;
+pub mod context;
+pub mod error;
+pub mod finalizer;
+pub mod identity;
+pub mod kubeconfig;
+pub mod metrics;
+pub mod native;
+pub mod pki;
+pub mod render;
+pub mod run;
+pub mod status;
+pub mod steps;
+pub mod tenant_pki;
+pub mod virtual_cluster;
+
+pub use context::{Context, Settings};
+pub use error::{Error, Result};
+pub use run::{LeaderElection, Manager};

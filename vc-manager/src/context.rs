@@ -1,0 +1,215 @@
+//! What reconciles share: clients, caches, metrics, settings.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use crds::{ClusterVersion, VirtualCluster};
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::ObjectReference};
+use kube::{
+    Client,
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::Store,
+    },
+};
+use vc_runtime::clients::ClientTimeouts;
+
+use crate::{adopt::TenantProbe, backoff::Backoff, metrics::Metrics};
+
+/// The reporting controller of vc-manager's events.
+pub const REPORTER: &str = "vc-manager";
+
+/// Tunables of the controllers (flags of the binary).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// DNS domain of the super cluster, for the FQDNs in control-plane certificates.
+    pub super_cluster_domain: String,
+    /// Healthy VirtualClusters are reconciled at least this often (drift not seen by a watch, renewals).
+    pub resync_interval: Duration,
+    /// How often an adopted apiserver is checked.
+    pub adopt_check_interval: Duration,
+    /// How often deletion checks whether the tenant's namespaces are gone.
+    pub deletion_poll_interval: Duration,
+    /// First delay after a failed reconcile.
+    pub backoff_base: Duration,
+    /// Longest delay after failed reconciles.
+    pub backoff_max: Duration,
+    /// Timeouts for calls to adopted apiservers.
+    pub tenant_timeouts: ClientTimeouts,
+    /// How many VirtualClusters are reconciled at once.
+    pub concurrency: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            super_cluster_domain: "cluster.local".into(),
+            resync_interval: Duration::from_secs(600),
+            adopt_check_interval: Duration::from_secs(60),
+            deletion_poll_interval: Duration::from_secs(2),
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            tenant_timeouts: ClientTimeouts {
+                connect: Duration::from_secs(5),
+                read: Duration::from_secs(10),
+            },
+            concurrency: 16,
+        }
+    }
+}
+
+/// Whether this replica may write. Without leader election it always may.
+#[derive(Clone, Debug, Default)]
+pub struct LeaderFlag(Arc<AtomicBool>);
+
+impl LeaderFlag {
+    /// A flag that is already set (no leader election).
+    pub fn always() -> Self {
+        let flag = Self::default();
+        flag.set(true);
+        flag
+    }
+
+    /// Sets or clears the flag.
+    pub fn set(&self, leader: bool) {
+        self.0.store(leader, Ordering::SeqCst);
+    }
+
+    /// Whether this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The super-cluster client.
+    pub client: Client,
+    /// Publishes Kubernetes events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Tunables.
+    pub settings: Settings,
+    /// Cache of VirtualClusters (the VirtualCluster controller's store).
+    pub virtual_clusters: Store<VirtualCluster>,
+    /// Cache of ClusterVersions (the ClusterVersion controller's store).
+    pub cluster_versions: Store<ClusterVersion>,
+    /// Cache of the control-plane StatefulSets vc-manager created.
+    pub statefulsets: Store<StatefulSet>,
+    /// Per-object backoff after failures.
+    pub backoff: Backoff,
+    /// Leadership.
+    pub leader: LeaderFlag,
+    /// Checks adopted apiservers.
+    pub probe: Arc<dyn TenantProbe>,
+}
+
+impl Context {
+    /// A context with fresh metrics and backoff.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        virtual_clusters: Store<VirtualCluster>,
+        cluster_versions: Store<ClusterVersion>,
+        statefulsets: Store<StatefulSet>,
+        leader: LeaderFlag,
+        probe: Arc<dyn TenantProbe>,
+        metrics: Metrics,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.into(),
+                instance: Some(vc_runtime::leader::identity()),
+            },
+        );
+        Self {
+            backoff: Backoff::new(settings.backoff_base, settings.backoff_max),
+            client,
+            recorder,
+            metrics,
+            settings,
+            virtual_clusters,
+            cluster_versions,
+            statefulsets,
+            leader,
+            probe,
+        }
+    }
+
+    /// Waits until the caches hold a full list, so that "not found" in a cache means not found.
+    pub async fn caches_ready(&self) {
+        let _ = self.virtual_clusters.wait_until_ready().await;
+        let _ = self.cluster_versions.wait_until_ready().await;
+        let _ = self.statefulsets.wait_until_ready().await;
+    }
+
+    /// Publishes an event about `regarding`; a failure is logged, never fatal.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1024)),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, regarding).await {
+            tracing::warn!(
+                object = ?regarding.name,
+                namespace = ?regarding.namespace,
+                reason,
+                error = &error as &dyn std::error::Error,
+                "publishing event"
+            );
+        }
+    }
+}
+
+/// Event notes are limited to 1 kB by the apiserver.
+fn truncate(mut note: String, max: usize) -> String {
+    if note.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("short".into(), 10), "short");
+        let cut = truncate("é".repeat(600), 1024);
+        assert!(cut.len() <= 1024);
+        assert!(cut.ends_with("..."));
+    }
+
+    #[test]
+    fn leader_flag() {
+        let flag = LeaderFlag::default();
+        assert!(!flag.is_leader());
+        flag.set(true);
+        assert!(flag.clone().is_leader());
+        assert!(LeaderFlag::always().is_leader());
+    }
+}

@@ -1,0 +1,310 @@
+//! Provisioning a tenant control plane from its ClusterVersion: root namespace, Services, PKI, then the
+//! etcd, apiserver and controller-manager StatefulSets, and the status their readiness gives.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use crds::{
+    ClusterPhase, ClusterVersion, VirtualCluster,
+    wellknown::{CONDITION_PKI_READY, CONDITION_READY, LABEL_EXTERNAL_APISERVER_DOMAIN},
+};
+use k8s_openapi::{
+    api::{apps::v1::StatefulSet, core::v1::Service},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::Patch,
+    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
+};
+
+use crate::{
+    Error, Result,
+    context::Context,
+    identity::TenantIdentity,
+    render::{
+        self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, Component, RenderInputs,
+    },
+    status::{self, ComponentState, ConditionState, DesiredStatus},
+    steps::{self, RootNamespace, apply_params},
+    tenant_pki::{Network, Scope, first_service_ips},
+};
+
+/// Reconciles a provisioned VirtualCluster.
+pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Context) -> Result<Action> {
+    let namespace = identity.root_namespace();
+    match steps::ensure_root_namespace(identity, ctx).await? {
+        RootNamespace::Terminating => return wait_for_root_namespace(vc, identity, ctx).await,
+        RootNamespace::Ready { created: true } => {
+            ctx.publish(
+                &vc.object_ref(&()),
+                EventType::Normal,
+                "Provisioning",
+                "Provision",
+                format!("created root namespace {namespace}"),
+            )
+            .await;
+        }
+        RootNamespace::Ready { created: false } => {}
+    }
+
+    let cv_name = vc.spec.cluster_version_name.clone().unwrap_or_default();
+    let cv = ctx
+        .cluster_versions
+        .get(&ObjectRef::new(&cv_name))
+        .ok_or_else(|| Error::ClusterVersionNotFound {
+            name: cv_name.clone(),
+        })?;
+    render::validate(&cv).map_err(|problem| Error::ClusterVersionInvalid {
+        name: cv_name.clone(),
+        problem,
+    })?;
+
+    let services = apply_services(&cv, identity, ctx).await?;
+    let network = network(vc, &cv, &services, ctx)?;
+    let (plan, secrets) = steps::apply_pki(vc, identity, &Scope::Native(network), ctx).await?;
+
+    let inputs = RenderInputs::new(vc, secrets.values());
+    let mut components = Vec::new();
+    let mut previous: Option<(Component, bool)> = None;
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    for component in Component::ALL {
+        let desired = render::render_statefulset(component, &cv, identity, &inputs);
+        let name = desired.metadata.name.clone().unwrap_or_default();
+        let cached = ctx.statefulsets.get(&ObjectRef::new(&name).within(namespace));
+        // A new component starts once the one before it is ready (the apiserver needs etcd, the
+        // controller-manager the apiserver); an existing one is always kept up to date.
+        if let Some((before, false)) = previous
+            && cached.is_none()
+        {
+            components.push((component, ComponentState::Waiting { on: before }));
+            previous = Some((component, false));
+            continue;
+        }
+        let applied = api
+            .patch(&name, &apply_params(), &Patch::Apply(&desired))
+            .await
+            .map_err(|source| Error::StatefulSetApply {
+                component,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                source,
+            })?;
+        announce_statefulset(vc, component, cached.as_deref(), &applied, ctx).await;
+        let state = ComponentState::of(&applied);
+        previous = Some((component, state.is_ready()));
+        components.push((component, state));
+    }
+
+    let (phase, reason, message) = status::native_phase(vc.phase(), &components);
+    let next_renewal = plan
+        .next_renewal
+        .and_then(|at| Timestamp::from_second(at).ok())
+        .map_or_else(|| "none".to_owned(), |t| t.to_string());
+    let mut conditions = vec![ConditionState::met(
+        CONDITION_PKI_READY,
+        "CertificatesValid",
+        format!(
+            "{} Secrets in {namespace}; next certificate renewal at {next_renewal}",
+            plan.secrets.len()
+        ),
+    )];
+    conditions.extend(components.iter().map(|(c, s)| s.condition(*c)));
+    conditions.push(status::native_ready(phase, &reason, &message, &components));
+    let desired = DesiredStatus {
+        phase,
+        reason,
+        message,
+        cluster_namespace: namespace.to_owned(),
+        conditions,
+        observed_generation: vc.meta().generation,
+    };
+    steps::write_status(vc, &desired, ctx, true).await?;
+    tracing::debug!(vc = %identity.vc_display(), phase = %desired.phase, "reconciled");
+    Ok(Action::requeue(steps::requeue_after(
+        ctx.settings.resync_interval,
+        plan.next_renewal,
+    )))
+}
+
+/// The root namespace is being deleted by someone: report it and come back once it is gone.
+pub async fn wait_for_root_namespace(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    ctx: &Context,
+) -> Result<Action> {
+    let namespace = identity.root_namespace();
+    let message = format!("root namespace {namespace} is being deleted; it is recreated once it is gone");
+    let mut conditions = status::current_conditions(vc);
+    for condition in &mut conditions {
+        if condition.type_ == CONDITION_READY || condition.type_ == CONDITION_PKI_READY {
+            *condition = ConditionState::unmet(condition.type_, "RootNamespaceTerminating", message.clone());
+        }
+    }
+    let phase = match vc.phase() {
+        Some(ClusterPhase::Running | ClusterPhase::Updating) => ClusterPhase::Updating,
+        _ => ClusterPhase::Pending,
+    };
+    let desired = DesiredStatus {
+        phase,
+        reason: "RootNamespaceTerminating".into(),
+        message,
+        cluster_namespace: namespace.to_owned(),
+        conditions,
+        observed_generation: vc.status.as_ref().and_then(|s| s.observed_generation),
+    };
+    steps::write_status(vc, &desired, ctx, true).await?;
+    Ok(Action::requeue(ctx.settings.deletion_poll_interval))
+}
+
+async fn apply_services(
+    cv: &ClusterVersion,
+    identity: &TenantIdentity,
+    ctx: &Context,
+) -> Result<BTreeMap<Component, Service>> {
+    let namespace = identity.root_namespace();
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut applied = BTreeMap::new();
+    for component in Component::ALL {
+        let Some(service) = render::render_service(component, cv, identity) else {
+            continue;
+        };
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let result = api
+            .patch(&name, &apply_params(), &Patch::Apply(&service))
+            .await
+            .map_err(|source| Error::ServiceApply {
+                component,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                source,
+            })?;
+        applied.insert(component, result);
+    }
+    Ok(applied)
+}
+
+/// Names and addresses for the certificates and kubeconfigs.
+fn network(
+    vc: &VirtualCluster,
+    cv: &ClusterVersion,
+    services: &BTreeMap<Component, Service>,
+    ctx: &Context,
+) -> Result<Network> {
+    let apiserver = render::apiserver_endpoint(cv).map_err(|problem| Error::ClusterVersionInvalid {
+        name: cv.name_any(),
+        problem,
+    })?;
+    let mut apiserver_ips: Vec<IpAddr> = Vec::new();
+    let mut apiserver_hostnames: Vec<String> = Vec::new();
+    if let Some(service) = services.get(&Component::ApiServer) {
+        if let Some(spec) = &service.spec {
+            let ips = spec
+                .cluster_ip
+                .iter()
+                .chain(spec.cluster_ips.iter().flatten())
+                .chain(spec.external_ips.iter().flatten());
+            apiserver_ips.extend(ips.filter_map(|ip| ip.parse::<IpAddr>().ok()));
+        }
+        let ingress = service
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        for ingress in ingress.into_iter().flatten() {
+            apiserver_ips.extend(ingress.ip.as_deref().and_then(|ip| ip.parse::<IpAddr>().ok()));
+            apiserver_hostnames.extend(ingress.hostname.clone().filter(|h| !h.is_empty()));
+        }
+    }
+    if let Some(domain) = vc
+        .labels()
+        .get(LABEL_EXTERNAL_APISERVER_DOMAIN)
+        .filter(|d| !d.is_empty())
+    {
+        apiserver_hostnames.push(domain.clone());
+    }
+    apiserver_ips.sort();
+    apiserver_ips.dedup();
+    apiserver_hostnames.sort();
+    apiserver_hostnames.dedup();
+    let (etcd_service, etcd_peer_service) = render::etcd_service_names(cv);
+    let ranges = render::apiserver_service_range(vc, cv).unwrap_or_default();
+    Ok(Network {
+        apiserver,
+        apiserver_ips,
+        apiserver_hostnames,
+        etcd_service,
+        etcd_peer_service,
+        cluster_domain: vc.spec.cluster_domain.clone(),
+        super_cluster_domain: ctx.settings.super_cluster_domain.clone(),
+        tenant_service_ips: first_service_ips(&ranges),
+    })
+}
+
+/// Events for StatefulSets that were created, restored after being deleted, or moved to another
+/// ClusterVersion.
+async fn announce_statefulset(
+    vc: &VirtualCluster,
+    component: Component,
+    before: Option<&StatefulSet>,
+    after: &StatefulSet,
+    ctx: &Context,
+) {
+    let regarding = vc.object_ref(&());
+    let name = format!("{}/{}", after.namespace().unwrap_or_default(), after.name_any());
+    let was_provisioned = matches!(vc.phase(), Some(ClusterPhase::Running | ClusterPhase::Updating));
+    let Some(before) = before else {
+        if after.meta().generation == Some(1) {
+            let (type_, reason, note) = if was_provisioned {
+                (
+                    EventType::Warning,
+                    "StatefulSetRestored",
+                    format!("restored the {component} StatefulSet {name}, which had been deleted"),
+                )
+            } else {
+                (
+                    EventType::Normal,
+                    "StatefulSetCreated",
+                    format!("created the {component} StatefulSet {name}"),
+                )
+            };
+            ctx.publish(&regarding, type_, reason, "Provision", note).await;
+        }
+        return;
+    };
+    let version = |sts: &StatefulSet| {
+        let annotations = sts.annotations();
+        (
+            annotations
+                .get(ANNOTATION_CLUSTER_VERSION)
+                .cloned()
+                .unwrap_or_default(),
+            annotations
+                .get(ANNOTATION_CLUSTER_VERSION_GENERATION)
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
+    let (old, new) = (version(before), version(after));
+    if old != new && !old.0.is_empty() {
+        ctx.publish(
+            &regarding,
+            EventType::Normal,
+            "Upgrading",
+            "Upgrade",
+            format!(
+                "rolling {component} from ClusterVersion {} (generation {}) to {} (generation {})",
+                old.0, old.1, new.0, new.1
+            ),
+        )
+        .await;
+    } else if before.meta().generation < after.meta().generation {
+        ctx.publish(
+            &regarding,
+            EventType::Normal,
+            "StatefulSetUpdated",
+            "Provision",
+            format!("updated the {component} StatefulSet {name} (rotated Secrets or a reverted edit)"),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,393 @@
+//! Wiring: watches and caches, the two controllers, leader election, the admin endpoint.
+//!
+//! Every replica keeps its caches warm (so `/readyz` means "caches synced" on standbys too); only the
+//! replica holding the `vc-manager` Lease reconciles. On becoming leader it reconciles everything; on
+//! losing the Lease it stops, and the binary exits so that Kubernetes restarts it as a standby.
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use crds::{ClusterVersion, VirtualCluster, v1alpha1::Adoption, wellknown::LABEL_VC_NAME};
+use futures::{StreamExt, stream};
+use k8s_openapi::api::{
+    apps::v1::StatefulSet,
+    core::v1::{Namespace, Secret, Service},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{
+        Controller, WatchStreamExt, controller,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use vc_runtime::admin::Health;
+
+use crate::{
+    Error, Result,
+    adopt::{KubeconfigProbe, TenantProbe},
+    cluster_version,
+    context::{Context, LeaderFlag, Settings},
+    identity::{managed_selector, owner_of},
+    metrics::Metrics,
+    virtual_cluster,
+};
+
+/// Name of the leader-election Lease.
+pub const LEASE_NAME: &str = "vc-manager";
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// How long a leader holds the Lease without renewing it.
+    pub lease_duration: Duration,
+}
+
+/// A configured vc-manager, ready to run.
+pub struct Manager {
+    client: Client,
+    settings: Settings,
+    leader_election: Option<LeaderElection>,
+    admin_address: Option<SocketAddr>,
+    probe: Arc<dyn TenantProbe>,
+    metrics: Metrics,
+    health: Health,
+}
+
+impl Manager {
+    /// vc-manager on `client`, without leader election or admin endpoint.
+    pub fn new(client: Client, settings: Settings) -> Self {
+        let probe = Arc::new(KubeconfigProbe {
+            timeouts: settings.tenant_timeouts,
+        });
+        Self {
+            client,
+            settings,
+            leader_election: None,
+            admin_address: None,
+            probe,
+            metrics: Metrics::new(),
+            health: Health::new(),
+        }
+    }
+
+    /// Elect a leader among replicas through the `vc-manager` Lease.
+    #[must_use]
+    pub fn with_leader_election(mut self, election: LeaderElection) -> Self {
+        self.leader_election = Some(election);
+        self
+    }
+
+    /// Serve `/metrics`, `/healthz` and `/readyz` on `address`.
+    #[must_use]
+    pub fn with_admin_endpoint(mut self, address: SocketAddr) -> Self {
+        self.admin_address = Some(address);
+        self
+    }
+
+    /// The metrics (shared with the running manager).
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
+    /// Liveness and readiness (shared with the running manager).
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Runs until `shutdown` resolves (then `Ok`) or leadership is lost (then an error).
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let Self {
+            client,
+            settings,
+            leader_election,
+            admin_address,
+            probe,
+            metrics,
+            health,
+        } = self;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shutdown_signal = move || {
+            let mut rx = shutdown_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+
+        let leader = match leader_election {
+            Some(_) => LeaderFlag::default(),
+            None => LeaderFlag::always(),
+        };
+        metrics.set_leader(leader.is_leader());
+        // Becoming leader reconciles everything.
+        let (became_leader_tx, became_leader_rx) = watch::channel(0u64);
+
+        let watcher_config = watcher::Config::default().any_semantic();
+        let vc_api: Api<VirtualCluster> = Api::all(client.clone());
+        let cv_api: Api<ClusterVersion> = Api::all(client.clone());
+
+        let vc_controller = Controller::new(vc_api.clone(), watcher_config.clone());
+        let cv_controller = Controller::new(cv_api.clone(), watcher_config.clone());
+        let vc_store = vc_controller.store();
+        let cv_store = cv_controller.store();
+
+        let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
+        let statefulsets = watcher(
+            Api::<StatefulSet>::all(client.clone()),
+            watcher::Config::default().labels(&managed_selector()),
+        )
+        .default_backoff()
+        .modify(|sts| sts.managed_fields_mut().clear())
+        .reflect(sts_writer)
+        .touched_objects();
+
+        let context = Arc::new(Context::new(
+            client.clone(),
+            settings.clone(),
+            vc_store.clone(),
+            cv_store.clone(),
+            sts_store.clone(),
+            leader.clone(),
+            probe,
+            metrics.clone(),
+        ));
+
+        let vc_controller = vc_controller
+            .with_config(controller::Config::default().concurrency(settings.concurrency))
+            .watches_stream(statefulsets, |sts| owner_of(&sts.metadata))
+            .watches(cv_api.clone(), watcher_config.clone(), {
+                let vcs = vc_store.clone();
+                move |cv: ClusterVersion| users_of(&vcs, &cv.name_any())
+            })
+            .watches(
+                Api::<PartialObjectMeta<Service>>::all(client.clone()),
+                watcher::Config::default().labels(&managed_selector()),
+                |service| owner_of(&service.metadata),
+            )
+            .watches(
+                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                watcher::Config::default(),
+                {
+                    let vcs = vc_store.clone();
+                    move |secret: PartialObjectMeta<Secret>| secret_users(&vcs, &secret)
+                },
+            )
+            .watches(
+                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                watcher::Config::default().labels(&managed_selector()),
+                |namespace| owner_of(&namespace.metadata),
+            )
+            .watches(
+                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                watcher::Config::default().labels(LABEL_VC_NAME),
+                tenant_namespace_owner,
+            )
+            .reconcile_all_on(leadership_stream(became_leader_rx.clone()))
+            .graceful_shutdown_on(shutdown_signal());
+        let cv_controller = cv_controller
+            .with_config(controller::Config::default().concurrency(4))
+            .watches(vc_api, watcher_config, {
+                let cvs = cv_store.clone();
+                move |vc: VirtualCluster| versions_of(&cvs, &vc)
+            })
+            .reconcile_all_on(leadership_stream(became_leader_rx))
+            .graceful_shutdown_on(shutdown_signal());
+
+        let mut registry = Registry::with_prefix("vc_manager");
+        metrics.register(&mut registry, vc_store.clone());
+        let registry = Arc::new(registry);
+
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some(address) = admin_address {
+            let registry = registry.clone();
+            let health = health.clone();
+            let stop = shutdown_signal();
+            tasks.spawn(async move {
+                vc_runtime::admin::serve(address, registry, health, stop)
+                    .await
+                    .map_err(Error::Runtime)
+            });
+        }
+        {
+            let health = health.clone();
+            let (vcs, cvs, sts) = (vc_store.clone(), cv_store.clone(), sts_store.clone());
+            tasks.spawn(async move {
+                let _ = vcs.wait_until_ready().await;
+                let _ = cvs.wait_until_ready().await;
+                let _ = sts.wait_until_ready().await;
+                health.set_ready(true);
+                tracing::info!("caches synced");
+                Ok(())
+            });
+        }
+        if let Some(election) = leader_election {
+            let client = client.clone();
+            let leader = leader.clone();
+            let metrics = metrics.clone();
+            tasks.spawn(async move {
+                let mut leadership = vc_runtime::leader::Leadership::acquire(
+                    client,
+                    &election.namespace,
+                    LEASE_NAME,
+                    election.lease_duration,
+                )
+                .await
+                .map_err(Error::Runtime)?;
+                leader.set(true);
+                metrics.set_leader(true);
+                became_leader_tx.send_modify(|n| *n += 1);
+                let lost = leadership.lost().await;
+                leader.set(false);
+                metrics.set_leader(false);
+                Err(Error::Runtime(lost))
+            });
+        } else {
+            drop(became_leader_tx);
+        }
+
+        let controllers = {
+            let context = context.clone();
+            async move {
+                let vcs = vc_controller
+                    .run(
+                        virtual_cluster::reconcile,
+                        virtual_cluster::error_policy,
+                        context.clone(),
+                    )
+                    .for_each(|result| async move {
+                        if let Err(error) = result {
+                            log_controller_error("virtualcluster", &error);
+                        }
+                    });
+                let cvs = cv_controller
+                    .run(cluster_version::reconcile, cluster_version::error_policy, context)
+                    .for_each(|result| async move {
+                        if let Err(error) = result {
+                            log_controller_error("clusterversion", &error);
+                        }
+                    });
+                futures::join!(vcs, cvs);
+            }
+        };
+        tokio::pin!(controllers);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = shutdown_tx.send(true);
+        };
+        tokio::pin!(shutdown);
+
+        let outcome = loop {
+            tokio::select! {
+                () = &mut shutdown => {
+                    // Let the controllers finish what they are doing.
+                    (&mut controllers).await;
+                    break Ok(());
+                }
+                () = &mut controllers => break Ok(()),
+                Some(finished) = tasks.join_next() => match finished {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(error)) => break Err(error),
+                    Err(join_error) => {
+                        tracing::error!(error = %join_error, "vc-manager task panicked");
+                        health.set_dead();
+                        continue;
+                    }
+                },
+            }
+        };
+        health.set_ready(false);
+        tasks.abort_all();
+        outcome
+    }
+}
+
+fn log_controller_error<E, Q>(controller: &str, error: &controller::Error<E, Q>)
+where
+    E: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
+    match error {
+        // Already logged by the error policy with the object's name.
+        controller::Error::ReconcilerFailed(..) => {}
+        other => tracing::warn!(controller, error = other as &dyn std::error::Error, "controller"),
+    }
+}
+
+/// A stream that yields each time leadership is (re)gained.
+fn leadership_stream(rx: watch::Receiver<u64>) -> impl futures::Stream<Item = ()> + Send + 'static {
+    stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+}
+
+/// VirtualClusters provisioned from ClusterVersion `name`.
+fn users_of(vcs: &Store<VirtualCluster>, name: &str) -> Vec<ObjectRef<VirtualCluster>> {
+    vcs.state()
+        .iter()
+        .filter(|vc| vc.spec.cluster_version_name.as_deref() == Some(name))
+        .map(|vc| ObjectRef::from_obj(vc.as_ref()))
+        .collect()
+}
+
+/// ClusterVersions whose status must change because of a VirtualCluster: the one it uses and any that
+/// still list it.
+fn versions_of(cvs: &Store<ClusterVersion>, vc: &VirtualCluster) -> Vec<ObjectRef<ClusterVersion>> {
+    let mut refs: Vec<ObjectRef<ClusterVersion>> = vc
+        .spec
+        .cluster_version_name
+        .iter()
+        .map(|name| ObjectRef::new(name))
+        .collect();
+    let (namespace, name) = (vc.namespace().unwrap_or_default(), vc.name_any());
+    refs.extend(
+        cvs.state()
+            .iter()
+            .filter(|cv| {
+                cv.status.as_ref().is_some_and(|s| {
+                    s.virtual_clusters
+                        .iter()
+                        .any(|u| u.namespace == namespace && u.name == name)
+                })
+            })
+            .map(|cv| ObjectRef::from_obj(cv.as_ref())),
+    );
+    refs
+}
+
+/// VirtualClusters a Secret matters to: the one it was made for, or adopted ones reading their kubeconfig
+/// from it.
+fn secret_users(
+    vcs: &Store<VirtualCluster>,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<VirtualCluster>> {
+    if secret
+        .labels()
+        .get(crds::wellknown::LABEL_MANAGED_BY)
+        .map(String::as_str)
+        == Some(crate::identity::MANAGED_BY)
+    {
+        return owner_of(&secret.metadata).into_iter().collect();
+    }
+    let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+    vcs.state()
+        .iter()
+        .filter(|vc| vc.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|vc| matches!(vc.adoption(), Some(Adoption::Secret(r)) if r.name == name))
+        .map(|vc| ObjectRef::from_obj(vc.as_ref()))
+        .collect()
+}
+
+/// A syncer tenant namespace matters to its VirtualCluster only while it is being deleted (deletion waits
+/// for it).
+fn tenant_namespace_owner(namespace: PartialObjectMeta<Namespace>) -> Option<ObjectRef<VirtualCluster>> {
+    namespace.metadata.deletion_timestamp.as_ref()?;
+    let labels = namespace.labels();
+    let name = labels.get(LABEL_VC_NAME)?;
+    let vc_namespace = labels.get(crds::wellknown::LABEL_VC_NAMESPACE)?;
+    Some(ObjectRef::new(name).within(vc_namespace))
+}

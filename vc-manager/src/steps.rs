@@ -1,0 +1,264 @@
+//! Reconcile steps shared by provisioned and adopted tenants: the root namespace, the PKI Secrets, the
+//! status and the events that go with them.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use crds::{
+    ClusterPhase, VirtualCluster,
+    wellknown::{ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, FIELD_MANAGER_VC_MANAGER},
+};
+use k8s_openapi::{
+    api::core::v1::{Namespace, Secret},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{events::EventType, reflector::ObjectRef},
+};
+
+use crate::{
+    Error, Result,
+    context::Context,
+    identity::TenantIdentity,
+    status::{ConditionState, DesiredStatus},
+    tenant_pki::{self, Change, Lifetimes, PkiInput, PkiPlan, Scope},
+};
+
+/// Server-side apply under vc-manager's field manager, taking over fields others changed (drift repair).
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER_VC_MANAGER).force()
+}
+
+/// Now, Unix seconds.
+pub fn now() -> i64 {
+    Timestamp::now().as_second()
+}
+
+/// State of the root namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootNamespace {
+    /// It exists with vc-manager's labels and annotations.
+    Ready {
+        /// It was created by this call.
+        created: bool,
+    },
+    /// It is being deleted (by someone else); it is recreated once gone.
+    Terminating,
+}
+
+/// Creates or repairs the root namespace. Refuses a namespace of that name that belongs to another
+/// VirtualCluster.
+pub async fn ensure_root_namespace(identity: &TenantIdentity, ctx: &Context) -> Result<RootNamespace> {
+    let api: Api<Namespace> = Api::all(ctx.client.clone());
+    let name = identity.root_namespace();
+    let failed = |source| Error::RootNamespace {
+        namespace: name.to_owned(),
+        source,
+    };
+    let existing = api.get_opt(name).await.map_err(failed)?;
+    let labels = identity.labels();
+    let annotations = identity.root_namespace_annotations();
+    if let Some(namespace) = &existing {
+        let have = namespace.annotations();
+        if let Some(owner_uid) = have.get(ANNOTATION_VC_UID)
+            && owner_uid != &identity.vc_uid
+        {
+            return Err(Error::RootNamespaceConflict {
+                namespace: name.to_owned(),
+                owner: format!(
+                    "{}/{}",
+                    have.get(ANNOTATION_VC_NAMESPACE).map_or("?", String::as_str),
+                    have.get(ANNOTATION_VC_NAME).map_or("?", String::as_str)
+                ),
+                owner_uid: owner_uid.clone(),
+            });
+        }
+        if namespace.meta().deletion_timestamp.is_some() {
+            return Ok(RootNamespace::Terminating);
+        }
+        let contains = |have: &BTreeMap<String, String>, want: &BTreeMap<String, String>| {
+            want.iter().all(|(k, v)| have.get(k) == Some(v))
+        };
+        if contains(namespace.labels(), &labels) && contains(have, &annotations) {
+            return Ok(RootNamespace::Ready { created: false });
+        }
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.patch(name, &apply_params(), &Patch::Apply(&namespace))
+        .await
+        .map_err(failed)?;
+    Ok(RootNamespace::Ready {
+        created: existing.is_none(),
+    })
+}
+
+/// Reads the root namespace's Secrets, writes those the plan changes, announces the changes and records
+/// certificate expiries. Returns the plan and the Secrets as they now are.
+pub async fn apply_pki(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    scope: &Scope,
+    ctx: &Context,
+) -> Result<(PkiPlan, BTreeMap<String, Secret>)> {
+    let namespace = identity.root_namespace();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut secrets: BTreeMap<String, Secret> = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::SecretList {
+            namespace: namespace.to_owned(),
+            source,
+        })?
+        .items
+        .into_iter()
+        .map(|s| (s.name_any(), s))
+        .collect();
+    let plan = tenant_pki::plan(
+        &secrets,
+        &PkiInput {
+            identity,
+            lifetimes: Lifetimes::for_days(vc.spec.pki_expire_days),
+            now: now(),
+            scope,
+        },
+    )?;
+    for planned in plan.changed() {
+        let name = planned.name();
+        api.patch(name, &apply_params(), &Patch::Apply(&planned.secret))
+            .await
+            .map_err(|source| Error::SecretApply {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?;
+        tracing::info!(secret = name, namespace, change = ?planned.change, "wrote Secret");
+    }
+    for planned in &plan.secrets {
+        secrets.insert(planned.name().to_owned(), planned.secret.clone());
+    }
+    announce_pki(vc, namespace, &plan, ctx).await;
+    ctx.metrics
+        .set_expiries(&ObjectRef::from_obj(vc), plan.expiries.clone());
+    Ok((plan, secrets))
+}
+
+async fn announce_pki(vc: &VirtualCluster, namespace: &str, plan: &PkiPlan, ctx: &Context) {
+    let mut created = Vec::new();
+    let mut renewed = Vec::new();
+    let mut replaced = Vec::new();
+    let mut updated = Vec::new();
+    for planned in plan.changed() {
+        let name = planned.name().to_owned();
+        match &planned.change {
+            Some(Change::Created) => created.push(name),
+            Some(Change::Renewed(why)) => renewed.push(format!("{name} ({why})")),
+            Some(Change::Replaced(why)) => replaced.push(format!("{name} ({why})")),
+            Some(Change::Updated) => updated.push(name),
+            None => {}
+        }
+    }
+    let regarding = vc.object_ref(&());
+    let announcements = [
+        (created, EventType::Normal, "CertificatesIssued", "created"),
+        (renewed, EventType::Normal, "CertificatesRenewed", "renewed"),
+        (
+            replaced,
+            EventType::Warning,
+            "CertificatesReplaced",
+            "replaced unusable",
+        ),
+        (updated, EventType::Normal, "SecretsUpdated", "updated"),
+    ];
+    for (names, type_, reason, verb) in announcements {
+        if !names.is_empty() {
+            let note = format!("{verb} Secrets in {namespace}: {}", names.join(", "));
+            ctx.publish(&regarding, type_, reason, "Provision", note).await;
+        }
+    }
+}
+
+/// When to reconcile a healthy tenant again: at the resync interval, or when the next certificate is due.
+pub fn requeue_after(interval: Duration, next_renewal: Option<i64>) -> Duration {
+    let until_renewal = next_renewal
+        .map(|at| Duration::from_secs(u64::try_from(at - now()).unwrap_or(0).max(1)))
+        .unwrap_or(interval);
+    interval.min(until_renewal)
+}
+
+/// Writes the status if it changed and announces phase and condition changes (`announce`: false when the
+/// caller publishes a failure event of its own).
+pub async fn write_status(
+    vc: &VirtualCluster,
+    desired: &DesiredStatus,
+    ctx: &Context,
+    announce: bool,
+) -> Result<()> {
+    if !desired.differs_from(vc) {
+        return Ok(());
+    }
+    let api: Api<VirtualCluster> = Api::namespaced(ctx.client.clone(), &vc.namespace().unwrap_or_default());
+    api.patch_status(
+        &vc.name_any(),
+        &apply_params(),
+        &Patch::Apply(desired.patch(vc, Timestamp::now())),
+    )
+    .await
+    .map_err(|source| Error::StatusApply {
+        kind: "VirtualCluster",
+        name: format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any()),
+        source,
+    })?;
+    if announce {
+        announce_status(vc, desired, ctx).await;
+    }
+    Ok(())
+}
+
+async fn announce_status(vc: &VirtualCluster, desired: &DesiredStatus, ctx: &Context) {
+    let regarding = vc.object_ref(&());
+    for (condition, held_before) in desired.transitions(vc) {
+        let ConditionState {
+            type_,
+            reason,
+            message,
+            ..
+        } = &condition;
+        if condition.is_true() {
+            ctx.publish(&regarding, EventType::Normal, type_, "Provision", message.clone())
+                .await;
+        } else if held_before {
+            ctx.publish(
+                &regarding,
+                EventType::Warning,
+                reason,
+                "Provision",
+                format!("{type_} is no longer true: {message}"),
+            )
+            .await;
+        }
+    }
+    if vc.phase() != Some(desired.phase) {
+        let type_ = match desired.phase {
+            ClusterPhase::Error => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        ctx.publish(
+            &regarding,
+            type_,
+            desired.phase.as_str(),
+            "Provision",
+            format!("phase {}: {}", desired.phase, desired.message),
+        )
+        .await;
+    }
+}
