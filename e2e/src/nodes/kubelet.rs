@@ -1,4 +1,5 @@
-//! A kubelet's HTTPS API for simulated nodes: logs, run, pods, stats and resource metrics.
+//! A kubelet's HTTPS API for simulated nodes: logs, run, pods, stats and resource metrics, and (in
+//! [`super::streaming`]) exec, attach and port-forward.
 
 use std::{collections::HashSet, convert::Infallible, sync::Arc, time::Duration};
 
@@ -25,7 +26,7 @@ use sha2::{Digest, Sha256};
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_rustls::TlsAcceptor;
 
-use super::pods_on;
+use super::{pods_on, streaming};
 use crate::{
     Error, Result,
     pki::{CertificateAuthority, Usage},
@@ -181,6 +182,7 @@ fn router(state: KubeletState) -> Router {
         .route("/run/{namespace}/{pod}/{uid}/{container}", post(run_with_uid))
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
+        .merge(streaming::routes())
         .with_state(state)
 }
 
@@ -218,6 +220,32 @@ impl KubeletState {
             ));
         }
         Ok(pod)
+    }
+}
+
+impl streaming::PodCheck for KubeletState {
+    fn check(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: Option<&str>,
+    ) -> Result<(), (StatusCode, String)> {
+        let found = match container {
+            Some(container) => self.find_container(namespace, pod, container)?,
+            None => self.find(namespace, pod).ok_or_else(|| {
+                (
+                    StatusCode::NOT_FOUND,
+                    format!("pod {namespace}/{pod} is not on this node\n"),
+                )
+            })?,
+        };
+        match uid {
+            Some(uid) if found.uid().as_deref() != Some(uid) => {
+                Err((StatusCode::NOT_FOUND, "pod uid does not match\n".to_owned()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

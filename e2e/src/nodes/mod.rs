@@ -5,6 +5,7 @@
 //! the deletion of their pods as a kubelet would, and serves a kubelet HTTPS API on loopback.
 
 mod kubelet;
+mod streaming;
 
 use std::{
     collections::{BTreeMap, HashSet},
