@@ -126,7 +126,15 @@ async fn exec_with_uid<S: PodCheck>(
     Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
     request: Request,
 ) -> Response {
-    start(pods, &namespace, &pod, Some(&uid), Some(&container), true, request)
+    start(
+        pods,
+        &namespace,
+        &pod,
+        Some(&uid),
+        Some(&container),
+        true,
+        request,
+    )
 }
 
 async fn attach<S: PodCheck>(
@@ -142,7 +150,15 @@ async fn attach_with_uid<S: PodCheck>(
     Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
     request: Request,
 ) -> Response {
-    start(pods, &namespace, &pod, Some(&uid), Some(&container), false, request)
+    start(
+        pods,
+        &namespace,
+        &pod,
+        Some(&uid),
+        Some(&container),
+        false,
+        request,
+    )
 }
 
 async fn port_forward<S: PodCheck>(
@@ -256,11 +272,7 @@ fn is_spdy(headers: &HeaderMap) -> bool {
 }
 
 /// Remote-command protocols the simulated kubelet speaks over SPDY, preferred first.
-const SPDY_EXEC_PROTOCOLS: &[&str] = &[
-    "v4.channel.k8s.io",
-    "v3.channel.k8s.io",
-    "v2.channel.k8s.io",
-];
+const SPDY_EXEC_PROTOCOLS: &[&str] = &["v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io"];
 const SPDY_PORT_FORWARD_PROTOCOL: &str = "portforward.k8s.io";
 
 fn spdy_upgrade(mut request: Request, session: Session) -> Response {
@@ -270,11 +282,7 @@ fn spdy_upgrade(mut request: Request, session: Session) -> Response {
         _ => SPDY_EXEC_PROTOCOLS,
     };
     // As apimachinery's handshake: the client's first protocol the server supports.
-    let Some(protocol) = offered
-        .iter()
-        .find(|p| supported.contains(&p.as_str()))
-        .cloned()
-    else {
+    let Some(protocol) = offered.iter().find(|p| supported.contains(&p.as_str())).cloned() else {
         return (
             StatusCode::FORBIDDEN,
             format!("unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}\n"),
@@ -333,7 +341,8 @@ fn websocket_upgrade(mut request: Request, session: Session) -> Response {
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+                let socket =
+                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
                 serve_websocket(socket, &negotiated, session).await;
             }
             Err(error) => tracing::debug!(%error, "WebSocket upgrade failed"),
@@ -410,7 +419,8 @@ async fn run_process(kind: &Kind, target: &str, tty: bool, mut io: ProcessIo) ->
                 Some("tty") => {
                     let mut size = "none".to_owned();
                     if let Some(resize) = io.resize.as_mut()
-                        && let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), resize.recv()).await
+                        && let Ok(Some(event)) =
+                            tokio::time::timeout(Duration::from_secs(5), resize.recv()).await
                         && let Ok(event) = serde_json::from_slice::<serde_json::Value>(&event)
                     {
                         size = format!("{}x{}", event["Width"], event["Height"]);
@@ -673,18 +683,27 @@ fn decode_header_block(block: &[u8]) -> io::Result<Headers> {
 }
 
 fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 #[derive(Debug, PartialEq)]
 enum Frame {
-    SynStream { stream_id: u32, fin: bool, headers: Headers },
-    Data { stream_id: u32, fin: bool, data: Bytes },
-    RstStream { stream_id: u32 },
-    Ping { id: u32 },
+    SynStream {
+        stream_id: u32,
+        fin: bool,
+        headers: Headers,
+    },
+    Data {
+        stream_id: u32,
+        fin: bool,
+        data: Bytes,
+    },
+    RstStream {
+        stream_id: u32,
+    },
+    Ping {
+        id: u32,
+    },
     GoAway,
     /// SYN_REPLY, HEADERS, SETTINGS, WINDOW_UPDATE and unknown types.
     Ignored,
@@ -695,7 +714,10 @@ fn be32(bytes: &[u8]) -> u32 {
 }
 
 /// Reads one frame; `None` at the end of the connection.
-async fn read_frame(reader: &mut (impl AsyncRead + Unpin), inflater: &mut HeaderInflater) -> io::Result<Option<Frame>> {
+async fn read_frame(
+    reader: &mut (impl AsyncRead + Unpin),
+    inflater: &mut HeaderInflater,
+) -> io::Result<Option<Frame>> {
     let mut head = [0u8; 8];
     match reader.read_exact(&mut head).await {
         Ok(_) => {}
@@ -741,7 +763,9 @@ async fn read_frame(reader: &mut (impl AsyncRead + Unpin), inflater: &mut Header
         }
         TYPE_PING => {
             need(4)?;
-            Frame::Ping { id: be32(&payload[0..4]) }
+            Frame::Ping {
+                id: be32(&payload[0..4]),
+            }
         }
         TYPE_GOAWAY => Frame::GoAway,
         _ => Frame::Ignored,
@@ -854,11 +878,7 @@ async fn read_frames<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     inbound: rx,
                 });
             }
-            Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } => {
+            Frame::Data { stream_id, fin, data } => {
                 if let Some(tx) = inbound.get(&stream_id)
                     && !data.is_empty()
                 {
@@ -898,7 +918,12 @@ async fn serve_spdy<IO: AsyncRead + AsyncWrite + Send + 'static>(io: IO, protoco
     }));
     let (new_streams_tx, new_streams) = mpsc::unbounded_channel();
     let highest = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let reading = tokio::spawn(read_frames(reader, writer.clone(), new_streams_tx, highest.clone()));
+    let reading = tokio::spawn(read_frames(
+        reader,
+        writer.clone(),
+        new_streams_tx,
+        highest.clone(),
+    ));
     match session.kind {
         Kind::PortForward => spdy_port_forward(&writer, new_streams, &session.target).await,
         _ => spdy_process(&writer, new_streams, protocol, &session).await,
@@ -1013,7 +1038,13 @@ async fn spdy_port_forward<W: AsyncWrite + Unpin + Send + 'static>(
             let banner = format!("{target}:{port}\n");
             connections.spawn(async move {
                 let mut data = data;
-                if writer.lock().await.data(data.id, banner.as_bytes(), false).await.is_err() {
+                if writer
+                    .lock()
+                    .await
+                    .data(data.id, banner.as_bytes(), false)
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 while let Some(bytes) = data.inbound.recv().await {
@@ -1130,7 +1161,10 @@ async fn websocket_port_forward<IO: AsyncRead + AsyncWrite + Unpin + Send + 'sta
         let mut first = port.to_le_bytes().to_vec();
         first.extend_from_slice(banner.as_bytes());
         if sink.send(channel_message(data, &first)).await.is_err()
-            || sink.send(channel_message(error, &port.to_le_bytes())).await.is_err()
+            || sink
+                .send(channel_message(error, &port.to_le_bytes()))
+                .await
+                .is_err()
         {
             return;
         }
@@ -1176,13 +1210,18 @@ mod tests {
         let mut inflater = HeaderInflater::new();
         for round in 0..3 {
             let requestid = round.to_string();
-            let block = encode_header_block(&[("streamType", "data"), ("port", "8080"), ("requestID", &requestid)]);
+            let block = encode_header_block(&[
+                ("streamType", "data"),
+                ("port", "8080"),
+                ("requestID", &requestid),
+            ]);
             let compressed = deflater.deflate(&block).expect("deflate");
             // The first block carries the dictionary id in its zlib header (FDICT).
             if round == 0 {
                 assert_eq!(compressed[1] & 0x20, 0x20);
             }
-            let headers = decode_header_block(&inflater.inflate(&compressed).expect("inflate")).expect("decode");
+            let headers =
+                decode_header_block(&inflater.inflate(&compressed).expect("inflate")).expect("decode");
             assert_eq!(
                 headers,
                 [
@@ -1205,7 +1244,10 @@ mod tests {
 
     impl<W: AsyncWrite + Unpin> TestClient<W> {
         async fn syn_stream(&mut self, id: u32, headers: &[(&str, &str)], fin: bool) {
-            let block = self.deflater.deflate(&encode_header_block(headers)).expect("deflate");
+            let block = self
+                .deflater
+                .deflate(&encode_header_block(headers))
+                .expect("deflate");
             let mut payload = id.to_be_bytes().to_vec();
             payload.extend_from_slice(&0u32.to_be_bytes());
             payload.extend_from_slice(&[0, 0]);
@@ -1217,14 +1259,18 @@ mod tests {
 
         async fn data(&mut self, id: u32, data: &[u8], fin: bool) {
             let mut head = id.to_be_bytes().to_vec();
-            head.extend_from_slice(&((u32::from(if fin { FLAG_FIN } else { 0 }) << 24) | data.len() as u32).to_be_bytes());
+            head.extend_from_slice(
+                &((u32::from(if fin { FLAG_FIN } else { 0 }) << 24) | data.len() as u32).to_be_bytes(),
+            );
             self.io.write_all(&head).await.expect("write");
             self.io.write_all(data).await.expect("write");
         }
     }
 
     /// Reads frames until the server closes, collecting DATA per stream and noting FINs and replies.
-    async fn drain(reader: &mut (impl AsyncRead + Unpin)) -> (HashMap<u32, Vec<u8>>, Vec<u32>, Vec<u32>, bool) {
+    async fn drain(
+        reader: &mut (impl AsyncRead + Unpin),
+    ) -> (HashMap<u32, Vec<u8>>, Vec<u32>, Vec<u32>, bool) {
         let mut inflater = HeaderInflater::new();
         let mut data: HashMap<u32, Vec<u8>> = HashMap::new();
         let mut fins = Vec::new();
@@ -1269,7 +1315,11 @@ mod tests {
             stderr: true,
             tty: false,
         };
-        let task = tokio::spawn(serve_spdy(server, "v4.channel.k8s.io", session(Kind::Exec(vec!["cat".into()]), options)));
+        let task = tokio::spawn(serve_spdy(
+            server,
+            "v4.channel.k8s.io",
+            session(Kind::Exec(vec!["cat".into()]), options),
+        ));
         let (mut read, write) = tokio::io::split(client);
         let mut client = TestClient {
             io: write,
@@ -1287,7 +1337,10 @@ mod tests {
         assert_eq!(data.get(&5).map(Vec::as_slice), Some(&b"hello spdy"[..]));
         let status: serde_json::Value = serde_json::from_slice(&data[&1]).expect("status");
         assert_eq!(status["status"], "Success");
-        assert!(fins.contains(&1) && fins.contains(&5) && fins.contains(&7), "{fins:?}");
+        assert!(
+            fins.contains(&1) && fins.contains(&5) && fins.contains(&7),
+            "{fins:?}"
+        );
         assert!(goaway);
     }
 
@@ -1328,11 +1381,19 @@ mod tests {
             deflater: HeaderDeflater::new().expect("deflater"),
         };
         client
-            .syn_stream(1, &[("streamType", "error"), ("port", "8080"), ("requestID", "0")], false)
+            .syn_stream(
+                1,
+                &[("streamType", "error"), ("port", "8080"), ("requestID", "0")],
+                false,
+            )
             .await;
         client.data(1, b"", true).await;
         client
-            .syn_stream(3, &[("streamType", "data"), ("port", "8080"), ("requestID", "0")], false)
+            .syn_stream(
+                3,
+                &[("streamType", "data"), ("port", "8080"), ("requestID", "0")],
+                false,
+            )
             .await;
         client.data(3, b"ping", true).await;
         // GOAWAY from the client ends the session.
