@@ -32,3 +32,6 @@ pub mod virtual_cluster;
 pub use context::{Context, Settings};
 pub use error::{Error, Result};
 pub use run::{LeaderElection, Manager};
+
+#[cfg(test)]
+mod mock_tests;

@@ -66,6 +66,7 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
     let inputs = RenderInputs::new(vc, secrets.values());
     let mut components = Vec::new();
     let mut previous: Option<(Component, bool)> = None;
+    let mut changes = StatefulSetChanges::default();
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     for component in Component::ALL {
         let desired = render::render_statefulset(component, &cv, identity, &inputs);
@@ -89,11 +90,12 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
                 name: name.clone(),
                 source,
             })?;
-        announce_statefulset(vc, component, cached.as_deref(), &applied, ctx).await;
+        changes.record(vc, component, cached.as_deref(), &applied);
         let state = ComponentState::of(&applied);
         previous = Some((component, state.is_ready()));
         components.push((component, state));
     }
+    changes.announce(vc, ctx).await;
 
     let (phase, reason, message) = status::native_phase(vc.phase(), &components);
     let next_renewal = plan
@@ -240,71 +242,112 @@ fn network(
     })
 }
 
-/// Events for StatefulSets that were created, restored after being deleted, or moved to another
-/// ClusterVersion.
-async fn announce_statefulset(
-    vc: &VirtualCluster,
-    component: Component,
-    before: Option<&StatefulSet>,
-    after: &StatefulSet,
-    ctx: &Context,
-) {
-    let regarding = vc.object_ref(&());
-    let name = format!("{}/{}", after.namespace().unwrap_or_default(), after.name_any());
-    let was_provisioned = matches!(vc.phase(), Some(ClusterPhase::Running | ClusterPhase::Updating));
-    let Some(before) = before else {
-        if after.meta().generation == Some(1) {
-            let (type_, reason, note) = if was_provisioned {
-                (
-                    EventType::Warning,
-                    "StatefulSetRestored",
-                    format!("restored the {component} StatefulSet {name}, which had been deleted"),
-                )
-            } else {
-                (
-                    EventType::Normal,
-                    "StatefulSetCreated",
-                    format!("created the {component} StatefulSet {name}"),
-                )
-            };
-            ctx.publish(&regarding, type_, reason, "Provision", note).await;
+/// What applying the StatefulSets changed, for events (one per kind of change: the event recorder merges
+/// events of the same reason).
+#[derive(Debug, Default)]
+struct StatefulSetChanges {
+    created: Vec<(Component, String)>,
+    restored: Vec<(Component, String)>,
+    upgraded: Vec<Component>,
+    upgrade: Option<((String, String), (String, String))>,
+    updated: Vec<Component>,
+}
+
+impl StatefulSetChanges {
+    fn record(
+        &mut self,
+        vc: &VirtualCluster,
+        component: Component,
+        before: Option<&StatefulSet>,
+        after: &StatefulSet,
+    ) {
+        let name = format!("{}/{}", after.namespace().unwrap_or_default(), after.name_any());
+        let Some(before) = before else {
+            if after.meta().generation == Some(1) {
+                match vc.phase() {
+                    Some(ClusterPhase::Running | ClusterPhase::Updating) => {
+                        self.restored.push((component, name))
+                    }
+                    _ => self.created.push((component, name)),
+                }
+            }
+            return;
+        };
+        let version = |sts: &StatefulSet| {
+            let annotations = sts.annotations();
+            (
+                annotations
+                    .get(ANNOTATION_CLUSTER_VERSION)
+                    .cloned()
+                    .unwrap_or_default(),
+                annotations
+                    .get(ANNOTATION_CLUSTER_VERSION_GENERATION)
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        };
+        let (old, new) = (version(before), version(after));
+        if old != new && !old.0.is_empty() {
+            self.upgraded.push(component);
+            self.upgrade = Some((old, new));
+        } else if before.meta().generation < after.meta().generation {
+            self.updated.push(component);
         }
-        return;
-    };
-    let version = |sts: &StatefulSet| {
-        let annotations = sts.annotations();
-        (
-            annotations
-                .get(ANNOTATION_CLUSTER_VERSION)
-                .cloned()
-                .unwrap_or_default(),
-            annotations
-                .get(ANNOTATION_CLUSTER_VERSION_GENERATION)
-                .cloned()
-                .unwrap_or_default(),
-        )
-    };
-    let (old, new) = (version(before), version(after));
-    if old != new && !old.0.is_empty() {
-        ctx.publish(
-            &regarding,
-            EventType::Normal,
-            "Upgrading",
-            "Upgrade",
-            format!(
-                "rolling {component} from ClusterVersion {} (generation {}) to {} (generation {})",
-                old.0, old.1, new.0, new.1
-            ),
-        )
-        .await;
-    } else if before.meta().generation < after.meta().generation {
-        ctx.publish(
-            &regarding,
-            EventType::Normal,
-            "StatefulSetUpdated",
-            "Provision",
-            format!("updated the {component} StatefulSet {name} (rotated Secrets or a reverted edit)"),
-        )
-        .await;
+    }
+
+    async fn announce(self, vc: &VirtualCluster, ctx: &Context) {
+        let regarding = vc.object_ref(&());
+        for (component, name) in self.created {
+            ctx.publish(
+                &regarding,
+                EventType::Normal,
+                &format!("{}Created", component.camel()),
+                "Provision",
+                format!("created the {component} StatefulSet {name}"),
+            )
+            .await;
+        }
+        for (component, name) in self.restored {
+            ctx.publish(
+                &regarding,
+                EventType::Warning,
+                &format!("{}Restored", component.camel()),
+                "Provision",
+                format!("restored the {component} StatefulSet {name}, which had been deleted"),
+            )
+            .await;
+        }
+        let names =
+            |components: &[Component]| components.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
+        if let Some((old, new)) = &self.upgrade {
+            ctx.publish(
+                &regarding,
+                EventType::Normal,
+                "Upgrading",
+                "Upgrade",
+                format!(
+                    "rolling {} from ClusterVersion {} (generation {}) to {} (generation {})",
+                    names(&self.upgraded),
+                    old.0,
+                    old.1,
+                    new.0,
+                    new.1
+                ),
+            )
+            .await;
+        }
+        if !self.updated.is_empty() {
+            ctx.publish(
+                &regarding,
+                EventType::Normal,
+                "StatefulSetsUpdated",
+                "Provision",
+                format!(
+                    "updated the {} StatefulSet(s): rotated Secrets or a reverted edit",
+                    names(&self.updated)
+                ),
+            )
+            .await;
+        }
     }
 }

@@ -59,6 +59,15 @@ impl Component {
         }
     }
 
+    /// The component in CamelCase, for condition and event reasons.
+    pub fn camel(self) -> &'static str {
+        match self {
+            Self::Etcd => "Etcd",
+            Self::ApiServer => "APIServer",
+            Self::ControllerManager => "ControllerManager",
+        }
+    }
+
     /// The VirtualCluster condition reporting this component.
     pub fn condition(self) -> &'static str {
         use crds::wellknown::{

@@ -168,7 +168,7 @@ impl ComponentState {
         match *self {
             Self::Waiting { on } => ConditionState::unmet(
                 type_,
-                &format!("WaitingFor{}", camel(on)),
+                &format!("WaitingFor{}", on.camel()),
                 format!("{component} starts once {on} is ready"),
             ),
             Self::Observed {
@@ -194,14 +194,6 @@ impl ComponentState {
                 }
             }
         }
-    }
-}
-
-fn camel(component: Component) -> &'static str {
-    match component {
-        Component::Etcd => "Etcd",
-        Component::ApiServer => "APIServer",
-        Component::ControllerManager => "ControllerManager",
     }
 }
 

@@ -224,6 +224,15 @@ pub async fn write_status(
     Ok(())
 }
 
+/// `EtcdReady` → `EtcdNotReady`, `Ready` → `NotReady`: each condition falls with its own event reason,
+/// because the event recorder merges events of the same reason into one series.
+fn not_ready_reason(condition: &str) -> String {
+    match condition.strip_suffix("Ready") {
+        Some(prefix) => format!("{prefix}NotReady"),
+        None => format!("{condition}False"),
+    }
+}
+
 async fn announce_status(vc: &VirtualCluster, desired: &DesiredStatus, ctx: &Context) {
     let regarding = vc.object_ref(&());
     for (condition, held_before) in desired.transitions(vc) {
@@ -240,9 +249,9 @@ async fn announce_status(vc: &VirtualCluster, desired: &DesiredStatus, ctx: &Con
             ctx.publish(
                 &regarding,
                 EventType::Warning,
-                reason,
+                &not_ready_reason(type_),
                 "Provision",
-                format!("{type_} is no longer true: {message}"),
+                format!("{type_} is no longer true ({reason}): {message}"),
             )
             .await;
         }
