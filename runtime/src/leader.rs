@@ -55,6 +55,18 @@ impl Leadership {
         name: &str,
         duration: Duration,
     ) -> Result<Self, Error> {
+        Self::acquire_as(client, namespace, name, duration, identity()).await
+    }
+
+    /// Like [`acquire`](Self::acquire) under an explicit identity, for several candidates in one process
+    /// (tests running two replicas in process).
+    pub async fn acquire_as(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        duration: Duration,
+        identity: String,
+    ) -> Result<Self, Error> {
         let lease_error = |source| Error::Lease {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -63,14 +75,14 @@ impl Leadership {
         let duration_secs = duration.as_secs().max(3);
         let manager = LeaseManagerBuilder::new(client, name)
             .with_namespace(namespace)
-            .with_identity(identity())
+            .with_identity(identity.clone())
             .with_duration(duration_secs)
             .with_grace((duration_secs / 3).max(1))
             .build()
             .await
             .map_err(lease_error)?;
         let (mut state, task) = manager.watch().await;
-        tracing::info!(lease = %format!("{namespace}/{name}"), identity = %identity(), "waiting for leadership");
+        tracing::info!(lease = %format!("{namespace}/{name}"), identity = %identity, "waiting for leadership");
         while !*state.borrow_and_update() {
             if state.changed().await.is_err() {
                 return Err(Error::LeaseTaskEnded {
