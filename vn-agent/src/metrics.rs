@@ -1,5 +1,8 @@
 //! vn-agent's metrics, registered under the `vn_agent` prefix.
 
+/// The registry and encoder the metrics work with, for embedders (the binary, tests) that serve them.
+pub use prometheus_client::{encoding::text::encode, registry::Registry};
+
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{
@@ -8,7 +11,6 @@ use prometheus_client::{
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
-    registry::Registry,
 };
 
 /// Labels of a finished request.
@@ -142,8 +144,6 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use prometheus_client::encoding::text::encode;
-
     use super::*;
 
     #[test]

@@ -276,7 +276,7 @@ impl ServerCertVerifier for SkipKubeletVerification {
 }
 
 /// The client side towards the kubelet: vn-agent's certificate, the kubelet's checked against its CA
-/// (unless told not to), HTTP/1.1 only so that upgrades work.
+/// (unless told not to). ALPN is left to the connector, which offers HTTP/1.1 only so upgrades work.
 pub fn kubelet_client_config(
     identity: Arc<KeyPairSource>,
     server_ca: &KubeletServerCa,
@@ -288,7 +288,7 @@ pub fn kubelet_client_config(
             context: "kubelet client protocol versions".into(),
             source,
         })?;
-    let mut config = match server_ca {
+    let config = match server_ca {
         KubeletServerCa::File(path) => {
             let mut roots = RootCertStore::empty();
             for cert in read_chain(path, "kubelet CA")? {
@@ -306,7 +306,6 @@ pub fn kubelet_client_config(
             .with_custom_certificate_verifier(Arc::new(SkipKubeletVerification { provider }))
             .with_client_cert_resolver(identity),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 

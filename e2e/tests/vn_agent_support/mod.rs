@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod metrics_api;
+
 use std::{
     path::{Path, PathBuf},
     process::Stdio,

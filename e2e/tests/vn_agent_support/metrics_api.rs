@@ -1,0 +1,243 @@
+//! A minimal metrics-server for a tenant: serves `metrics.k8s.io/v1beta1` as an aggregated API, computed
+//! from each vNode's kubelet `/stats/summary`, scraped the way metrics-server scrapes kubelets: at the
+//! vNode's InternalIP and kubelet port (vn-agent), with the tenant's kubelet-client certificate
+//! (metrics-server's `--kubelet-client-certificate`). That is the path `kubectl top pod` takes in a
+//! tenant. (The apiserver's `nodes/proxy` refuses loopback node addresses, which every node here has.)
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+    service::TowerToHyperService,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client, api::ListParams};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use serde_json::{Value, json};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_rustls::TlsAcceptor;
+
+#[derive(Clone)]
+struct Scraper {
+    tenant: Client,
+    kubelets: e2e::http_client::HttpsClient,
+}
+
+/// The aggregated API server; stops when dropped.
+pub struct MetricsApi {
+    port: u16,
+    task: JoinHandle<()>,
+}
+
+impl Drop for MetricsApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MetricsApi {
+    /// Serves on a loopback port; finds vNodes through `tenant` and scrapes them trusting `kubelet_ca`
+    /// with the client certificate `identity`.
+    pub async fn start(
+        tenant: Client,
+        kubelet_ca: &str,
+        identity: &e2e::pki::CertifiedKey,
+    ) -> anyhow::Result<Self> {
+        let scraper = Scraper {
+            tenant,
+            kubelets: e2e::http_client::HttpsClient::new(kubelet_ca, Some(identity))?,
+        };
+        let ca = e2e::pki::CertificateAuthority::new("metrics-api")?;
+        let serving = ca.issue(
+            "metrics-server",
+            &[],
+            &["localhost", "127.0.0.1"],
+            e2e::pki::Usage::Server,
+        )?;
+        let certs =
+            CertificateDer::pem_slice_iter(serving.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())?;
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(certs, key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let port = listener.local_addr()?.port();
+        let router = Router::new()
+            .route("/apis/metrics.k8s.io/v1beta1", get(resources))
+            .route("/apis/metrics.k8s.io/v1beta1/pods", get(all_pods))
+            .route(
+                "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
+                get(namespace_pods),
+            )
+            .route("/apis/metrics.k8s.io/v1beta1/nodes", get(nodes))
+            .with_state(scraper);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        let _ = auto::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router))
+                            .await;
+                    }
+                });
+            }
+        });
+        Ok(Self { port, task })
+    }
+
+    /// Registers the API in the tenant (an ExternalName Service to `localhost` and an APIService) and waits
+    /// until the tenant apiserver finds it available.
+    pub async fn register(&self, tenant: &Client) -> anyhow::Result<()> {
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "metrics-server", "namespace": "kube-system"},
+            "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": self.port}]}
+        });
+        e2e::apply::apply_yaml(tenant, &serde_json::to_string(&service)?, "kube-system").await?;
+        let api_service = json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": "v1beta1.metrics.k8s.io"},
+            "spec": {
+                "group": "metrics.k8s.io", "version": "v1beta1",
+                "service": {"namespace": "kube-system", "name": "metrics-server", "port": self.port},
+                "insecureSkipTLSVerify": true,
+                "groupPriorityMinimum": 100, "versionPriority": 100
+            }
+        });
+        e2e::apply::apply_yaml(tenant, &serde_json::to_string(&api_service)?, "").await?;
+        e2e::wait::until_true(Duration::from_secs(60), "metrics API available", || {
+            let tenant = tenant.clone();
+            async move {
+                let request = http::Request::get("/apis/metrics.k8s.io/v1beta1").body(Vec::new());
+                match request {
+                    Ok(request) => tenant.request_text(request).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await
+        .context("the tenant apiserver never served metrics.k8s.io")?;
+        Ok(())
+    }
+}
+
+async fn resources() -> Json<Value> {
+    Json(json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "metrics.k8s.io/v1beta1",
+        "resources": [
+            {"name": "pods", "singularName": "", "namespaced": true, "kind": "PodMetrics", "verbs": ["get", "list"]},
+            {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get", "list"]}
+        ]
+    }))
+}
+
+/// Every vNode's summary, from its kubelet endpoint.
+async fn summaries(scraper: &Scraper) -> anyhow::Result<Vec<Value>> {
+    let nodes = Api::<Node>::all(scraper.tenant.clone())
+        .list(&ListParams::default())
+        .await?;
+    let mut summaries = Vec::new();
+    for node in nodes.items {
+        let status = node.status.unwrap_or_default();
+        let address = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+            .context("vNode without an InternalIP")?;
+        let port = status
+            .daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|e| e.port)
+            .context("vNode without a kubelet port")?;
+        let url = format!("https://{address}:{port}/stats/summary?only_cpu_and_memory=true");
+        let (code, body) = scraper.kubelets.get(&url).await?;
+        anyhow::ensure!(code == 200, "GET {url}: {code} {body}");
+        summaries.push(serde_json::from_str(&body)?);
+    }
+    Ok(summaries)
+}
+
+fn usage(stats: &Value) -> Value {
+    json!({
+        "cpu": format!("{}n", stats["cpu"]["usageNanoCores"].as_u64().unwrap_or(0)),
+        "memory": format!("{}", stats["memory"]["workingSetBytes"].as_u64().unwrap_or(0)),
+    })
+}
+
+async fn pod_metrics(scraper: &Scraper, namespace: Option<&str>) -> Response {
+    let summaries = match summaries(scraper).await {
+        Ok(summaries) => summaries,
+        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    };
+    // One agent serves every simulated node here, so each vNode's summary lists the same pods: once each.
+    let unique: std::collections::BTreeMap<(String, String), Value> = summaries
+        .iter()
+        .flat_map(|s| s["pods"].as_array().cloned().unwrap_or_default())
+        .filter(|pod| namespace.is_none_or(|ns| pod["podRef"]["namespace"] == ns))
+        .map(|pod| {
+            let key = (
+                pod["podRef"]["namespace"].as_str().unwrap_or("").to_owned(),
+                pod["podRef"]["name"].as_str().unwrap_or("").to_owned(),
+            );
+            (key, pod)
+        })
+        .collect();
+    let items: Vec<Value> = unique
+        .into_values()
+        .map(|pod| {
+            json!({
+                "metadata": {"name": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]},
+                "timestamp": pod["cpu"]["time"], "window": "10s",
+                "containers": pod["containers"].as_array().cloned().unwrap_or_default().iter()
+                    .map(|c| json!({"name": c["name"], "usage": usage(c)}))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    Json(json!({"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}))
+        .into_response()
+}
+
+async fn all_pods(State(scraper): State<Scraper>) -> Response {
+    pod_metrics(&scraper, None).await
+}
+
+async fn namespace_pods(State(scraper): State<Scraper>, Path(namespace): Path<String>) -> Response {
+    pod_metrics(&scraper, Some(&namespace)).await
+}
+
+async fn nodes(State(scraper): State<Scraper>) -> Response {
+    let summaries = match summaries(&scraper).await {
+        Ok(summaries) => summaries,
+        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    };
+    let items: Vec<Value> = summaries
+        .iter()
+        .map(|s| {
+            json!({
+                "metadata": {"name": s["node"]["nodeName"]},
+                "timestamp": s["node"]["cpu"]["time"], "window": "10s",
+                "usage": usage(&s["node"])
+            })
+        })
+        .collect();
+    Json(json!({"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}))
+        .into_response()
+}
