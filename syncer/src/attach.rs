@@ -177,22 +177,46 @@ async fn connect(kubeconfig: &str) -> Result<(Client, Option<String>, String), F
     });
     let server = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
-    match client.apiserver_version().await {
-        Ok(version) => Ok((client, ca_pem, version.git_version)),
-        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(failure(
+    let version = check(&client, &format!("at {server}")).await?;
+    Ok((client, ca_pem, version))
+}
+
+/// Asks the tenant apiserver for its version (is it there?) and lists one namespace (does it accept the
+/// credentials?): `/version` alone answers anonymous callers too.
+async fn check(client: &Client, which: &str) -> Result<String, Failure> {
+    let refused = |status: &kube::core::Status| {
+        failure(
             "TenantUnauthorized",
             format!(
-                "the tenant apiserver at {server} refused the kubeconfig's credentials ({})",
-                status.code
+                "the tenant apiserver {which} refused the kubeconfig's credentials ({} {})",
+                status.code, status.message
             ),
-        )),
-        Err(error) => Err(failure(
+        )
+    };
+    let unreachable = |error: &kube::Error| {
+        failure(
             "TenantUnreachable",
             format!(
-                "the tenant apiserver at {server} did not answer: {}",
-                error_chain(&error)
+                "the tenant apiserver {which} did not answer: {}",
+                error_chain(error)
             ),
-        )),
+        )
+    };
+    let version = match client.apiserver_version().await {
+        Ok(version) => version.git_version,
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+            return Err(refused(&status));
+        }
+        Err(error) => return Err(unreachable(&error)),
+    };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(version),
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(refused(&status)),
+        Err(error) => Err(unreachable(&error)),
     }
 }
 
@@ -347,7 +371,7 @@ async fn supervise_one(
             enter(&ctx, Some("waiting"));
             None
         } else {
-            match attach_or_check(&ctx, &vc, &identity, &mut attached).await {
+            match attach_or_check(&ctx, &vc, &identity, &mut attached, retry > RETRY_MIN).await {
                 Ok(version) => {
                     enter(&ctx, Some("attached"));
                     retry = RETRY_MIN;
@@ -392,6 +416,7 @@ async fn attach_or_check(
     vc: &VirtualCluster,
     identity: &TenantIdentity,
     attached: &mut Option<(Arc<Tenant>, String)>,
+    recovering: bool,
 ) -> Result<String, Failure> {
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc).await?;
     let print = fingerprint(&kubeconfig);
@@ -399,24 +424,16 @@ async fn attach_or_check(
     if let Some((tenant, current)) = attached.as_ref()
         && *current == print
     {
-        if tenant.update_settings(settings, &ctx.queues) {
+        if tenant.update_settings(settings.clone(), &ctx.queues) {
             tracing::info!(vc = %identity.vc_ref(), "tenant settings updated");
         }
-        return match tenant.client.apiserver_version().await {
-            Ok(version) => Ok(version.git_version),
-            // Watches keep retrying on their own; the tenant stays attached and catches up when it is back.
-            Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(failure(
-                "TenantUnauthorized",
-                format!(
-                    "the tenant apiserver refused the syncer's credentials ({})",
-                    status.code
-                ),
-            )),
-            Err(error) => Err(failure(
-                "TenantUnreachable",
-                format!("the tenant apiserver did not answer: {}", error_chain(&error)),
-            )),
-        };
+        // During an outage the tenant stays attached and its watches retry on their own, with a backoff
+        // that may have grown long; once the apiserver answers again, fresh watches catch up at once.
+        let version = check(&tenant.client, &format!("of {}", identity.vc_ref())).await?;
+        if !recovering {
+            return Ok(version);
+        }
+        tracing::info!(vc = %identity.vc_ref(), "tenant apiserver answers again; restarting its watches");
     }
     let (client, ca_pem, version) = connect(&kubeconfig).await?;
     if attached.take().is_some() {
@@ -431,6 +448,10 @@ async fn attach_or_check(
         &ctx.queues,
         ctx.config.sync_ingresses,
     );
+    tokio::spawn({
+        let tenant = tenant.clone();
+        async move { tenant.become_ready().await }
+    });
     if let Some(previous) = ctx.tenants.insert(tenant.clone()) {
         previous.stop();
     }

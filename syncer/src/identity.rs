@@ -22,6 +22,9 @@ pub const ANNOTATION_SYNC_HASH: &str = "tenancy.x-k8s.io/sync-hash";
 /// Key prefixes a tenant may not set on super objects: they carry identity.
 const RESERVED_PREFIXES: &[&str] = &["tenancy.x-k8s.io/", "transparency.tenancy.x-k8s.io/"];
 
+/// Label every namespace carries with its own name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// Annotations never copied down: large, and meaningless in the super cluster.
 const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
 
@@ -119,6 +122,10 @@ pub fn super_namespace_metadata(
 ) -> ObjectMeta {
     let mut meta = super_metadata(tenant, identity, opaque_prefixes, None, true);
     meta.name = tenant.name.as_deref().map(|n| identity.super_namespace(n));
+    // The apiserver sets this label to the namespace's own name; the tenant's value cannot stay.
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.remove(NAMESPACE_NAME_LABEL);
+    }
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     annotations.insert(ANNOTATION_VC_UID.to_owned(), identity.vc_uid.clone());
     annotations.insert(

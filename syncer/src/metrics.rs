@@ -3,8 +3,6 @@
 //! Labels are a fixed set of words (resource, direction, operation, result) plus the tenant, which is one
 //! series per VirtualCluster: its series are removed when the tenant is detached.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{
@@ -247,10 +245,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Total writes to the super cluster so far.
-    pub fn super_writes_total(&self) -> u64 {
-        let total = AtomicU64::new(0);
-        for resource in [
+    /// Writes to the super cluster so far, by resource and verb (non-zero only).
+    pub fn super_write_counts(&self) -> Vec<(&'static str, &'static str, u64)> {
+        const RESOURCES: [&str; 9] = [
             "namespace",
             "pod",
             "service",
@@ -260,14 +257,24 @@ impl Metrics {
             "serviceaccount",
             "persistentvolumeclaim",
             "ingress",
-        ] {
+        ];
+        let mut counts = Vec::new();
+        for resource in RESOURCES {
             for verb in ["apply", "delete"] {
                 if let Some(counter) = self.super_writes.get(&WriteLabels { resource, verb }) {
-                    total.fetch_add(counter.get(), std::sync::atomic::Ordering::Relaxed);
+                    let count = counter.get();
+                    if count > 0 {
+                        counts.push((resource, verb, count));
+                    }
                 }
             }
         }
-        total.into_inner()
+        counts
+    }
+
+    /// Total writes to the super cluster so far.
+    pub fn super_writes_total(&self) -> u64 {
+        self.super_write_counts().iter().map(|(_, _, n)| n).sum()
     }
 
     /// Removes a detached tenant's series.

@@ -74,6 +74,9 @@ pub async fn scan(ctx: &Context) -> Findings {
     let started = Instant::now();
     let mut findings = Findings::default();
     for tenant in ctx.tenants.all() {
+        if !tenant.is_ready() {
+            continue;
+        }
         findings += scan_namespaces(ctx, &tenant);
         findings += scan_kind::<ServiceAccount>(ctx, &tenant);
         findings += scan_kind::<ConfigMap>(ctx, &tenant);

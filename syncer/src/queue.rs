@@ -279,6 +279,16 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
                 .sum::<usize>()
     }
 
+    /// Items queued or in progress (not counting delayed ones), over all tenants.
+    pub fn pending(&self) -> usize {
+        let state = self.lock();
+        state
+            .tenants
+            .values()
+            .map(|s| s.fifo.len() + s.processing.len())
+            .sum()
+    }
+
     /// Whether nothing is queued, delayed or in progress.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

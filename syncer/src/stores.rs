@@ -59,18 +59,23 @@ where
         .default_backoff()
         .modify(move |o| trim(o))
         .reflect(writer);
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                    on_change(&object, Change::Applied)
+    // The task carries the caller's span, so its log lines say which cluster they are about.
+    let span = tracing::Span::current();
+    let task = tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                        on_change(&object, Change::Applied)
+                    }
+                    Ok(watcher::Event::Delete(object)) => on_change(&object, Change::Deleted),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                    Err(error) => tracing::debug!(resource, %error, "watch interrupted; retrying"),
                 }
-                Ok(watcher::Event::Delete(object)) => on_change(&object, Change::Deleted),
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-                Err(error) => tracing::debug!(resource, %error, "watch interrupted; retrying"),
             }
-        }
-    });
+        },
+        span,
+    ));
     (reader, task)
 }

@@ -73,6 +73,7 @@ impl SuperStores {
         sync_ingresses: bool,
     ) -> Self {
         let ours = watcher::Config::default().labels(LABEL_VC_NAME);
+        let _span = tracing::info_span!("super").entered();
         let mut tasks = Vec::new();
 
         macro_rules! downward {

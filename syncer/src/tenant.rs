@@ -80,6 +80,7 @@ pub struct Tenant {
     /// Caches.
     pub stores: TenantStores,
     settings: RwLock<Arc<TenantSettings>>,
+    ready: std::sync::atomic::AtomicBool,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -115,6 +116,7 @@ impl Tenant {
         sync_ingresses: bool,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
+        let _span = tracing::info_span!("tenant", vc = %identity.vc_ref()).entered();
         let mut tasks = Vec::new();
         let all = watcher::Config::default();
 
@@ -198,8 +200,22 @@ impl Tenant {
                 priority_classes,
             },
             settings: RwLock::new(Arc::new(settings)),
+            ready: std::sync::atomic::AtomicBool::new(false),
             tasks,
         })
+    }
+
+    /// Whether every cache has listed the tenant once. Until then the tenant's items wait: an empty cache
+    /// would read as "deleted in the tenant".
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits for the caches, then marks the tenant ready.
+    pub async fn become_ready(&self) {
+        self.wait_ready().await;
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
+        tracing::info!(tenant = %self.identity.vc_ref(), "tenant caches synced");
     }
 
     /// The current settings.

@@ -34,6 +34,9 @@ impl<T> Default for Backoff<T> {
     }
 }
 
+/// How long items of a tenant whose caches are still filling wait before they are looked at again.
+const NOT_READY_DELAY: Duration = Duration::from_millis(300);
+
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(120);
 
@@ -139,6 +142,13 @@ async fn process_down(ctx: &Context, backoff: &Backoff<DownItem>, work: &Work<Do
         ctx.queues.down.charge(&work.tenant, -1.0);
         return;
     };
+    if !tenant.is_ready() {
+        ctx.queues.down.charge(&work.tenant, -1.0);
+        ctx.queues
+            .down
+            .add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
+        return;
+    }
     let started = Instant::now();
     let result = sync_down_item(ctx, &tenant, &work.item).await;
     record(
@@ -192,6 +202,12 @@ async fn process_up(ctx: &Context, backoff: &Backoff<UpItem>, work: &Work<UpItem
     let Some(tenant) = ctx.tenants.get(&work.tenant) else {
         return;
     };
+    if !tenant.is_ready() {
+        ctx.queues
+            .up
+            .add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
+        return;
+    }
     let started = Instant::now();
     let result = sync_up_item(ctx, &tenant, &work.item).await;
     record(

@@ -262,7 +262,10 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     Ok(Outcome::Updated { writes: 1 })
                 }
                 None => {
-                    let namespace_writes = namespace::ensure(ctx, tenant, &item.namespace).await?;
+                    let Some(namespace_writes) = namespace::ensure(ctx, tenant, &item.namespace).await?
+                    else {
+                        return Ok(namespace::waiting_for_namespace(&item.namespace));
+                    };
                     apply(ctx, &api, desired, None).await?;
                     Ok(Outcome::Created {
                         writes: 1 + namespace_writes,

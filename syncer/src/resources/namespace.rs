@@ -87,16 +87,25 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
 }
 
 /// Makes sure the super namespace of `tenant_namespace` exists before an object is created in it;
-/// returns the writes made (0 or 1).
-pub async fn ensure(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
+/// returns the writes made (0 or 1), or `None` while the tenant namespace is not in the cache yet (right
+/// after a tenant attaches, caches fill in any order).
+pub async fn ensure(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<Option<u32>> {
     let super_name = tenant.identity.super_namespace(tenant_namespace);
     if ctx.supers.namespaces.get(&ObjectRef::new(&super_name)).is_some() {
-        return Ok(0);
+        return Ok(Some(0));
     }
     let Some(namespace) = tenant.stores.namespaces.get(&ObjectRef::new(tenant_namespace)) else {
-        return Ok(0);
+        return Ok(None);
     };
     let api: Api<Namespace> = Api::all(ctx.super_client.clone());
     apply(ctx, &api, desired(ctx, tenant, &namespace), None).await?;
-    Ok(1)
+    Ok(Some(1))
+}
+
+/// The outcome of an object that waits for its namespace.
+pub fn waiting_for_namespace(namespace: &str) -> Outcome {
+    Outcome::Waiting {
+        reason: format!("tenant namespace {namespace} is not in the cache yet"),
+        retry_after: Some(std::time::Duration::from_millis(500)),
+    }
 }

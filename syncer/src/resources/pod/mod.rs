@@ -284,7 +284,10 @@ async fn create_admitted(
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     let namespace = tenant_pod.namespace().unwrap_or_default();
-    // Tokens first: if the tenant cannot issue them, nothing is created yet.
+    let Some(mut writes) = namespace::ensure(ctx, tenant, &namespace).await? else {
+        return Ok(namespace::waiting_for_namespace(&namespace));
+    };
+    // Tokens before the pod: if the tenant cannot issue them, the pod is not created yet.
     let minted = match converted.needs_secret {
         true => Some(
             token::mint(
@@ -297,7 +300,6 @@ async fn create_admitted(
         ),
         false => None,
     };
-    let mut writes = namespace::ensure(ctx, tenant, &namespace).await?;
     let mut pod = converted.pod;
     identity::stamp(&mut pod, |p| p.meta_mut());
     let created = apply(ctx, api, pod, None).await?;
@@ -400,7 +402,12 @@ async fn update(
     let mut writes = 0;
     // Dependencies that changed since creation do not move a running pod; only mutable fields follow.
     let endpoints = tenant_endpoints(ctx, tenant).unwrap_or_default();
-    if let Ok(converted) = convert(ctx, tenant, tenant_pod, &endpoints) {
+    // The syncer bound the tenant pod to its vNode: that node name is not the tenant's request.
+    let mut unbound = tenant_pod.clone();
+    if let Some(spec) = unbound.spec.as_mut() {
+        spec.node_name = None;
+    }
+    if let Ok(converted) = convert(ctx, tenant, &unbound, &endpoints) {
         let mut desired = converted.pod.clone();
         identity::stamp(&mut desired, |p| p.meta_mut());
         let in_sync = identity::recorded_hash(desired.meta()) == identity::recorded_hash(super_pod.meta())

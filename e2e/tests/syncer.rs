@@ -1,0 +1,1165 @@
+//! The syncer against a real super cluster and real tenant masters (kube-apiserver + controller-manager
+//! each), with simulated nodes.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::{Context as _, bail};
+use crds::{VirtualCluster, wellknown};
+use e2e::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster},
+    wait,
+};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    authentication::v1::{TokenReview, TokenReviewSpec},
+    core::v1::{
+        ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+        Service, ServiceAccount,
+    },
+    scheduling::v1::PriorityClass,
+    storage::v1::StorageClass,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use syncer::{Metrics, Syncer, SyncerConfig};
+use vc_runtime::admin::Health;
+
+const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn config() -> SyncerConfig {
+    SyncerConfig {
+        patrol_interval: Duration::from_secs(3),
+        vnode_grace: Duration::from_secs(3),
+        tenant_health_period: Duration::from_secs(2),
+        downward_workers: 8,
+        upward_workers: 8,
+        token_ttl_seconds: 600,
+        sync_ingresses: true,
+        ..Default::default()
+    }
+}
+
+async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result<Syncer> {
+    // Shown with --nocapture; RUST_LOG=syncer=debug for detail.
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    Ok(Syncer::start(
+        tenancy.super_client(),
+        config,
+        Arc::new(Metrics::default()),
+        Health::new(),
+    )
+    .await?)
+}
+
+/// Creates an object from JSON (`namespace` for namespaced kinds).
+async fn create<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    mut object: serde_json::Value,
+) -> anyhow::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    object["apiVersion"] = json!(K::api_version(&()));
+    object["kind"] = json!(K::kind(&()));
+    let resource = kube::discovery::ApiResource::erase::<K>(&());
+    let api: Api<kube::api::DynamicObject> = match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: kube::api::DynamicObject = serde_json::from_value(object)?;
+    let name = object.name_any();
+    let created = api
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating {} {name}", K::kind(&())))?;
+    Ok(created.try_parse::<K>()?)
+}
+
+/// Waits until `check` holds for the object (or for its absence, when it gets `None`).
+async fn until<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> anyhow::Result<Option<K>>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    F: Fn(Option<&K>) -> bool,
+{
+    let found = wait::until(PATIENCE, what, || {
+        let api = api.clone();
+        let name = name.to_owned();
+        let check = &check;
+        async move {
+            let object = api.get_opt(&name).await.ok()?;
+            check(object.as_ref()).then_some(object)
+        }
+    })
+    .await?;
+    Ok(found)
+}
+
+async fn tenant_synced(tenancy: &Tenancy, name: &str, status: &str) -> anyhow::Result<VirtualCluster> {
+    let api: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let vc = until(&api, name, &format!("{name} TenantSynced={status}"), |vc| {
+        vc.and_then(|vc| vc.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == wellknown::CONDITION_TENANT_SYNCED && c.status == status)
+        })
+    })
+    .await?;
+    vc.context("VirtualCluster")
+}
+
+fn annotation<'a, K: Resource>(object: &'a K, key: &str) -> Option<&'a str> {
+    object.meta().annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn super_api<K>(tenancy: &Tenancy, tenant: &TenantMaster, namespace: &str) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    Api::namespaced(tenancy.super_client(), &tenant.super_namespace(namespace))
+}
+
+/// Objects every test tenant gets: a namespace and a kube-dns Service, as a tenant running CoreDNS has.
+async fn seed(tenant: &TenantMaster, namespace: &str) -> anyhow::Result<()> {
+    let client = tenant.client();
+    create::<Namespace>(&client, None, json!({"metadata": {"name": namespace}})).await?;
+    if Api::<Service>::namespaced(client.clone(), "kube-system")
+        .get_opt("kube-dns")
+        .await?
+        .is_none()
+    {
+        create::<Service>(
+            &client,
+            Some("kube-system"),
+            json!({"metadata": {"name": "kube-dns"}, "spec": {"selector": {"k8s-app": "kube-dns"}, "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+        )
+        .await?;
+    }
+    // The controller-manager creates the default ServiceAccount pods need.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+    until(&accounts, "default", "default ServiceAccount", |sa| sa.is_some()).await?;
+    Ok(())
+}
+
+fn pod_json(name: &str, labels: serde_json::Value, image: &str) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{
+            "name": "main", "image": image,
+            "env": [{"name": "MY_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+        }]}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()> {
+    if !e2e::require("every_kind_syncs_down_and_up_without_collisions", NEEDS) {
+        return Ok(());
+    }
+    let tenancy = Tenancy::start(TenancyOptions::default()).await?;
+    let _syncer = start_syncer(&tenancy, config()).await?;
+    for name in tenancy.names() {
+        tenant_synced(&tenancy, &name, "True").await?;
+    }
+    let (a, b) = (tenancy.tenant("tenant-0"), tenancy.tenant("tenant-1"));
+    assert_ne!(a.super_namespace("shop"), b.super_namespace("shop"));
+
+    // The same namespace and object names in both tenants.
+    for tenant in [a, b] {
+        seed(tenant, "shop").await?;
+        let client = tenant.client();
+        create::<ConfigMap>(
+            &client,
+            Some("shop"),
+            json!({"metadata": {"name": "settings"}, "data": {"owner": tenant.name}}),
+        )
+        .await?;
+        create::<Secret>(
+            &client,
+            Some("shop"),
+            json!({"metadata": {"name": "creds"}, "stringData": {"password": tenant.name}}),
+        )
+        .await?;
+        create::<ServiceAccount>(&client, Some("shop"), json!({"metadata": {"name": "robot"}})).await?;
+        create::<Service>(&client, Some("shop"), json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})).await?;
+        create::<Service>(
+            &client,
+            Some("shop"),
+            json!({"metadata": {"name": "database"}, "spec": {"ports": [{"port": 5432}]}}),
+        )
+        .await?;
+        create::<Endpoints>(&client, Some("shop"), json!({"metadata": {"name": "database"}, "subsets": [{"addresses": [{"ip": "10.20.30.40"}], "ports": [{"port": 5432}]}]})).await?;
+        create::<PersistentVolumeClaim>(&client, Some("shop"), json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}})).await?;
+        create::<Pod>(
+            &client,
+            Some("shop"),
+            pod_json("web-1", json!({"app": "web"}), "nginx:1"),
+        )
+        .await?;
+    }
+
+    for tenant in [a, b] {
+        // Down: every kind, with identity metadata, in the tenant's own super namespace.
+        let config_maps = super_api::<ConfigMap>(&tenancy, tenant, "shop");
+        let cm = until(&config_maps, "settings", "super ConfigMap", |c| c.is_some())
+            .await?
+            .context("cm")?;
+        assert_eq!(cm.data.as_ref().and_then(|d| d.get("owner")), Some(&tenant.name));
+        assert_eq!(
+            annotation(&cm, wellknown::ANNOTATION_CLUSTER),
+            Some(tenant.cluster_key.as_str())
+        );
+        assert_eq!(annotation(&cm, wellknown::ANNOTATION_NAMESPACE), Some("shop"));
+        assert_eq!(cm.labels().get(wellknown::LABEL_VC_NAME), Some(&tenant.name));
+        let tenant_cm = Api::<ConfigMap>::namespaced(tenant.client(), "shop")
+            .get("settings")
+            .await?;
+        assert_eq!(
+            annotation(&cm, wellknown::ANNOTATION_UID),
+            tenant_cm.uid().as_deref()
+        );
+
+        let secret = until(
+            &super_api::<Secret>(&tenancy, tenant, "shop"),
+            "creds",
+            "super Secret",
+            |s| s.is_some(),
+        )
+        .await?
+        .context("secret")?;
+        assert_eq!(
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("password"))
+                .map(|b| b.0.clone()),
+            Some(tenant.name.as_bytes().to_vec())
+        );
+        let sa = until(
+            &super_api::<ServiceAccount>(&tenancy, tenant, "shop"),
+            "robot",
+            "super ServiceAccount",
+            |s| s.is_some(),
+        )
+        .await?
+        .context("sa")?;
+        assert_eq!(sa.automount_service_account_token, Some(false));
+        let services = super_api::<Service>(&tenancy, tenant, "shop");
+        let svc = until(&services, "web", "super Service", |s| s.is_some())
+            .await?
+            .context("svc")?;
+        let tenant_svc = Api::<Service>::namespaced(tenant.client(), "shop")
+            .get("web")
+            .await?;
+        let tenant_ip = tenant_svc.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+        assert_eq!(
+            annotation(&svc, wellknown::ANNOTATION_TENANT_CLUSTER_IP).map(str::to_owned),
+            tenant_ip
+        );
+        let super_ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.clone())
+            .context("super cluster IP")?;
+        assert_eq!(
+            svc.spec.as_ref().and_then(|s| s.ports.clone()).map(|p| p[0].port),
+            Some(80)
+        );
+        let endpoints = until(
+            &super_api::<Endpoints>(&tenancy, tenant, "shop"),
+            "database",
+            "super Endpoints",
+            |e| e.is_some(),
+        )
+        .await?
+        .context("ep")?;
+        assert_eq!(
+            endpoints
+                .subsets
+                .as_ref()
+                .and_then(|s| s[0].addresses.clone())
+                .map(|a| a[0].ip.clone()),
+            Some("10.20.30.40".into())
+        );
+        until(
+            &super_api::<PersistentVolumeClaim>(&tenancy, tenant, "shop"),
+            "data",
+            "super PVC",
+            |c| c.is_some(),
+        )
+        .await?;
+
+        // Up: the super cluster IP on the tenant Service.
+        let tenant_services = Api::<Service>::namespaced(tenant.client(), "shop");
+        until(&tenant_services, "web", "super IP annotation", |s| {
+            s.and_then(|s| annotation(s, wellknown::ANNOTATION_SUPER_CLUSTER_IP)) == Some(super_ip.as_str())
+        })
+        .await?;
+
+        // Pods: rewritten for the super cluster, then Running in the tenant on a vNode.
+        let super_pods = super_api::<Pod>(&tenancy, tenant, "shop");
+        let pod = until(&super_pods, "web-1", "super pod", |p| p.is_some())
+            .await?
+            .context("pod")?;
+        assert_eq!(
+            pod.labels().get(wellknown::LABEL_CLUSTER),
+            Some(&tenant.cluster_key)
+        );
+        let spec = pod.spec.clone().context("spec")?;
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        let dns_ip =
+            Api::<Service>::namespaced(tenancy.super_client(), &tenant.super_namespace("kube-system"))
+                .get("kube-dns")
+                .await?
+                .spec
+                .and_then(|s| s.cluster_ip);
+        assert_eq!(
+            spec.dns_config
+                .as_ref()
+                .and_then(|d| d.nameservers.clone())
+                .map(|n| n[0].clone()),
+            dns_ip
+        );
+        let env = spec.containers[0].env.clone().unwrap_or_default();
+        let apiserver_ip =
+            Api::<Service>::namespaced(tenancy.super_client(), &tenant.super_namespace("default"))
+                .get("kubernetes")
+                .await?
+                .spec
+                .and_then(|s| s.cluster_ip);
+        assert_eq!(
+            env.iter()
+                .find(|e| e.name == "KUBERNETES_SERVICE_HOST")
+                .and_then(|e| e.value.clone()),
+            apiserver_ip
+        );
+        assert_eq!(
+            env.iter()
+                .find(|e| e.name == "MY_NAMESPACE")
+                .and_then(|e| e.value.clone())
+                .as_deref(),
+            Some("shop")
+        );
+
+        let tenant_pods = Api::<Pod>::namespaced(tenant.client(), "shop");
+        let running = until(&tenant_pods, "web-1", "tenant pod Running", |p| {
+            p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .await?
+        .context("tenant pod")?;
+        let node = running
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .context("bound")?;
+        assert!(tenancy.nodes.nodes().contains(&node));
+        assert!(running.status.as_ref().and_then(|s| s.pod_ip.clone()).is_some());
+        let vnode = Api::<Node>::all(tenant.client()).get(&node).await?;
+        assert_eq!(
+            vnode
+                .labels()
+                .get(wellknown::LABEL_VIRTUAL_NODE)
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(vnode.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        let status = vnode.status.context("vNode status")?;
+        assert_eq!(
+            status
+                .daemon_endpoints
+                .and_then(|d| d.kubelet_endpoint)
+                .map(|e| e.port),
+            Some(10550)
+        );
+        assert_eq!(
+            status.capacity.as_ref().map(|c| c["cpu"].0.clone()).as_deref(),
+            Some("64")
+        );
+
+        // The pod's token is a tenant token bound to the tenant pod.
+        let token_secret = until(
+            &super_api::<Secret>(&tenancy, tenant, "shop"),
+            "web-1.vc-token",
+            "token Secret",
+            |s| s.is_some(),
+        )
+        .await?
+        .context("token secret")?;
+        let data = token_secret.data.clone().context("token data")?;
+        let token_key = data
+            .keys()
+            .find(|k| k.starts_with("token"))
+            .context("a token")?
+            .clone();
+        let token = String::from_utf8(data[&token_key].0.clone())?;
+        assert_eq!(data.get("namespace").map(|b| b.0.clone()), Some(b"shop".to_vec()));
+        let review = Api::<TokenReview>::all(tenant.client())
+            .create(
+                &PostParams::default(),
+                &TokenReview {
+                    spec: TokenReviewSpec {
+                        token: Some(token),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let review = review.status.context("review status")?;
+        assert_eq!(review.authenticated, Some(true), "{review:?}");
+        assert_eq!(
+            review.user.and_then(|u| u.username).as_deref(),
+            Some("system:serviceaccount:shop:default")
+        );
+        assert_eq!(
+            token_secret.owner_references().first().map(|o| o.uid.clone()),
+            pod.uid()
+        );
+    }
+
+    // Tenants never see each other: the pods in the two super namespaces are each tenant's own.
+    let a_pod = super_api::<Pod>(&tenancy, a, "shop").get("web-1").await?;
+    let b_pod = super_api::<Pod>(&tenancy, b, "shop").get("web-1").await?;
+    assert_ne!(
+        annotation(&a_pod, wellknown::ANNOTATION_UID),
+        annotation(&b_pod, wellknown::ANNOTATION_UID)
+    );
+
+    // Updates flow down: data, labels, images.
+    let patch = PatchParams::default();
+    Api::<ConfigMap>::namespaced(a.client(), "shop")
+        .patch(
+            "settings",
+            &patch,
+            &Patch::Merge(json!({"data": {"owner": "changed"}})),
+        )
+        .await?;
+    until(
+        &super_api::<ConfigMap>(&tenancy, a, "shop"),
+        "settings",
+        "updated ConfigMap",
+        |c| {
+            c.and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get("owner"))
+                .map(String::as_str)
+                == Some("changed")
+        },
+    )
+    .await?;
+    Api::<Pod>::namespaced(a.client(), "shop")
+        .patch("web-1", &patch, &Patch::Strategic(json!({"metadata": {"labels": {"tier": "front"}}, "spec": {"containers": [{"name": "main", "image": "nginx:2"}]}})))
+        .await?;
+    until(
+        &super_api::<Pod>(&tenancy, a, "shop"),
+        "web-1",
+        "updated pod",
+        |p| {
+            p.is_some_and(|p| {
+                p.labels().get("tier").map(String::as_str) == Some("front")
+                    && p.spec.as_ref().map(|s| s.containers[0].image.clone()) == Some(Some("nginx:2".into()))
+            })
+        },
+    )
+    .await?;
+    // ...and tenant b is untouched.
+    let b_cm = super_api::<ConfigMap>(&tenancy, b, "shop")
+        .get("settings")
+        .await?;
+    assert_eq!(b_cm.data.as_ref().and_then(|d| d.get("owner")), Some(&b.name));
+
+    // A 63-character namespace round-trips through its shortened super name.
+    let long = "n".repeat(63);
+    seed(a, &long).await?;
+    create::<Pod>(&a.client(), Some(&long), pod_json("deep", json!({}), "busybox")).await?;
+    let super_long = a.super_namespace(&long);
+    assert_eq!(super_long.len(), 63);
+    let long_ns = until(
+        &Api::<Namespace>::all(tenancy.super_client()),
+        &super_long,
+        "shortened namespace",
+        |n| n.is_some(),
+    )
+    .await?
+    .context("ns")?;
+    assert_eq!(
+        annotation(&long_ns, wellknown::ANNOTATION_NAMESPACE),
+        Some(long.as_str())
+    );
+    until(
+        &Api::<Pod>::namespaced(a.client(), &long),
+        "deep",
+        "pod in long namespace Running",
+        |p| p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running"),
+    )
+    .await?;
+
+    // Events about synced pods reach the tenant, with its own names.
+    let event = Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some("web-1.pulled".into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some("web-1".into()),
+            namespace: Some(a.super_namespace("shop")),
+            uid: a_pod.uid(),
+            ..Default::default()
+        },
+        reason: Some("Pulled".into()),
+        message: Some(format!("image pulled for {}/web-1", a.super_namespace("shop"))),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(tenancy.super_client(), &a.super_namespace("shop"))
+        .create(&PostParams::default(), &event)
+        .await?;
+    let tenant_events = Api::<Event>::namespaced(a.client(), "shop");
+    let copied = until(&tenant_events, "web-1.pulled", "event copied up", |e| e.is_some())
+        .await?
+        .context("event")?;
+    assert_eq!(copied.message.as_deref(), Some("image pulled for shop/web-1"));
+    let tenant_pod_uid = Api::<Pod>::namespaced(a.client(), "shop")
+        .get("web-1")
+        .await?
+        .uid();
+    assert_eq!(copied.involved_object.uid, tenant_pod_uid);
+
+    // Public storage and priority classes appear in every tenant.
+    create::<StorageClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "fast", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "provisioner": "example.com/fast"})).await?;
+    create::<PriorityClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "important", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "value": 1000})).await?;
+    for tenant in [a, b] {
+        until(
+            &Api::<StorageClass>::all(tenant.client()),
+            "fast",
+            "public StorageClass",
+            |s| s.is_some(),
+        )
+        .await?;
+        until(
+            &Api::<PriorityClass>::all(tenant.client()),
+            "important",
+            "public PriorityClass",
+            |p| p.is_some(),
+        )
+        .await?;
+    }
+
+    // A super PV bound to the tenant's claim: the claim is Bound in the tenant, with a PV of its own.
+    let super_claim = super_api::<PersistentVolumeClaim>(&tenancy, a, "shop")
+        .get("data")
+        .await?;
+    create::<PersistentVolume>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "pv-a"}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "hostPath": {"path": "/tmp/pv-a"},
+            "claimRef": {"namespace": a.super_namespace("shop"), "name": "data", "uid": super_claim.uid()}
+        }}),
+    )
+    .await?;
+    let tenant_claims = Api::<PersistentVolumeClaim>::namespaced(a.client(), "shop");
+    until(&tenant_claims, "data", "tenant claim Bound", |c| {
+        c.and_then(|c| c.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Bound")
+    })
+    .await?;
+    let tenant_pv = until(
+        &Api::<PersistentVolume>::all(a.client()),
+        "pv-a",
+        "tenant PV",
+        |p| p.is_some(),
+    )
+    .await?
+    .context("pv")?;
+    let claim_ref = tenant_pv.spec.and_then(|s| s.claim_ref).context("claimRef")?;
+    assert_eq!(
+        (claim_ref.namespace.as_deref(), claim_ref.name.as_deref()),
+        (Some("shop"), Some("data"))
+    );
+    assert!(
+        Api::<PersistentVolume>::all(b.client())
+            .get_opt("pv-a")
+            .await?
+            .is_none(),
+        "the other tenant must not see the PV"
+    );
+
+    // Deletes flow down, and a deleted pod's deletion completes in the tenant.
+    Api::<ConfigMap>::namespaced(a.client(), "shop")
+        .delete("settings", &DeleteParams::default())
+        .await?;
+    until(
+        &super_api::<ConfigMap>(&tenancy, a, "shop"),
+        "settings",
+        "super ConfigMap deleted",
+        |c| c.is_none(),
+    )
+    .await?;
+    Api::<Pod>::namespaced(a.client(), "shop")
+        .delete("web-1", &DeleteParams::default())
+        .await?;
+    until(
+        &super_api::<Pod>(&tenancy, a, "shop"),
+        "web-1",
+        "super pod deleted",
+        |p| p.is_none(),
+    )
+    .await?;
+    until(
+        &Api::<Pod>::namespaced(a.client(), "shop"),
+        "web-1",
+        "tenant pod gone",
+        |p| p.is_none(),
+    )
+    .await?;
+    until(
+        &super_api::<Secret>(&tenancy, a, "shop"),
+        "web-1.vc-token",
+        "token Secret collected",
+        |s| s.is_none(),
+    )
+    .await?;
+    // b still has its pod.
+    assert!(
+        super_api::<Pod>(&tenancy, b, "shop")
+            .get_opt("web-1")
+            .await?
+            .is_some()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_is_repaired_and_lost_pods_are_replaced() -> anyhow::Result<()> {
+    if !e2e::require("drift_is_repaired_and_lost_pods_are_replaced", NEEDS) {
+        return Ok(());
+    }
+    let tenancy = Tenancy::start(TenancyOptions {
+        tenants: 1,
+        ..Default::default()
+    })
+    .await?;
+    let _syncer = start_syncer(&tenancy, config()).await?;
+    tenant_synced(&tenancy, "tenant-0", "True").await?;
+    let tenant = tenancy.tenant("tenant-0");
+    seed(tenant, "app").await?;
+    let client = tenant.client();
+    create::<ConfigMap>(
+        &client,
+        Some("app"),
+        json!({"metadata": {"name": "config"}, "data": {"k": "v"}}),
+    )
+    .await?;
+    let config_maps = super_api::<ConfigMap>(&tenancy, tenant, "app");
+    until(&config_maps, "config", "super ConfigMap", |c| c.is_some()).await?;
+
+    // Edited behind the syncer's back: restored.
+    config_maps
+        .patch(
+            "config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "tampered"}})),
+        )
+        .await?;
+    until(&config_maps, "config", "ConfigMap restored", |c| {
+        c.and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("k"))
+            .map(String::as_str)
+            == Some("v")
+    })
+    .await?;
+    // Deleted behind its back: recreated.
+    config_maps.delete("config", &DeleteParams::default()).await?;
+    until(&config_maps, "config", "ConfigMap recreated", |c| c.is_some()).await?;
+    // An object claiming to be the tenant's without a tenant counterpart: removed.
+    let orphan: ConfigMap = serde_json::from_value(json!({
+        "metadata": {
+            "name": "orphan",
+            "labels": {(wellknown::LABEL_VC_NAME): "tenant-0", (wellknown::LABEL_VC_NAMESPACE): "default"},
+            "annotations": {(wellknown::ANNOTATION_CLUSTER): tenant.cluster_key, (wellknown::ANNOTATION_NAMESPACE): "app", (wellknown::ANNOTATION_UID): "gone"}
+        }
+    }))?;
+    config_maps.create(&PostParams::default(), &orphan).await?;
+    until(&config_maps, "orphan", "orphan removed", |c| c.is_none()).await?;
+
+    // A scheduled pod whose super pod disappears is replaced by its controller.
+    create::<Deployment>(
+        &client,
+        Some("app"),
+        json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}),
+    )
+    .await?;
+    let tenant_pods = Api::<Pod>::namespaced(client.clone(), "app");
+    let first = wait::until(PATIENCE, "deployment pod Running", || {
+        let api = tenant_pods.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels("app=web")).await.ok()?;
+            pods.items
+                .into_iter()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        }
+    })
+    .await?;
+    super_api::<Pod>(&tenancy, tenant, "app")
+        .delete(&first.name_any(), &DeleteParams::default().grace_period(0))
+        .await?;
+    let replacement = wait::until(PATIENCE, "replacement pod Running", || {
+        let api = tenant_pods.clone();
+        let old = first.name_any();
+        async move {
+            let pods = api.list(&ListParams::default().labels("app=web")).await.ok()?;
+            if pods.items.iter().any(|p| p.name_any() == old) {
+                return None;
+            }
+            pods.items
+                .into_iter()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        }
+    })
+    .await?;
+    assert_ne!(replacement.name_any(), first.name_any());
+
+    // The vNode goes once the tenant has no pod left on it (grace 3 s in this test).
+    let node = replacement
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .context("bound")?;
+    Api::<Deployment>::namespaced(client.clone(), "app")
+        .delete("web", &DeleteParams::default())
+        .await?;
+    until(&Api::<Node>::all(client.clone()), &node, "vNode removed", |n| {
+        n.is_none()
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
+    if !e2e::require("tenant_policies_are_enforced", NEEDS) {
+        return Ok(());
+    }
+    let mut tenancy = Tenancy::start(TenancyOptions {
+        tenants: 0,
+        ..Default::default()
+    })
+    .await?;
+    create::<k8s_openapi::api::node::v1::RuntimeClass>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "kata"}, "handler": "kata"}),
+    )
+    .await?;
+    let spec: crds::VirtualClusterSpec = serde_json::from_value(json!({
+        "kubeconfigSecretRef": {"name": "x"},
+        "quota": {"pods": "2"},
+        "runtimeClassName": "kata",
+        "rateLimit": {"qps": 5, "burst": 5}
+    }))?;
+    tenancy.add_tenant("strict", spec).await?;
+    let _syncer = start_syncer(&tenancy, config()).await?;
+    tenant_synced(&tenancy, "strict", "True").await?;
+    let tenant = tenancy.tenant("strict");
+    seed(tenant, "jobs").await?;
+    let client = tenant.client();
+    let tenant_pods = Api::<Pod>::namespaced(client.clone(), "jobs");
+    let super_pods = super_api::<Pod>(&tenancy, tenant, "jobs");
+
+    // Host access beyond the policy, and a preset node name, are refused with an event.
+    let mut host = pod_json("host", json!({}), "busybox");
+    host["spec"]["hostNetwork"] = json!(true);
+    create::<Pod>(&client, Some("jobs"), host).await?;
+    let mut pinned = pod_json("pinned", json!({}), "busybox");
+    pinned["spec"]["nodeName"] = json!("somewhere");
+    create::<Pod>(&client, Some("jobs"), pinned).await?;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "jobs");
+    wait::until_true(PATIENCE, "refusal events", || {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let has = |reason: &str, pod: &str| {
+                list.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+                })
+            };
+            has("PodPolicyViolation", "host") && has("NotSupported", "pinned")
+        }
+    })
+    .await?;
+    assert!(super_pods.get_opt("host").await?.is_none());
+    assert!(super_pods.get_opt("pinned").await?.is_none());
+
+    // Quota: two pods run, the third waits with a condition, and starts when one ends.
+    for name in ["q-1", "q-2", "q-3"] {
+        create::<Pod>(&client, Some("jobs"), pod_json(name, json!({}), "busybox")).await?;
+        // One at a time, so that which pod waits is known.
+        until(&tenant_pods, name, "pod admitted or held", |p| {
+            p.is_some_and(|p| {
+                p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    || p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.reason.as_deref() == Some("TenantQuotaExceeded"))
+                        })
+            })
+        })
+        .await?;
+    }
+    let held = tenant_pods.get("q-3").await?;
+    let condition = held
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "PodScheduled"))
+        .context("PodScheduled condition")?;
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_deref()),
+        ("False", Some("TenantQuotaExceeded"))
+    );
+    assert!(condition.message.unwrap_or_default().contains("pods"));
+    assert!(super_pods.get_opt("q-3").await?.is_none());
+    // The runtime class is forced on what runs.
+    let running = super_pods.get("q-1").await?;
+    assert_eq!(
+        running.spec.and_then(|s| s.runtime_class_name).as_deref(),
+        Some("kata")
+    );
+    tenant_pods.delete("q-1", &DeleteParams::default()).await?;
+    until(&tenant_pods, "q-3", "held pod Running after quota frees", |p| {
+        p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await?;
+
+    // Rate limit: 30 ConfigMaps at 5 writes/s (burst 5) cannot all be in the super cluster within 2 s,
+    // and all arrive eventually.
+    let started = tokio::time::Instant::now();
+    for i in 0..30 {
+        create::<ConfigMap>(
+            &client,
+            Some("jobs"),
+            json!({"metadata": {"name": format!("limited-{i}")}}),
+        )
+        .await?;
+    }
+    let count = || async {
+        Api::<ConfigMap>::namespaced(tenancy.super_client(), &tenant.super_namespace("jobs"))
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|c| c.name_any().starts_with("limited-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    tokio::time::sleep_until(started + Duration::from_secs(2)).await;
+    let early = count().await;
+    let allowed = 5 + 5 * started.elapsed().as_secs_f64().ceil() as usize;
+    assert!(
+        early <= allowed,
+        "{early} ConfigMaps after {:?} exceeds the limit",
+        started.elapsed()
+    );
+    wait::until_true(PATIENCE, "all rate-limited ConfigMaps", || async {
+        count().await == 30
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
+    if !e2e::require("restarts_outages_and_deletion_lose_nothing", NEEDS) {
+        return Ok(());
+    }
+    let mut tenancy = Tenancy::start(TenancyOptions::default()).await?;
+    let syncer = start_syncer(&tenancy, config()).await?;
+    for name in tenancy.names() {
+        tenant_synced(&tenancy, &name, "True").await?;
+    }
+    let tenant = tenancy.tenant("tenant-0");
+    seed(tenant, "burst").await?;
+    let client = tenant.client();
+
+    // A burst, with the syncer killed in the middle of it.
+    let burst = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            for i in 0..60 {
+                create::<ConfigMap>(
+                    &client,
+                    Some("burst"),
+                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"i": i.to_string()}}),
+                )
+                .await?;
+                create::<Pod>(
+                    &client,
+                    Some("burst"),
+                    pod_json(&format!("pod-{i}"), json!({"i": i.to_string()}), "busybox"),
+                )
+                .await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before: Vec<(String, Option<String>)> = super_api::<Pod>(&tenancy, tenant, "burst")
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| (p.name_any(), p.uid()))
+        .collect();
+    drop(syncer);
+    burst.await??;
+    let syncer = start_syncer(&tenancy, config()).await?;
+
+    // Everything arrives exactly once; nothing synced before the kill was recreated.
+    let super_pods = super_api::<Pod>(&tenancy, tenant, "burst");
+    wait::until_true(PATIENCE, "all 60 pods Running in the tenant", || {
+        let api = Api::<Pod>::namespaced(client.clone(), "burst");
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                        .count()
+                        == 60
+                })
+                .unwrap_or(false)
+        }
+    })
+    .await?;
+    let after = super_pods.list(&ListParams::default()).await?.items;
+    assert_eq!(after.len(), 60);
+    for (name, uid) in before {
+        let survivor = after
+            .iter()
+            .find(|p| p.name_any() == name)
+            .with_context(|| format!("{name} lost"))?;
+        assert_eq!(survivor.uid(), uid, "{name} was recreated");
+    }
+    let tenant_uids: std::collections::HashMap<String, Option<String>> =
+        Api::<Pod>::namespaced(client.clone(), "burst")
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|p| (p.name_any(), p.uid()))
+            .collect();
+    for pod in &after {
+        assert_eq!(
+            annotation(pod, wellknown::ANNOTATION_UID).map(str::to_owned),
+            tenant_uids[&pod.name_any()].clone()
+        );
+    }
+    wait::until_true(PATIENCE, "all 60 ConfigMaps", || async {
+        super_api::<ConfigMap>(&tenancy, tenant, "burst")
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.len() >= 60)
+            .unwrap_or(false)
+    })
+    .await?;
+
+    // Restarting with everything in sync writes nothing to the super cluster.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    drop(syncer);
+    let metrics = Arc::new(Metrics::default());
+    let syncer = Syncer::start(
+        tenancy.super_client(),
+        SyncerConfig {
+            patrol_interval: Duration::from_secs(3600),
+            ..config()
+        },
+        metrics.clone(),
+        Health::new(),
+    )
+    .await?;
+    tenant_synced(&tenancy, "tenant-0", "True").await?;
+    wait::until_true(PATIENCE, "initial resync drained", || {
+        let ctx = syncer.context.clone();
+        async move {
+            ctx.tenants.all().len() == 2 && ctx.queues.down.pending() == 0 && ctx.queues.up.pending() == 0
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = metrics.super_writes_total();
+    if writes != 0 {
+        bail!(
+            "restart with everything in sync wrote {writes} times to the super cluster: {:?}",
+            metrics.super_write_counts()
+        );
+    }
+
+    // One tenant's apiserver stops: the other keeps syncing, and the stopped one recovers.
+    tenancy
+        .tenant_mut("tenant-1")
+        .control_plane
+        .apiserver_mut()
+        .stop();
+    tenant_synced(&tenancy, "tenant-1", "False").await?;
+    let tenant = tenancy.tenant("tenant-0");
+    create::<ConfigMap>(
+        &tenant.client(),
+        Some("burst"),
+        json!({"metadata": {"name": "during-outage"}}),
+    )
+    .await?;
+    until(
+        &super_api::<ConfigMap>(&tenancy, tenant, "burst"),
+        "during-outage",
+        "sync during the other tenant's outage",
+        |c| c.is_some(),
+    )
+    .await?;
+    tenancy
+        .tenant_mut("tenant-1")
+        .control_plane
+        .apiserver_mut()
+        .restart()
+        .await?;
+    tenant_synced(&tenancy, "tenant-1", "True").await?;
+    let other = tenancy.tenant("tenant-1");
+    seed(other, "after").await?;
+    create::<ConfigMap>(
+        &other.client(),
+        Some("after"),
+        json!({"metadata": {"name": "back"}}),
+    )
+    .await?;
+    until(
+        &super_api::<ConfigMap>(&tenancy, other, "after"),
+        "back",
+        "sync after recovery",
+        |c| c.is_some(),
+    )
+    .await?;
+
+    // Deleting a VirtualCluster removes all of its super objects.
+    let key = tenancy.tenant("tenant-0").cluster_key.clone();
+    Api::<VirtualCluster>::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE)
+        .delete("tenant-0", &DeleteParams::default())
+        .await?;
+    wait::until_true(PATIENCE, "tenant-0's super namespaces gone", || {
+        let api = Api::<Namespace>::all(tenancy.super_client());
+        let key = key.clone();
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .map(|l| {
+                    !l.items
+                        .iter()
+                        .any(|n| annotation(n, wellknown::ANNOTATION_CLUSTER) == Some(key.as_str()))
+                })
+                .unwrap_or(false)
+        }
+    })
+    .await?;
+    let leftover_pods = Api::<Pod>::all(tenancy.super_client())
+        .list(&ListParams::default().labels(&format!("{}={key}", wellknown::LABEL_CLUSTER)))
+        .await?;
+    assert!(
+        leftover_pods.items.is_empty(),
+        "{} pods left",
+        leftover_pods.items.len()
+    );
+    // The other tenant is untouched.
+    assert!(
+        super_api::<ConfigMap>(&tenancy, tenancy.tenant("tenant-1"), "after")
+            .get_opt("back")
+            .await?
+            .is_some()
+    );
+    drop(syncer);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unusable_kubeconfig_is_reported_and_recovers() -> anyhow::Result<()> {
+    if !e2e::require("an_unusable_kubeconfig_is_reported_and_recovers", NEEDS) {
+        return Ok(());
+    }
+    let tenancy = Tenancy::start(TenancyOptions {
+        tenants: 1,
+        tenant_controller_managers: false,
+        ..Default::default()
+    })
+    .await?;
+    let tenant = tenancy.tenant("tenant-0");
+    let good = tenant.control_plane.apiserver().admin_kubeconfig();
+    // A client certificate from a CA the tenant does not trust: the apiserver treats the caller as
+    // anonymous, who may not list anything.
+    let stranger = e2e::pki::CertificateAuthority::new("stranger")?;
+    let intruder = stranger.issue("intruder", &["system:masters"], &[], e2e::pki::Usage::Client)?;
+    let wrong = e2e::kubeconfig_yaml(
+        "wrong",
+        tenant.control_plane.apiserver().url(),
+        tenant.control_plane.apiserver().ca().cert_pem(),
+        &intruder,
+    );
+    tenancy.write_kubeconfig("tenant-0-kubeconfig", &wrong).await?;
+    let _syncer = start_syncer(&tenancy, config()).await?;
+    let vc = tenant_synced(&tenancy, "tenant-0", "False").await?;
+    let condition = vc
+        .status
+        .context("status")?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == wellknown::CONDITION_TENANT_SYNCED)
+        .context("condition")?;
+    assert!(
+        matches!(
+            condition.reason.as_str(),
+            "TenantUnauthorized" | "TenantUnreachable"
+        ),
+        "{condition:?}"
+    );
+
+    // A missing key is named.
+    tenancy.write_kubeconfig("tenant-0-kubeconfig", "").await?;
+    let api: Api<Secret> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    api.patch(
+        "tenant-0-kubeconfig",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"value": null, "other": "eA=="}})),
+    )
+    .await?;
+    let vcs: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    until(&vcs, "tenant-0", "missing key reported", |vc| {
+        vc.and_then(|v| v.status.as_ref()).is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == wellknown::CONDITION_TENANT_SYNCED
+                    && c.reason == "KubeconfigMissing"
+                    && c.message.contains("\"value\"")
+            })
+        })
+    })
+    .await?;
+
+    // Fixing the Secret recovers.
+    tenancy.write_kubeconfig("tenant-0-kubeconfig", &good).await?;
+    tenant_synced(&tenancy, "tenant-0", "True").await?;
+    Ok(())
+}
