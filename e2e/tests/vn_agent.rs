@@ -1118,26 +1118,19 @@ subjects:
     let (code, body) = as_tenant.send(request).await?;
     assert_eq!((code.as_u16(), body.as_str()), (200, "ran via exec\n"));
 
-    // Stats through nodes/proxy, cut down to the tenant's pods on the served node.
-    let summary = get_json(&as_tenant, &format!("{agent_url}/stats/summary")).await?;
-    let names: Vec<&str> = summary["pods"]
-        .as_array()
-        .context("pods")?
-        .iter()
-        .filter_map(|p| p["podRef"]["name"].as_str())
-        .collect();
-    assert_eq!(names, ["web"]);
-    assert_eq!(summary["pods"][0]["podRef"]["namespace"], TENANT_NAMESPACE);
-    assert_eq!(
-        summary["node"]["cpu"]["usageNanoCores"].as_u64(),
-        Some(pod_usage(&super_web.uid().unwrap_or_default()).0)
-    );
+    // /pods comes from vn-agent's cache of the served node's pods, translated back.
     let pods = get_json(&as_tenant, &format!("{agent_url}/pods")).await?;
     assert_eq!(pods["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(pods["items"][0]["metadata"]["namespace"], TENANT_NAMESPACE);
     assert_eq!(pods["items"][0]["metadata"]["uid"], web.uid().unwrap_or_default());
-    let (code, text) = as_tenant.get(&format!("{agent_url}/metrics/resource")).await?;
-    assert_eq!(code, 200);
-    assert!(text.contains(r#"namespace="team",pod="web""#), "{text}");
+    // Stats go to the super apiserver's nodes/{node}/proxy, which refuses loopback node addresses (every
+    // simulated node has one), so here the answer is that refusal, passed through; the filtering of a
+    // real answer is covered by vn-agent's mocked-apiserver tests.
+    for path in ["stats/summary", "metrics/resource"] {
+        let (code, body) = as_tenant.get(&format!("{agent_url}/{path}")).await?;
+        assert_eq!(code, 400, "{path}: {body}");
+        assert!(body.contains("address not allowed"), "{path}: {body}");
+    }
 
     agent.shutdown().await?;
     drop(tenant);

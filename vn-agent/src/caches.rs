@@ -143,6 +143,32 @@ impl Caches {
         caches
     }
 
+    /// Caches filled with `pods` and `trust`, without watches, for tests of request handling.
+    #[cfg(test)]
+    pub(crate) fn filled(client: Client, nodes: NodeScope, pods: Vec<Pod>, trust: TrustSet) -> Arc<Self> {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for pod in pods {
+            writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (_, trust_generation) = watch::channel(trust.generation());
+        Arc::new(Self {
+            client,
+            nodes,
+            pods: vec![store],
+            trust: Arc::new(RwLock::new(Arc::new(trust))),
+            trust_generation,
+            ready: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// Replaces the trust set, as a rebuild does.
+    #[cfg(test)]
+    pub(crate) fn set_trust(&self, trust: TrustSet) {
+        *self.trust.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(trust);
+    }
+
     /// Waits until every cache is filled and the trust set was built once.
     pub async fn wait_ready(&self) -> Result<()> {
         for store in &self.pods {

@@ -273,13 +273,13 @@ async fn resolve_pod(ctx: &Context, tenant: &Tenant, target: &PodTarget) -> Resu
     Ok(translate::check_target(&pod, &tenant.cluster_key, target)?)
 }
 
-async fn pod_request(
+async fn pod_request<B: RequestBody>(
     ctx: &Context,
     tenant: &Tenant,
     action: Action,
     target: &PodTarget,
     container: Option<&str>,
-    request: Request<Incoming>,
+    request: Request<B>,
 ) -> Handled {
     let pod = resolve_pod(ctx, tenant, target).await?;
     let query = request.uri().query().map(str::to_owned);
@@ -395,7 +395,18 @@ async fn collect_limited(mut body: ProxyBody, limit: usize) -> Result<Bytes, Box
     Ok(collected.freeze())
 }
 
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Failure> {
+/// What a request body must be to be forwarded (hyper's, or a fixed one in tests).
+trait RequestBody:
+    hyper::body::Body<Data = Bytes, Error: std::error::Error + Send + Sync + 'static> + Send + 'static
+{
+}
+
+impl<B> RequestBody for B where
+    B: hyper::body::Body<Data = Bytes, Error: std::error::Error + Send + Sync + 'static> + Send + 'static
+{
+}
+
+async fn read_body<B: RequestBody>(body: B, limit: usize) -> Result<Bytes, Failure> {
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
     collect_limited(body, limit)
         .await
@@ -403,10 +414,10 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Failure> {
 }
 
 /// Sends the request on to the backend and streams the answer back; an upgrade is spliced.
-async fn forward(
+async fn forward<B: RequestBody>(
     ctx: &Context,
     verb: &'static str,
-    mut request: Request<Incoming>,
+    mut request: Request<B>,
     path_and_query: String,
 ) -> Handled {
     let upgrade = wants_upgrade(request.headers());
@@ -650,7 +661,277 @@ async fn resource_metrics(ctx: &Context, tenant: &Tenant, query: Option<&str>) -
 
 #[cfg(test)]
 mod tests {
+    use http_body_util::Full;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::client::Body as KubeBody;
+    use tower_test::mock::Handle;
+
     use super::*;
+    use crate::{
+        identity::{
+            TrustSet,
+            tests::{TestCa, kubelet_client_secret, provider, virtual_cluster},
+        },
+        settings::NodeScope,
+        translate::tests::super_pod,
+    };
+
+    const A: &str = "team-a-1a2b3c-dev";
+    const B: &str = "team-b-4d5e6f-dev";
+
+    type ApiHandle = Handle<Request<KubeBody>, Response<KubeBody>>;
+
+    fn tenant(key: &str) -> Tenant {
+        Tenant {
+            cluster_key: key.into(),
+            vc_namespace: "team".into(),
+            vc_name: "dev".into(),
+            vc_uid: "uid".into(),
+        }
+    }
+
+    /// A context whose super-apiserver backend and caches' client are a mocked apiserver.
+    fn context(pods: Vec<Pod>, nodes: NodeScope) -> (Context, ApiHandle) {
+        let (mock, handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
+        let client = kube::Client::new(mock, "default");
+        let caches = Caches::filled(client.clone(), nodes, pods, TrustSet::empty());
+        let ctx = Context {
+            caches,
+            backend: Backend::new(
+                &crate::settings::BackendSettings::SuperApiserver,
+                client,
+                provider(),
+                &CancellationToken::new(),
+            )
+            .expect("backend"),
+            metrics: Metrics::default(),
+            streams: TaskTracker::new(),
+            cut_streams: CancellationToken::new(),
+        };
+        (ctx, handle)
+    }
+
+    fn respond(
+        send: tower_test::mock::SendResponse<Response<KubeBody>>,
+        status: u16,
+        body: &serde_json::Value,
+    ) {
+        let response = Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(KubeBody::from(body.to_string().into_bytes()))
+            .expect("response");
+        send.send_response(response);
+    }
+
+    async fn within_a_second<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(1), future)
+            .await
+            .expect("finished within a second")
+    }
+
+    fn handled(result: Handled) -> Response<ProxyBody> {
+        match result {
+            Ok(response) => response,
+            Err(Failure::Refused(refusal)) => panic!("refused: {refusal:?}"),
+            Err(Failure::Backend(error)) => panic!("backend: {error}"),
+        }
+    }
+
+    async fn body_json(response: Response<ProxyBody>) -> serde_json::Value {
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    fn stats(namespace: &str, name: &str, uid: &str, cpu: u64) -> serde_json::Value {
+        serde_json::json!({
+            "podRef": {"namespace": namespace, "name": name, "uid": uid},
+            "cpu": {"time": "t", "usageNanoCores": cpu},
+            "memory": {"time": "t", "workingSetBytes": cpu * 2}
+        })
+    }
+
+    #[tokio::test]
+    async fn super_apiserver_stats_come_from_the_nodes_proxy_and_are_cut_to_the_tenant() {
+        let pods = vec![
+            super_pod(A, "web", "nginx", "a-1", "node-1"),
+            super_pod(B, "web", "nginx", "b-1", "node-1"),
+        ];
+        let (ctx, mut handle) = context(pods, NodeScope::Named(vec!["node-1".into()]));
+        let verifier = tokio::spawn(async move {
+            let (request, send) = handle.next_request().await.expect("request");
+            assert_eq!(request.method(), Method::GET);
+            assert_eq!(
+                request.uri().to_string(),
+                "/api/v1/nodes/node-1/proxy/stats/summary?only_cpu_and_memory=true"
+            );
+            respond(
+                send,
+                200,
+                &serde_json::json!({
+                    "node": {"nodeName": "node-1", "cpu": {"time": "t", "usageNanoCores": 1000}},
+                    "pods": [
+                        stats(&format!("{A}-web"), "nginx", "super-a-1", 10),
+                        stats(&format!("{B}-web"), "nginx", "super-b-1", 20),
+                        stats("kube-system", "coredns", "c", 30),
+                    ]
+                }),
+            );
+        });
+        let response =
+            handled(within_a_second(stats_summary(&ctx, &tenant(A), Some("only_cpu_and_memory=true"))).await);
+        within_a_second(verifier).await.expect("verifier");
+        let summary = body_json(response).await;
+        assert_eq!(summary["pods"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            summary["pods"][0]["podRef"],
+            serde_json::json!({"namespace": "web", "name": "nginx", "uid": "a-1"})
+        );
+        assert_eq!(summary["node"]["cpu"]["usageNanoCores"], 10);
+    }
+
+    #[tokio::test]
+    async fn super_apiserver_pod_lists_come_from_the_cache() {
+        let pods = vec![
+            super_pod(A, "web", "nginx", "a-1", "node-1"),
+            super_pod(B, "web", "nginx", "b-1", "node-1"),
+        ];
+        let (ctx, _handle) = context(pods, NodeScope::Named(vec!["node-1".into()]));
+        // No request reaches the mocked apiserver: it would never answer, and this would time out.
+        let list = body_json(handled(within_a_second(super::pods(&ctx, &tenant(B))).await)).await;
+        assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
+        assert_eq!(list["items"][0]["metadata"]["uid"], "b-1");
+    }
+
+    #[tokio::test]
+    async fn super_apiserver_exec_is_a_pods_exec_request_with_translated_parameters() {
+        let pods = vec![super_pod(A, "web", "nginx", "a-1", "node-1")];
+        let (ctx, mut handle) = context(pods, NodeScope::All);
+        let verifier = tokio::spawn(async move {
+            let (request, send) = handle.next_request().await.expect("request");
+            assert_eq!(request.method(), Method::POST);
+            assert_eq!(
+                request.uri().to_string(),
+                format!(
+                    "/api/v1/namespaces/{A}-web/pods/nginx/exec?container=app&command=sh&command=-c&command=echo+hi&stdin=true&stdout=true&stderr=false&tty=true"
+                )
+            );
+            let headers = request.headers();
+            assert_eq!(
+                headers.get(header::UPGRADE).map(|v| v.as_bytes()),
+                Some(&b"SPDY/3.1"[..])
+            );
+            assert_eq!(
+                headers.get(header::CONNECTION).map(|v| v.as_bytes()),
+                Some(&b"Upgrade"[..])
+            );
+            assert_eq!(headers.get_all(STREAM_PROTOCOL_VERSION).iter().count(), 2);
+            assert!(
+                headers.get(header::AUTHORIZATION).is_none(),
+                "the tenant's credentials stay behind"
+            );
+            assert!(headers.get("impersonate-user").is_none());
+            respond(
+                send,
+                403,
+                &serde_json::json!({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403}),
+            );
+        });
+        let request =
+            Request::post("/exec/web/nginx/app?command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1")
+                .header(header::CONNECTION, "Upgrade")
+                .header(header::UPGRADE, "SPDY/3.1")
+                .header(STREAM_PROTOCOL_VERSION, "v4.channel.k8s.io")
+                .header(STREAM_PROTOCOL_VERSION, "v3.channel.k8s.io")
+                .header(header::AUTHORIZATION, "Bearer tenant-token")
+                .header("impersonate-user", "system:admin")
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+        let target = PodTarget {
+            namespace: "web".into(),
+            name: "nginx".into(),
+            uid: None,
+        };
+        let response = handled(
+            within_a_second(pod_request(
+                &ctx,
+                &tenant(A),
+                Action::Exec,
+                &target,
+                Some("app"),
+                request,
+            ))
+            .await,
+        );
+        within_a_second(verifier).await.expect("verifier");
+        // The apiserver's refusal is passed through as it is.
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert_eq!(body_json(response).await["reason"], "Forbidden");
+    }
+
+    #[tokio::test]
+    async fn a_pod_missing_from_the_cache_is_read_and_must_be_on_a_served_node() {
+        let (ctx, mut handle) = context(Vec::new(), NodeScope::Named(vec!["node-1".into()]));
+        let target = PodTarget {
+            namespace: "web".into(),
+            name: "nginx".into(),
+            uid: Some("a-1".into()),
+        };
+        let verifier = tokio::spawn(async move {
+            for (node, status) in [("node-2", 200), ("node-1", 200), ("node-1", 404)] {
+                let (request, send) = handle.next_request().await.expect("request");
+                assert_eq!(
+                    request.uri().to_string(),
+                    format!("/api/v1/namespaces/{A}-web/pods/nginx")
+                );
+                let body = match status {
+                    200 => serde_json::to_value(super_pod(A, "web", "nginx", "a-1", node)).expect("pod"),
+                    _ => {
+                        serde_json::json!({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
+                    }
+                };
+                respond(send, status, &body);
+            }
+        });
+        let tenant = tenant(A);
+        match within_a_second(resolve_pod(&ctx, &tenant, &target)).await {
+            Err(Failure::Refused(refusal)) => assert_eq!(refusal.status, StatusCode::NOT_FOUND),
+            _ => panic!("a pod on another node is not found"),
+        }
+        match within_a_second(resolve_pod(&ctx, &tenant, &target)).await {
+            Ok(pod) => assert_eq!(pod.super_uid, "super-a-1"),
+            _ => panic!("a pod on a served node is found"),
+        }
+        match within_a_second(resolve_pod(&ctx, &tenant, &target)).await {
+            Err(Failure::Refused(refusal)) => assert_eq!(refusal.status, StatusCode::NOT_FOUND),
+            _ => panic!("a missing pod is not found"),
+        }
+        within_a_second(verifier).await.expect("verifier");
+    }
+
+    #[tokio::test]
+    async fn an_open_connection_is_checked_again_when_the_trust_set_changes() {
+        let (vc_a, vc_b) = (
+            virtual_cluster("team-a", "dev", "uid-a"),
+            virtual_cluster("team-b", "dev", "uid-b"),
+        );
+        let (ca_a, ca_b) = (TestCa::new("a"), TestCa::new("b"));
+        let secrets = [
+            kubelet_client_secret(&vc_a, &ca_a.pem),
+            kubelet_client_secret(&vc_b, &ca_b.pem),
+        ];
+        let key_b = crds::naming::cluster_key_of(&vc_b).expect("key");
+        let (both, _) = TrustSet::build(1, [&vc_a, &vc_b], &secrets, &provider());
+        let (only_a, _) = TrustSet::build(2, [&vc_a], &secrets, &provider());
+        let (mock, _handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
+        let client = kube::Client::new(mock, "default");
+        let caches = Caches::filled(client, NodeScope::All, Vec::new(), both);
+        let peer = Peer::new("127.0.0.1:1".parse().expect("addr"), vec![ca_b.client(&key_b)]);
+        assert_eq!(peer.authenticate(&caches).expect("B").cluster_key, key_b);
+        assert!(peer.authenticate(&caches).is_ok(), "cached");
+        caches.set_trust(only_a);
+        assert!(peer.authenticate(&caches).is_err(), "B was deleted");
+    }
 
     #[test]
     fn only_safe_headers_are_forwarded() {
