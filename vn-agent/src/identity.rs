@@ -32,7 +32,7 @@ use rustls::{
     },
 };
 use rustls_pki_types::{CertificateDer, UnixTime, pem::PemObject};
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::prelude::{FromDer, ParsedExtension, X509Certificate};
 
 /// A tenant, as vn-agent knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +57,7 @@ pub struct TrustSet {
     generation: u64,
     tenants: Vec<TrustedTenant>,
     by_subject: HashMap<Vec<u8>, Vec<usize>>,
+    by_key_id: HashMap<Vec<u8>, Vec<usize>>,
 }
 
 impl fmt::Debug for TrustSet {
@@ -138,6 +139,7 @@ impl TrustSet {
             generation: 0,
             tenants: Vec::new(),
             by_subject: HashMap::new(),
+            by_key_id: HashMap::new(),
         }
     }
 
@@ -165,10 +167,13 @@ impl TrustSet {
         for secret in secrets {
             let id = format!("{}/{}", secret.namespace().unwrap_or_default(), secret.name_any());
             match trusted_tenant(secret, &live, provider) {
-                Ok((tenant, subjects)) => {
+                Ok((tenant, names)) => {
                     let index = set.tenants.len();
-                    for subject in subjects {
+                    for (subject, key_id) in names {
                         set.by_subject.entry(subject).or_default().push(index);
+                        if let Some(key_id) = key_id {
+                            set.by_key_id.entry(key_id).or_default().push(index);
+                        }
                     }
                     set.tenants.push(tenant);
                 }
@@ -224,9 +229,13 @@ impl TrustSet {
             .unwrap_or("")
             .to_owned();
 
-        // Candidates: tenants whose CA is the issuer of a certificate in the chain (the end entity's, or an
-        // intermediate's when the client sends one).
-        let mut candidates: Vec<usize> = Vec::new();
+        // Candidates: tenants whose CA the certificate names by key identifier, and tenants whose CA
+        // subject is the issuer of a certificate in the chain (several CAs may share a subject).
+        let mut by_key_id: Vec<usize> = Vec::new();
+        if let Some(key_id) = key_identifier(&certificate, KeyId::Authority) {
+            by_key_id.extend(self.by_key_id.get(&key_id).into_iter().flatten());
+        }
+        let mut by_issuer: Vec<usize> = Vec::new();
         let mut issuers = vec![certificate.issuer().as_raw().to_vec()];
         for intermediate in intermediates {
             if let Ok((_, parsed)) = X509Certificate::from_der(intermediate.as_ref()) {
@@ -234,13 +243,9 @@ impl TrustSet {
             }
         }
         for issuer in &issuers {
-            for index in self.by_subject.get(issuer).into_iter().flatten() {
-                if !candidates.contains(index) {
-                    candidates.push(*index);
-                }
-            }
+            by_issuer.extend(self.by_subject.get(issuer).into_iter().flatten());
         }
-        if candidates.is_empty() {
+        if by_key_id.is_empty() && by_issuer.is_empty() {
             return Err(AuthFailure::new(
                 AuthFailureKind::UnknownIssuer,
                 format!(
@@ -249,46 +254,83 @@ impl TrustSet {
                 ),
             ));
         }
-
-        let mut verified_for = Vec::new();
-        let mut last_error = None;
-        for index in candidates {
-            let trusted = &self.tenants[index];
-            match trusted
+        let verify = |index: usize| {
+            self.tenants[index]
                 .verifier
                 .verify_client_cert(end_entity, intermediates, now)
-            {
-                Ok(_) => verified_for.push(trusted.tenant.clone()),
-                Err(error) => last_error = Some((trusted.tenant.cluster_key.clone(), error)),
+        };
+
+        // The tenant the certificate claims to be: one signature check on the usual path.
+        let claimed = by_key_id
+            .iter()
+            .chain(&by_issuer)
+            .copied()
+            .find(|i| self.tenants[*i].tenant.cluster_key == common_name);
+        let mut last_error = None;
+        if let Some(index) = claimed {
+            match verify(index) {
+                Ok(_) => return Ok(self.tenants[index].tenant.clone()),
+                Err(error) => last_error = Some((index, error)),
             }
         }
-        if verified_for.is_empty() {
-            let (key, error) = last_error.expect("a candidate was tried");
-            return Err(AuthFailure::new(
-                AuthFailureKind::Invalid,
-                format!(
-                    "certificate {common_name:?} does not verify against the kubelet-client CA of {key}: {error}"
-                ),
-            ));
+
+        // Otherwise: is it an authentic certificate of another tenant claiming this key (403), or not
+        // signed by a live tenant at all (401)? Bounded, so that certificates from impostor CAs sharing a
+        // common subject cannot make vn-agent try every tenant's CA.
+        let mut others: Vec<usize> = Vec::new();
+        for index in by_key_id.iter().chain(&by_issuer).copied() {
+            if Some(index) != claimed && !others.contains(&index) {
+                others.push(index);
+            }
         }
-        verified_for
-            .iter()
-            .find(|tenant| tenant.cluster_key == common_name)
-            .cloned()
-            .ok_or_else(|| {
-                AuthFailure::new(
-                    AuthFailureKind::CommonNameMismatch,
-                    format!(
-                        "certificate common name {common_name:?} is not the cluster key of the VirtualCluster whose CA signed it ({})",
-                        verified_for
-                            .iter()
-                            .map(|t| t.cluster_key.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })
+        for index in others.into_iter().take(MAX_OTHER_VERIFICATIONS) {
+            match verify(index) {
+                Ok(_) => {
+                    return Err(AuthFailure::new(
+                        AuthFailureKind::CommonNameMismatch,
+                        format!(
+                            "certificate common name {common_name:?} is not the cluster key of the VirtualCluster whose CA signed it ({})",
+                            self.tenants[index].tenant.cluster_key
+                        ),
+                    ));
+                }
+                Err(error) => last_error = Some((index, error)),
+            }
+        }
+        let detail = match last_error {
+            Some((index, error)) => format!(
+                "certificate {common_name:?} does not verify against the kubelet-client CA of {}: {error}",
+                self.tenants[index].tenant.cluster_key
+            ),
+            None => format!("certificate {common_name:?} is not signed by the kubelet-client CA it names"),
+        };
+        Err(AuthFailure::new(AuthFailureKind::Invalid, detail))
     }
+}
+
+/// How many CAs besides the claimed tenant's are tried to tell a forged common name (403) from an unknown
+/// signer (401).
+const MAX_OTHER_VERIFICATIONS: usize = 4;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyId {
+    /// The certificate's own key (subject key identifier), for CAs.
+    Subject,
+    /// The signer's key (authority key identifier), for leaves.
+    Authority,
+}
+
+fn key_identifier(certificate: &X509Certificate<'_>, which: KeyId) -> Option<Vec<u8>> {
+    certificate
+        .extensions()
+        .iter()
+        .find_map(|extension| match (extension.parsed_extension(), which) {
+            (ParsedExtension::SubjectKeyIdentifier(id), KeyId::Subject) => Some(id.0.to_vec()),
+            (ParsedExtension::AuthorityKeyIdentifier(aki), KeyId::Authority) => {
+                aki.key_identifier.as_ref().map(|id| id.0.to_vec())
+            }
+            _ => None,
+        })
 }
 
 fn annotation<'a>(secret: &'a Secret, key: &str) -> Result<&'a str, String> {
@@ -304,7 +346,7 @@ fn trusted_tenant(
     secret: &Secret,
     live: &BTreeMap<(String, String), &VirtualCluster>,
     provider: &Arc<CryptoProvider>,
-) -> Result<(TrustedTenant, Vec<Vec<u8>>), String> {
+) -> Result<(TrustedTenant, Vec<(Vec<u8>, Option<Vec<u8>>)>), String> {
     if secret.name_any() != SECRET_KUBELET_CLIENT {
         return Err(format!("only Secrets named {SECRET_KUBELET_CLIENT} are read"));
     }
@@ -349,7 +391,10 @@ fn trusted_tenant(
         let cert = cert.map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} is not PEM: {e}"))?;
         let (_, parsed) = X509Certificate::from_der(cert.as_ref())
             .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} holds an unparsable certificate: {e}"))?;
-        subjects.push(parsed.subject().as_raw().to_vec());
+        subjects.push((
+            parsed.subject().as_raw().to_vec(),
+            key_identifier(&parsed, KeyId::Subject),
+        ));
         roots
             .add(cert)
             .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} holds an unusable CA: {e}"))?;
@@ -496,11 +541,25 @@ pub(crate) mod tests {
             common_name: &str,
             usage: ExtendedKeyUsagePurpose,
         ) -> CertificateDer<'static> {
+            self.leaf(common_name, usage, true)
+        }
+
+        /// A client certificate without an authority key identifier, as some tools issue them.
+        pub(crate) fn client_without_key_id(&self, common_name: &str) -> CertificateDer<'static> {
+            self.leaf(common_name, ExtendedKeyUsagePurpose::ClientAuth, false)
+        }
+
+        fn leaf(
+            &self,
+            common_name: &str,
+            usage: ExtendedKeyUsagePurpose,
+            key_id: bool,
+        ) -> CertificateDer<'static> {
             let key = KeyPair::generate().expect("key");
             let mut params = CertificateParams::default();
             params.distinguished_name.push(DnType::CommonName, common_name);
             params.extended_key_usages = vec![usage];
-            params.use_authority_key_identifier_extension = true;
+            params.use_authority_key_identifier_extension = key_id;
             params.signed_by(&key, &self.issuer).expect("leaf").der().clone()
         }
     }
@@ -719,6 +778,45 @@ pub(crate) mod tests {
         unannotated.annotations_mut().remove(ANNOTATION_CLUSTER);
         let (_, untrusted) = TrustSet::build(1, [&w.a], [&unannotated], &provider());
         assert!(untrusted[0].reason.contains(ANNOTATION_CLUSTER), "{untrusted:?}");
+    }
+
+    #[test]
+    fn many_tenants_sharing_a_ca_subject_stay_apart() {
+        let vcs: Vec<VirtualCluster> = (0..20)
+            .map(|i| virtual_cluster("tenants", &format!("vc-{i}"), &format!("uid-{i}")))
+            .collect();
+        let cas: Vec<TestCa> = (0..20).map(|_| TestCa::new("kubelet-client-ca")).collect();
+        let secrets: Vec<Secret> = vcs
+            .iter()
+            .zip(&cas)
+            .map(|(vc, ca)| kubelet_client_secret(vc, &ca.pem))
+            .collect();
+        let (set, untrusted) = TrustSet::build(1, &vcs, &secrets, &provider());
+        assert!(untrusted.is_empty());
+        for (vc, ca) in vcs.iter().zip(&cas) {
+            assert_eq!(
+                set.authenticate(&[ca.client(&key(vc))], now())
+                    .expect("own")
+                    .cluster_key,
+                key(vc)
+            );
+            // Without a key identifier the certificate is still matched, by subject.
+            assert!(
+                set.authenticate(&[ca.client_without_key_id(&key(vc))], now())
+                    .is_ok()
+            );
+        }
+        // Tenant 3's CA vouching for tenant 17: found through the key identifier, refused as forged.
+        let forged = set
+            .authenticate(&[cas[3].client(&key(&vcs[17]))], now())
+            .expect_err("forged");
+        assert_eq!(forged.kind, AuthFailureKind::CommonNameMismatch);
+        // An impostor CA with the shared subject: unauthorized, after a bounded number of checks.
+        let impostor = TestCa::new("kubelet-client-ca");
+        let failure = set
+            .authenticate(&[impostor.client_without_key_id(&key(&vcs[5]))], now())
+            .expect_err("impostor");
+        assert_eq!(failure.kind, AuthFailureKind::Invalid);
     }
 
     #[test]

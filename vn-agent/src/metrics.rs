@@ -54,7 +54,7 @@ pub struct StreamLabels {
 pub struct Metrics {
     /// Requests answered, by verb, tenant and status code.
     pub requests: Family<RequestLabels, Counter>,
-    /// Requests being handled (until the response head, or the end of a streamed body).
+    /// Requests being handled, until the response head is sent (open streams are `streams_open`).
     pub in_flight: Family<VerbLabels, Gauge>,
     /// Seconds until the response head was sent.
     pub latency: Family<VerbLabels, Histogram>,
