@@ -342,11 +342,14 @@ fn annotation<'a>(secret: &'a Secret, key: &str) -> Result<&'a str, String> {
         .ok_or_else(|| format!("annotation {key} is missing"))
 }
 
+/// How a CA is looked up: its raw subject and, when it has one, its subject key identifier.
+type CaNames = (Vec<u8>, Option<Vec<u8>>);
+
 fn trusted_tenant(
     secret: &Secret,
     live: &BTreeMap<(String, String), &VirtualCluster>,
     provider: &Arc<CryptoProvider>,
-) -> Result<(TrustedTenant, Vec<(Vec<u8>, Option<Vec<u8>>)>), String> {
+) -> Result<(TrustedTenant, Vec<CaNames>), String> {
     if secret.name_any() != SECRET_KUBELET_CLIENT {
         return Err(format!("only Secrets named {SECRET_KUBELET_CLIENT} are read"));
     }
