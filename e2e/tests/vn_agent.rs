@@ -531,6 +531,19 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
         out.stdout.lines().collect::<Vec<_>>(),
         expected_log_lines(&super_ns_a, "web", "sidecar")[8..]
     );
+    // Following streams lines as the kubelet writes them (one every 200 ms), not at the end.
+    let followed = kubectl
+        .first_lines(
+            &[&team[..], &["logs", "-f", "web", "-c", "app", "--tail=1"]].concat(),
+            4,
+        )
+        .await?;
+    assert_eq!(
+        followed,
+        (10..=13)
+            .map(|i| format!("{super_ns_a}/web/app line {i}"))
+            .collect::<Vec<_>>()
+    );
     let out = tenant_b
         .kubectl
         .run(&[&team[..], &["logs", "web"]].concat(), None)

@@ -97,6 +97,33 @@ impl Kubectl {
         })
     }
 
+    /// Starts kubectl and returns the first `count` lines it prints (e.g. `logs -f`), then stops it.
+    pub async fn first_lines(&self, args: &[&str], count: usize) -> anyhow::Result<Vec<String>> {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting kubectl")?;
+        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let mut collected = Vec::new();
+        let read = async {
+            while collected.len() < count {
+                match lines.next_line().await? {
+                    Some(line) => collected.push(line),
+                    None => bail!("kubectl ended after {} lines", collected.len()),
+                }
+            }
+            anyhow::Ok(())
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .with_context(|| format!("{count} lines of kubectl {args:?} within 30 s"))??;
+        child.kill().await?;
+        Ok(collected)
+    }
+
     /// Runs kubectl on a pseudo-terminal of 80x24 (through util-linux `script`), as a person at a
     /// terminal would; returns what the terminal showed.
     pub async fn run_in_terminal(&self, args: &[&str]) -> anyhow::Result<Output> {
