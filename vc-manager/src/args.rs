@@ -78,6 +78,7 @@ impl Args {
         self.leader_election.leader_elect.then(|| LeaderElection {
             namespace: self.leader_election.lease_namespace.clone(),
             lease_duration: Duration::from_secs(self.leader_election.lease_duration_seconds),
+            identity: None,
         })
     }
 }

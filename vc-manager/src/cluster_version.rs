@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use crds::{ClusterVersion, VirtualCluster, VirtualClusterRef, wellknown::FINALIZER_CLUSTER_VERSION};
+use crds::{VirtualCluster, VirtualClusterRef, wellknown::FINALIZER_CLUSTER_VERSION};
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
@@ -14,7 +14,10 @@ use kube::{
     runtime::{controller::Action, events::EventType, reflector::Store},
 };
 
-use crate::{Error, Result, context::Context, finalizer, steps::apply_params};
+use crate::{
+    Error, Result, cached::CachedClusterVersion as ClusterVersion, context::Context, finalizer,
+    steps::apply_params,
+};
 
 /// The `controller` label of this controller's metrics.
 pub const CONTROLLER: &str = "clusterversion";
@@ -23,12 +26,18 @@ pub const CONDITION_IN_USE: &str = "InUse";
 /// At most this many users are named in messages.
 const NAMED_USERS: usize = 20;
 
+/// Whether a VirtualCluster is provisioned from ClusterVersion `name` (an adopted one that also names a
+/// ClusterVersion, through the original project's annotations, is not).
+pub fn provisioned_from(vc: &VirtualCluster, name: &str) -> bool {
+    vc.spec.cluster_version_name.as_deref() == Some(name) && vc.adoption().is_none()
+}
+
 /// The VirtualClusters provisioned from ClusterVersion `name`, sorted.
 pub fn users_of(name: &str, virtual_clusters: &Store<VirtualCluster>) -> Vec<VirtualClusterRef> {
     let mut users: Vec<VirtualClusterRef> = virtual_clusters
         .state()
         .iter()
-        .filter(|vc| vc.spec.cluster_version_name.as_deref() == Some(name))
+        .filter(|vc| provisioned_from(vc, name))
         .map(|vc| VirtualClusterRef {
             namespace: vc.namespace().unwrap_or_default(),
             name: vc.name_any(),
@@ -82,7 +91,7 @@ pub async fn reconcile(cv: Arc<ClusterVersion>, ctx: Arc<Context>) -> Result<Act
     }
     ctx.caches_ready().await;
     let started = Instant::now();
-    let result = reconcile_one(&cv, &ctx).await;
+    let result = crate::run::on_own_stack(reconcile_one_owned(cv.clone(), ctx.clone())).await;
     let label = match &result {
         Ok(_) => {
             ctx.backoff.reset(&format!("ClusterVersion/{}", cv.name_any()));
@@ -106,6 +115,10 @@ pub fn error_policy(cv: Arc<ClusterVersion>, error: &Error, ctx: Arc<Context>) -
         "reconcile failed"
     );
     Action::requeue(delay)
+}
+
+async fn reconcile_one_owned(cv: Arc<ClusterVersion>, ctx: Arc<Context>) -> Result<Action> {
+    reconcile_one(&cv, &ctx).await
 }
 
 async fn reconcile_one(cv: &ClusterVersion, ctx: &Context) -> Result<Action> {

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use crds::{ClusterVersion, VirtualCluster};
+use crds::VirtualCluster;
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::ObjectReference};
 use kube::{
     Client,
@@ -19,7 +19,7 @@ use kube::{
 };
 use vc_runtime::clients::ClientTimeouts;
 
-use crate::{adopt::TenantProbe, backoff::Backoff, metrics::Metrics};
+use crate::{adopt::TenantProbe, backoff::Backoff, cached::CachedClusterVersion, metrics::Metrics};
 
 /// The reporting controller of vc-manager's events.
 pub const REPORTER: &str = "vc-manager";
@@ -99,7 +99,7 @@ pub struct Context {
     /// Cache of VirtualClusters (the VirtualCluster controller's store).
     pub virtual_clusters: Store<VirtualCluster>,
     /// Cache of ClusterVersions (the ClusterVersion controller's store).
-    pub cluster_versions: Store<ClusterVersion>,
+    pub cluster_versions: Store<CachedClusterVersion>,
     /// Cache of the control-plane StatefulSets vc-manager created.
     pub statefulsets: Store<StatefulSet>,
     /// Per-object backoff after failures.
@@ -117,7 +117,7 @@ impl Context {
         client: Client,
         settings: Settings,
         virtual_clusters: Store<VirtualCluster>,
-        cluster_versions: Store<ClusterVersion>,
+        cluster_versions: Store<CachedClusterVersion>,
         statefulsets: Store<StatefulSet>,
         leader: LeaderFlag,
         probe: Arc<dyn TenantProbe>,
@@ -146,9 +146,9 @@ impl Context {
 
     /// Waits until the caches hold a full list, so that "not found" in a cache means not found.
     pub async fn caches_ready(&self) {
-        let _ = self.virtual_clusters.wait_until_ready().await;
-        let _ = self.cluster_versions.wait_until_ready().await;
-        let _ = self.statefulsets.wait_until_ready().await;
+        synced(&self.virtual_clusters).await;
+        synced(&self.cluster_versions).await;
+        synced(&self.statefulsets).await;
     }
 
     /// Publishes an event about `regarding`; a failure is logged, never fatal.
@@ -175,6 +175,26 @@ impl Context {
                 error = &error as &dyn std::error::Error,
                 "publishing event"
             );
+        }
+    }
+}
+
+/// Waits until `store` has its first full list.
+///
+/// `Store::wait_until_ready` wakes only the last of several concurrent waiters (its one-shot channel keeps a
+/// single waker), and the controller itself waits on the same store; so wait in short rounds, each of which
+/// polls again.
+pub async fn synced<K>(store: &Store<K>)
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(Ok(())) => return,
+            // The writer is gone: the controller stopped; nothing will ever be synced.
+            Ok(Err(_)) => std::future::pending::<()>().await,
+            Err(_) => continue,
         }
     }
 }

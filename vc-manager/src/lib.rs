@@ -12,6 +12,7 @@
 pub mod adopt;
 pub mod args;
 pub mod backoff;
+pub mod cached;
 pub mod cleanup;
 pub mod cluster_version;
 pub mod context;

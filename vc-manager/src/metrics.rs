@@ -98,7 +98,7 @@ impl Metrics {
         );
         registry.register(
             "leader",
-            "1 while this replica holds the leader Lease",
+            "Whether this replica holds the leader Lease (1) or waits as a standby (0)",
             self.leader.clone(),
         );
         registry.register_collector(Box::new(PhaseCollector { store }));

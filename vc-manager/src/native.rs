@@ -53,7 +53,8 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
         .get(&ObjectRef::new(&cv_name))
         .ok_or_else(|| Error::ClusterVersionNotFound {
             name: cv_name.clone(),
-        })?;
+        })?
+        .to_cluster_version();
     render::validate(&cv).map_err(|problem| Error::ClusterVersionInvalid {
         name: cv_name.clone(),
         problem,
@@ -61,7 +62,7 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
 
     let services = apply_services(&cv, identity, ctx).await?;
     let network = network(vc, &cv, &services, ctx)?;
-    let (plan, secrets) = steps::apply_pki(vc, identity, &Scope::Native(network), ctx).await?;
+    let (plan, secrets) = steps::apply_pki(vc, identity, &Scope::Native(Box::new(network)), ctx).await?;
 
     let inputs = RenderInputs::new(vc, secrets.values());
     let mut components = Vec::new();
@@ -229,6 +230,10 @@ fn network(
     apiserver_hostnames.sort();
     apiserver_hostnames.dedup();
     let (etcd_service, etcd_peer_service) = render::etcd_service_names(cv);
+    let etcd = &cv.spec.etcd.statefulset;
+    let etcd_name = etcd.metadata.name.clone().unwrap_or_default();
+    let replicas = etcd.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(0);
+    let etcd_members = (0..replicas).map(|i| format!("{etcd_name}-{i}")).collect();
     let ranges = render::apiserver_service_range(vc, cv).unwrap_or_default();
     Ok(Network {
         apiserver,
@@ -236,6 +241,7 @@ fn network(
         apiserver_hostnames,
         etcd_service,
         etcd_peer_service,
+        etcd_members,
         cluster_domain: vc.spec.cluster_domain.clone(),
         super_cluster_domain: ctx.settings.super_cluster_domain.clone(),
         tenant_service_ips: first_service_ips(&ranges),

@@ -16,7 +16,8 @@ use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt, controller,
+        Controller, WatchStreamExt,
+        controller::{self, Action},
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -28,8 +29,9 @@ use vc_runtime::admin::Health;
 use crate::{
     Error, Result,
     adopt::{KubeconfigProbe, TenantProbe},
+    cached::CachedClusterVersion,
     cluster_version,
-    context::{Context, LeaderFlag, Settings},
+    context::{Context, LeaderFlag, Settings, synced},
     identity::{managed_selector, owner_of},
     metrics::Metrics,
     virtual_cluster,
@@ -45,6 +47,8 @@ pub struct LeaderElection {
     pub namespace: String,
     /// How long a leader holds the Lease without renewing it.
     pub lease_duration: Duration,
+    /// This replica's identity in the Lease (default: the pod name, else host name and pid).
+    pub identity: Option<String>,
 }
 
 /// A configured vc-manager, ready to run.
@@ -128,7 +132,7 @@ impl Manager {
 
         let watcher_config = watcher::Config::default().any_semantic();
         let vc_api: Api<VirtualCluster> = Api::all(client.clone());
-        let cv_api: Api<ClusterVersion> = Api::all(client.clone());
+        let cv_api: Api<CachedClusterVersion> = Api::all(client.clone());
 
         let vc_controller = Controller::new(vc_api.clone(), watcher_config.clone());
         let cv_controller = Controller::new(cv_api.clone(), watcher_config.clone());
@@ -159,10 +163,14 @@ impl Manager {
         let vc_controller = vc_controller
             .with_config(controller::Config::default().concurrency(settings.concurrency))
             .watches_stream(statefulsets, |sts| owner_of(&sts.metadata))
-            .watches(cv_api.clone(), watcher_config.clone(), {
-                let vcs = vc_store.clone();
-                move |cv: ClusterVersion| users_of(&vcs, &cv.name_any())
-            })
+            .watches(
+                Api::<PartialObjectMeta<ClusterVersion>>::all(client.clone()),
+                watcher_config.clone(),
+                {
+                    let vcs = vc_store.clone();
+                    move |cv: PartialObjectMeta<ClusterVersion>| users_of(&vcs, &cv.name_any())
+                },
+            )
             .watches(
                 Api::<PartialObjectMeta<Service>>::all(client.clone()),
                 watcher::Config::default().labels(&managed_selector()),
@@ -216,9 +224,9 @@ impl Manager {
             let health = health.clone();
             let (vcs, cvs, sts) = (vc_store.clone(), cv_store.clone(), sts_store.clone());
             tasks.spawn(async move {
-                let _ = vcs.wait_until_ready().await;
-                let _ = cvs.wait_until_ready().await;
-                let _ = sts.wait_until_ready().await;
+                synced(&vcs).await;
+                synced(&cvs).await;
+                synced(&sts).await;
                 health.set_ready(true);
                 tracing::info!("caches synced");
                 Ok(())
@@ -229,11 +237,16 @@ impl Manager {
             let leader = leader.clone();
             let metrics = metrics.clone();
             tasks.spawn(async move {
-                let mut leadership = vc_runtime::leader::Leadership::acquire(
+                let identity = election
+                    .identity
+                    .clone()
+                    .unwrap_or_else(vc_runtime::leader::identity);
+                let mut leadership = vc_runtime::leader::Leadership::acquire_as(
                     client,
                     &election.namespace,
                     LEASE_NAME,
                     election.lease_duration,
+                    identity,
                 )
                 .await
                 .map_err(Error::Runtime)?;
@@ -249,9 +262,10 @@ impl Manager {
             drop(became_leader_tx);
         }
 
+        // Boxed: the controllers' state machines are large.
         let controllers = {
             let context = context.clone();
-            async move {
+            Box::pin(async move {
                 let vcs = vc_controller
                     .run(
                         virtual_cluster::reconcile,
@@ -270,10 +284,19 @@ impl Manager {
                             log_controller_error("clusterversion", &error);
                         }
                     });
-                futures::join!(vcs, cvs);
-            }
+                // Each controller on a task of its own (shallower stacks than polling both here); the
+                // set aborts them if this future is dropped.
+                let mut running = tokio::task::JoinSet::new();
+                running.spawn(vcs);
+                running.spawn(cvs);
+                while let Some(ended) = running.join_next().await {
+                    if let Err(error) = ended {
+                        tracing::error!(error = %error, "controller task failed");
+                    }
+                }
+            })
         };
-        tokio::pin!(controllers);
+        let mut controllers = controllers;
         let shutdown = async move {
             shutdown.await;
             let _ = shutdown_tx.send(true);
@@ -305,6 +328,19 @@ impl Manager {
     }
 }
 
+/// Runs a reconcile as its own task, so that its calls (client, TLS, certificate generation) start from
+/// the scheduler's stack instead of below the controller's stream machinery. A panic is passed on.
+pub(crate) async fn on_own_stack(
+    reconcile: impl Future<Output = Result<Action>> + Send + 'static,
+) -> Result<Action> {
+    match tokio::spawn(reconcile).await {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Cancelled: the runtime is shutting down.
+        Err(_) => Ok(Action::await_change()),
+    }
+}
+
 fn log_controller_error<E, Q>(controller: &str, error: &controller::Error<E, Q>)
 where
     E: std::error::Error + 'static,
@@ -329,15 +365,18 @@ fn leadership_stream(rx: watch::Receiver<u64>) -> impl futures::Stream<Item = ()
 fn users_of(vcs: &Store<VirtualCluster>, name: &str) -> Vec<ObjectRef<VirtualCluster>> {
     vcs.state()
         .iter()
-        .filter(|vc| vc.spec.cluster_version_name.as_deref() == Some(name))
+        .filter(|vc| cluster_version::provisioned_from(vc, name))
         .map(|vc| ObjectRef::from_obj(vc.as_ref()))
         .collect()
 }
 
 /// ClusterVersions whose status must change because of a VirtualCluster: the one it uses and any that
 /// still list it.
-fn versions_of(cvs: &Store<ClusterVersion>, vc: &VirtualCluster) -> Vec<ObjectRef<ClusterVersion>> {
-    let mut refs: Vec<ObjectRef<ClusterVersion>> = vc
+fn versions_of(
+    cvs: &Store<CachedClusterVersion>,
+    vc: &VirtualCluster,
+) -> Vec<ObjectRef<CachedClusterVersion>> {
+    let mut refs: Vec<ObjectRef<CachedClusterVersion>> = vc
         .spec
         .cluster_version_name
         .iter()

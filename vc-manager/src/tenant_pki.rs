@@ -87,6 +87,9 @@ pub struct Network {
     pub etcd_service: String,
     /// etcd peer (governing) Service.
     pub etcd_peer_service: String,
+    /// etcd member (pod) names: each gets its own names under the peer Service, besides the wildcard
+    /// (which some verifiers, like webpki, refuse under a one-label domain such as `*.etcd`).
+    pub etcd_members: Vec<String>,
     /// The tenant's cluster domain (`spec.clusterDomain`).
     pub cluster_domain: String,
     /// The super cluster's DNS domain.
@@ -99,7 +102,7 @@ pub struct Network {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
     /// A provisioned control plane: every Secret.
-    Native(Network),
+    Native(Box<Network>),
     /// An adopted control plane: only the kubelet-client CA and certificate.
     KubeletClientOnly,
 }
@@ -435,6 +438,13 @@ pub fn etcd_server_spec(network: &Network, namespace: &str) -> LeafSpec {
         .map(|n| format!("*.{n}"))
         .collect();
     names.extend(wildcards);
+    for member in &network.etcd_members {
+        names.extend(
+            service_names(&network.etcd_peer_service, namespace, domain)
+                .iter()
+                .map(|n| format!("{member}.{n}")),
+        );
+    }
     names.insert("localhost".to_owned());
     let mut spec = LeafSpec::with_names("etcd", names.iter().map(String::as_str), Usage::ServerAndClient);
     spec.ip_addresses.insert(IpAddr::from([127, 0, 0, 1]));
@@ -562,6 +572,7 @@ mod tests {
             apiserver_hostnames: vec!["vc.example.com".into()],
             etcd_service: "etcd".into(),
             etcd_peer_service: "etcd".into(),
+            etcd_members: vec!["etcd-0".into()],
             cluster_domain: "tenant.local".into(),
             super_cluster_domain: "cluster.local".into(),
             tenant_service_ips: vec!["10.32.0.1".parse().expect("ip")],
@@ -602,7 +613,7 @@ mod tests {
 
     #[test]
     fn a_new_tenant_gets_every_secret_of_the_architecture_table() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let plan = plan_at(&BTreeMap::new(), NOW, &scope);
         let names: Vec<&str> = plan.secrets.iter().map(PlannedSecret::name).collect();
         assert_eq!(
@@ -664,7 +675,7 @@ mod tests {
 
     #[test]
     fn certificates_chain_to_their_cas_with_the_right_names() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let plan = plan_at(&BTreeMap::new(), NOW, &scope);
         let get = |name: &str| plan.secret(name).expect(name);
         let root = text(get("root-ca"), "tls.crt");
@@ -689,6 +700,11 @@ mod tests {
         let etcd_ca = text(get("etcd-ca"), "tls.crt");
         let etcd = inspect(&text(get("etcd-server"), "tls.crt")).expect("etcd");
         assert!(etcd.dns_names.contains("*.etcd.team-abc123-vc.svc"));
+        assert!(etcd.dns_names.contains("etcd-0.etcd"));
+        assert!(
+            etcd.dns_names
+                .contains("etcd-0.etcd.team-abc123-vc.svc.cluster.local")
+        );
         assert!(etcd.dns_names.contains("etcd.team-abc123-vc.svc.cluster.local"));
         assert!(is_signed_by(&text(get("etcd-server"), "tls.crt"), &etcd_ca));
         assert!(is_signed_by(&text(get("etcd-client"), "tls.crt"), &etcd_ca));
@@ -732,7 +748,7 @@ mod tests {
 
     #[test]
     fn a_complete_stored_set_needs_no_writes() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let first = plan_at(&BTreeMap::new(), NOW, &scope);
         let second = plan_at(&stored(&first), NOW + DAY, &scope);
         assert_eq!(changes(&second), BTreeMap::new());
@@ -741,7 +757,7 @@ mod tests {
 
     #[test]
     fn renewal_keeps_the_cas_and_the_service_account_key() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let first = plan_at(&BTreeMap::new(), NOW, &scope);
         // 300 days in: every 365-day leaf is in its last fifth; the 10-year CAs are not.
         let later = plan_at(&stored(&first), NOW + 300 * DAY, &scope);
@@ -786,7 +802,7 @@ mod tests {
 
     #[test]
     fn an_ageing_ca_is_renewed_with_its_key_and_dependents_get_the_new_bundle() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let first = plan_at(&BTreeMap::new(), NOW, &scope);
         // Nine years in: CAs are in their last fifth.
         let now = NOW + 9 * 365 * DAY;
@@ -811,7 +827,7 @@ mod tests {
 
     #[test]
     fn a_broken_ca_is_replaced_and_its_leaves_reissued() {
-        let scope = Scope::Native(network());
+        let scope = Scope::Native(Box::new(network()));
         let first = plan_at(&BTreeMap::new(), NOW, &scope);
         let mut secrets = stored(&first);
         let etcd_ca = secrets.get_mut("etcd-ca").expect("etcd-ca");
@@ -839,10 +855,10 @@ mod tests {
 
     #[test]
     fn new_names_reissue_only_the_serving_certificate() {
-        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(network()));
+        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(Box::new(network())));
         let mut moved = network();
         moved.apiserver_ips = vec!["10.96.99.99".parse().expect("ip")];
-        let later = plan_at(&stored(&first), NOW, &Scope::Native(moved));
+        let later = plan_at(&stored(&first), NOW, &Scope::Native(Box::new(moved)));
         assert_eq!(
             changes(&later),
             [(
@@ -855,10 +871,10 @@ mod tests {
 
     #[test]
     fn a_moved_apiserver_port_rewrites_the_kubeconfigs_only() {
-        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(network()));
+        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(Box::new(network())));
         let mut moved = network();
         moved.apiserver.port = 443;
-        let later = plan_at(&stored(&first), NOW, &Scope::Native(moved));
+        let later = plan_at(&stored(&first), NOW, &Scope::Native(Box::new(moved)));
         assert_eq!(
             changes(&later),
             [
@@ -871,7 +887,7 @@ mod tests {
 
     #[test]
     fn edited_metadata_or_extra_keys() {
-        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(network()));
+        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(Box::new(network())));
         let mut secrets = stored(&first);
         // Someone else's extra key or label is left alone.
         let root = secrets.get_mut("root-ca").expect("root");
@@ -894,7 +910,7 @@ mod tests {
             .remove("tenancy.x-k8s.io/kubelet-client");
         // A Secret of another type is kept with its type.
         secrets.get_mut("etcd-ca").expect("etcd-ca").type_ = Some("Opaque".into());
-        let later = plan_at(&secrets, NOW, &Scope::Native(network()));
+        let later = plan_at(&secrets, NOW, &Scope::Native(Box::new(network())));
         assert_eq!(
             changes(&later),
             [("kubelet-client".to_owned(), Change::Updated)].into()
@@ -911,14 +927,14 @@ mod tests {
 
     #[test]
     fn a_damaged_service_account_public_key_is_repaired_without_a_new_key() {
-        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(network()));
+        let first = plan_at(&BTreeMap::new(), NOW, &Scope::Native(Box::new(network())));
         let mut secrets = stored(&first);
         let sa = secrets.get_mut("serviceaccount-rsa").expect("sa");
         sa.data
             .as_mut()
             .expect("data")
             .insert("tls.crt".into(), ByteString(b"bad".to_vec()));
-        let later = plan_at(&secrets, NOW, &Scope::Native(network()));
+        let later = plan_at(&secrets, NOW, &Scope::Native(Box::new(network())));
         assert_eq!(
             changes(&later),
             [("serviceaccount-rsa".to_owned(), Change::Updated)].into()
@@ -936,7 +952,7 @@ mod tests {
             .as_mut()
             .expect("data")
             .remove("tls.key");
-        let later = plan_at(&secrets, NOW, &Scope::Native(network()));
+        let later = plan_at(&secrets, NOW, &Scope::Native(Box::new(network())));
         assert_eq!(
             changes(&later).get("serviceaccount-rsa"),
             Some(&Change::Replaced("tls.key is missing".into()))

@@ -29,7 +29,7 @@ pub async fn reconcile(vc: Arc<VirtualCluster>, ctx: Arc<Context>) -> Result<Act
     }
     ctx.caches_ready().await;
     let started = Instant::now();
-    let result = reconcile_one(&vc, &ctx).await;
+    let result = crate::run::on_own_stack(reconcile_one_owned(vc.clone(), ctx.clone())).await;
     let result_label = match &result {
         Ok(_) => {
             ctx.backoff.reset(&key(&vc));
@@ -53,6 +53,10 @@ pub fn error_policy(vc: Arc<VirtualCluster>, error: &Error, ctx: Arc<Context>) -
         "reconcile failed"
     );
     Action::requeue(delay)
+}
+
+async fn reconcile_one_owned(vc: Arc<VirtualCluster>, ctx: Arc<Context>) -> Result<Action> {
+    reconcile_one(&vc, &ctx).await
 }
 
 async fn reconcile_one(vc: &VirtualCluster, ctx: &Context) -> Result<Action> {

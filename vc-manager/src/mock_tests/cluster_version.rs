@@ -58,7 +58,7 @@ async fn a_new_cluster_version_gets_its_finalizer_and_an_empty_user_list() {
             assert_eq!(status["conditions"][0]["type"], "InUse");
             assert_eq!(status["conditions"][0]["status"], "False");
         },
-        reconcile(Arc::new(cluster_version()), ctx),
+        reconcile(Arc::new(cluster_version().into()), ctx),
     )
     .await;
     assert_eq!(result.expect("ok"), Action::requeue(Duration::from_secs(600)));
@@ -86,7 +86,7 @@ async fn users_are_listed() {
                 "used by 2 VirtualCluster(s): team/a, team/b"
             );
         },
-        reconcile(Arc::new(guarded()), ctx),
+        reconcile(Arc::new(guarded().into()), ctx),
     )
     .await;
     assert!(result.is_ok(), "{result:?}");
@@ -103,7 +103,7 @@ async fn deletion_is_blocked_while_used_and_the_users_are_named() {
             let note = api.event_in("default", "DeletionBlocked").await;
             assert!(note.ends_with("used by 1 VirtualCluster(s): team/a"), "{note}");
         },
-        reconcile(Arc::new(deleting()), ctx),
+        reconcile(Arc::new(deleting().into()), ctx),
     )
     .await;
     assert_eq!(result.expect("blocked"), Action::await_change());
@@ -121,7 +121,7 @@ async fn an_unused_cluster_version_is_released() {
             );
             call.ok(serde_json::to_value(cluster_version()).expect("json"));
         },
-        reconcile(Arc::new(deleting()), ctx),
+        reconcile(Arc::new(deleting().into()), ctx),
     )
     .await;
     assert_eq!(result.expect("released"), Action::await_change());
@@ -147,7 +147,7 @@ async fn an_unchanged_status_is_not_written() {
             last_transition_time: Time(Timestamp::from_second(1_700_000_000).expect("time")),
         }],
     });
-    let result = run(async move { drop(api) }, reconcile(Arc::new(cv), ctx)).await;
+    let result = run(async move { drop(api) }, reconcile(Arc::new(cv.into()), ctx)).await;
     assert!(result.is_ok(), "{result:?}");
 }
 
@@ -160,12 +160,12 @@ async fn failures_are_errors_with_backoff() {
                 .await
                 .fail(500, "InternalError", "etcd is down");
         },
-        reconcile(Arc::new(guarded()), ctx.clone()),
+        reconcile(Arc::new(guarded().into()), ctx.clone()),
     )
     .await;
     let error = result.expect_err("fails");
     assert_eq!(error.reason(), "StatusApplyFailed");
-    let cv = Arc::new(guarded());
+    let cv: Arc<crate::cached::CachedClusterVersion> = Arc::new(guarded().into());
     assert_eq!(
         error_policy(cv.clone(), &error, ctx.clone()),
         Action::requeue(Duration::from_secs(1))
@@ -186,7 +186,7 @@ async fn failures_are_errors_with_backoff() {
                 .await
                 .fail(409, "Conflict", "modified");
         },
-        reconcile(Arc::new(cluster_version()), ctx),
+        reconcile(Arc::new(cluster_version().into()), ctx),
     )
     .await;
     assert_eq!(result.expect_err("conflict").reason(), "FinalizerFailed");

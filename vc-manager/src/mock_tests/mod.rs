@@ -31,6 +31,7 @@ use tower_test::mock::{Handle, SendResponse};
 use crate::{
     Context, Settings,
     adopt::{ProbeReport, TenantProbe},
+    cached::CachedClusterVersion,
     context::LeaderFlag,
     identity::TenantIdentity,
     metrics::Metrics,
@@ -133,6 +134,7 @@ pub fn network() -> Network {
         apiserver_hostnames: vec![],
         etcd_service: "etcd".into(),
         etcd_peer_service: "etcd".into(),
+        etcd_members: vec!["etcd-0".into()],
         cluster_domain: "cluster.local".into(),
         super_cluster_domain: "cluster.local".into(),
         tenant_service_ips: vec!["10.32.0.1".parse().expect("ip")],
@@ -158,7 +160,7 @@ pub struct Caches {
     /// VirtualClusters.
     pub virtual_clusters: Writer<VirtualCluster>,
     /// ClusterVersions.
-    pub cluster_versions: Writer<ClusterVersion>,
+    pub cluster_versions: Writer<CachedClusterVersion>,
     /// StatefulSets.
     pub statefulsets: Writer<StatefulSet>,
 }
@@ -176,7 +178,7 @@ pub fn context(probe: Arc<dyn TenantProbe>) -> (Arc<Context>, Caches, ApiServer)
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let (vcs, mut vc_writer) = reflector::store::<VirtualCluster>();
-    let (cvs, mut cv_writer) = reflector::store::<ClusterVersion>();
+    let (cvs, mut cv_writer) = reflector::store::<CachedClusterVersion>();
     let (sts, mut sts_writer) = reflector::store::<StatefulSet>();
     ready(&mut vc_writer);
     ready(&mut cv_writer);
@@ -217,7 +219,7 @@ impl Caches {
     /// Puts an object into a cache.
     pub fn add_cluster_version(&mut self, cv: ClusterVersion) {
         self.cluster_versions
-            .apply_watcher_event(&watcher::Event::Apply(cv));
+            .apply_watcher_event(&watcher::Event::Apply(cv.into()));
     }
 
     /// Puts a VirtualCluster into the cache.

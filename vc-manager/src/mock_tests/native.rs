@@ -213,7 +213,7 @@ async fn a_healthy_tenant_reapplies_its_statefulsets_and_writes_nothing_else() {
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let first = run(
         {
             let secrets = secrets.clone();
@@ -265,7 +265,7 @@ async fn an_unchanged_running_status_is_not_written() {
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     // The status a previous reconcile wrote.
     let mut vc = native_vc();
     let desired = {
@@ -286,7 +286,7 @@ async fn an_unchanged_running_status_is_not_written() {
                 identity: &identity,
                 lifetimes: Lifetimes::for_days(365),
                 now: crate::steps::now(),
-                scope: &Scope::Native(network()),
+                scope: &Scope::Native(Box::new(network())),
             },
         )
         .expect("plan");
@@ -346,7 +346,7 @@ async fn a_deleted_statefulset_of_a_running_tenant_is_restored_and_reported() {
     // The apiserver StatefulSet was deleted: it is not in the cache.
     caches.add_statefulset(cached_statefulset(Component::Etcd, true));
     caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
@@ -405,7 +405,7 @@ async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() 
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
@@ -705,7 +705,7 @@ async fn a_failed_secret_apply_stops_before_the_statefulsets() {
 async fn a_rejected_statefulset_is_reported_on_its_component() {
     let (ctx, mut caches, mut api) = context(no_probe());
     caches.add_cluster_version(cluster_version());
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
@@ -745,7 +745,7 @@ async fn a_failed_status_write_is_an_error_and_retried() {
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
-    let secrets = stored_secrets(&Scope::Native(network()));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
