@@ -23,7 +23,7 @@ use crate::{
     context::Context,
     identity::TenantIdentity,
     kubeconfig, native,
-    status::{ConditionState, DesiredStatus},
+    status::{ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace},
     tenant_pki::Scope,
 };
@@ -167,6 +167,7 @@ pub async fn reconcile(
     identity: &TenantIdentity,
     adoption: &Adoption,
     ctx: &Context,
+    progress: &mut Progress,
 ) -> Result<Action> {
     let namespace = identity.root_namespace();
     match steps::ensure_root_namespace(identity, ctx).await? {
@@ -184,6 +185,14 @@ pub async fn reconcile(
         RootNamespace::Ready { created: false } => {}
     }
     let (plan, _) = steps::apply_pki(vc, identity, &Scope::KubeletClientOnly, ctx).await?;
+    let pki = ConditionState::met(
+        CONDITION_PKI_READY,
+        "KubeletClientIssued",
+        format!(
+            "kubelet-client CA and certificate are in Secret {namespace}/{SECRET_KUBELET_CLIENT}; configure the adopted apiserver's --kubelet-client-certificate/--kubelet-client-key with them"
+        ),
+    );
+    progress.settle(pki.clone());
     let (origin, yaml) = read_kubeconfig(vc, adoption, ctx).await?;
     if kubeconfig::server(&yaml).is_none() {
         return Err(Error::KubeconfigInvalid {
@@ -199,13 +208,7 @@ pub async fn reconcile(
         message: message.clone(),
         cluster_namespace: namespace.to_owned(),
         conditions: vec![
-            ConditionState::met(
-                CONDITION_PKI_READY,
-                "KubeletClientIssued",
-                format!(
-                    "kubelet-client CA and certificate are in Secret {namespace}/{SECRET_KUBELET_CLIENT}; configure the adopted apiserver's --kubelet-client-certificate/--kubelet-client-key with them"
-                ),
-            ),
+            pki,
             ConditionState::met(CONDITION_APISERVER_READY, "Reachable", message.clone()),
             ConditionState::met(CONDITION_READY, "TenantReachable", message),
         ],

@@ -24,13 +24,18 @@ use crate::{
     render::{
         self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, Component, RenderInputs,
     },
-    status::{self, ComponentState, ConditionState, DesiredStatus},
+    status::{self, ComponentState, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace, apply_params},
     tenant_pki::{Network, Scope, first_service_ips},
 };
 
 /// Reconciles a provisioned VirtualCluster.
-pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Context) -> Result<Action> {
+pub async fn reconcile(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    ctx: &Context,
+    progress: &mut Progress,
+) -> Result<Action> {
     let namespace = identity.root_namespace();
     match steps::ensure_root_namespace(identity, ctx).await? {
         RootNamespace::Terminating => return wait_for_root_namespace(vc, identity, ctx).await,
@@ -64,6 +69,20 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
     let network = network(vc, &cv, &services, ctx)?;
     let (plan, secrets) = steps::apply_pki(vc, identity, &Scope::Native(Box::new(network)), ctx).await?;
 
+    let next_renewal = plan
+        .next_renewal
+        .and_then(|at| Timestamp::from_second(at).ok())
+        .map_or_else(|| "none".to_owned(), |t| t.to_string());
+    let pki = ConditionState::met(
+        CONDITION_PKI_READY,
+        "CertificatesValid",
+        format!(
+            "{} Secrets in {namespace}; next certificate renewal at {next_renewal}",
+            plan.secrets.len()
+        ),
+    );
+    progress.settle(pki.clone());
+
     let inputs = RenderInputs::new(vc, secrets.values());
     let mut components = Vec::new();
     let mut previous: Option<(Component, bool)> = None;
@@ -93,24 +112,14 @@ pub async fn reconcile(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Con
             })?;
         changes.record(vc, component, cached.as_deref(), &applied);
         let state = ComponentState::of(&applied);
+        progress.settle(state.condition(component));
         previous = Some((component, state.is_ready()));
         components.push((component, state));
     }
     changes.announce(vc, ctx).await;
 
     let (phase, reason, message) = status::native_phase(vc.phase(), &components);
-    let next_renewal = plan
-        .next_renewal
-        .and_then(|at| Timestamp::from_second(at).ok())
-        .map_or_else(|| "none".to_owned(), |t| t.to_string());
-    let mut conditions = vec![ConditionState::met(
-        CONDITION_PKI_READY,
-        "CertificatesValid",
-        format!(
-            "{} Secrets in {namespace}; next certificate renewal at {next_renewal}",
-            plan.secrets.len()
-        ),
-    )];
+    let mut conditions = vec![pki];
     conditions.extend(components.iter().map(|(c, s)| s.condition(*c)));
     conditions.push(status::native_ready(phase, &reason, &message, &components));
     let desired = DesiredStatus {

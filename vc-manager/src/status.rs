@@ -294,16 +294,47 @@ pub fn current_conditions(vc: &VirtualCluster) -> Vec<ConditionState> {
         .collect()
 }
 
-/// The status after a failed reconcile: the failed step's condition turns False unless it holds already
-/// (a working component stays reported as working); `Ready` turns False and the phase `Error` only when
-/// the tenant is not running, or when the failure makes the tenant unusable.
-pub fn failed(vc: &VirtualCluster, cluster_namespace: &str, error: &crate::Error) -> DesiredStatus {
+/// Conditions a reconcile established before it failed (the steps that succeeded), so that the failure
+/// status reports them rather than their previous values.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    settled: Vec<ConditionState>,
+}
+
+impl Progress {
+    /// Records the outcome of a step.
+    pub fn settle(&mut self, condition: ConditionState) {
+        self.settled.retain(|c| c.type_ != condition.type_);
+        self.settled.push(condition);
+    }
+
+    /// The recorded outcomes.
+    pub fn settled(&self) -> &[ConditionState] {
+        &self.settled
+    }
+}
+
+/// The status after a failed reconcile: steps that succeeded report their outcome; the failed step's
+/// condition turns False unless it holds already (a working component stays reported as working); `Ready`
+/// turns False and the phase `Error` only when the tenant is not running, or when the failure makes the
+/// tenant unusable.
+pub fn failed(
+    vc: &VirtualCluster,
+    cluster_namespace: &str,
+    error: &crate::Error,
+    progress: &Progress,
+) -> DesiredStatus {
     let reason = error.reason().to_owned();
     let message = error.full_message();
     let mut conditions = current_conditions(vc);
     let ready_before = conditions
         .iter()
         .any(|c| c.type_ == CONDITION_READY && c.is_true());
+    for condition in &mut conditions {
+        if let Some(settled) = progress.settled().iter().find(|s| s.type_ == condition.type_) {
+            *condition = settled.clone();
+        }
+    }
     let unusable = error.tenant_unusable();
     for condition in &mut conditions {
         let failed_step = condition.type_ == error.condition();
@@ -576,7 +607,7 @@ mod tests {
             name: "cv".into(),
             problem: "the etcd StatefulSet has no spec".into(),
         };
-        let status = failed(&running, "ns", &error);
+        let status = failed(&running, "ns", &error, &Progress::default());
         assert_eq!(status.phase, ClusterPhase::Running);
         assert_eq!(status.reason, "ClusterVersionInvalid");
         assert!(status.message.contains("has no spec"));
@@ -591,7 +622,13 @@ mod tests {
             vec![condition(CONDITION_PKI_READY, "True")],
         );
         let error = crate::Error::ClusterVersionNotFound { name: "cv".into() };
-        let status = failed(&pending, "ns", &error);
+        let mut progress = Progress::default();
+        progress.settle(ConditionState::met(
+            CONDITION_ETCD_READY,
+            "StatefulSetReady",
+            "1/1 replicas ready",
+        ));
+        let status = failed(&pending, "ns", &error, &progress);
         assert_eq!(status.phase, ClusterPhase::Error);
         let ready = status
             .conditions
@@ -617,7 +654,13 @@ mod tests {
             .iter()
             .find(|c| c.type_ == CONDITION_ETCD_READY)
             .expect("etcd");
-        assert_eq!(etcd.status, "Unknown");
+        assert_eq!(etcd.status, "True", "a step that succeeded before the failure");
+        let apiserver = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_APISERVER_READY)
+            .expect("apiserver");
+        assert_eq!(apiserver.status, "Unknown");
     }
 
     #[test]

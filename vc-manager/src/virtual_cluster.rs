@@ -11,7 +11,12 @@ use kube::{
 };
 
 use crate::{
-    Error, Result, adopt, cleanup, context::Context, finalizer, identity::TenantIdentity, native, status,
+    Error, Result, adopt, cleanup,
+    context::Context,
+    finalizer,
+    identity::TenantIdentity,
+    native,
+    status::{self, Progress},
     steps,
 };
 
@@ -64,24 +69,36 @@ async fn reconcile_one(vc: &VirtualCluster, ctx: &Context) -> Result<Action> {
         return cleanup::delete(vc, ctx).await;
     }
     let identity = TenantIdentity::of(vc)?;
-    let result = provision(vc, &identity, ctx).await;
+    let mut progress = Progress::default();
+    let result = provision(vc, &identity, ctx, &mut progress).await;
     if let Err(error) = &result {
-        report_failure(vc, &identity, error, ctx).await;
+        report_failure(vc, &identity, error, &progress, ctx).await;
     }
     result
 }
 
-async fn provision(vc: &VirtualCluster, identity: &TenantIdentity, ctx: &Context) -> Result<Action> {
+async fn provision(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    ctx: &Context,
+    progress: &mut Progress,
+) -> Result<Action> {
     let api: Api<VirtualCluster> = Api::namespaced(ctx.client.clone(), &identity.vc_namespace);
     finalizer::ensure(&api, vc, FINALIZER_VIRTUAL_CLUSTER, "VirtualCluster").await?;
     match vc.adoption() {
-        Some(adoption) => adopt::reconcile(vc, identity, &adoption, ctx).await,
-        None => native::reconcile(vc, identity, ctx).await,
+        Some(adoption) => adopt::reconcile(vc, identity, &adoption, ctx, progress).await,
+        None => native::reconcile(vc, identity, ctx, progress).await,
     }
 }
 
 /// Publishes the failure as a Warning event and writes it into the status.
-async fn report_failure(vc: &VirtualCluster, identity: &TenantIdentity, error: &Error, ctx: &Context) {
+async fn report_failure(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    error: &Error,
+    progress: &Progress,
+    ctx: &Context,
+) {
     ctx.publish(
         &vc.object_ref(&()),
         EventType::Warning,
@@ -90,7 +107,7 @@ async fn report_failure(vc: &VirtualCluster, identity: &TenantIdentity, error: &
         error.full_message(),
     )
     .await;
-    let desired = status::failed(vc, identity.root_namespace(), error);
+    let desired = status::failed(vc, identity.root_namespace(), error, progress);
     if let Err(status_error) = steps::write_status(vc, &desired, ctx, false).await {
         tracing::warn!(
             virtualcluster = %format!("{}/{}", identity.vc_namespace, vc.name_any()),

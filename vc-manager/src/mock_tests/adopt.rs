@@ -149,6 +149,11 @@ async fn adopt_failure(api: &mut ApiServer, reason: &str) -> Value {
     let status = api.vc_status().await;
     assert_eq!(status["phase"], "Error");
     assert_eq!(status["reason"], reason);
+    // The step before the failure succeeded and says so.
+    assert_eq!(
+        condition(&status, CONDITION_PKI_READY)["reason"],
+        "KubeletClientIssued"
+    );
     for type_ in [CONDITION_APISERVER_READY, CONDITION_READY] {
         let c = condition(&status, type_);
         assert_eq!(

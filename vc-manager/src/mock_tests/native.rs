@@ -722,6 +722,10 @@ async fn a_rejected_statefulset_is_reported_on_its_component() {
                 );
             let status = failure_reported(&mut api, "StatefulSetApplyFailed").await;
             assert_eq!(status["phase"], "Error");
+            assert_eq!(
+                condition(&status, CONDITION_PKI_READY)["reason"],
+                "CertificatesValid"
+            );
             let etcd = condition(&status, CONDITION_ETCD_READY);
             assert_eq!(etcd["status"], "False");
             assert!(
