@@ -41,6 +41,15 @@ pub enum Error {
         /// The ClusterVersion name.
         name: String,
     },
+    /// The ClusterVersion could not be read.
+    #[error("reading ClusterVersion {name}")]
+    ClusterVersionRead {
+        /// The ClusterVersion name.
+        name: String,
+        /// The apiserver's answer.
+        #[source]
+        source: kube::Error,
+    },
     /// The ClusterVersion cannot be rendered into a control plane.
     #[error("ClusterVersion {name} is invalid: {problem}")]
     ClusterVersionInvalid {
@@ -248,6 +257,7 @@ impl Error {
             Self::RootNamespace { .. } => "RootNamespaceFailed",
             Self::RootNamespaceConflict { .. } => "RootNamespaceConflict",
             Self::ClusterVersionNotFound { .. } => "ClusterVersionNotFound",
+            Self::ClusterVersionRead { .. } => "ClusterVersionReadFailed",
             Self::ClusterVersionInvalid { .. } => "ClusterVersionInvalid",
             Self::ServiceApply { .. } => "ServiceApplyFailed",
             Self::SecretList { .. } => "SecretListFailed",
@@ -292,6 +302,7 @@ impl Error {
             | Self::TenantError { .. } => CONDITION_APISERVER_READY,
             Self::MissingIdentity { .. }
             | Self::ClusterVersionNotFound { .. }
+            | Self::ClusterVersionRead { .. }
             | Self::ClusterVersionInvalid { .. }
             | Self::StatusApply { .. }
             | Self::Finalizer { .. }

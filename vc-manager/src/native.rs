@@ -19,6 +19,7 @@ use kube::{
 
 use crate::{
     Error, Result,
+    cached::CachedClusterVersion,
     context::Context,
     identity::TenantIdentity,
     render::{
@@ -53,9 +54,15 @@ pub async fn reconcile(
     }
 
     let cv_name = vc.spec.cluster_version_name.clone().unwrap_or_default();
-    let cv = ctx
-        .cluster_versions
-        .get(&ObjectRef::new(&cv_name))
+    // Read live, not from the cache: the watch event that triggered this reconcile may be ahead of the
+    // cache, and an upgrade must not be missed.
+    let cv = Api::<CachedClusterVersion>::all(ctx.client.clone())
+        .get_opt(&cv_name)
+        .await
+        .map_err(|source| Error::ClusterVersionRead {
+            name: cv_name.clone(),
+            source,
+        })?
         .ok_or_else(|| Error::ClusterVersionNotFound {
             name: cv_name.clone(),
         })?

@@ -159,8 +159,8 @@ impl TenantProbe for FakeProbe {
 pub struct Caches {
     /// VirtualClusters.
     pub virtual_clusters: Writer<VirtualCluster>,
-    /// ClusterVersions.
-    pub cluster_versions: Writer<CachedClusterVersion>,
+    /// ClusterVersions (reconciles read them live; the cache only has to be synced).
+    pub _cluster_versions: Writer<CachedClusterVersion>,
     /// StatefulSets.
     pub statefulsets: Writer<StatefulSet>,
 }
@@ -201,7 +201,7 @@ pub fn context(probe: Arc<dyn TenantProbe>) -> (Arc<Context>, Caches, ApiServer)
         Arc::new(ctx),
         Caches {
             virtual_clusters: vc_writer,
-            cluster_versions: cv_writer,
+            _cluster_versions: cv_writer,
             statefulsets: sts_writer,
         },
         ApiServer(handle),
@@ -216,12 +216,6 @@ pub fn no_probe() -> Arc<dyn TenantProbe> {
 }
 
 impl Caches {
-    /// Puts an object into a cache.
-    pub fn add_cluster_version(&mut self, cv: ClusterVersion) {
-        self.cluster_versions
-            .apply_watcher_event(&watcher::Event::Apply(cv.into()));
-    }
-
     /// Puts a VirtualCluster into the cache.
     pub fn add_virtual_cluster(&mut self, vc: VirtualCluster) {
         self.virtual_clusters

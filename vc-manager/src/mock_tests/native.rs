@@ -54,6 +54,20 @@ async fn root_namespace_exists(api: &mut ApiServer) {
     api.expect("GET", &ns_path()).await.ok(root_namespace_object());
 }
 
+/// The ClusterVersion is read live (or found missing).
+async fn cluster_version_read(api: &mut ApiServer, cv: Option<ClusterVersion>) {
+    let call = api
+        .expect(
+            "GET",
+            &format!("/apis/tenancy.x-k8s.io/v1alpha1/clusterversions/{CV_NAME}"),
+        )
+        .await;
+    match cv {
+        Some(cv) => call.ok(serde_json::to_value(cv).expect("json")),
+        None => call.not_found("clusterversions", CV_NAME),
+    }
+}
+
 /// The Services are applied; the apiserver's gets a cluster IP.
 async fn services(api: &mut ApiServer) {
     let etcd = api
@@ -101,8 +115,7 @@ fn text(secret: &Value, key: &str) -> String {
 
 #[tokio::test]
 async fn first_reconcile_provisions_namespace_services_pki_and_etcd_then_waits() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let vc = native_vc();
     let result = run(
         async move {
@@ -122,6 +135,7 @@ async fn first_reconcile_provisions_namespace_services_pki_and_etcd_then_waits()
             );
             namespace.echo();
             assert!(api.event("Provisioning").await.contains(&root()));
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
 
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
@@ -209,7 +223,6 @@ async fn first_reconcile_provisions_namespace_services_pki_and_etcd_then_waits()
 #[tokio::test]
 async fn a_healthy_tenant_reapplies_its_statefulsets_and_writes_nothing_else() {
     let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
@@ -219,6 +232,7 @@ async fn a_healthy_tenant_reapplies_its_statefulsets_and_writes_nothing_else() {
             let secrets = secrets.clone();
             async move {
                 root_namespace_exists(&mut api).await;
+                cluster_version_read(&mut api, Some(cluster_version())).await;
                 services(&mut api).await;
                 api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                     .await
@@ -261,7 +275,6 @@ async fn a_healthy_tenant_reapplies_its_statefulsets_and_writes_nothing_else() {
 #[tokio::test]
 async fn an_unchanged_running_status_is_not_written() {
     let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
@@ -322,6 +335,7 @@ async fn an_unchanged_running_status_is_not_written() {
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -342,7 +356,6 @@ async fn an_unchanged_running_status_is_not_written() {
 #[tokio::test]
 async fn a_deleted_statefulset_of_a_running_tenant_is_restored_and_reported() {
     let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
     // The apiserver StatefulSet was deleted: it is not in the cache.
     caches.add_statefulset(cached_statefulset(Component::Etcd, true));
     caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
@@ -350,6 +363,7 @@ async fn a_deleted_statefulset_of_a_running_tenant_is_restored_and_reported() {
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -401,7 +415,7 @@ async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() 
     {
         pod.containers[0].image = Some("registry.k8s.io/kube-apiserver:v1.34.0".into());
     }
-    caches.add_cluster_version(cv);
+    let upgraded = cv;
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
@@ -409,6 +423,7 @@ async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() 
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(upgraded)).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -458,8 +473,7 @@ async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() 
 
 #[tokio::test]
 async fn a_root_namespace_being_deleted_is_waited_for() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             let mut namespace = root_namespace_object();
@@ -493,8 +507,7 @@ async fn failure_reported(api: &mut ApiServer, reason: &str) -> Value {
 
 #[tokio::test]
 async fn a_missing_finalizer_is_added_first_and_a_conflict_is_retried() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let mut vc = native_vc();
     vc.metadata.finalizers = None;
     let result = run(
@@ -542,8 +555,7 @@ async fn a_missing_finalizer_is_added_first_and_a_conflict_is_retried() {
 
 #[tokio::test]
 async fn an_unreadable_root_namespace_fails_the_pki_step() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             api.expect("GET", &ns_path())
@@ -566,8 +578,7 @@ async fn an_unreadable_root_namespace_fails_the_pki_step() {
 
 #[tokio::test]
 async fn a_root_namespace_of_another_virtual_cluster_is_refused() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             let mut namespace = root_namespace_object();
@@ -596,6 +607,7 @@ async fn a_missing_cluster_version_is_an_error_until_it_appears() {
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, None).await;
             let status = failure_reported(&mut api, "ClusterVersionNotFound").await;
             assert_eq!(status["phase"], "Error");
             let ready = condition(&status, CONDITION_READY);
@@ -612,14 +624,40 @@ async fn a_missing_cluster_version_is_an_error_until_it_appears() {
 }
 
 #[tokio::test]
-async fn an_invalid_cluster_version_leaves_a_running_tenant_running() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    let mut cv = cluster_version();
-    cv.spec.api_server.service = None;
-    caches.add_cluster_version(cv);
+async fn an_unreadable_cluster_version_is_reported() {
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            api.expect(
+                "GET",
+                &format!("/apis/tenancy.x-k8s.io/v1alpha1/clusterversions/{CV_NAME}"),
+            )
+            .await
+            .fail(500, "InternalError", "etcd leader changed");
+            let status = failure_reported(&mut api, "ClusterVersionReadFailed").await;
+            assert!(
+                status["message"]
+                    .as_str()
+                    .expect("message")
+                    .contains("etcd leader changed")
+            );
+        },
+        reconcile(Arc::new(native_vc()), ctx),
+    )
+    .await;
+    assert_eq!(result.expect_err("fails").reason(), "ClusterVersionReadFailed");
+}
+
+#[tokio::test]
+async fn an_invalid_cluster_version_leaves_a_running_tenant_running() {
+    let (ctx, _caches, mut api) = context(no_probe());
+    let mut cv = cluster_version();
+    cv.spec.api_server.service = None;
+    let result = run(
+        async move {
+            root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cv)).await;
             let status = failure_reported(&mut api, "ClusterVersionInvalid").await;
             // The control plane still runs; the failure is in reason/message and the event.
             assert_eq!(status["phase"], "Running");
@@ -639,11 +677,11 @@ async fn an_invalid_cluster_version_leaves_a_running_tenant_running() {
 
 #[tokio::test]
 async fn a_failed_service_apply_is_reported_on_its_component() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             api.expect("PATCH", &format!("{}{APPLY}", service_path("etcd")))
                 .await
                 .fail(422, "Invalid", "spec.ports: Required value");
@@ -658,11 +696,11 @@ async fn a_failed_service_apply_is_reported_on_its_component() {
 
 #[tokio::test]
 async fn a_failed_secret_list_is_reported() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -678,11 +716,11 @@ async fn a_failed_secret_list_is_reported() {
 
 #[tokio::test]
 async fn a_failed_secret_apply_stops_before_the_statefulsets() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -703,12 +741,12 @@ async fn a_failed_secret_apply_stops_before_the_statefulsets() {
 
 #[tokio::test]
 async fn a_rejected_statefulset_is_reported_on_its_component() {
-    let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
+    let (ctx, _caches, mut api) = context(no_probe());
     let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
@@ -745,7 +783,6 @@ async fn a_rejected_statefulset_is_reported_on_its_component() {
 #[tokio::test]
 async fn a_failed_status_write_is_an_error_and_retried() {
     let (ctx, mut caches, mut api) = context(no_probe());
-    caches.add_cluster_version(cluster_version());
     for component in Component::ALL {
         caches.add_statefulset(cached_statefulset(component, true));
     }
@@ -753,6 +790,7 @@ async fn a_failed_status_write_is_an_error_and_retried() {
     let result = run(
         async move {
             root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
             services(&mut api).await;
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
