@@ -28,6 +28,10 @@ pub struct TenancyOptions {
     pub tenant_controller_managers: bool,
     /// Run a controller-manager in the super cluster (garbage collection, endpoints...).
     pub super_controller_manager: bool,
+    /// Controllers of the tenants' controller-managers (default: the harness's tenant set).
+    pub tenant_controllers: Option<String>,
+    /// Extra flags for every apiserver (super and tenants).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for TenancyOptions {
@@ -37,6 +41,8 @@ impl Default for TenancyOptions {
             nodes: 2,
             tenant_controller_managers: true,
             super_controller_manager: true,
+            tenant_controllers: None,
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -82,10 +88,14 @@ impl Tenancy {
     /// Starts everything; tenants are named `tenant-0`, `tenant-1`, ...
     pub async fn start(options: TenancyOptions) -> Result<Self> {
         let etcd = Arc::new(Etcd::start().await?);
-        let super_options = match options.super_controller_manager {
+        let mut super_options = match options.super_controller_manager {
             true => ControlPlaneOptions::super_cluster(),
             false => ControlPlaneOptions::bare("super"),
         };
+        super_options
+            .apiserver
+            .extra_args
+            .extend(options.apiserver_args.iter().cloned());
         let super_cluster = ControlPlane::start_on(etcd.clone(), super_options).await?;
         install_crds(&super_cluster.client()).await?;
         let nodes = NodeSimulator::start(
@@ -119,14 +129,24 @@ impl Tenancy {
     /// Starts another tenant master and registers it as an adopted VirtualCluster with `spec` (its
     /// `kubeconfigSecretRef` is filled in).
     pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<&TenantMaster> {
-        let options = match self.options.tenant_controller_managers {
-            true => ControlPlaneOptions::tenant(name),
+        let mut options = match self.options.tenant_controller_managers {
+            true => {
+                let mut options = ControlPlaneOptions::tenant(name);
+                if let Some(controllers) = &self.options.tenant_controllers {
+                    options.controller_manager = Some(controllers.clone());
+                }
+                options
+            }
             false => {
                 let mut bare = ControlPlaneOptions::bare(name);
                 bare.apiserver.service_cidr = "10.32.0.0/16".into();
                 bare
             }
         };
+        options
+            .apiserver
+            .extra_args
+            .extend(self.options.apiserver_args.iter().cloned());
         let control_plane = ControlPlane::start_on(self.etcd.clone(), options).await?;
         let virtual_cluster = self
             .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)

@@ -25,6 +25,9 @@ const RESERVED_PREFIXES: &[&str] = &["tenancy.x-k8s.io/", "transparency.tenancy.
 /// Label every namespace carries with its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
+/// Namespace labels that configure Pod Security admission.
+const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
+
 /// Annotations never copied down: large, and meaningless in the super cluster.
 const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
 
@@ -122,9 +125,11 @@ pub fn super_namespace_metadata(
 ) -> ObjectMeta {
     let mut meta = super_metadata(tenant, identity, opaque_prefixes, None, true);
     meta.name = tenant.name.as_deref().map(|n| identity.super_namespace(n));
-    // The apiserver sets this label to the namespace's own name; the tenant's value cannot stay.
     if let Some(labels) = meta.labels.as_mut() {
+        // The apiserver sets this label to the namespace's own name; the tenant's value cannot stay.
         labels.remove(NAMESPACE_NAME_LABEL);
+        // Pod Security admission reads these from the super namespace: a tenant must not relax it.
+        labels.retain(|key, _| !key.starts_with(POD_SECURITY_PREFIX));
     }
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     annotations.insert(ANNOTATION_VC_UID.to_owned(), identity.vc_uid.clone());
@@ -306,6 +311,25 @@ mod tests {
         assert_eq!(tenant_namespace(&meta), Some("shop"));
         assert!(belongs_to(&meta, "default-abc123-team"));
         assert!(!belongs_to(&meta, "other"));
+    }
+
+    #[test]
+    fn tenants_cannot_set_pod_security_labels_on_super_namespaces() {
+        let tenant = ObjectMeta {
+            name: Some("shop".into()),
+            labels: map(&[
+                ("pod-security.kubernetes.io/enforce", "privileged"),
+                ("kubernetes.io/metadata.name", "shop"),
+                ("team", "a"),
+            ]),
+            ..Default::default()
+        };
+        let labels = super_namespace_metadata(&tenant, &identity(), &[])
+            .labels
+            .expect("labels");
+        assert!(!labels.contains_key("pod-security.kubernetes.io/enforce"));
+        assert!(!labels.contains_key("kubernetes.io/metadata.name"));
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
     }
 
     #[test]

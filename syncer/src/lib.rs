@@ -7,6 +7,7 @@
 //! - [`identity`]: the metadata that says which tenant object a super object came from.
 
 pub mod attach;
+pub mod cached;
 pub mod config;
 pub mod context;
 pub mod error;
@@ -107,6 +108,8 @@ impl Syncer {
         ctx.supers.wait_ready().await;
         let _ = ctx.virtual_clusters.wait_until_ready().await;
 
+        ctx.queues.down.set_workers(ctx.config.downward_workers);
+        ctx.queues.up.set_workers(ctx.config.upward_workers);
         let down_backoff = Arc::new(Backoff::default());
         for _ in 0..ctx.config.downward_workers {
             tasks.push(tokio::spawn(workers::downward(ctx.clone(), down_backoff.clone())));

@@ -222,7 +222,7 @@ fn scan_pods(ctx: &Context, tenant: &Tenant) -> Findings {
         let item = DownItem::new(Kind::Pod, &namespace, &name);
         match supers.remove(&(namespace.clone(), name.clone())) {
             None => {
-                let unbound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none();
+                let unbound = pod.spec.node_name.is_none();
                 let waiting = ctx.quota.is_waiting(&tenant.id, &namespace, &name);
                 if pod.meta().deletion_timestamp.is_some() || (unbound && !waiting) {
                     findings.missing += 1;
@@ -236,10 +236,10 @@ fn scan_pods(ctx: &Context, tenant: &Tenant) -> Findings {
                 ctx.queues.down.add(&tenant.id, item);
             }
             Some(existing) => {
-                let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                let super_node = existing.spec.as_ref().and_then(|s| s.node_name.clone());
-                let super_phase = existing.status.as_ref().and_then(|s| s.phase.clone());
-                let tenant_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+                let bound = pod.spec.node_name.clone();
+                let super_node = existing.spec.node_name.clone();
+                let super_phase = existing.phase();
+                let tenant_phase = pod.status.phase.clone();
                 if (super_node.is_some() && bound.is_none()) || super_phase != tenant_phase {
                     findings.status += 1;
                     found(ctx, "pod", "status");
@@ -265,7 +265,7 @@ fn scan_vnodes(ctx: &Context, tenant: &Tenant) -> Findings {
         .pods
         .state()
         .iter()
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .filter_map(|p| p.spec.node_name.clone())
         .collect();
     for vnode in tenant.stores.vnodes.state() {
         let name = vnode.name_any();

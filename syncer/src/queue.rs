@@ -96,6 +96,8 @@ struct State<T> {
     delayed_items: HashMap<u64, Delayed<T>>,
     next_seq: u64,
     closed: bool,
+    /// Workers draining the queue; with more than one tenant busy, each is held to its share of them.
+    workers: usize,
 }
 
 /// An item handed to a worker. Give it back with [`FairQueue::done`].
@@ -124,6 +126,7 @@ impl<T> Default for FairQueue<T> {
                 delayed_items: HashMap::new(),
                 next_seq: 0,
                 closed: false,
+                workers: 0,
             }),
             wake: Notify::new(),
         }
@@ -138,6 +141,13 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Tells the queue how many workers drain it. While several tenants have work, none gets more than
+    /// its weighted share of them, so a tenant whose items are slow (an apiserver that hangs) cannot hold
+    /// every worker. `0` (the default) sets no cap.
+    pub fn set_workers(&self, workers: usize) {
+        self.lock().workers = workers;
     }
 
     /// Registers a tenant (or updates it) with its weight and optional `(qps, burst)` limit.
@@ -248,9 +258,10 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
         sub.processing.remove(&work.item);
         if sub.dirty.remove(&work.item) && sub.queued.insert(work.item.clone()) {
             sub.fifo.push_back((work.item.clone(), Instant::now()));
-            drop(state);
-            self.wake.notify_one();
         }
+        drop(state);
+        // A finished item may lift a tenant back under its share of the workers.
+        self.wake.notify_one();
     }
 
     /// Stops handing out work; [`next`](Self::next) returns `None` from now on.
@@ -315,9 +326,25 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
         let mut total = 0i64;
         let mut best: Option<TenantId> = None;
         let mut best_current = i64::MIN;
+        // Shares count every tenant with work queued or in progress.
+        let busy: Vec<i64> = state
+            .tenants
+            .values()
+            .filter(|s| !s.fifo.is_empty() || !s.processing.is_empty())
+            .map(|s| s.weight)
+            .collect();
+        let busy_weight: i64 = busy.iter().sum();
+        let contended = busy.len() > 1 && state.workers > 0;
+        let workers = state.workers as i64;
         for (tenant, sub) in state.tenants.iter_mut() {
             if sub.fifo.is_empty() {
                 continue;
+            }
+            if contended {
+                let share = (workers * sub.weight + busy_weight - 1) / busy_weight.max(1);
+                if sub.processing.len() as i64 >= share.max(1) {
+                    continue;
+                }
             }
             if let Some(bucket) = &mut sub.bucket {
                 bucket.refill(now);
@@ -526,6 +553,50 @@ mod tests {
         let start = Instant::now();
         queue.next().await.expect("work");
         assert!(start.elapsed() >= Duration::from_secs(3), "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_with_stuck_items_cannot_hold_every_worker() {
+        let queue = FairQueue::new();
+        queue.set_workers(4);
+        let (slow, other) = (tenant("slow"), tenant("other"));
+        for i in 0..100 {
+            queue.add(&slow, i);
+        }
+        queue.add(&other, 1000);
+        // Items of the slow tenant are handed out and never finish...
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(queue.next().await.expect("work"));
+        }
+        // ...but the other tenant's work still gets a worker, and the slow tenant stays at its share (2 of 4)
+        // while the other has work queued or in progress.
+        assert!(held.iter().any(|w| &*w.tenant == "other"), "{held:?}");
+        queue.add(&other, 1001);
+        let next = tokio::time::timeout(Duration::from_millis(50), queue.next())
+            .await
+            .expect("served")
+            .expect("work");
+        assert_eq!(&*next.tenant, "other");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), queue.next())
+                .await
+                .is_err(),
+            "slow tenant over its share"
+        );
+        // Alone, a tenant may use every worker.
+        for work in held
+            .iter()
+            .chain(std::iter::once(&next))
+            .filter(|w| &*w.tenant == "other")
+        {
+            queue.done(work);
+        }
+        let more = tokio::time::timeout(Duration::from_millis(50), queue.next())
+            .await
+            .expect("slow alone")
+            .expect("work");
+        assert_eq!(&*more.tenant, "slow");
     }
 
     #[tokio::test]

@@ -10,13 +10,11 @@ use std::{
 };
 
 use crds::TenantQuota;
-use k8s_openapi::{
-    api::core::v1::{Container, Pod},
-    apimachinery::pkg::api::resource::Quantity,
-};
+use k8s_openapi::{api::core::v1::ResourceRequirements, apimachinery::pkg::api::resource::Quantity};
 use kube::{Resource, ResourceExt};
 
 use crate::{
+    cached::{CachedPodSpec, SuperPod},
     identity,
     items::{DownItem, Kind},
     metrics::{Metrics, UsageLabels},
@@ -95,8 +93,7 @@ fn amount(resources: Option<&std::collections::BTreeMap<String, Quantity>>, name
         .unwrap_or(0)
 }
 
-fn container_usage(container: &Container) -> Usage {
-    let resources = container.resources.as_ref();
+fn container_usage(resources: Option<&ResourceRequirements>) -> Usage {
     let requests = resources.and_then(|r| r.requests.as_ref());
     let limits = resources.and_then(|r| r.limits.as_ref());
     Usage {
@@ -110,16 +107,13 @@ fn container_usage(container: &Container) -> Usage {
 
 /// What a pod counts against quota: its containers' sum, or its largest init container if that is more
 /// (as the scheduler counts), plus the pod overhead.
-pub fn pod_usage(pod: &Pod) -> Usage {
-    let Some(spec) = &pod.spec else {
-        return Usage::default();
-    };
+pub fn pod_usage(spec: &CachedPodSpec) -> Usage {
     let mut total = Usage::default();
     for container in &spec.containers {
-        total += container_usage(container);
+        total += container_usage(container.resources.as_ref());
     }
-    for init in spec.init_containers.iter().flatten() {
-        let usage = container_usage(init);
+    for init in &spec.init_containers {
+        let usage = container_usage(init.resources.as_ref());
         total.requests_cpu = total.requests_cpu.max(usage.requests_cpu);
         total.requests_memory = total.requests_memory.max(usage.requests_memory);
         total.limits_cpu = total.limits_cpu.max(usage.limits_cpu);
@@ -132,11 +126,8 @@ pub fn pod_usage(pod: &Pod) -> Usage {
     total
 }
 
-fn counts(pod: &Pod) -> bool {
-    !matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+fn counts(pod: &SuperPod) -> bool {
+    !matches!(pod.phase().as_deref(), Some("Succeeded" | "Failed"))
 }
 
 /// Why a pod does not fit.
@@ -215,7 +206,7 @@ impl Quota {
     }
 
     /// Follows a super pod from the cache.
-    pub fn observe(&self, pod: &Pod, change: Change) {
+    pub fn observe(&self, pod: &SuperPod, change: Change) {
         let meta = pod.meta();
         let (Some(cluster), Some(namespace)) =
             (identity::owner_cluster(meta), identity::tenant_namespace(meta))
@@ -225,7 +216,7 @@ impl Quota {
         let tenant: TenantId = Arc::from(cluster);
         let key = (namespace.to_owned(), pod.name_any());
         let usage = match change {
-            Change::Applied if counts(pod) => Some(pod_usage(pod)),
+            Change::Applied if counts(pod) => Some(pod_usage(&pod.spec)),
             _ => None,
         };
         let mut tenants = self.lock();
@@ -387,8 +378,8 @@ mod tests {
         assert_eq!(parse_quantity("lots", 1.0), None);
     }
 
-    fn pod(cpu: &str, memory: &str) -> Pod {
-        serde_json::from_value(serde_json::json!({
+    fn pod(cpu: &str, memory: &str) -> CachedPodSpec {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "n"},
             "spec": {
                 "containers": [
@@ -398,7 +389,8 @@ mod tests {
                 "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "3"}}}]
             }
         }))
-        .expect("pod")
+        .expect("pod");
+        crate::resources::pod::convert::cached_spec(&pod)
     }
 
     #[test]
@@ -443,7 +435,7 @@ mod tests {
         assert_eq!(quota.used(&tenant).pods, 2);
 
         // The super pod of "a" appears, then finishes: "c" is queued again.
-        let mut super_pod: Pod = serde_json::from_value(serde_json::json!({
+        let mut super_pod: SuperPod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "a", "namespace": "t-ns", "annotations": {
                 "tenancy.x-k8s.io/cluster": "t", "tenancy.x-k8s.io/namespace": "ns"}},
             "spec": {"containers": [{"name": "c"}]}
@@ -451,10 +443,8 @@ mod tests {
         .expect("pod");
         quota.observe(&super_pod, Change::Applied);
         assert_eq!(quota.used(&tenant).pods, 2);
-        super_pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
-            phase: Some("Succeeded".into()),
-            ..Default::default()
-        });
+        super_pod.status =
+            Some(serde_json::value::RawValue::from_string(r#"{"phase":"Succeeded"}"#.into()).expect("raw"));
         quota.observe(&super_pod, Change::Applied);
         assert_eq!(quota.used(&tenant).pods, 1);
         let work = down.next().await.expect("requeued");

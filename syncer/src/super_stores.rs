@@ -5,17 +5,22 @@ use std::sync::Arc;
 use crds::wellknown::{LABEL_SUPER_PUBLIC, LABEL_VC_NAME};
 use k8s_openapi::api::{
     core::v1::{
-        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
         ServiceAccount,
     },
     networking::v1::Ingress,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
-use kube::{Api, Client, Resource, ResourceExt, runtime::reflector::Store, runtime::watcher};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{reflector::Store, watcher},
+};
 use tokio::task::JoinHandle;
 
 use crate::{
+    cached::SuperPod,
     identity,
     items::{DownItem, Kind, UpItem},
     quota::Quota,
@@ -29,15 +34,17 @@ pub struct SuperStores {
     /// Tenant namespaces.
     pub namespaces: Store<Namespace>,
     /// Tenant pods.
-    pub pods: Store<Pod>,
+    pub pods: Store<SuperPod>,
     /// Tenant services.
     pub services: Store<Service>,
     /// Endpoints of tenant services.
     pub endpoints: Store<Endpoints>,
     /// Tenant ConfigMaps.
     pub config_maps: Store<ConfigMap>,
-    /// Tenant Secrets and pod token Secrets.
+    /// Tenant Secrets.
     pub secrets: Store<Secret>,
+    /// Metadata of pod token Secrets.
+    pub tokens: Store<PartialObjectMeta<Secret>>,
     /// Tenant ServiceAccounts.
     pub service_accounts: Store<ServiceAccount>,
     /// Tenant PersistentVolumeClaims.
@@ -116,9 +123,9 @@ impl SuperStores {
         let pods = {
             let (down, up) = (queues.down.clone(), queues.up.clone());
             let (store, task) = reflect_with(
-                Api::<Pod>::all(client.clone()),
+                Api::<SuperPod>::all(client.clone()),
                 ours.clone(),
-                crate::resources::pod::trim_super,
+                trim::<SuperPod>,
                 move |pod, change| {
                     quota.observe(pod, change);
                     if let Some((tenant, namespace, name)) = tenant_key(pod) {
@@ -136,18 +143,34 @@ impl SuperStores {
         });
         let endpoints = downward!(Endpoints, Kind::Endpoints);
         let config_maps = downward!(ConfigMap, Kind::ConfigMap);
+        // Pod token Secrets are watched apart, metadata only: their values never need to be in memory.
+        let not_tokens =
+            watcher::Config::default().labels(&format!("{LABEL_VC_NAME},!{}", token::LABEL_POD_TOKEN));
         let secrets = {
             let queue = queues.down.clone();
-            let (store, task) = reflect(Api::<Secret>::all(client.clone()), ours.clone(), move |secret| {
-                let Some((tenant, namespace, name)) = tenant_key(secret) else {
-                    return;
-                };
-                // A pod's token Secret is part of the pod: repairing it means syncing the pod.
-                match token::pod_of_token_secret(secret) {
-                    Some(pod) => queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod)),
-                    None => queue.add(&tenant, DownItem::new(Kind::Secret, &namespace, &name)),
+            let (store, task) = reflect(Api::<Secret>::all(client.clone()), not_tokens, move |secret| {
+                if let Some((tenant, namespace, name)) = tenant_key(secret) {
+                    queue.add(&tenant, DownItem::new(Kind::Secret, &namespace, &name));
                 }
             });
+            tasks.push(task);
+            store
+        };
+        let tokens = {
+            let queue = queues.down.clone();
+            let selector = watcher::Config::default().labels(&format!("{}=true", token::LABEL_POD_TOKEN));
+            let (store, task) = reflect(
+                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                selector,
+                move |secret| {
+                    // A pod's token Secret is part of the pod: repairing it means syncing the pod.
+                    if let (Some((tenant, namespace, _)), Some(pod)) =
+                        (tenant_key(secret), token::pod_of_token_secret(secret.meta()))
+                    {
+                        queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                    }
+                },
+            );
             tasks.push(task);
             store
         };
@@ -239,6 +262,7 @@ impl SuperStores {
             endpoints,
             config_maps,
             secrets,
+            tokens,
             service_accounts,
             claims,
             ingresses,
@@ -259,6 +283,7 @@ impl SuperStores {
             self.endpoints.wait_until_ready(),
             self.config_maps.wait_until_ready(),
             self.secrets.wait_until_ready(),
+            self.tokens.wait_until_ready(),
             self.service_accounts.wait_until_ready(),
             self.claims.wait_until_ready(),
             self.nodes.wait_until_ready(),

@@ -4,7 +4,7 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::{
     core::v1::{
-        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
         ServiceAccount,
     },
     networking::v1::Ingress,
@@ -22,6 +22,7 @@ use kube::{
 use tokio::task::JoinHandle;
 
 use crate::{
+    cached::TenantPod,
     identity::TenantIdentity,
     items::{DownItem, Kind, UpItem},
     queue::{FairQueue, TenantId},
@@ -38,7 +39,7 @@ pub struct TenantStores {
     /// Namespaces.
     pub namespaces: Store<Namespace>,
     /// Pods.
-    pub pods: Store<Pod>,
+    pub pods: Store<TenantPod>,
     /// Services.
     pub services: Store<Service>,
     /// Endpoints.
@@ -138,7 +139,14 @@ impl Tenant {
             tasks.push(task);
             store
         };
-        let pods = downward!(Kind::Pod);
+        let pods = {
+            let (queue, id) = (queues.down.clone(), id.clone());
+            let (store, task) = reflect(Api::<TenantPod>::all(client.clone()), all.clone(), move |o| {
+                queue.add(&id, namespaced(o, Kind::Pod))
+            });
+            tasks.push(task);
+            store
+        };
         let services = downward!(Kind::Service);
         let endpoints = downward!(Kind::Endpoints);
         let config_maps = downward!(Kind::ConfigMap);

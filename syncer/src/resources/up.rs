@@ -14,6 +14,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{Outcome, pod::finalize_tenant_pod, vnode};
 use crate::{
+    cached::{TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
     identity,
@@ -40,44 +41,50 @@ fn matching_super<K: Resource + Clone>(
 async fn transparent<K>(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_object: &K,
+    tenant_meta: &ObjectMeta,
     super_meta: &ObjectMeta,
 ) -> Result<u32>
 where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug + Default,
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Default,
 {
     let prefixes = tenant.settings().transparent_prefixes.clone();
     if prefixes.is_empty() {
         return Ok(0);
     }
     let (labels, annotations) = identity::transparent_metadata(super_meta, &prefixes);
-    let present = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
-        want.iter().all(|(k, v)| have.get(k) == Some(v))
+    let present = |want: &BTreeMap<String, String>, have: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
     };
-    if present(&labels, tenant_object.labels()) && present(&annotations, tenant_object.annotations()) {
+    if present(&labels, &tenant_meta.labels) && present(&annotations, &tenant_meta.annotations) {
         return Ok(0);
     }
+    let name = tenant_meta.name.clone().unwrap_or_default();
     let mut patch = K::default();
     *patch.meta_mut() = ObjectMeta {
-        name: tenant_object.meta().name.clone(),
+        name: Some(name.clone()),
         labels: Some(labels),
         annotations: Some(annotations),
         ..Default::default()
     };
     let api: Api<K> = Api::namespaced(
         tenant.client.clone(),
-        &tenant_object.namespace().unwrap_or_default(),
+        tenant_meta.namespace.as_deref().unwrap_or_default(),
     );
     api.patch(
-        &tenant_object.name_any(),
+        &name,
         &PatchParams::apply(TRANSPARENT_MANAGER).force(),
         &Patch::Apply(&patch),
     )
     .await
     .map_err(on_tenant(
         &tenant.identity.cluster_key,
-        format!("copying transparent metadata to {}", tenant_object.name_any()),
+        format!("copying transparent metadata to {name}"),
     ))?;
     ctx.metrics.tenant_write(super::kind_label::<K>(), "apply");
     Ok(1)
@@ -89,38 +96,30 @@ const TRANSPARENT_MANAGER: &str = "vc-syncer-transparent";
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
 /// manage (readiness gates) stay theirs.
-fn status_from_super(super_pod: &Pod, tenant_pod: &Pod) -> PodStatus {
-    let gates: Vec<String> = tenant_pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .map(|g| g.iter().map(|g| g.condition_type.clone()).collect())
-        .unwrap_or_default();
-    let status = super_pod.status.clone().unwrap_or_default();
+fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
     PodStatus {
-        phase: status.phase,
-        message: status.message,
-        reason: status.reason,
-        host_ip: status.host_ip,
-        pod_ip: status.pod_ip,
-        pod_ips: status.pod_ips,
-        start_time: status.start_time,
-        conditions: status
+        phase: super_status.phase,
+        message: super_status.message,
+        reason: super_status.reason,
+        host_ip: super_status.host_ip,
+        pod_ip: super_status.pod_ip,
+        pod_ips: super_status.pod_ips,
+        start_time: super_status.start_time,
+        conditions: super_status
             .conditions
             .map(|cs| cs.into_iter().filter(|c| !gates.contains(&c.type_)).collect()),
-        container_statuses: status.container_statuses,
-        init_container_statuses: status.init_container_statuses,
-        ephemeral_container_statuses: status.ephemeral_container_statuses,
+        container_statuses: super_status.container_statuses,
+        init_container_statuses: super_status.init_container_statuses,
+        ephemeral_container_statuses: super_status.ephemeral_container_statuses,
         ..Default::default()
     }
 }
 
-/// Whether every field of `want` is already on `have`.
-fn status_matches(want: &PodStatus, have: &PodStatus) -> bool {
+/// Whether every field of `want` is already on the cached tenant status.
+fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
     let conditions_present = want.conditions.iter().flatten().all(|w| {
         have.conditions
             .iter()
-            .flatten()
             .any(|h| h.type_ == w.type_ && h.status == w.status && h.reason == w.reason)
     });
     want.phase == have.phase
@@ -128,8 +127,10 @@ fn status_matches(want: &PodStatus, have: &PodStatus) -> bool {
         && want.host_ip == have.host_ip
         && want.message == have.message
         && want.reason == have.reason
-        && want.container_statuses == have.container_statuses
-        && want.init_container_statuses == have.init_container_statuses
+        && container_statuses_hash(want.container_statuses.as_deref().unwrap_or_default())
+            == have.container_statuses
+        && container_statuses_hash(want.init_container_statuses.as_deref().unwrap_or_default())
+            == have.init_container_statuses
         && conditions_present
 }
 
@@ -145,7 +146,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         .get(&ObjectRef::new(name).within(&super_namespace));
     let Some(super_pod) = matching_super(super_pod, tenant, tenant_pod.uid()) else {
         if tenant_pod.meta().deletion_timestamp.is_some() {
-            finalize_tenant_pod(ctx, tenant, &tenant_pod).await?;
+            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
             return Ok(Outcome::Deleted);
         }
         return Ok(Outcome::InSync);
@@ -153,9 +154,9 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let mut writes = 0;
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), namespace);
 
-    let tenant_node = tenant_pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    let super_node = super_pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    if let (None, Some(node), None) = (&tenant_node, &super_node, &tenant_pod.meta().deletion_timestamp) {
+    let tenant_node = &tenant_pod.spec.node_name;
+    let super_node = &super_pod.spec.node_name;
+    if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
         writes += vnode::ensure(ctx, tenant, node).await?;
         let binding = serde_json::json!({
             "apiVersion": "v1",
@@ -180,30 +181,31 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         }
     }
 
-    let want = status_from_super(&super_pod, &tenant_pod);
-    let have = tenant_pod.status.clone().unwrap_or_default();
-    if super_pod.status.is_some() && !status_matches(&want, &have) {
-        let patch = Pod {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(want),
-        };
-        match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
-            Ok(_) => writes += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(on_tenant(
-                    &tenant.identity.cluster_key,
-                    format!("updating status of pod {namespace}/{name}"),
-                )(e));
+    if let Some(super_status) = super_pod.parsed_status() {
+        let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
+        if !status_matches(&want, &tenant_pod.status) {
+            let patch = Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                },
+                spec: None,
+                status: Some(want),
+            };
+            ctx.metrics.tenant_write("pod", "status");
+            match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
+                Ok(_) => writes += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(on_tenant(
+                        &tenant.identity.cluster_key,
+                        format!("updating status of pod {namespace}/{name}"),
+                    )(e));
+                }
             }
         }
-        ctx.metrics.tenant_write("pod", "status");
     }
-    writes += transparent(ctx, tenant, tenant_pod.as_ref(), super_pod.meta()).await?;
+    writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;
     Ok(match writes {
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
@@ -288,7 +290,7 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
         ctx.metrics.tenant_write("service", "status");
         writes += 1;
     }
-    writes += transparent(ctx, tenant, tenant_service.as_ref(), super_service.meta()).await?;
+    writes += transparent::<Service>(ctx, tenant, tenant_service.meta(), super_service.meta()).await?;
     Ok(match writes {
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
@@ -341,7 +343,8 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
         ctx.metrics.tenant_write("persistentvolumeclaim", "status");
         writes += 1;
     }
-    writes += transparent(ctx, tenant, tenant_claim.as_ref(), super_claim.meta()).await?;
+    writes +=
+        transparent::<PersistentVolumeClaim>(ctx, tenant, tenant_claim.meta(), super_claim.meta()).await?;
     Ok(match writes {
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },

@@ -154,11 +154,8 @@ pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
 /// Whether the tenant still has pods on a node.
 fn has_pods(tenant: &Tenant, node: &str) -> bool {
     tenant.stores.pods.state().iter().any(|pod| {
-        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-            && !matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
+        pod.spec.node_name.as_deref() == Some(node)
+            && !matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"))
     })
 }
 

@@ -13,7 +13,10 @@ use k8s_openapi::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::identity::{self, TenantIdentity};
+use crate::{
+    cached::{CachedPodSpec, ContainerImage},
+    identity::{self, TenantIdentity},
+};
 
 /// Where a tenant's own apiserver and DNS are reachable from super pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,7 +50,8 @@ pub struct PodConversion<'a> {
 }
 
 /// A service-account token the pod needs, minted from the tenant apiserver.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TokenNeed {
     /// Key in the token Secret.
     pub key: String,
@@ -59,7 +63,7 @@ pub struct TokenNeed {
 
 /// The converted pod and what its token Secret must hold.
 #[derive(Clone, Debug)]
-pub struct SuperPod {
+pub struct Converted {
     /// The pod to create.
     pub pod: Pod,
     /// Tokens to mint (empty: the pod needs no token).
@@ -136,7 +140,7 @@ pub fn host_access_violations(spec: &PodSpec, policy: &PodPolicy) -> Vec<String>
 }
 
 /// The super pod for a tenant pod.
-pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<SuperPod, Refusal> {
+pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refusal> {
     let mut spec = tenant.spec.clone().unwrap_or_default();
     if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
         return Err(Refusal::NodeNameSet(node.clone()));
@@ -214,7 +218,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<SuperPod, Refusa
         Some(cx.super_namespace.to_owned()),
         true,
     );
-    Ok(SuperPod {
+    Ok(Converted {
         pod: Pod {
             metadata,
             spec: Some(spec),
@@ -537,20 +541,27 @@ fn require_cluster(selector: &mut LabelSelector, identity: &TenantIdentity) {
 }
 
 /// The fields of a pod that may change after creation and flow down on update.
-pub fn mutable_view(pod: &Pod) -> serde_json::Value {
-    let spec = pod.spec.as_ref();
-    let images = |containers: Option<&Vec<Container>>| -> BTreeMap<String, Option<String>> {
+pub fn mutable_view(spec: &CachedPodSpec) -> serde_json::Value {
+    let images = |containers: &[ContainerImage]| -> BTreeMap<String, Option<String>> {
         containers
-            .into_iter()
-            .flatten()
+            .iter()
             .map(|c| (c.name.clone(), c.image.clone()))
             .collect()
     };
     serde_json::json!({
-        "images": images(spec.map(|s| &s.containers)),
-        "initImages": images(spec.and_then(|s| s.init_containers.as_ref())),
-        "activeDeadlineSeconds": spec.and_then(|s| s.active_deadline_seconds),
+        "images": images(&spec.containers),
+        "initImages": images(&spec.init_containers),
+        "activeDeadlineSeconds": spec.active_deadline_seconds,
     })
+}
+
+/// The cached view of a full pod's spec.
+pub fn cached_spec(pod: &Pod) -> CachedPodSpec {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| serde_json::to_value(spec).ok())
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -596,7 +607,7 @@ mod tests {
         .expect("pod")
     }
 
-    fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<SuperPod, Refusal> {
+    fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<Converted, Refusal> {
         let identity = identity();
         let cx = PodConversion {
             identity: &identity,
@@ -788,9 +799,15 @@ mod tests {
         let pod = tenant_pod();
         let mut changed = pod.clone();
         changed.spec.as_mut().expect("spec").containers[0].image = Some("nginx:2".into());
-        assert_ne!(mutable_view(&pod), mutable_view(&changed));
+        assert_ne!(
+            mutable_view(&cached_spec(&pod)),
+            mutable_view(&cached_spec(&changed))
+        );
         let mut relabelled = pod.clone();
         relabelled.metadata.labels = None;
-        assert_eq!(mutable_view(&pod), mutable_view(&relabelled));
+        assert_eq!(
+            mutable_view(&cached_spec(&pod)),
+            mutable_view(&cached_spec(&relabelled))
+        );
     }
 }

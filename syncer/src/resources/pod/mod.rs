@@ -6,42 +6,41 @@ pub mod token;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Secret};
+use k8s_openapi::{
+    api::core::v1::{Pod, PodCondition, PodStatus, Secret},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{DeleteParams, GetParams, Patch, PatchParams, Preconditions},
     runtime::reflector::ObjectRef,
 };
 
 use super::{Outcome, apply, delete, namespace};
 use crate::{
+    cached::{CachedPodSpec, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
     events, identity,
     items::{DownItem, Kind},
     tenant::Tenant,
 };
-use convert::{PodConversion, Refusal, SuperPod, TenantEndpoints};
-
-/// Drops what neither sync direction reads from super pods.
-pub fn trim_super(pod: &mut Pod) {
-    crate::stores::trim(pod);
-}
+use convert::{Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed};
 
 /// Reason on the tenant pod's PodScheduled condition while its quota holds it back.
 pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
 
 /// Whether a tenant pod was placed by the syncer (bound after its super pod was scheduled), as opposed to
 /// a pod the tenant created with a node name.
-fn was_scheduled(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.pod_ip.as_ref()).is_some()
+fn was_scheduled(pod: &TenantPod) -> bool {
+    let status = &pod.status;
+    status.pod_ip.is_some()
+        || status.phase.as_deref().is_some_and(|p| p != "Pending")
         || status
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p != "Pending")
-        || status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"))
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
 }
 
 /// Where the tenant's DNS and apiserver are, from the synced Services; `Err` with a reason while a Service
@@ -88,7 +87,7 @@ fn convert(
     tenant: &Tenant,
     pod: &Pod,
     endpoints: &TenantEndpoints,
-) -> Result<SuperPod, Refusal> {
+) -> Result<Converted, Refusal> {
     let settings = tenant.settings();
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
@@ -106,6 +105,31 @@ fn convert(
         token_secret: &token_secret,
     };
     convert::to_super(pod, &cx)
+}
+
+/// The super metadata a tenant pod calls for, and the sync hash over everything of a pod that may change
+/// after creation (labels, annotations, images, deadline): the rest of a pod is fixed when it is created.
+fn desired_state(
+    ctx: &Context,
+    tenant: &Tenant,
+    metadata: &ObjectMeta,
+    spec: &CachedPodSpec,
+) -> (ObjectMeta, String) {
+    let settings = tenant.settings();
+    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let super_namespace = tenant
+        .identity
+        .super_namespace(metadata.namespace.as_deref().unwrap_or_default());
+    let meta = identity::super_metadata(metadata, &tenant.identity, &opaque, Some(super_namespace), true);
+    let hash = identity::sync_hash(&(&meta.labels, &meta.annotations, convert::mutable_view(spec)));
+    (meta, hash)
+}
+
+fn with_annotation(mut meta: ObjectMeta, key: &str, value: String) -> ObjectMeta {
+    meta.annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.to_owned(), value);
+    meta
 }
 
 /// Syncs one tenant pod down.
@@ -162,8 +186,8 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
 async fn terminate(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_pod: &Pod,
-    super_pod: Option<&Pod>,
+    tenant_pod: &TenantPod,
+    super_pod: Option<&SuperPod>,
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     match super_pod {
@@ -180,41 +204,39 @@ async fn terminate(
             retry_after: None,
         }),
         None => {
-            finalize_tenant_pod(ctx, tenant, tenant_pod).await?;
+            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
             Ok(Outcome::InSync)
         }
     }
 }
 
 /// Completes a tenant pod's deletion.
-pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod) -> Result<()> {
-    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &tenant_pod.namespace().unwrap_or_default());
+pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &ObjectMeta) -> Result<()> {
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions {
-            uid: tenant_pod.uid(),
+            uid: meta.uid.clone(),
             resource_version: None,
         }),
         ..Default::default()
     };
     ctx.metrics.tenant_write("pod", "delete");
-    match api.delete(&tenant_pod.name_any(), &params).await {
+    match api.delete(&name, &params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(on_tenant(
             &tenant.identity.cluster_key,
-            format!(
-                "completing deletion of pod {}/{}",
-                tenant_pod.namespace().unwrap_or_default(),
-                tenant_pod.name_any()
-            ),
+            format!("completing deletion of pod {namespace}/{name}"),
         )(e)),
     }
 }
 
 /// The super pod of a scheduled tenant pod disappeared behind the syncer's back: the tenant pod is deleted
 /// so that its controller replaces it, as when a node is lost.
-async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod) -> Result<Outcome> {
+async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod) -> Result<Outcome> {
     events::warn(
         tenant,
         &tenant_pod.object_ref(&()),
@@ -222,16 +244,16 @@ async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod) -> Resul
         "the pod's copy in the super cluster was deleted after it was scheduled; deleting the pod so its controller replaces it",
     )
     .await;
-    finalize_tenant_pod(ctx, tenant, tenant_pod).await?;
+    finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
     Ok(Outcome::Waiting {
         reason: "super pod lost; tenant pod deleted".into(),
         retry_after: None,
     })
 }
 
-async fn create(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, api: &Api<Pod>) -> Result<Outcome> {
-    let namespace = tenant_pod.namespace().unwrap_or_default();
-    let name = tenant_pod.name_any();
+async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
+    let namespace = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
     let endpoints = match tenant_endpoints(ctx, tenant) {
         Ok(endpoints) => endpoints,
         Err(reason) => {
@@ -241,33 +263,46 @@ async fn create(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, api: &Api<Pod>
             });
         }
     };
-    let converted = match convert(ctx, tenant, tenant_pod, &endpoints) {
+    // The cache keeps little of a pod; the whole pod is read (from the apiserver's watch cache) to copy it.
+    let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
+    let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
+    let tenant_pod = match tenant_api.get_with(&name, &at).await {
+        Ok(pod) => pod,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
+        Err(e) => {
+            return Err(on_tenant(
+                &tenant.identity.cluster_key,
+                format!("reading pod {namespace}/{name}"),
+            )(e));
+        }
+    };
+    let converted = match convert(ctx, tenant, &tenant_pod, &endpoints) {
         Ok(converted) => converted,
         Err(refusal) => {
             let reason = match refusal {
                 Refusal::NodeNameSet(_) => "NotSupported",
                 Refusal::HostAccess(_) => "PodPolicyViolation",
             };
-            events::warn(tenant, &tenant_pod.object_ref(&()), reason, &refusal.to_string()).await;
+            events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
                 reason: refusal.to_string(),
                 retry_after: None,
             });
         }
     };
-    let usage = crate::quota::pod_usage(tenant_pod);
+    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     let settings = tenant.settings();
     if let Err(exceeded) = ctx
         .quota
         .admit(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
     {
-        hold_for_quota(ctx, tenant, tenant_pod, &exceeded.to_string()).await;
+        hold_for_quota(ctx, tenant, cached, &exceeded.to_string()).await;
         return Ok(Outcome::Waiting {
             reason: exceeded.to_string(),
             retry_after: None,
         });
     }
-    match create_admitted(ctx, tenant, tenant_pod, converted, api).await {
+    match create_admitted(ctx, tenant, &tenant_pod, converted, api).await {
         Ok(outcome) => Ok(outcome),
         Err(error) => {
             ctx.quota.release(&tenant.id, &namespace, &name);
@@ -280,32 +315,54 @@ async fn create_admitted(
     ctx: &Context,
     tenant: &Tenant,
     tenant_pod: &Pod,
-    converted: SuperPod,
+    converted: Converted,
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     let namespace = tenant_pod.namespace().unwrap_or_default();
     let Some(mut writes) = namespace::ensure(ctx, tenant, &namespace).await? else {
         return Ok(namespace::waiting_for_namespace(&namespace));
     };
+    let subject = token::Subject {
+        namespace: &namespace,
+        name: tenant_pod.metadata.name.as_deref().unwrap_or_default(),
+        uid: tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
+        service_account: tenant_pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref()),
+    };
     // Tokens before the pod: if the tenant cannot issue them, the pod is not created yet.
     let minted = match converted.needs_secret {
-        true => Some(
-            token::mint(
-                tenant,
-                tenant_pod,
-                &converted.tokens,
-                ctx.config.token_ttl_seconds,
-            )
-            .await?,
-        ),
+        true => Some(token::mint(tenant, &subject, &converted.tokens, ctx.config.token_ttl_seconds).await?),
         false => None,
     };
+    let (_, hash) = desired_state(
+        ctx,
+        tenant,
+        &tenant_pod.metadata,
+        &convert::cached_spec(tenant_pod),
+    );
     let mut pod = converted.pod;
-    identity::stamp(&mut pod, |p| p.meta_mut());
+    pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
+    if converted.needs_secret {
+        pod.metadata = with_annotation(
+            pod.metadata,
+            token::ANNOTATION_POD_TOKENS,
+            token::needs_annotation(&converted.tokens),
+        );
+    }
     let created = apply(ctx, api, pod, None).await?;
     writes += 1;
     if let Some(minted) = minted {
-        write_token_secret(ctx, tenant, tenant_pod, &created, minted).await?;
+        write_token_secret(
+            ctx,
+            tenant,
+            &subject,
+            &created.namespace().unwrap_or_default(),
+            &created.uid().unwrap_or_default(),
+            minted,
+        )
+        .await?;
         writes += 1;
     }
     Ok(Outcome::Created { writes })
@@ -314,42 +371,44 @@ async fn create_admitted(
 async fn write_token_secret(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_pod: &Pod,
-    super_pod: &Pod,
+    subject: &token::Subject<'_>,
+    super_namespace: &str,
+    super_pod_uid: &str,
     minted: token::Minted,
 ) -> Result<()> {
     let now = token::now();
     let has_tokens = !minted.tokens.is_empty();
-    let ca = token::tenant_ca(tenant, &tenant_pod.namespace().unwrap_or_default());
-    let secret = token::secret(&tenant.identity, tenant_pod, super_pod, ca, minted, now);
-    let refresh = token::refresh_at(&secret);
-    let api: Api<Secret> = Api::namespaced(
-        ctx.super_client.clone(),
-        &super_pod.namespace().unwrap_or_default(),
+    let ca = token::tenant_ca(tenant, subject.namespace);
+    let secret = token::secret(
+        &tenant.identity,
+        subject,
+        super_namespace,
+        super_pod_uid,
+        ca,
+        minted,
+        now,
     );
+    let refresh = token::refresh_at(&secret.metadata);
+    let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), super_namespace);
     apply(ctx, &api, secret, None).await?;
     if let (true, Some(at)) = (has_tokens, refresh) {
-        let delay = Duration::from_secs(u64::try_from(at - now).unwrap_or(0));
-        let item = DownItem::new(
-            Kind::Pod,
-            &tenant_pod.namespace().unwrap_or_default(),
-            &tenant_pod.name_any(),
-        );
-        ctx.queues.down.add_after(&tenant.id, item, delay);
+        schedule_refresh(ctx, tenant, subject.namespace, subject.name, at);
     }
     Ok(())
 }
 
+fn schedule_refresh(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str, at: i64) {
+    let delay = Duration::from_secs(u64::try_from(at - token::now()).unwrap_or(0));
+    ctx.queues
+        .down
+        .add_after(&tenant.id, DownItem::new(Kind::Pod, namespace, name), delay);
+}
+
 /// Tells the tenant why its pod waits: an event and a PodScheduled=False condition.
-async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, message: &str) {
-    let already = tenant_pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.reason.as_deref() == Some(REASON_QUOTA_EXCEEDED) && c.message.as_deref() == Some(message)
-            })
+async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, message: &str) {
+    let already =
+        tenant_pod.status.conditions.iter().any(|c| {
+            c.reason.as_deref() == Some(REASON_QUOTA_EXCEEDED) && c.message.as_deref() == Some(message)
         });
     if already {
         return;
@@ -362,7 +421,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, messag
     )
     .await;
     let status = Pod {
-        metadata: kube::api::ObjectMeta {
+        metadata: ObjectMeta {
             name: Some(tenant_pod.name_any()),
             ..Default::default()
         },
@@ -372,9 +431,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, messag
                 status: "False".into(),
                 reason: Some(REASON_QUOTA_EXCEEDED.into()),
                 message: Some(message.to_owned()),
-                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::now(),
-                )),
+                last_transition_time: Some(Time(Timestamp::now())),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -395,31 +452,42 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &Pod, messag
 async fn update(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_pod: &Pod,
-    super_pod: &Pod,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     let mut writes = 0;
-    // Dependencies that changed since creation do not move a running pod; only mutable fields follow.
-    let endpoints = tenant_endpoints(ctx, tenant).unwrap_or_default();
-    // The syncer bound the tenant pod to its vNode: that node name is not the tenant's request.
-    let mut unbound = tenant_pod.clone();
-    if let Some(spec) = unbound.spec.as_mut() {
-        spec.node_name = None;
+    let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata, &tenant_pod.spec);
+    let in_sync = identity::recorded_hash(super_pod.meta()) == Some(hash.as_str())
+        && identity::metadata_covers(&desired_meta, super_pod.meta())
+        && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec);
+    if !in_sync {
+        // The whole super pod is applied back with the tenant's changes, which keeps the syncer's ownership
+        // of every field it set at creation; read it as it is now.
+        let at = GetParams::at(super_pod.meta().resource_version.as_deref().unwrap_or("0"));
+        let full = api
+            .get_with(&super_pod.name_any(), &at)
+            .await
+            .map_err(on_super(format!(
+                "reading pod {}/{}",
+                super_pod.namespace().unwrap_or_default(),
+                super_pod.name_any()
+            )))?;
+        let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
+        if let Some(tokens) = super_pod.annotations().get(token::ANNOTATION_POD_TOKENS) {
+            meta = with_annotation(meta, token::ANNOTATION_POD_TOKENS, tokens.clone());
+        }
+        apply(
+            ctx,
+            api,
+            updated_pod(&full, meta, &tenant_pod.spec),
+            super_pod.uid(),
+        )
+        .await?;
+        writes += 1;
     }
-    if let Ok(converted) = convert(ctx, tenant, &unbound, &endpoints) {
-        let mut desired = converted.pod.clone();
-        identity::stamp(&mut desired, |p| p.meta_mut());
-        let in_sync = identity::recorded_hash(desired.meta()) == identity::recorded_hash(super_pod.meta())
-            && identity::metadata_covers(desired.meta(), super_pod.meta())
-            && convert::mutable_view(&desired) == convert::mutable_view(super_pod);
-        if !in_sync {
-            apply(ctx, api, updated_pod(super_pod, &desired), super_pod.uid()).await?;
-            writes += 1;
-        }
-        if converted.needs_secret {
-            writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &converted).await?;
-        }
+    if let Some(needs) = token::needs_of(super_pod.meta()) {
+        writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
     }
     writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
     Ok(match writes {
@@ -428,36 +496,33 @@ async fn update(
     })
 }
 
-/// The super pod as it is, with the tenant's labels, annotations, images and deadline. Applying the whole
-/// spec keeps the syncer's ownership of every field it set at creation.
-fn updated_pod(super_pod: &Pod, desired: &Pod) -> Pod {
+/// The super pod as it is, with the tenant's metadata, images and deadline.
+fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec) -> Pod {
     let mut spec = super_pod.spec.clone().unwrap_or_default();
-    let desired_spec = desired.spec.clone().unwrap_or_default();
-    let image_of = |containers: &[k8s_openapi::api::core::v1::Container], name: &str| {
+    let image_of = |containers: &[crate::cached::ContainerImage], name: &str| {
         containers
             .iter()
             .find(|c| c.name == name)
             .and_then(|c| c.image.clone())
     };
     for container in &mut spec.containers {
-        if let Some(image) = image_of(&desired_spec.containers, &container.name) {
+        if let Some(image) = image_of(&tenant.containers, &container.name) {
             container.image = Some(image);
         }
     }
-    let desired_init = desired_spec.init_containers.clone().unwrap_or_default();
     for container in spec.init_containers.iter_mut().flatten() {
-        if let Some(image) = image_of(&desired_init, &container.name) {
+        if let Some(image) = image_of(&tenant.init_containers, &container.name) {
             container.image = Some(image);
         }
     }
-    spec.active_deadline_seconds = desired_spec.active_deadline_seconds;
+    spec.active_deadline_seconds = tenant.active_deadline_seconds;
     spec.node_name = None;
     Pod {
-        metadata: kube::api::ObjectMeta {
-            name: desired.metadata.name.clone(),
-            namespace: desired.metadata.namespace.clone(),
-            labels: desired.metadata.labels.clone(),
-            annotations: desired.metadata.annotations.clone(),
+        metadata: ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            labels: metadata.labels,
+            annotations: metadata.annotations,
             ..Default::default()
         },
         spec: Some(spec),
@@ -468,37 +533,46 @@ fn updated_pod(super_pod: &Pod, desired: &Pod) -> Pod {
 async fn refresh_token(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_pod: &Pod,
-    super_pod: &Pod,
-    converted: &SuperPod,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    needs: &[TokenNeed],
 ) -> Result<u32> {
-    let secret_name = token::secret_name(&tenant_pod.name_any());
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let name = tenant_pod.name_any();
+    let super_namespace = super_pod.namespace().unwrap_or_default();
     let existing = ctx
         .supers
-        .secrets
-        .get(&ObjectRef::new(&secret_name).within(&super_pod.namespace().unwrap_or_default()));
+        .tokens
+        .get(&ObjectRef::new(&token::secret_name(&name)).within(&super_namespace));
     let tenant_uid = tenant_pod.uid().unwrap_or_default();
-    if !token::needs_refresh(existing.as_deref(), &tenant_uid, &converted.tokens, token::now()) {
-        if let Some(at) = existing.as_deref().and_then(token::refresh_at) {
+    if !token::needs_refresh(
+        existing.as_ref().map(|s| s.meta()),
+        &tenant_uid,
+        needs,
+        token::now(),
+    ) {
+        if let Some(at) = existing.as_ref().and_then(|s| token::refresh_at(s.meta())) {
             // Keep a wake-up scheduled across restarts.
-            let delay = Duration::from_secs(u64::try_from(at - token::now()).unwrap_or(0));
-            let item = DownItem::new(
-                Kind::Pod,
-                &tenant_pod.namespace().unwrap_or_default(),
-                &tenant_pod.name_any(),
-            );
-            ctx.queues.down.add_after(&tenant.id, item, delay);
+            schedule_refresh(ctx, tenant, &namespace, &name, at);
         }
         return Ok(0);
     }
-    let minted = token::mint(
+    let subject = token::Subject {
+        namespace: &namespace,
+        name: &name,
+        uid: &tenant_uid,
+        service_account: tenant_pod.spec.service_account_name.as_deref(),
+    };
+    let minted = token::mint(tenant, &subject, needs, ctx.config.token_ttl_seconds).await?;
+    write_token_secret(
+        ctx,
         tenant,
-        tenant_pod,
-        &converted.tokens,
-        ctx.config.token_ttl_seconds,
+        &subject,
+        &super_namespace,
+        &super_pod.uid().unwrap_or_default(),
+        minted,
     )
     .await?;
-    write_token_secret(ctx, tenant, tenant_pod, super_pod, minted).await?;
     Ok(1)
 }
 
@@ -506,30 +580,32 @@ async fn refresh_token(
 /// on them.
 async fn sync_readiness_gates(
     ctx: &Context,
-    tenant_pod: &Pod,
-    super_pod: &Pod,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
     api: &Api<Pod>,
 ) -> Result<u32> {
-    let gates: Vec<String> = tenant_pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .map(|g| g.iter().map(|g| g.condition_type.clone()).collect())
-        .unwrap_or_default();
+    let gates = &tenant_pod.spec.readiness_gates;
     if gates.is_empty() {
         return Ok(0);
     }
-    let conditions = |pod: &Pod| -> Vec<PodCondition> {
-        pod.status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| gates.contains(&c.type_))
-            .collect()
-    };
-    let wanted = conditions(tenant_pod);
-    let have = conditions(super_pod);
+    let wanted: Vec<PodCondition> = tenant_pod
+        .status
+        .conditions
+        .iter()
+        .filter(|c| gates.contains(&c.type_))
+        .map(|c| PodCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            last_transition_time: Some(Time(Timestamp::now())),
+            ..Default::default()
+        })
+        .collect();
+    let have = super_pod
+        .parsed_status()
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
     let differs = wanted
         .iter()
         .any(|w| !have.iter().any(|h| h.type_ == w.type_ && h.status == w.status));
@@ -537,7 +613,7 @@ async fn sync_readiness_gates(
         return Ok(0);
     }
     let status = Pod {
-        metadata: kube::api::ObjectMeta {
+        metadata: ObjectMeta {
             name: Some(super_pod.name_any()),
             ..Default::default()
         },

@@ -3,6 +3,9 @@
 //! A super pod gets short-lived tokens for its *tenant* service account, requested from the tenant
 //! apiserver (TokenRequest, bound to the tenant pod), stored with the tenant CA and namespace in a Secret
 //! owned by the super pod, and refreshed when a fifth of their life remains. No long-lived token is made.
+//!
+//! The syncer caches only the metadata of token Secrets: the annotations say what they hold and until
+//! when, so the token values never sit in the syncer's memory.
 
 use std::collections::BTreeMap;
 
@@ -10,12 +13,12 @@ use k8s_openapi::{
     ByteString,
     api::{
         authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
-        core::v1::{Pod, Secret, ServiceAccount},
+        core::v1::{Secret, ServiceAccount},
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
     jiff::Timestamp,
 };
-use kube::{Api, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
+use kube::{Api, api::PostParams, runtime::reflector::ObjectRef};
 use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
@@ -25,12 +28,18 @@ use crate::{
     tenant::Tenant,
 };
 
+/// Label on token Secrets: they are cached apart, metadata only.
+pub const LABEL_POD_TOKEN: &str = "tenancy.x-k8s.io/pod-token";
 /// Annotation on a token Secret: the pod it serves.
 pub const ANNOTATION_TOKEN_FOR_POD: &str = "tenancy.x-k8s.io/token-for-pod";
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).
 pub const ANNOTATION_TOKEN_EXPIRES: &str = "tenancy.x-k8s.io/token-expires";
 /// Annotation on a token Secret: when its tokens were issued (unix seconds).
 pub const ANNOTATION_TOKEN_ISSUED: &str = "tenancy.x-k8s.io/token-issued";
+/// Annotation on a token Secret: its keys, comma-separated.
+pub const ANNOTATION_TOKEN_KEYS: &str = "tenancy.x-k8s.io/token-keys";
+/// Annotation on a super pod: the tokens it needs, as JSON (absent: it needs no token Secret).
+pub const ANNOTATION_POD_TOKENS: &str = "tenancy.x-k8s.io/tokens";
 
 /// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
 /// requests get the syncer's own short lifetime instead.
@@ -46,49 +55,77 @@ pub fn secret_name(pod: &str) -> String {
     format!("{}.{}.vc-token", &pod[..200], &digest[..10])
 }
 
-/// The pod a Secret holds tokens for, if it is a token Secret.
-pub fn pod_of_token_secret(secret: &Secret) -> Option<&str> {
-    secret
-        .metadata
-        .annotations
+/// The pod a token Secret serves.
+pub fn pod_of_token_secret(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
         .as_ref()?
         .get(ANNOTATION_TOKEN_FOR_POD)
         .map(String::as_str)
 }
 
-fn annotation_seconds(secret: &Secret, key: &str) -> Option<i64> {
-    secret.metadata.annotations.as_ref()?.get(key)?.parse().ok()
+/// The tokens a super pod needs, from its annotation; `None` when it needs no token Secret.
+pub fn needs_of(super_pod: &ObjectMeta) -> Option<Vec<TokenNeed>> {
+    serde_json::from_str(super_pod.annotations.as_ref()?.get(ANNOTATION_POD_TOKENS)?).ok()
+}
+
+/// The annotation value recording what tokens a pod needs.
+pub fn needs_annotation(needs: &[TokenNeed]) -> String {
+    serde_json::to_string(needs).unwrap_or_else(|_| "[]".into())
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation_seconds(meta: &ObjectMeta, key: &str) -> Option<i64> {
+    annotation(meta, key)?.parse().ok()
 }
 
 /// Whether a token Secret must be (re)written: missing, bound to another pod, missing a key, or in the
 /// last fifth of its tokens' life.
-pub fn needs_refresh(secret: Option<&Secret>, tenant_pod_uid: &str, tokens: &[TokenNeed], now: i64) -> bool {
+pub fn needs_refresh(
+    secret: Option<&ObjectMeta>,
+    tenant_pod_uid: &str,
+    tokens: &[TokenNeed],
+    now: i64,
+) -> bool {
     let Some(secret) = secret else { return true };
-    if identity::tenant_uid(&secret.metadata) != Some(tenant_pod_uid) {
+    if identity::tenant_uid(secret) != Some(tenant_pod_uid) {
         return true;
     }
-    let data = secret.data.as_ref();
-    let has = |key: &str| data.is_some_and(|d| d.contains_key(key));
-    if !has(KEY_CA) || !has(KEY_NAMESPACE) || tokens.iter().any(|t| !has(&t.key)) {
+    let keys: Vec<&str> = annotation(secret, ANNOTATION_TOKEN_KEYS)
+        .unwrap_or("")
+        .split(',')
+        .collect();
+    if tokens.iter().any(|t| !keys.contains(&t.key.as_str())) {
         return true;
     }
     if tokens.is_empty() {
         return false;
     }
-    match (
-        annotation_seconds(secret, ANNOTATION_TOKEN_ISSUED),
-        annotation_seconds(secret, ANNOTATION_TOKEN_EXPIRES),
-    ) {
-        (Some(issued), Some(expires)) => now >= expires - (expires - issued) / 5,
-        _ => true,
+    match refresh_at(secret) {
+        Some(at) => now >= at,
+        None => true,
     }
 }
 
-/// When a fresh Secret should be looked at again (unix seconds), if it holds tokens.
-pub fn refresh_at(secret: &Secret) -> Option<i64> {
+/// When a token Secret's tokens should be renewed (unix seconds), if it holds tokens.
+pub fn refresh_at(secret: &ObjectMeta) -> Option<i64> {
     let issued = annotation_seconds(secret, ANNOTATION_TOKEN_ISSUED)?;
     let expires = annotation_seconds(secret, ANNOTATION_TOKEN_EXPIRES)?;
     Some(expires - (expires - issued) / 5)
+}
+
+/// The tenant pod tokens are bound to.
+pub struct Subject<'a> {
+    /// Tenant namespace.
+    pub namespace: &'a str,
+    /// Pod name.
+    pub name: &'a str,
+    /// Tenant pod uid.
+    pub uid: &'a str,
+    /// Its service account.
+    pub service_account: Option<&'a str>,
 }
 
 /// Minted tokens: Secret data and the earliest expiry.
@@ -100,15 +137,17 @@ pub struct Minted {
 }
 
 /// Requests each token the pod needs from the tenant apiserver, bound to the tenant pod.
-pub async fn mint(tenant: &Tenant, pod: &Pod, needs: &[TokenNeed], default_ttl: i64) -> Result<Minted> {
-    let namespace = pod.namespace().unwrap_or_default();
-    let account = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
+pub async fn mint(
+    tenant: &Tenant,
+    subject: &Subject<'_>,
+    needs: &[TokenNeed],
+    default_ttl: i64,
+) -> Result<Minted> {
+    let account = subject
+        .service_account
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "default".to_owned());
-    let api: Api<ServiceAccount> = Api::namespaced(tenant.client.clone(), &namespace);
+        .unwrap_or("default");
+    let api: Api<ServiceAccount> = Api::namespaced(tenant.client.clone(), subject.namespace);
     let mut tokens = BTreeMap::new();
     let mut expires = i64::MAX;
     for need in needs {
@@ -124,22 +163,20 @@ pub async fn mint(tenant: &Tenant, pod: &Pod, needs: &[TokenNeed], default_ttl: 
                 bound_object_ref: Some(BoundObjectReference {
                     api_version: Some("v1".into()),
                     kind: Some("Pod".into()),
-                    name: Some(pod.name_any()),
-                    uid: pod.uid(),
+                    name: Some(subject.name.to_owned()),
+                    uid: Some(subject.uid.to_owned()),
                 }),
             },
             status: None,
         };
+        let context = format!("requesting a token for {}/{account}", subject.namespace);
         let issued: TokenRequest = api
-            .create_subresource("token", &account, &PostParams::default(), &request)
+            .create_subresource("token", account, &PostParams::default(), &request)
             .await
-            .map_err(on_tenant(
-                &tenant.identity.cluster_key,
-                format!("requesting a token for {namespace}/{account}"),
-            ))?;
+            .map_err(on_tenant(&tenant.identity.cluster_key, &context))?;
         let Some(status) = issued.status else {
             return Err(crate::error::Error::Conversion(format!(
-                "the tenant issued no token for {namespace}/{account}"
+                "the tenant issued no token ({context})"
             )));
         };
         expires = expires.min(status.expiration_timestamp.0.as_second());
@@ -161,31 +198,38 @@ pub fn tenant_ca(tenant: &Tenant, namespace: &str) -> Option<String> {
         .or_else(|| tenant.ca_pem.clone())
 }
 
-/// The token Secret of a super pod.
+/// The token Secret of a super pod, owned by it.
 pub fn secret(
     identity: &TenantIdentity,
-    tenant_pod: &Pod,
-    super_pod: &Pod,
+    subject: &Subject<'_>,
+    super_namespace: &str,
+    super_pod_uid: &str,
     ca: Option<String>,
     minted: Minted,
     now: i64,
 ) -> Secret {
-    let namespace = tenant_pod.namespace().unwrap_or_default();
-    let pod_name = tenant_pod.name_any();
     let mut metadata = identity::super_metadata(
         &ObjectMeta {
-            name: Some(secret_name(&pod_name)),
-            namespace: Some(namespace.clone()),
-            uid: tenant_pod.uid(),
+            name: Some(secret_name(subject.name)),
+            namespace: Some(subject.namespace.to_owned()),
+            uid: Some(subject.uid.to_owned()),
             ..Default::default()
         },
         identity,
         &[],
-        super_pod.namespace(),
+        Some(super_namespace.to_owned()),
         true,
     );
+    metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(LABEL_POD_TOKEN.to_owned(), "true".to_owned());
     let annotations = metadata.annotations.get_or_insert_with(Default::default);
-    annotations.insert(ANNOTATION_TOKEN_FOR_POD.to_owned(), pod_name.clone());
+    annotations.insert(ANNOTATION_TOKEN_FOR_POD.to_owned(), subject.name.to_owned());
+    annotations.insert(
+        ANNOTATION_TOKEN_KEYS.to_owned(),
+        minted.tokens.keys().cloned().collect::<Vec<_>>().join(","),
+    );
     if !minted.tokens.is_empty() {
         annotations.insert(ANNOTATION_TOKEN_ISSUED.to_owned(), now.to_string());
         annotations.insert(ANNOTATION_TOKEN_EXPIRES.to_owned(), minted.expires.to_string());
@@ -193,18 +237,18 @@ pub fn secret(
     metadata.owner_references = Some(vec![OwnerReference {
         api_version: "v1".into(),
         kind: "Pod".into(),
-        name: pod_name,
-        uid: super_pod.uid().unwrap_or_default(),
+        name: subject.name.to_owned(),
+        uid: super_pod_uid.to_owned(),
         controller: Some(true),
         block_owner_deletion: None,
     }]);
     let mut data = minted.tokens;
     data.insert(KEY_CA.to_owned(), ByteString(ca.unwrap_or_default().into_bytes()));
-    data.insert(KEY_NAMESPACE.to_owned(), ByteString(namespace.into_bytes()));
     data.insert(
-        KEY_UID.to_owned(),
-        ByteString(tenant_pod.uid().unwrap_or_default().into_bytes()),
+        KEY_NAMESPACE.to_owned(),
+        ByteString(subject.namespace.as_bytes().to_vec()),
     );
+    data.insert(KEY_UID.to_owned(), ByteString(subject.uid.as_bytes().to_vec()));
     Secret {
         metadata,
         data: Some(data),
@@ -230,31 +274,24 @@ mod tests {
         }
     }
 
-    fn stored(uid: &str, issued: i64, expires: i64, keys: &[&str]) -> Secret {
-        let data = keys
-            .iter()
-            .map(|k| (k.to_string(), ByteString(b"x".to_vec())))
-            .collect();
-        Secret {
-            metadata: ObjectMeta {
-                annotations: Some(
-                    [
-                        (crds::wellknown::ANNOTATION_UID.to_owned(), uid.to_owned()),
-                        (ANNOTATION_TOKEN_ISSUED.to_owned(), issued.to_string()),
-                        (ANNOTATION_TOKEN_EXPIRES.to_owned(), expires.to_string()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            data: Some(data),
+    fn stored(uid: &str, issued: i64, expires: i64, keys: &str) -> ObjectMeta {
+        ObjectMeta {
+            annotations: Some(
+                [
+                    (crds::wellknown::ANNOTATION_UID.to_owned(), uid.to_owned()),
+                    (ANNOTATION_TOKEN_ISSUED.to_owned(), issued.to_string()),
+                    (ANNOTATION_TOKEN_EXPIRES.to_owned(), expires.to_string()),
+                    (ANNOTATION_TOKEN_KEYS.to_owned(), keys.to_owned()),
+                ]
+                .into(),
+            ),
             ..Default::default()
         }
     }
 
     #[test]
     fn tokens_are_refreshed_in_the_last_fifth_of_their_life() {
-        let secret = stored("pod-uid", 1000, 2000, &["token", "ca.crt", "namespace", "uid"]);
+        let secret = stored("pod-uid", 1000, 2000, "token");
         assert!(!needs_refresh(Some(&secret), "pod-uid", &[need("token")], 1500));
         assert!(!needs_refresh(Some(&secret), "pod-uid", &[need("token")], 1799));
         assert!(needs_refresh(Some(&secret), "pod-uid", &[need("token")], 1800));
@@ -263,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_secret_for_another_pod_or_missing_keys_is_rewritten() {
-        let secret = stored("old-uid", 1000, 2000, &["token", "ca.crt", "namespace"]);
+        let secret = stored("old-uid", 1000, 2000, "token");
         assert!(needs_refresh(Some(&secret), "new-uid", &[need("token")], 1100));
         assert!(needs_refresh(
             Some(&secret),
@@ -274,6 +311,24 @@ mod tests {
         assert!(needs_refresh(None, "old-uid", &[], 1100));
         // Without tokens (only CA and namespace), nothing expires.
         assert!(!needs_refresh(Some(&secret), "old-uid", &[], 99_999));
+    }
+
+    #[test]
+    fn needs_round_trip_through_the_pod_annotation() {
+        let needs = vec![
+            need("token"),
+            TokenNeed {
+                key: "token-x".into(),
+                audience: Some("vault".into()),
+                expiration_seconds: Some(900),
+            },
+        ];
+        let meta = ObjectMeta {
+            annotations: Some([(ANNOTATION_POD_TOKENS.to_owned(), needs_annotation(&needs))].into()),
+            ..Default::default()
+        };
+        assert_eq!(needs_of(&meta), Some(needs));
+        assert_eq!(needs_of(&ObjectMeta::default()), None);
     }
 
     #[test]

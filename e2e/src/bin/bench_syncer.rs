@@ -1,0 +1,832 @@
+//! Syncer benchmark on real apiservers with simulated nodes. Prints, in one run:
+//!
+//! - a direct baseline (the same pods created straight into the super cluster by a plain client) against
+//!   the same pods created in T tenants and synced, for throughput and latency;
+//! - the syncer's peak RSS and bytes per synced pod;
+//! - a restart with everything synced (writes issued, seconds until ready);
+//! - a fairness run: greedy tenants burst while regular tenants create pods one at a time.
+//!
+//! The syncer runs as its own process (the release binary next to this one), so that its memory is its
+//! own. Build both first: `cargo build --release -p syncer -p e2e`, then
+//! `target/release/bench_syncer --tenants 10 --pods 500`.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use e2e::{
+    Binary, ManagedProcess, WorkDir, free_port,
+    tenancy::{Tenancy, TenancyOptions},
+    wait,
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmark the syncer against a direct baseline on real apiservers")]
+struct Args {
+    /// Tenants (T).
+    #[arg(long, default_value_t = 10)]
+    tenants: usize,
+    /// Pods per tenant (P).
+    #[arg(long, default_value_t = 500)]
+    pods: usize,
+    /// Simulated super nodes.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// Pods each creator has in flight at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Greedy tenants in the fairness run (taken from the T tenants).
+    #[arg(long, default_value_t = 3)]
+    greedy: usize,
+    /// Pods each greedy tenant bursts.
+    #[arg(long, default_value_t = 900)]
+    greedy_pods: usize,
+    /// Regular tenants in the fairness run.
+    #[arg(long, default_value_t = 3)]
+    regular: usize,
+    /// Pods each regular tenant creates, one at a time.
+    #[arg(long, default_value_t = 10)]
+    regular_pods: usize,
+    /// The syncer binary (default: `syncer` next to this binary).
+    #[arg(long)]
+    syncer: Option<PathBuf>,
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
+    }))
+    .expect("pod")
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[index]
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// When each pod (by namespace/name) was first seen, and first seen Running, by a watch.
+#[derive(Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    running: HashMap<String, Instant>,
+}
+
+/// Watches pods of `client` and records first sightings; `key` maps a pod to the benchmark's key.
+fn observe(
+    client: Client,
+    key: impl Fn(&Pod) -> Option<String> + Send + 'static,
+) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let task = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let stream = watcher(
+                Api::<Pod>::all(client),
+                watcher::Config::default().labels("app=bench"),
+            )
+            .default_backoff()
+            .applied_objects();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(pod) = event else { continue };
+                let Some(key) = key(&pod) else { continue };
+                let now = Instant::now();
+                let mut seen = seen.lock().expect("lock");
+                seen.created.entry(key.clone()).or_insert(now);
+                if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                    seen.running.entry(key).or_insert(now);
+                }
+            }
+        })
+    };
+    (seen, task)
+}
+
+/// Creates `count` pods named `<prefix>-<i>` in `namespace` with `concurrency` in flight; returns when
+/// each create was sent, by key `namespace/name`.
+async fn create_pods(
+    client: Client,
+    namespace: String,
+    prefix: &str,
+    count: usize,
+    concurrency: usize,
+) -> anyhow::Result<HashMap<String, Instant>> {
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    let started: Vec<(String, Instant)> = futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            let name = format!("{prefix}-{i}");
+            let key = format!("{namespace}/{name}");
+            async move {
+                let at = Instant::now();
+                let mut tries = 0;
+                loop {
+                    match api.create(&PostParams::default(), &pod(&name)).await {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(s)) if s.code == 409 => break,
+                        Err(e) if tries < 20 => {
+                            tries += 1;
+                            tracing::debug!(%e, "retrying a create");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Err(e) => return Err(anyhow::Error::from(e).context(format!("creating {key}"))),
+                    }
+                }
+                anyhow::Ok((key, at))
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    Ok(started.into_iter().collect())
+}
+
+async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn wait_count(
+    seen: &Arc<Mutex<Seen>>,
+    keys: &[String],
+    running: bool,
+    timeout: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    wait::until_true(timeout, what, || {
+        let seen = seen.clone();
+        let keys = keys.to_vec();
+        async move {
+            let seen = seen.lock().expect("lock");
+            let map = if running { &seen.running } else { &seen.created };
+            keys.iter().all(|k| map.contains_key(k))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Throughput and latencies of one run.
+struct RunFigures {
+    pods: usize,
+    seconds: f64,
+    latencies: Vec<f64>,
+}
+
+impl RunFigures {
+    fn throughput(&self) -> f64 {
+        self.pods as f64 / self.seconds
+    }
+}
+
+fn figures(started: &HashMap<String, Instant>, done: &HashMap<String, Instant>) -> RunFigures {
+    let first = started.values().min().copied().unwrap_or_else(Instant::now);
+    let last = started
+        .keys()
+        .filter_map(|k| done.get(k))
+        .max()
+        .copied()
+        .unwrap_or(first);
+    let latencies = started
+        .iter()
+        .filter_map(|(k, at)| done.get(k).map(|d| d.duration_since(*at).as_secs_f64()))
+        .collect();
+    RunFigures {
+        pods: started.len(),
+        seconds: last.duration_since(first).as_secs_f64().max(1e-3),
+        latencies,
+    }
+}
+
+/// CPU seconds a process has used so far (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the whole machine has been busy.
+fn machine_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else {
+        return 0.0;
+    };
+    let values: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: f64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|i| values.get(*i)).sum();
+    busy / 100.0
+}
+
+/// CPU used by each part of the setup during one phase.
+struct CpuMeter {
+    parts: Vec<(String, Vec<u32>, f64)>,
+    machine: f64,
+}
+
+impl CpuMeter {
+    fn start(parts: Vec<(String, Vec<u32>)>) -> Self {
+        let parts = parts.into_iter().map(|(name, pids)| {
+            let used = pids.iter().map(|p| cpu_seconds(*p)).sum();
+            (name, pids, used)
+        });
+        Self {
+            parts: parts.collect(),
+            machine: machine_busy_seconds(),
+        }
+    }
+
+    fn report(&self, phase: &str, wall: f64) -> String {
+        let mut line = format!(
+            "{phase} CPU over {wall:.1}s wall: machine {:.1}s",
+            machine_busy_seconds() - self.machine
+        );
+        for (name, pids, before) in &self.parts {
+            let now: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+            line.push_str(&format!(", {name} {:.1}s", now - before));
+        }
+        line
+    }
+}
+
+/// A syncer process and its admin endpoint.
+struct SyncerProcess {
+    process: ManagedProcess,
+    admin_port: u16,
+}
+
+impl SyncerProcess {
+    async fn start(
+        binary: &PathBuf,
+        kubeconfig: &std::path::Path,
+        dir: &WorkDir,
+        name: &str,
+    ) -> anyhow::Result<(Self, f64)> {
+        let admin_port = free_port()?;
+        let args = vec![
+            "--leader-elect=false".to_owned(),
+            format!("--admin-address=127.0.0.1:{admin_port}"),
+            "--patrol-interval-seconds=60".to_owned(),
+        ];
+        // The syncer reads KUBECONFIG; a small wrapper passes it on.
+        let wrapper = dir.write(
+            &format!("{name}.sh"),
+            format!(
+                "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn\nexec {} \"$@\"\n",
+                kubeconfig.display(),
+                binary.display()
+            ),
+        )?;
+        std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        let started = Instant::now();
+        let mut process = ManagedProcess::start(name, &wrapper, args, dir.join(&format!("{name}.log")))?;
+        process
+            .wait_ready(Duration::from_secs(120), || async move {
+                http_get(admin_port, "/readyz")
+                    .await
+                    .is_some_and(|b| b.contains("ok"))
+            })
+            .await?;
+        let ready = started.elapsed().as_secs_f64();
+        Ok((Self { process, admin_port }, ready))
+    }
+
+    fn memory_kib(&self, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.pid()?)).ok()?;
+        status
+            .lines()
+            .find(|l| l.starts_with(field))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+
+    async fn metric_sum(&self, name: &str) -> f64 {
+        let Some(body) = http_get(self.admin_port, "/metrics").await else {
+            return f64::NAN;
+        };
+        body.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    Some(body)
+}
+
+/// Deletes namespaces and waits until they are gone.
+async fn delete_namespaces(client: &Client, names: &[String]) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for name in names {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+    for name in names {
+        wait::until_true(
+            Duration::from_secs(300),
+            &format!("namespace {name} deleted"),
+            || {
+                let api = api.clone();
+                let name = name.clone();
+                async move { matches!(api.get_opt(&name).await, Ok(None)) }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn syncer_binary(args: &Args) -> anyhow::Result<PathBuf> {
+    let path = match &args.syncer {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("syncer"),
+    };
+    if !path.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p syncer`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if !e2e::require(
+        "bench_syncer",
+        &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
+    ) {
+        return Ok(());
+    }
+    let syncer_binary = syncer_binary(&args)?;
+    let total = args.tenants * args.pods;
+    println!(
+        "syncer benchmark: {} tenants x {} pods = {total} pods, {} simulated nodes",
+        args.tenants, args.pods, args.nodes
+    );
+
+    let setup = Instant::now();
+    let tenancy = Tenancy::start(TenancyOptions {
+        tenants: args.tenants,
+        nodes: args.nodes,
+        tenant_controller_managers: true,
+        super_controller_manager: true,
+        // Tenants need only what makes pods creatable: service accounts and namespace cleanup.
+        tenant_controllers: Some("serviceaccount,serviceaccount-token,namespace,garbagecollector".into()),
+        apiserver_args: vec![
+            "--max-requests-inflight=2000".into(),
+            "--max-mutating-requests-inflight=1000".into(),
+        ],
+    })
+    .await?;
+    println!(
+        "setup: {:.1}s (super cluster, {} tenant masters, nodes)",
+        setup.elapsed().as_secs_f64(),
+        args.tenants
+    );
+    let super_client = tenancy.super_client();
+    let dir = WorkDir::new("bench-syncer")?;
+    let pid_of = |p: &ManagedProcess| p.pid().into_iter().collect::<Vec<u32>>();
+    let control_plane_parts = || {
+        vec![
+            ("etcd".to_owned(), pid_of(tenancy.etcd.process())),
+            (
+                "super apiserver".to_owned(),
+                pid_of(tenancy.super_cluster.apiserver().process()),
+            ),
+            (
+                "tenant apiservers".to_owned(),
+                tenancy
+                    .tenants
+                    .iter()
+                    .flat_map(|t| pid_of(t.control_plane.apiserver().process()))
+                    .collect(),
+            ),
+            ("bench+nodes".to_owned(), vec![std::process::id()]),
+        ]
+    };
+
+    // 1. Direct baseline.
+    let (direct_seen, direct_watch) = observe(super_client.clone(), |p| {
+        Some(format!("{}/{}", p.namespace()?, p.name_any()))
+    });
+    let namespaces: Vec<String> = (0..args.tenants).map(|t| format!("direct-{t}")).collect();
+    for ns in &namespaces {
+        ensure_namespace(&super_client, ns).await?;
+    }
+    wait_for_default_accounts(&super_client, &namespaces).await?;
+    let direct_cpu = CpuMeter::start(control_plane_parts());
+    let creators = namespaces.iter().map(|ns| {
+        create_pods(
+            super_client.clone(),
+            ns.clone(),
+            "pod",
+            args.pods,
+            args.concurrency,
+        )
+    });
+    let started: HashMap<String, Instant> = futures::future::try_join_all(creators)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    let keys: Vec<String> = started.keys().cloned().collect();
+    wait_count(
+        &direct_seen,
+        &keys,
+        true,
+        Duration::from_secs(1800),
+        "direct pods Running",
+    )
+    .await?;
+    let direct = figures(&started, &direct_seen.lock().expect("lock").running);
+    let direct_cpu = direct_cpu.report("direct", direct.seconds);
+    direct_watch.abort();
+    delete_namespaces(&super_client, &namespaces).await?;
+
+    // 2. Through the syncer.
+    let (mut syncer, first_ready) = SyncerProcess::start(
+        &syncer_binary,
+        tenancy.super_cluster.apiserver().kubeconfig_path(),
+        &dir,
+        "syncer-1",
+    )
+    .await?;
+    wait_attached(&tenancy).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let baseline_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let mut super_seen_watch = Vec::new();
+    let (super_seen, task) = observe(super_client.clone(), |p| {
+        let annotations = p.metadata.annotations.as_ref()?;
+        Some(format!(
+            "{}/{}/{}",
+            annotations.get(crds::wellknown::ANNOTATION_VC_NAME)?,
+            annotations.get(crds::wellknown::ANNOTATION_NAMESPACE)?,
+            p.name_any()
+        ))
+    });
+    super_seen_watch.push(task);
+    let mut tenant_seens = Vec::new();
+    for tenant in &tenancy.tenants {
+        let name = tenant.name.clone();
+        let (seen, task) = observe(tenant.client(), move |p| {
+            Some(format!("{name}/{}/{}", p.namespace()?, p.name_any()))
+        });
+        super_seen_watch.push(task);
+        tenant_seens.push(seen);
+        ensure_namespace(&tenant.client(), "bench").await?;
+    }
+    for tenant in &tenancy.tenants {
+        wait_for_default_accounts(&tenant.client(), &["bench".to_owned()]).await?;
+    }
+    let peak = Arc::new(Mutex::new(0u64));
+    let sampler = {
+        let peak = peak.clone();
+        let pid = syncer.process.pid();
+        tokio::spawn(async move {
+            loop {
+                if let Some(kib) = pid.and_then(|pid| {
+                    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                    status
+                        .lines()
+                        .find(|l| l.starts_with("VmHWM:"))?
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse::<u64>()
+                        .ok()
+                }) {
+                    let mut peak = peak.lock().expect("lock");
+                    *peak = (*peak).max(kib);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let mut parts = control_plane_parts();
+    parts.push(("syncer".to_owned(), pid_of(&syncer.process)));
+    let synced_cpu = CpuMeter::start(parts);
+    let creators = tenancy.tenants.iter().map(|t| {
+        let name = t.name.clone();
+        let client = t.client();
+        let (pods, concurrency) = (args.pods, args.concurrency);
+        async move {
+            let started = create_pods(client, "bench".into(), "pod", pods, concurrency).await?;
+            anyhow::Ok(
+                started
+                    .into_iter()
+                    .map(move |(k, v)| (format!("{name}/{k}"), v))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    });
+    let started: HashMap<String, Instant> = futures::future::try_join_all(creators)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    let keys: Vec<String> = started.keys().cloned().collect();
+    let merged_running = || {
+        let mut all = HashMap::new();
+        for seen in &tenant_seens {
+            all.extend(
+                seen.lock()
+                    .expect("lock")
+                    .running
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v)),
+            );
+        }
+        all
+    };
+    wait::until_true(
+        Duration::from_secs(3600),
+        "synced pods Running in their tenants",
+        || {
+            let running = merged_running();
+            let done = keys.iter().all(|k| running.contains_key(k));
+            async move { done }
+        },
+    )
+    .await?;
+    let tenant_running = merged_running();
+    let synced = figures(&started, &tenant_running);
+    let synced_cpu = synced_cpu.report("synced", synced.seconds);
+    let (to_super, up) = {
+        let seen = super_seen.lock().expect("lock");
+        let to_super: Vec<f64> = started
+            .iter()
+            .filter_map(|(k, at)| seen.created.get(k).map(|c| c.duration_since(*at).as_secs_f64()))
+            .collect();
+        let up: Vec<f64> = tenant_running
+            .iter()
+            .filter_map(|(k, t)| {
+                seen.running
+                    .get(k)
+                    .map(|s| t.saturating_duration_since(*s).as_secs_f64())
+            })
+            .collect();
+        (to_super, up)
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let synced_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    sampler.abort();
+    let peak_kib = (*peak.lock().expect("lock")).max(syncer.memory_kib("VmHWM:").unwrap_or(0));
+
+    // 3. Restart with everything synced.
+    let before_restart = syncer.metric_sum("syncer_super_writes_total").await;
+    drop(syncer);
+    let (restarted, ready_seconds) = SyncerProcess::start(
+        &syncer_binary,
+        tenancy.super_cluster.apiserver().kubeconfig_path(),
+        &dir,
+        "syncer-2",
+    )
+    .await?;
+    wait_attached(&tenancy).await?;
+    // Let every tenant's initial resync run through.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let restart_writes = restarted.metric_sum("syncer_super_writes_total").await.abs();
+    syncer = restarted;
+
+    // 4. Fairness: regular tenants alone, then next to greedy ones.
+    let greedy: Vec<&e2e::tenancy::TenantMaster> = tenancy.tenants.iter().take(args.greedy).collect();
+    let regular: Vec<&e2e::tenancy::TenantMaster> = tenancy
+        .tenants
+        .iter()
+        .skip(args.greedy)
+        .take(args.regular)
+        .collect();
+    let unloaded = regular_latencies(&regular, &super_seen, "alone", args.regular_pods).await?;
+    for tenant in &greedy {
+        ensure_namespace(&tenant.client(), "greedy").await?;
+    }
+    for tenant in &greedy {
+        wait_for_default_accounts(&tenant.client(), &["greedy".to_owned()]).await?;
+    }
+    let bursts: Vec<_> = greedy
+        .iter()
+        .map(|t| {
+            tokio::spawn(create_pods(
+                t.client(),
+                "greedy".into(),
+                "burst",
+                args.greedy_pods,
+                64,
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let loaded = regular_latencies(&regular, &super_seen, "loaded", args.regular_pods).await?;
+    for burst in bursts {
+        burst.await??;
+    }
+    for task in super_seen_watch {
+        task.abort();
+    }
+    drop(syncer);
+
+    // Figures.
+    let mut direct_latencies = direct.latencies.clone();
+    let mut synced_latencies = synced.latencies.clone();
+    let (mut to_super, mut up) = (to_super, up);
+    let direct_p99 = percentile(&mut direct_latencies, 0.99);
+    let synced_p99 = percentile(&mut synced_latencies, 0.99);
+    println!();
+    println!("== throughput ({total} pods) ==");
+    println!(
+        "direct:        {:8.1} pods/s ({:.1}s)",
+        direct.throughput(),
+        direct.seconds
+    );
+    println!(
+        "through syncer:{:8.1} pods/s ({:.1}s)",
+        synced.throughput(),
+        synced.seconds
+    );
+    println!(
+        "ratio:         {:8.2}x (target >= 0.95)",
+        synced.throughput() / direct.throughput()
+    );
+    println!("{direct_cpu}");
+    println!("{synced_cpu}");
+    println!("== latency (seconds) ==");
+    println!(
+        "direct create->Running:          p50 {:6.2}  p99 {:6.2}",
+        percentile(&mut direct_latencies, 0.5),
+        direct_p99
+    );
+    println!(
+        "synced create->tenant Running:   p50 {:6.2}  p99 {:6.2}  (p99 ratio {:.2}x, target <= 1.2)",
+        percentile(&mut synced_latencies, 0.5),
+        synced_p99,
+        synced_p99 / direct_p99
+    );
+    println!(
+        "synced create->super pod:        p50 {:6.2}  p99 {:6.2}",
+        percentile(&mut to_super, 0.5),
+        percentile(&mut to_super, 0.99)
+    );
+    println!(
+        "super Running->tenant Running:   p50 {:6.2}  p99 {:6.2}",
+        percentile(&mut up, 0.5),
+        percentile(&mut up, 0.99)
+    );
+    println!("== memory ==");
+    println!(
+        "syncer RSS: idle {} KiB, with {total} pods synced {} KiB, peak {} KiB",
+        baseline_rss, synced_rss, peak_kib
+    );
+    println!(
+        "bytes per synced pod: {:.0} (target <= 4096)",
+        (synced_rss.saturating_sub(baseline_rss) * 1024) as f64 / total as f64
+    );
+    println!("== restart with {total} pods synced ==");
+    println!("first start ready in {first_ready:.2}s; super writes by the first syncer: {before_restart}");
+    println!(
+        "restart: ready in {ready_seconds:.2}s (target < 5), super writes after restart: {restart_writes} (target 0)"
+    );
+    println!(
+        "== fairness ({} greedy x {} pods, {} regular x {} sequential pods) ==",
+        args.greedy, args.greedy_pods, args.regular, args.regular_pods
+    );
+    println!(
+        "regular create->super mean: alone {:.3}s, next to greedy {:.3}s, ratio {:.2}x (target <= 2)",
+        mean(&unloaded),
+        mean(&loaded),
+        mean(&loaded) / mean(&unloaded)
+    );
+    Ok(())
+}
+
+/// Each regular tenant creates pods one at a time; returns create->super-pod latencies.
+async fn regular_latencies(
+    tenants: &[&e2e::tenancy::TenantMaster],
+    super_seen: &Arc<Mutex<Seen>>,
+    label: &str,
+    count: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let runs = tenants.iter().map(|tenant| {
+        let super_seen = super_seen.clone();
+        let label = label.to_owned();
+        let name = tenant.name.clone();
+        let client = tenant.client();
+        async move {
+            let namespace = format!("regular-{label}");
+            ensure_namespace(&client, &namespace).await?;
+            wait_for_default_accounts(&client, std::slice::from_ref(&namespace)).await?;
+            let api: Api<Pod> = Api::namespaced(client, &namespace);
+            let mut latencies = Vec::new();
+            for i in 0..count {
+                let pod_name = format!("one-{i}");
+                let key = format!("{name}/{namespace}/{pod_name}");
+                let at = Instant::now();
+                api.create(&PostParams::default(), &pod(&pod_name))
+                    .await
+                    .context("regular create")?;
+                wait_count(
+                    &super_seen,
+                    std::slice::from_ref(&key),
+                    false,
+                    Duration::from_secs(600),
+                    "regular pod in the super cluster",
+                )
+                .await?;
+                let seen = super_seen.lock().expect("lock").created[&key];
+                latencies.push(seen.duration_since(at).as_secs_f64());
+            }
+            anyhow::Ok(latencies)
+        }
+    });
+    Ok(futures::future::try_join_all(runs)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+async fn wait_for_default_accounts(client: &Client, namespaces: &[String]) -> anyhow::Result<()> {
+    for namespace in namespaces {
+        let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), namespace);
+        wait::until_true(Duration::from_secs(120), "default ServiceAccount", || {
+            let api = api.clone();
+            async move { matches!(api.get_opt("default").await, Ok(Some(_))) }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+async fn wait_attached(tenancy: &Tenancy) -> anyhow::Result<()> {
+    let api: Api<crds::VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    for name in tenancy.names() {
+        wait::until_true(Duration::from_secs(120), &format!("{name} attached"), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                api.get(&name)
+                    .await
+                    .ok()
+                    .and_then(|vc| vc.status)
+                    .is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == crds::wellknown::CONDITION_TENANT_SYNCED && c.status == "True"
+                        })
+                    })
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}

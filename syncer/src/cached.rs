@@ -1,0 +1,271 @@
+//! Pods as the caches keep them: only what sync reads.
+//!
+//! A full `k8s_openapi` Pod takes 10-15 KiB in memory (every optional field is inline: a `Volume` alone
+//! is 3 KiB), and every synced pod is cached twice, in its tenant and in the super cluster. These types
+//! read the same watch events but keep a few fields; whatever else is needed (the whole tenant pod when its
+//! copy is created, the whole super pod when its mutable fields change) is read from the apiserver then.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::core::v1::{ContainerStatus, PodStatus, ResourceRequirements},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A container's name, image and resources.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerImage {
+    /// Container name.
+    pub name: String,
+    /// Image.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Requests and limits, for quota.
+    #[serde(default, skip_serializing)]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn gate_types<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Gate {
+        condition_type: String,
+    }
+    let gates: Option<Vec<Gate>> = Option::deserialize(deserializer)?;
+    Ok(gates
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| g.condition_type)
+        .collect())
+}
+
+fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The parts of a pod spec sync reads after creation.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodSpec {
+    /// Node the pod is bound to.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// Service account (tokens are minted for it).
+    #[serde(default)]
+    pub service_account_name: Option<String>,
+    /// Containers.
+    #[serde(default, deserialize_with = "or_default")]
+    pub containers: Vec<ContainerImage>,
+    /// Init containers.
+    #[serde(default, deserialize_with = "or_default")]
+    pub init_containers: Vec<ContainerImage>,
+    /// Deadline, one of the fields that may change.
+    #[serde(default)]
+    pub active_deadline_seconds: Option<i64>,
+    /// Condition types of the readiness gates.
+    #[serde(default, deserialize_with = "gate_types")]
+    pub readiness_gates: Vec<String>,
+    /// Pod overhead, for quota.
+    #[serde(default)]
+    pub overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A condition, without timestamps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct CachedCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Reason.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// Hash of container statuses in their k8s-openapi form, so that statuses read from JSON and statuses
+/// built in memory compare equal when they carry the same fields.
+pub fn container_statuses_hash(statuses: &[ContainerStatus]) -> u64 {
+    if statuses.is_empty() {
+        return 0;
+    }
+    let json = serde_json::to_vec(statuses).unwrap_or_default();
+    let digest = Sha256::digest(&json);
+    u64::from_le_bytes(digest[..8].try_into().unwrap_or_default())
+}
+
+fn statuses_hash<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let statuses: Option<Vec<ContainerStatus>> = Option::deserialize(deserializer)?;
+    Ok(container_statuses_hash(&statuses.unwrap_or_default()))
+}
+
+/// The parts of a tenant pod's status sync compares.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantPodStatus {
+    /// Phase.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// Pod IP.
+    #[serde(default, rename = "podIP")]
+    pub pod_ip: Option<String>,
+    /// Host IP.
+    #[serde(default, rename = "hostIP")]
+    pub host_ip: Option<String>,
+    /// Message.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Reason.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Conditions.
+    #[serde(default, deserialize_with = "or_default")]
+    pub conditions: Vec<CachedCondition>,
+    /// Hash of the container statuses.
+    #[serde(default, deserialize_with = "statuses_hash")]
+    pub container_statuses: u64,
+    /// Hash of the init container statuses.
+    #[serde(default, deserialize_with = "statuses_hash")]
+    pub init_container_statuses: u64,
+}
+
+/// A pod in a tenant, as cached.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TenantPod {
+    /// Metadata (managed fields dropped).
+    pub metadata: ObjectMeta,
+    /// Spec essentials.
+    #[serde(default, deserialize_with = "or_default")]
+    pub spec: CachedPodSpec,
+    /// Status essentials.
+    #[serde(default, deserialize_with = "or_default")]
+    pub status: TenantPodStatus,
+}
+
+/// The parts of a super pod's status read without parsing it all.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PhaseOnly {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+/// A pod in the super cluster, as cached. Its status is kept as JSON: it is only read to be copied up.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SuperPod {
+    /// Metadata (managed fields dropped).
+    pub metadata: ObjectMeta,
+    /// Spec essentials.
+    #[serde(default, deserialize_with = "or_default")]
+    pub spec: CachedPodSpec,
+    /// The status, as JSON.
+    #[serde(default)]
+    pub status: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl SuperPod {
+    /// The full status.
+    pub fn parsed_status(&self) -> Option<PodStatus> {
+        serde_json::from_str(self.status.as_ref()?.get()).ok()
+    }
+
+    /// The phase.
+    pub fn phase(&self) -> Option<String> {
+        serde_json::from_str::<PhaseOnly>(self.status.as_ref()?.get())
+            .ok()?
+            .phase
+    }
+}
+
+macro_rules! pod_resource {
+    ($type:ty) => {
+        impl k8s_openapi::Resource for $type {
+            const API_VERSION: &'static str = "v1";
+            const GROUP: &'static str = "";
+            const KIND: &'static str = "Pod";
+            const VERSION: &'static str = "v1";
+            const URL_PATH_SEGMENT: &'static str = "pods";
+            type Scope = NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $type {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+pod_resource!(TenantPod);
+pod_resource!(SuperPod);
+
+/// Drops what no sync step reads from cached metadata.
+pub fn trim_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = r#"{
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+            "labels": {"app": "web"}, "managedFields": [{"manager": "x"}]},
+        "spec": {
+            "nodeName": "node-1", "serviceAccountName": "robot",
+            "containers": [{"name": "main", "image": "nginx:1", "resources": {"requests": {"cpu": "100m"}},
+                "volumeMounts": [{"name": "v", "mountPath": "/v"}], "env": [{"name": "A", "value": "b"}]}],
+            "readinessGates": [{"conditionType": "example.com/ready"}],
+            "volumes": [{"name": "v", "emptyDir": {}}]
+        },
+        "status": {"phase": "Running", "podIP": "10.0.0.9", "hostIP": "192.0.2.1",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "main", "image": "nginx:1", "imageID": "x", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}, "lastState": {}}]}
+    }"#;
+
+    #[test]
+    fn cached_pods_keep_what_sync_reads() {
+        let pod: TenantPod = serde_json::from_str(POD).expect("tenant pod");
+        assert_eq!(pod.spec.node_name.as_deref(), Some("node-1"));
+        assert_eq!(pod.spec.containers[0].image.as_deref(), Some("nginx:1"));
+        assert_eq!(pod.spec.readiness_gates, ["example.com/ready"]);
+        assert_eq!(pod.status.pod_ip.as_deref(), Some("10.0.0.9"));
+        assert_eq!(pod.status.conditions[0].type_, "Ready");
+        let full: k8s_openapi::api::core::v1::Pod = serde_json::from_str(POD).expect("pod");
+        let statuses = full.status.and_then(|s| s.container_statuses).expect("statuses");
+        assert_eq!(pod.status.container_statuses, container_statuses_hash(&statuses));
+
+        let super_pod: SuperPod = serde_json::from_str(POD).expect("super pod");
+        assert_eq!(super_pod.phase().as_deref(), Some("Running"));
+        assert_eq!(
+            super_pod.parsed_status().and_then(|s| s.pod_ip).as_deref(),
+            Some("10.0.0.9")
+        );
+    }
+
+    #[test]
+    fn null_and_missing_sections_read_as_empty() {
+        let pod: TenantPod =
+            serde_json::from_str(r#"{"metadata": {"name": "x"}, "spec": null}"#).expect("pod");
+        assert!(pod.spec.containers.is_empty());
+        assert_eq!(pod.status.container_statuses, 0);
+    }
+}
