@@ -3,10 +3,7 @@
 
 use std::{
     collections::BTreeSet,
-    sync::{
-        Arc, RwLock,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, RwLock},
 };
 
 use crds::{
@@ -43,8 +40,16 @@ pub struct Caches {
     nodes: NodeScope,
     pods: Vec<Store<Pod>>,
     trust: Arc<RwLock<Arc<TrustSet>>>,
-    trust_generation: watch::Receiver<u64>,
-    ready: Arc<AtomicBool>,
+    ready: watch::Receiver<Readiness>,
+}
+
+/// Whether the caches are synced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Readiness {
+    Waiting,
+    Ready,
+    /// A cache stopped before it synced.
+    Failed(&'static str),
 }
 
 impl std::fmt::Debug for Caches {
@@ -125,22 +130,35 @@ impl Caches {
             metrics,
             cancel,
         ));
-        let caches = Arc::new(Self {
+        // One task waits on the stores: a store wakes only the last of several concurrent waiters.
+        let (ready_tx, ready) = watch::channel(Readiness::Waiting);
+        let stores = pods.clone();
+        tokio::spawn(async move {
+            let synced = async {
+                for store in &stores {
+                    store.wait_until_ready().await.map_err(|_| "pod")?;
+                }
+                let mut generation = trust_generation;
+                generation.wait_for(|g| *g > 0).await.map_err(|_| "trust")?;
+                Ok::<_, &'static str>(())
+            };
+            match synced.await {
+                Ok(()) => {
+                    tracing::info!("caches synced");
+                    ready_tx.send_replace(Readiness::Ready);
+                }
+                Err(cache) => {
+                    ready_tx.send_replace(Readiness::Failed(cache));
+                }
+            }
+        });
+        Arc::new(Self {
             client,
             nodes,
             pods,
             trust,
-            trust_generation,
-            ready: Arc::new(AtomicBool::new(false)),
-        });
-        let waiting = caches.clone();
-        tokio::spawn(async move {
-            if waiting.wait_ready().await.is_ok() {
-                waiting.ready.store(true, Ordering::Relaxed);
-                tracing::info!("caches synced");
-            }
-        });
-        caches
+            ready,
+        })
     }
 
     /// Caches filled with `pods` and `trust`, without watches, for tests of request handling.
@@ -152,14 +170,13 @@ impl Caches {
             writer.apply_watcher_event(&watcher::Event::InitApply(pod));
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
-        let (_, trust_generation) = watch::channel(trust.generation());
+        let (_, ready) = watch::channel(Readiness::Ready);
         Arc::new(Self {
             client,
             nodes,
             pods: vec![store],
             trust: Arc::new(RwLock::new(Arc::new(trust))),
-            trust_generation,
-            ready: Arc::new(AtomicBool::new(true)),
+            ready,
         })
     }
 
@@ -171,23 +188,20 @@ impl Caches {
 
     /// Waits until every cache is filled and the trust set was built once.
     pub async fn wait_ready(&self) -> Result<()> {
-        for store in &self.pods {
-            store
-                .wait_until_ready()
-                .await
-                .map_err(|_| Error::CacheSync { cache: "pod" })?;
-        }
-        let mut generation = self.trust_generation.clone();
-        generation
-            .wait_for(|g| *g > 0)
+        let mut ready = self.ready.clone();
+        let state = *ready
+            .wait_for(|state| *state != Readiness::Waiting)
             .await
-            .map_err(|_| Error::CacheSync { cache: "trust" })?;
-        Ok(())
+            .map_err(|_| Error::CacheSync { cache: "every" })?;
+        match state {
+            Readiness::Failed(cache) => Err(Error::CacheSync { cache }),
+            _ => Ok(()),
+        }
     }
 
-    /// Whether [`wait_ready`](Self::wait_ready) would return at once.
+    /// Whether requests can be answered (the caches are synced).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        *self.ready.borrow() == Readiness::Ready
     }
 
     /// The current trust set.
