@@ -30,6 +30,10 @@ pub struct Args {
     #[arg(long, env = "SUPER_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub super_cluster_domain: String,
 
+    /// Milliseconds within which triggers for one VirtualCluster are merged into one reconcile.
+    #[arg(long, default_value_t = 200)]
+    pub debounce_millis: u64,
+
     /// Seconds between reconciles of a healthy VirtualCluster (certificate renewals also schedule one).
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
@@ -69,6 +73,7 @@ impl Args {
                 read: Duration::from_secs(self.tenant_read_timeout_seconds.max(1)),
             },
             concurrency: self.concurrency.max(1),
+            debounce: Duration::from_millis(self.debounce_millis),
             ..Settings::default()
         }
     }

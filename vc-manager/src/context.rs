@@ -43,6 +43,9 @@ pub struct Settings {
     pub tenant_timeouts: ClientTimeouts,
     /// How many VirtualClusters are reconciled at once.
     pub concurrency: u16,
+    /// Triggers for one VirtualCluster within this long are merged into one reconcile (a reconcile's own
+    /// writes come back as a burst of watch events).
+    pub debounce: Duration,
 }
 
 impl Default for Settings {
@@ -59,6 +62,7 @@ impl Default for Settings {
                 read: Duration::from_secs(10),
             },
             concurrency: 16,
+            debounce: Duration::from_millis(200),
         }
     }
 }

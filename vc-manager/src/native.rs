@@ -182,24 +182,27 @@ async fn apply_services(
 ) -> Result<BTreeMap<Component, Service>> {
     let namespace = identity.root_namespace();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut applied = BTreeMap::new();
-    for component in Component::ALL {
-        let Some(service) = render::render_service(component, cv, identity) else {
-            continue;
-        };
-        let name = service.metadata.name.clone().unwrap_or_default();
-        let result = api
-            .patch(&name, &apply_params(), &Patch::Apply(&service))
-            .await
-            .map_err(|source| Error::ServiceApply {
-                component,
-                namespace: namespace.to_owned(),
-                name: name.clone(),
-                source,
-            })?;
-        applied.insert(component, result);
-    }
-    Ok(applied)
+    let applies = Component::ALL.into_iter().filter_map(|component| {
+        let service = render::render_service(component, cv, identity)?;
+        let api = api.clone();
+        Some(async move {
+            let name = service.metadata.name.clone().unwrap_or_default();
+            let result = api
+                .patch(&name, &apply_params(), &Patch::Apply(&service))
+                .await
+                .map_err(|source| Error::ServiceApply {
+                    component,
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    source,
+                })?;
+            Ok::<_, Error>((component, result))
+        })
+    });
+    Ok(futures::future::try_join_all(applies)
+        .await?
+        .into_iter()
+        .collect())
 }
 
 /// Names and addresses for the certificates and kubeconfigs.

@@ -161,7 +161,11 @@ impl Manager {
         ));
 
         let vc_controller = vc_controller
-            .with_config(controller::Config::default().concurrency(settings.concurrency))
+            .with_config(
+                controller::Config::default()
+                    .concurrency(settings.concurrency)
+                    .debounce(settings.debounce),
+            )
             .watches_stream(statefulsets, |sts| owner_of(&sts.metadata))
             .watches(
                 Api::<PartialObjectMeta<ClusterVersion>>::all(client.clone()),

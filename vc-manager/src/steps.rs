@@ -132,16 +132,27 @@ pub async fn apply_pki(
             scope,
         },
     )?;
-    for planned in plan.changed() {
-        let name = planned.name();
-        api.patch(name, &apply_params(), &Patch::Apply(&planned.secret))
-            .await
-            .map_err(|source| Error::SecretApply {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                source,
-            })?;
-        tracing::info!(secret = name, namespace, change = ?planned.change, "wrote Secret");
+    // Authorities first, then what they sign; within each group all at once.
+    for authorities in [true, false] {
+        let writes = plan
+            .changed()
+            .filter(|planned| tenant_pki::is_authority(planned.name()) == authorities)
+            .map(|planned| {
+                let api = api.clone();
+                async move {
+                    let name = planned.name();
+                    api.patch(name, &apply_params(), &Patch::Apply(&planned.secret))
+                        .await
+                        .map_err(|source| Error::SecretApply {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                            source,
+                        })?;
+                    tracing::info!(secret = name, namespace, change = ?planned.change, "wrote Secret");
+                    Ok::<_, Error>(())
+                }
+            });
+        futures::future::try_join_all(writes).await?;
     }
     for planned in &plan.secrets {
         secrets.insert(planned.name().to_owned(), planned.secret.clone());

@@ -389,6 +389,19 @@ impl Planner<'_> {
     }
 }
 
+/// Whether a Secret holds a certificate authority or the service-account key (written before the
+/// certificates and kubeconfigs derived from them).
+pub fn is_authority(name: &str) -> bool {
+    [
+        SECRET_ROOT_CA,
+        SECRET_ETCD_CA,
+        SECRET_FRONT_PROXY_CA,
+        SECRET_KUBELET_CLIENT_CA,
+        SECRET_SERVICE_ACCOUNT,
+    ]
+    .contains(&name)
+}
+
 /// The DNS names of a Service: `svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.<domain>`.
 fn service_names(service: &str, namespace: &str, domain: &str) -> [String; 4] {
     [

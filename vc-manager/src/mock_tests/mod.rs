@@ -337,6 +337,27 @@ impl ApiServer {
         call
     }
 
+    /// `names.len()` concurrent PATCHes of objects under `collection` (a path ending in `/`), in any order;
+    /// checks they are exactly `names` and returns them by name, unanswered.
+    pub async fn concurrent(&mut self, collection: &str, names: &[&str]) -> BTreeMap<String, Call> {
+        let mut calls = BTreeMap::new();
+        for _ in names {
+            let call = self.next().await;
+            assert_eq!(call.method, "PATCH", "{}", call.uri);
+            let name = call
+                .uri
+                .strip_prefix(collection)
+                .and_then(|rest| rest.strip_suffix(APPLY))
+                .unwrap_or_else(|| panic!("{} is not an apply under {collection}", call.uri))
+                .to_owned();
+            calls.insert(name, call);
+        }
+        let mut expected: Vec<&str> = names.to_vec();
+        expected.sort_unstable();
+        assert_eq!(calls.keys().map(String::as_str).collect::<Vec<_>>(), expected);
+        calls
+    }
+
     /// An event about the test VirtualCluster with `reason`; answers 201. Returns the note.
     pub async fn event(&mut self, reason: &str) -> String {
         self.event_in(VC_NAMESPACE, reason).await

@@ -70,15 +70,14 @@ async fn cluster_version_read(api: &mut ApiServer, cv: Option<ClusterVersion>) {
 
 /// The Services are applied; the apiserver's gets a cluster IP.
 async fn services(api: &mut ApiServer) {
-    let etcd = api
-        .expect("PATCH", &format!("{}{APPLY}", service_path("etcd")))
+    let mut calls = api
+        .concurrent(&service_path(""), &["etcd", "apiserver-svc"])
         .await;
+    let etcd = calls.remove("etcd").expect("etcd");
     assert_eq!(etcd.body["metadata"]["namespace"], root());
     assert_eq!(etcd.body["spec"]["clusterIP"], "None");
     etcd.echo();
-    let call = api
-        .expect("PATCH", &format!("{}{APPLY}", service_path("apiserver-svc")))
-        .await;
+    let call = calls.remove("apiserver-svc").expect("apiserver");
     let mut body = call.body.clone();
     body["spec"]["clusterIP"] = json!("10.96.0.50");
     body["spec"]["clusterIPs"] = json!(["10.96.0.50"]);
@@ -142,12 +141,12 @@ async fn first_reconcile_provisions_namespace_services_pki_and_etcd_then_waits()
                 .await
                 .ok(secret_list(&[]));
             let mut written = BTreeMap::new();
-            for name in SECRET_ORDER {
-                let call = api
-                    .expect("PATCH", &format!("{}{APPLY}", secret_path(name)))
-                    .await;
-                written.insert(name, call.body.clone());
-                call.echo();
+            // Authorities first, then what they sign; each group written at once.
+            for group in [&SECRET_ORDER[..5], &SECRET_ORDER[5..]] {
+                for (name, call) in api.concurrent(&secret_path(""), group).await {
+                    written.insert(name, call.body.clone());
+                    call.echo();
+                }
             }
             let note = api.event("CertificatesIssued").await;
             assert!(
@@ -682,9 +681,14 @@ async fn a_failed_service_apply_is_reported_on_its_component() {
         async move {
             root_namespace_exists(&mut api).await;
             cluster_version_read(&mut api, Some(cluster_version())).await;
-            api.expect("PATCH", &format!("{}{APPLY}", service_path("etcd")))
-                .await
+            let mut calls = api
+                .concurrent(&service_path(""), &["etcd", "apiserver-svc"])
+                .await;
+            calls
+                .remove("etcd")
+                .expect("etcd")
                 .fail(422, "Invalid", "spec.ports: Required value");
+            calls.remove("apiserver-svc").expect("apiserver").echo();
             let status = failure_reported(&mut api, "ServiceApplyFailed").await;
             assert_eq!(condition(&status, CONDITION_ETCD_READY)["status"], "False");
         },
@@ -725,9 +729,14 @@ async fn a_failed_secret_apply_stops_before_the_statefulsets() {
             api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
                 .await
                 .ok(secret_list(&[]));
-            api.expect("PATCH", &format!("{}{APPLY}", secret_path("root-ca")))
-                .await
+            let mut calls = api.concurrent(&secret_path(""), &SECRET_ORDER[..5]).await;
+            calls
+                .remove("root-ca")
+                .expect("root-ca")
                 .fail(500, "InternalError", "quota exceeded");
+            for (_, call) in calls {
+                call.echo();
+            }
             let status = failure_reported(&mut api, "SecretApplyFailed").await;
             let pki = condition(&status, CONDITION_PKI_READY);
             assert_eq!(pki["status"], "False");
