@@ -434,3 +434,162 @@ fn tenant_namespace_owner(namespace: PartialObjectMeta<Namespace>) -> Option<Obj
     let vc_namespace = labels.get(crds::wellknown::LABEL_VC_NAMESPACE)?;
     Some(ObjectRef::new(name).within(vc_namespace))
 }
+
+#[cfg(test)]
+mod tests {
+    use crds::{ClusterVersionStatus, KubeconfigSecretRef, VirtualClusterRef, VirtualClusterSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use kube::runtime::watcher;
+
+    use super::*;
+
+    fn vc(name: &str, spec: VirtualClusterSpec) -> VirtualCluster {
+        let mut vc = VirtualCluster::new(name, spec);
+        vc.metadata.namespace = Some("team".into());
+        vc
+    }
+
+    fn store(vcs: Vec<VirtualCluster>) -> Store<VirtualCluster> {
+        let (store, mut writer) = reflector::store();
+        for vc in vcs {
+            writer.apply_watcher_event(&watcher::Event::Apply(vc));
+        }
+        store
+    }
+
+    fn meta<K: kube::Resource<DynamicType = ()>>(
+        name: &str,
+        namespace: &str,
+        labels: &[(&str, &str)],
+    ) -> PartialObjectMeta<K> {
+        let mut object = PartialObjectMeta::<K> {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            _phantom: Default::default(),
+        };
+        object.metadata.annotations = Some(Default::default());
+        object
+    }
+
+    #[test]
+    fn cluster_version_events_reach_the_virtual_clusters_provisioned_from_it() {
+        let adopted_with_name = {
+            let mut v = vc(
+                "adopted",
+                VirtualClusterSpec {
+                    cluster_version_name: Some("cv".into()),
+                    ..Default::default()
+                },
+            );
+            v.metadata.annotations =
+                Some([("tenancy.x-k8s.io/admin-kubeconfig".to_owned(), "eA==".to_owned())].into());
+            v
+        };
+        let vcs = store(vec![
+            vc(
+                "a",
+                VirtualClusterSpec {
+                    cluster_version_name: Some("cv".into()),
+                    ..Default::default()
+                },
+            ),
+            vc(
+                "b",
+                VirtualClusterSpec {
+                    cluster_version_name: Some("other".into()),
+                    ..Default::default()
+                },
+            ),
+            adopted_with_name,
+        ]);
+        assert_eq!(users_of(&vcs, "cv"), vec![ObjectRef::new("a").within("team")]);
+    }
+
+    #[test]
+    fn a_virtual_cluster_event_reaches_its_cluster_version_and_any_listing_it() {
+        let (cvs, mut writer) = reflector::store::<CachedClusterVersion>();
+        let mut old = CachedClusterVersion::default();
+        old.metadata.name = Some("old".into());
+        old.status = Some(ClusterVersionStatus {
+            virtual_clusters: vec![VirtualClusterRef {
+                namespace: "team".into(),
+                name: "a".into(),
+            }],
+            ..Default::default()
+        });
+        writer.apply_watcher_event(&watcher::Event::Apply(old));
+        let moved = vc(
+            "a",
+            VirtualClusterSpec {
+                cluster_version_name: Some("new".into()),
+                ..Default::default()
+            },
+        );
+        let refs = versions_of(&cvs, &moved);
+        assert_eq!(refs, vec![ObjectRef::new("new"), ObjectRef::new("old")]);
+    }
+
+    #[test]
+    fn secrets_reach_their_tenant_or_the_adopted_clusters_reading_them() {
+        let adopted = vc(
+            "beta",
+            VirtualClusterSpec {
+                kubeconfig_secret_ref: Some(KubeconfigSecretRef {
+                    name: "beta-kubeconfig".into(),
+                    key: "value".into(),
+                }),
+                ..Default::default()
+            },
+        );
+        let vcs = store(vec![adopted]);
+        let kubeconfig = meta::<Secret>("beta-kubeconfig", "team", &[]);
+        assert_eq!(
+            secret_users(&vcs, &kubeconfig),
+            vec![ObjectRef::new("beta").within("team")]
+        );
+        let elsewhere = meta::<Secret>("beta-kubeconfig", "other", &[]);
+        assert!(secret_users(&vcs, &elsewhere).is_empty());
+        let mut managed = meta::<Secret>(
+            "root-ca",
+            "team-abc-vc",
+            &[("app.kubernetes.io/managed-by", "vc-manager")],
+        );
+        managed.metadata.annotations = Some(
+            [
+                ("tenancy.x-k8s.io/vcname".to_owned(), "alpha".to_owned()),
+                ("tenancy.x-k8s.io/vcnamespace".to_owned(), "team".to_owned()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            secret_users(&vcs, &managed),
+            vec![ObjectRef::new("alpha").within("team")]
+        );
+    }
+
+    #[test]
+    fn tenant_namespaces_matter_only_while_being_deleted() {
+        let labels = [
+            ("tenancy.x-k8s.io/vcname", "alpha"),
+            ("tenancy.x-k8s.io/vcnamespace", "team"),
+        ];
+        let mut namespace = meta::<Namespace>("team-abc-alpha-default", "", &labels);
+        assert_eq!(tenant_namespace_owner(namespace.clone()), None);
+        namespace.metadata.deletion_timestamp =
+            Some(Time(k8s_openapi::jiff::Timestamp::from_second(1).expect("time")));
+        assert_eq!(
+            tenant_namespace_owner(namespace),
+            Some(ObjectRef::new("alpha").within("team"))
+        );
+    }
+}
