@@ -1170,14 +1170,15 @@ async fn websocket_port_forward<IO: AsyncRead + AsyncWrite + Unpin + Send + 'sta
         }
     }
     while let Some(Ok(message)) = incoming.next().await {
-        match message {
-            Message::Binary(bytes) if bytes.len() > 1 && usize::from(bytes[0]) < 2 * session.ports.len() => {
-                if bytes[0] % 2 == 0 && sink.send(channel_message(bytes[0], &bytes[1..])).await.is_err() {
-                    break;
-                }
-            }
+        let bytes = match message {
+            Message::Binary(bytes) => bytes,
             Message::Close(_) => break,
-            _ => {}
+            _ => continue,
+        };
+        // Data channels (even) echo; nothing is expected on error channels.
+        let data = bytes.len() > 1 && usize::from(bytes[0]) < 2 * session.ports.len() && bytes[0] % 2 == 0;
+        if data && sink.send(channel_message(bytes[0], &bytes[1..])).await.is_err() {
+            break;
         }
     }
     let _ = sink.send(Message::Close(None)).await;
