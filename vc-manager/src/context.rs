@@ -17,6 +17,7 @@ use kube::{
         reflector::Store,
     },
 };
+use tokio::sync::mpsc;
 use vc_runtime::clients::ClientTimeouts;
 
 use crate::{adopt::TenantProbe, backoff::Backoff, cached::CachedClusterVersion, metrics::Metrics};
@@ -95,7 +96,7 @@ pub struct Context {
     /// The super-cluster client.
     pub client: Client,
     /// Publishes Kubernetes events.
-    pub recorder: Recorder,
+    pub events: Events,
     /// Metrics.
     pub metrics: Metrics,
     /// Tunables.
@@ -137,7 +138,7 @@ impl Context {
         Self {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_max),
             client,
-            recorder,
+            events: Events::Inline(recorder),
             metrics,
             settings,
             virtual_clusters,
@@ -171,15 +172,76 @@ impl Context {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, regarding).await {
-            tracing::warn!(
-                object = ?regarding.name,
-                namespace = ?regarding.namespace,
-                reason,
-                error = &error as &dyn std::error::Error,
-                "publishing event"
-            );
+        match &self.events {
+            Events::Inline(recorder) => publish_now(recorder, regarding, &event).await,
+            Events::Queued(shards) => {
+                // One shard per object keeps each object's events in order.
+                let shard = regarding
+                    .uid
+                    .as_deref()
+                    .or(regarding.name.as_deref())
+                    .unwrap_or_default()
+                    .bytes()
+                    .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)))
+                    % shards.len().max(1);
+                if let Err(error) = shards[shard].try_send((regarding.clone(), event)) {
+                    tracing::warn!(
+                        object = ?regarding.name,
+                        namespace = ?regarding.namespace,
+                        reason,
+                        error = %error,
+                        "dropping event: the event queue is full"
+                    );
+                }
+            }
         }
+    }
+
+    /// Publishes events from background tasks from now on, so that reconciles never wait for them. Needs a
+    /// Tokio runtime; the tasks end when the context is dropped.
+    #[must_use]
+    pub fn with_queued_events(mut self) -> Self {
+        if let Events::Inline(recorder) = &self.events {
+            let shards = (0..EVENT_SHARDS)
+                .map(|_| {
+                    let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(EVENT_QUEUE);
+                    let recorder = recorder.clone();
+                    tokio::spawn(async move {
+                        while let Some((regarding, event)) = rx.recv().await {
+                            publish_now(&recorder, &regarding, &event).await;
+                        }
+                    });
+                    tx
+                })
+                .collect();
+            self.events = Events::Queued(shards);
+        }
+        self
+    }
+}
+
+/// Background event publishers.
+const EVENT_SHARDS: usize = 4;
+/// Events waiting per publisher before new ones are dropped (events are best effort).
+const EVENT_QUEUE: usize = 1024;
+
+/// How events are published.
+pub enum Events {
+    /// During the reconcile, in order (tests see them between the other requests).
+    Inline(Recorder),
+    /// Handed to background publishers (one per shard of objects).
+    Queued(Vec<mpsc::Sender<(ObjectReference, Event)>>),
+}
+
+async fn publish_now(recorder: &Recorder, regarding: &ObjectReference, event: &Event) {
+    if let Err(error) = recorder.publish(event, regarding).await {
+        tracing::warn!(
+            object = ?regarding.name,
+            namespace = ?regarding.namespace,
+            reason = %event.reason,
+            error = &error as &dyn std::error::Error,
+            "publishing event"
+        );
     }
 }
 

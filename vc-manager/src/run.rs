@@ -149,16 +149,19 @@ impl Manager {
         .reflect(sts_writer)
         .touched_objects();
 
-        let context = Arc::new(Context::new(
-            client.clone(),
-            settings.clone(),
-            vc_store.clone(),
-            cv_store.clone(),
-            sts_store.clone(),
-            leader.clone(),
-            probe,
-            metrics.clone(),
-        ));
+        let context = Arc::new(
+            Context::new(
+                client.clone(),
+                settings.clone(),
+                vc_store.clone(),
+                cv_store.clone(),
+                sts_store.clone(),
+                leader.clone(),
+                probe,
+                metrics.clone(),
+            )
+            .with_queued_events(),
+        );
 
         let vc_controller = vc_controller
             .with_config(

@@ -455,3 +455,42 @@ pub fn cached_statefulset(component: crate::render::Component, ready: bool) -> S
     assert!(!sts.name_any().is_empty());
     sts
 }
+
+#[tokio::test]
+async fn queued_events_do_not_hold_up_the_reconcile() {
+    use kube::{Resource, runtime::events::EventType};
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (vcs, _vc_writer) = reflector::store::<VirtualCluster>();
+    let (cvs, _cv_writer) = reflector::store::<CachedClusterVersion>();
+    let (sts, _sts_writer) = reflector::store::<StatefulSet>();
+    let ctx = Context::new(
+        Client::new(service, "default"),
+        Settings::default(),
+        vcs,
+        cvs,
+        sts,
+        LeaderFlag::always(),
+        no_probe(),
+        Metrics::new(),
+    )
+    .with_queued_events();
+    let vc = native_vc();
+    // Returns before the apiserver has answered (nobody answers yet).
+    tokio::time::timeout(
+        Duration::from_millis(200),
+        ctx.publish(
+            &vc.object_ref(&()),
+            EventType::Normal,
+            "Queued",
+            "Test",
+            "in the background".into(),
+        ),
+    )
+    .await
+    .expect("publishing does not wait for the apiserver");
+    let mut api = ApiServer(handle);
+    let note = tokio::time::timeout(Duration::from_secs(1), api.event("Queued"))
+        .await
+        .expect("the event is published");
+    assert_eq!(note, "in the background");
+}
