@@ -28,9 +28,9 @@ pub mod http_client;
 mod kubeconfig;
 pub mod nodes;
 pub mod pki;
-pub mod tenancy;
 mod ports;
 mod process;
+pub mod tenancy;
 pub mod wait;
 mod workdir;
 

@@ -7,7 +7,7 @@
 //! then how long deleting them all takes.
 //!
 //! ```sh
-//! cargo run --release -p e2e --bin bench_vc_manager -- [count] [--concurrency N]
+//! cargo run --release -p e2e --bin bench_vc_manager -- [count] [--concurrency N] [--debounce-millis M]
 //! ```
 
 use std::{
@@ -44,12 +44,14 @@ const STATEFULSETS_PER_TENANT: usize = 3;
 struct Options {
     count: usize,
     concurrency: u16,
+    debounce: Duration,
 }
 
 fn options() -> Result<Options> {
     let mut options = Options {
         count: 100,
         concurrency: Settings::default().concurrency,
+        debounce: Settings::default().debounce,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -59,6 +61,13 @@ fn options() -> Result<Options> {
                     .next()
                     .ok_or_else(|| fail("--concurrency needs a number".into()))?
                     .parse()?;
+            }
+            "--debounce-millis" => {
+                let millis: u64 = args
+                    .next()
+                    .ok_or_else(|| fail("--debounce-millis needs a number".into()))?
+                    .parse()?;
+                options.debounce = Duration::from_millis(millis);
             }
             count => {
                 options.count = count
@@ -201,6 +210,7 @@ async fn main() -> Result<()> {
     let admin: SocketAddr = format!("127.0.0.1:{}", e2e::free_port()?).parse()?;
     let settings = Settings {
         concurrency: options.concurrency,
+        debounce: options.debounce,
         deletion_poll_interval: Duration::from_millis(500),
         ..Settings::default()
     };
@@ -306,8 +316,10 @@ async fn main() -> Result<()> {
 
     let seconds = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
     println!(
-        "vc-manager benchmark: {} VirtualClusters, concurrency {}",
-        options.count, options.concurrency
+        "vc-manager benchmark: {} VirtualClusters, concurrency {}, debounce {} ms",
+        options.count,
+        options.concurrency,
+        options.debounce.as_millis()
     );
     println!(
         "  created (API calls)                       {:>8.2} s",
