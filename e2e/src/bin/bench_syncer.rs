@@ -12,7 +12,7 @@
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -296,7 +296,7 @@ struct SyncerProcess {
 
 impl SyncerProcess {
     async fn start(
-        binary: &PathBuf,
+        binary: &Path,
         kubeconfig: &std::path::Path,
         dir: &WorkDir,
         name: &str,
