@@ -72,6 +72,15 @@ pub enum Error {
         #[source]
         source: rustls::Error,
     },
+    /// A component run in process (vc-manager, syncer, vn-agent) failed to start.
+    #[error("{component} did not start")]
+    Component {
+        /// The component.
+        component: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An HTTP request of the harness failed.
     #[error("HTTP {context}")]
     Http {

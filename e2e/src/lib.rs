@@ -30,6 +30,7 @@ pub mod nodes;
 pub mod pki;
 mod ports;
 mod process;
+pub mod sandbox;
 pub mod tenancy;
 pub mod wait;
 mod workdir;

@@ -32,6 +32,12 @@ pub struct TenancyOptions {
     pub tenant_controllers: Option<String>,
     /// Extra flags for every apiserver (super and tenants).
     pub apiserver_args: Vec<String>,
+    /// CA (PEM) the tenant apiservers verify kubelet serving certificates against: vn-agent's, when
+    /// vNodes lead to a real vn-agent (default: each apiserver's own CA).
+    pub tenant_kubelet_ca: Option<String>,
+    /// CAs (PEM) whose client certificates the simulated kubelet accepts besides the super cluster's
+    /// (vn-agent's client CA in the kubelet backend mode).
+    pub kubelet_client_cas: Vec<String>,
 }
 
 impl Default for TenancyOptions {
@@ -43,6 +49,8 @@ impl Default for TenancyOptions {
             super_controller_manager: true,
             tenant_controllers: None,
             apiserver_args: Vec::new(),
+            tenant_kubelet_ca: None,
+            kubelet_client_cas: Vec::new(),
         }
     }
 }
@@ -102,6 +110,7 @@ impl Tenancy {
             &super_cluster,
             NodeSimulatorOptions {
                 node_count: options.nodes,
+                extra_client_cas: options.kubelet_client_cas.clone(),
                 ..Default::default()
             },
         )
@@ -147,6 +156,7 @@ impl Tenancy {
             .apiserver
             .extra_args
             .extend(self.options.apiserver_args.iter().cloned());
+        options.apiserver.kubelet_ca = self.options.tenant_kubelet_ca.clone();
         let control_plane = ControlPlane::start_on(self.etcd.clone(), options).await?;
         let virtual_cluster = self
             .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)

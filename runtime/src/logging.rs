@@ -15,8 +15,12 @@ pub enum LogFormat {
 /// Installs the global subscriber. The filter comes from `RUST_LOG`, default `info` (kube's own chatter at
 /// `warn`).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    init_with_default(format, "info,kube=warn,tower=warn,hyper=warn");
+}
+
+/// Installs the global subscriber with `default_filter` where `RUST_LOG` is unset.
+pub fn init_with_default(format: LogFormat, default_filter: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let registry = tracing_subscriber::registry().with(filter);
     // A second init (tests) keeps the first subscriber.
     let _ = match format {

@@ -429,6 +429,7 @@ async fn main() -> anyhow::Result<()> {
             "--max-requests-inflight=2000".into(),
             "--max-mutating-requests-inflight=1000".into(),
         ],
+        ..TenancyOptions::default()
     })
     .await?;
     println!(

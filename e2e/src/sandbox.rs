@@ -1,0 +1,406 @@
+//! The local sandbox: the whole product on one machine.
+//!
+//! A real super cluster (etcd, kube-apiserver, kube-controller-manager) on loopback with simulated nodes and
+//! kubelets, this project's CRDs, and vc-manager, the syncer and vn-agent running in this process. Tenants
+//! are real tenant masters (kube-apiserver + kube-controller-manager each) adopted through VirtualClusters:
+//! vc-manager checks them and issues their kubelet-client certificates, the syncer copies their pods into
+//! the super cluster and the vNodes back, and vn-agent carries `kubectl logs/exec/port-forward` to the
+//! simulated kubelet. Native VirtualClusters (`clusterVersionName`) are provisioned too; their control-plane
+//! pods run on the simulated nodes, so they reach Running without serving anything.
+//!
+//! Everything stops and every folder is removed when the [`Sandbox`] is dropped.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use crds::{
+    ClusterPhase, VirtualCluster, VirtualClusterSpec,
+    wellknown::{CONDITION_TENANT_SYNCED, SECRET_KUBELET_CLIENT},
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use tokio::{sync::oneshot, task::JoinHandle};
+use vc_runtime::admin::Health;
+
+use crate::{
+    Binary, Error, Result, WorkDir, free_port,
+    pki::{CertificateAuthority, CertifiedKey, Usage},
+    tenancy::{Tenancy, TenancyOptions, VC_NAMESPACE},
+    wait,
+};
+
+/// Binaries the sandbox runs.
+pub const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
+
+/// How long a tenant may take from its first process to Running and synced.
+const TENANT_PATIENCE: Duration = Duration::from_secs(120);
+
+/// How to build a [`Sandbox`].
+#[derive(Clone, Debug)]
+pub struct SandboxOptions {
+    /// Tenants to create at start (adopted VirtualClusters in namespace `default`).
+    pub tenants: Vec<String>,
+    /// Simulated super nodes.
+    pub nodes: usize,
+    /// Where the kubeconfigs are written (default: a temporary folder removed at the end). The folder is
+    /// created when missing; files in it are overwritten.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        Self {
+            tenants: vec!["tenant-0".to_owned()],
+            nodes: 2,
+            dir: None,
+        }
+    }
+}
+
+/// vc-manager running in this process.
+struct ManagerTask {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<vc_manager::Result<()>>,
+}
+
+impl Drop for ManagerTask {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+/// PKI of vn-agent: its serving certificate (trusted by the tenant apiservers) and the client
+/// certificate it presents to the simulated kubelet.
+struct AgentPki {
+    serving_ca: CertificateAuthority,
+    client_ca: CertificateAuthority,
+}
+
+/// Where the sandbox's files are.
+enum Files {
+    Temporary(WorkDir),
+    Chosen(PathBuf),
+}
+
+impl Files {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Temporary(dir) => dir.path(),
+            Self::Chosen(path) => path,
+        }
+    }
+
+    fn write(&self, name: &str, contents: &str) -> Result<PathBuf> {
+        let path = self.path().join(name);
+        std::fs::write(&path, contents).map_err(Error::io(format!("writing {}", path.display())))?;
+        Ok(path)
+    }
+}
+
+/// The running sandbox. Fields drop in order: components first, then the clusters, then the files.
+pub struct Sandbox {
+    syncer: syncer::Syncer,
+    manager: ManagerTask,
+    agent: vn_agent::Agent,
+    tenancy: Tenancy,
+    files: Files,
+    super_kubeconfig: PathBuf,
+    tenant_kubeconfigs: BTreeMap<String, PathBuf>,
+    vc_manager_admin: SocketAddr,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("super_kubeconfig", &self.super_kubeconfig)
+            .field("tenants", &self.tenant_kubeconfigs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// Starts the super cluster, the three components, and the tenants in `options`; returns once every
+    /// tenant is Running and synced.
+    pub async fn start(options: SandboxOptions) -> Result<Self> {
+        let files = match &options.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+                Files::Chosen(dir.clone())
+            }
+            None => Files::Temporary(WorkDir::new("sandbox")?),
+        };
+        let pki = AgentPki {
+            serving_ca: CertificateAuthority::new("vn-agent serving CA")?,
+            client_ca: CertificateAuthority::new("vn-agent client CA")?,
+        };
+        let tenancy = Tenancy::start(TenancyOptions {
+            tenants: 0,
+            nodes: options.nodes,
+            tenant_kubelet_ca: Some(pki.serving_ca.cert_pem().to_owned()),
+            kubelet_client_cas: vec![pki.client_ca.cert_pem().to_owned()],
+            ..TenancyOptions::default()
+        })
+        .await?;
+        tenancy.nodes.wait_ready(&tenancy.super_client()).await?;
+        let super_kubeconfig = files.write(
+            "super.kubeconfig",
+            &tenancy.super_cluster.apiserver().admin_kubeconfig(),
+        )?;
+
+        let agent = start_vn_agent(&tenancy, &pki, &files).await?;
+        let (manager, vc_manager_admin) = start_vc_manager(tenancy.super_client()).await?;
+        let syncer = syncer::Syncer::start(
+            tenancy.super_client(),
+            syncer::SyncerConfig {
+                vn_agent_port: agent.local_addr().port(),
+                vnode_grace: Duration::from_secs(30),
+                patrol_interval: Duration::from_secs(15),
+                tenant_health_period: Duration::from_secs(2),
+                downward_workers: 8,
+                upward_workers: 8,
+                ..syncer::SyncerConfig::default()
+            },
+            Arc::new(syncer::Metrics::default()),
+            Health::new(),
+        )
+        .await
+        .map_err(|source| Error::Component {
+            component: "syncer",
+            source: Box::new(source),
+        })?;
+
+        let mut sandbox = Self {
+            syncer,
+            manager,
+            agent,
+            tenancy,
+            files,
+            super_kubeconfig,
+            tenant_kubeconfigs: BTreeMap::new(),
+            vc_manager_admin,
+        };
+        for name in &options.tenants {
+            sandbox.add_tenant(name, VirtualClusterSpec::default()).await?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Starts a tenant master, adopts it as VirtualCluster `default/<name>` with `spec`, hands it the
+    /// kubelet-client certificate vc-manager issued (as the adopt-mode guide tells an operator to), and
+    /// waits until it is Running and synced. Returns the path of its admin kubeconfig.
+    pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<PathBuf> {
+        let key = self.tenancy.add_tenant(name, spec).await?.cluster_key.clone();
+        let secrets: Api<Secret> = Api::namespaced(self.super_client(), &key);
+        let secret = wait::until(
+            TENANT_PATIENCE,
+            &format!("vc-manager's {SECRET_KUBELET_CLIENT} Secret for tenant {name}"),
+            || {
+                let secrets = secrets.clone();
+                async move { secrets.get_opt(SECRET_KUBELET_CLIENT).await.ok().flatten() }
+            },
+        )
+        .await?;
+        let certificate = CertifiedKey {
+            cert_pem: secret_text(&secret, "tls.crt")?,
+            key_pem: secret_text(&secret, "tls.key")?,
+        };
+        let tenant = self.tenancy.tenant_mut(name);
+        tenant
+            .control_plane
+            .apiserver_mut()
+            .restart_with_kubelet_client(&certificate)
+            .await?;
+        let kubeconfig = tenant.control_plane.apiserver().admin_kubeconfig();
+        self.wait_tenant_ready(name).await?;
+        let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
+        self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());
+        Ok(path)
+    }
+
+    /// Waits until VirtualCluster `default/<name>` is Running and the syncer reports it synced.
+    async fn wait_tenant_ready(&self, name: &str) -> Result<()> {
+        let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
+        wait::until(
+            TENANT_PATIENCE,
+            &format!("VirtualCluster {name} Running and {CONDITION_TENANT_SYNCED}"),
+            || {
+                let api = api.clone();
+                async move {
+                    let vc = api.get_opt(name).await.ok().flatten()?;
+                    let synced = vc
+                        .status
+                        .as_ref()?
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == CONDITION_TENANT_SYNCED && c.status == "True");
+                    (vc.phase() == Some(ClusterPhase::Running) && synced).then_some(())
+                }
+            },
+        )
+        .await
+    }
+
+    /// A cluster-admin client of the super cluster.
+    pub fn super_client(&self) -> Client {
+        self.tenancy.super_client()
+    }
+
+    /// The super cluster's admin kubeconfig file.
+    pub fn super_kubeconfig(&self) -> &Path {
+        &self.super_kubeconfig
+    }
+
+    /// Admin kubeconfig files of the tenants, by name.
+    pub fn tenant_kubeconfigs(&self) -> &BTreeMap<String, PathBuf> {
+        &self.tenant_kubeconfigs
+    }
+
+    /// The folder holding the kubeconfigs.
+    pub fn dir(&self) -> &Path {
+        self.files.path()
+    }
+
+    /// The clusters and simulated nodes.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
+    }
+
+    /// vn-agent's kubelet-API address.
+    pub fn vn_agent_address(&self) -> SocketAddr {
+        self.agent.local_addr()
+    }
+
+    /// vc-manager's `/metrics`, `/healthz` and `/readyz` address.
+    pub fn vc_manager_admin(&self) -> SocketAddr {
+        self.vc_manager_admin
+    }
+
+    /// The syncer, for its metrics and tenants.
+    pub fn syncer(&self) -> &syncer::Syncer {
+        &self.syncer
+    }
+
+    /// Stops the components, then the clusters, and removes the temporary files.
+    pub async fn shutdown(self) {
+        let Self {
+            mut syncer,
+            manager,
+            agent,
+            tenancy,
+            files,
+            ..
+        } = self;
+        syncer.stop();
+        drop(manager);
+        if let Err(error) = agent.shutdown().await {
+            tracing::warn!(%error, "vn-agent did not shut down cleanly");
+        }
+        drop(tenancy);
+        drop(files);
+    }
+}
+
+fn secret_text(secret: &Secret, key: &str) -> Result<String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .ok_or_else(|| Error::Kubeconfig {
+            context: format!("Secret {SECRET_KUBELET_CLIENT} has no key {key}"),
+            source: "missing key".into(),
+        })?;
+    String::from_utf8(bytes.0.clone()).map_err(|source| Error::Kubeconfig {
+        context: format!("Secret {SECRET_KUBELET_CLIENT} key {key}"),
+        source: Box::new(source),
+    })
+}
+
+/// vn-agent in the kubelet backend mode, serving every simulated node, on a free loopback port.
+async fn start_vn_agent(tenancy: &Tenancy, pki: &AgentPki, files: &Files) -> Result<vn_agent::Agent> {
+    use vn_agent::settings::{
+        BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
+    };
+    let serving = pki
+        .serving_ca
+        .issue("vn-agent", &[], &["127.0.0.1", "localhost"], Usage::Server)?;
+    let client = pki.client_ca.issue("vn-agent", &[], &[], Usage::Client)?;
+    let kubelet = tenancy.nodes.kubelet().ok_or_else(|| Error::Component {
+        component: "vn-agent",
+        source: "the node simulator serves no kubelet API".into(),
+    })?;
+    let url = kubelet.url().parse().map_err(|source| Error::Component {
+        component: "vn-agent",
+        source: Box::new(source),
+    })?;
+    let settings = Settings {
+        listen_address: "127.0.0.1:0".parse().expect("a socket address"),
+        serving_certificate: ServingCertificate::Files {
+            cert: files.write("vn-agent.crt", &serving.cert_pem)?,
+            key: files.write("vn-agent.key", &serving.key_pem)?,
+        },
+        nodes: NodeScope::All,
+        backend: BackendSettings::Kubelet(KubeletSettings {
+            url,
+            client_certificate: files.write("vn-agent-client.crt", &client.cert_pem)?,
+            client_key: files.write("vn-agent-client.key", &client.key_pem)?,
+            server_ca: KubeletServerCa::File(files.write(
+                "kubelet-ca.crt",
+                tenancy.super_cluster.apiserver().ca().cert_pem(),
+            )?),
+        }),
+        shutdown_grace_period: Duration::from_secs(5),
+    };
+    let mut registry = vn_agent::metrics::Registry::default();
+    let metrics = vn_agent::Metrics::register(&mut registry);
+    let agent = vn_agent::Agent::start(settings, tenancy.super_client(), metrics)
+        .await
+        .map_err(|source| Error::Component {
+            component: "vn-agent",
+            source: Box::new(source),
+        })?;
+    tokio::time::timeout(Duration::from_secs(30), agent.wait_ready())
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "vn-agent's caches".into(),
+            seconds: 30.0,
+        })?
+        .map_err(|source| Error::Component {
+            component: "vn-agent",
+            source: Box::new(source),
+        })?;
+    Ok(agent)
+}
+
+/// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.
+async fn start_vc_manager(client: Client) -> Result<(ManagerTask, SocketAddr)> {
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?)
+        .parse()
+        .expect("a socket address");
+    let mut settings = vc_manager::Settings {
+        adopt_check_interval: Duration::from_secs(5),
+        backoff_max: Duration::from_secs(10),
+        deletion_poll_interval: Duration::from_millis(500),
+        ..vc_manager::Settings::default()
+    };
+    settings.tenant_timeouts.connect = Duration::from_secs(2);
+    let manager = vc_manager::Manager::new(client, settings).with_admin_endpoint(admin);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(Box::pin(manager.run(async move {
+        let _ = stopped.await;
+    })));
+    Ok((
+        ManagerTask {
+            stop: Some(stop),
+            task,
+        },
+        admin,
+    ))
+}
