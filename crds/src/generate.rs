@@ -1,4 +1,5 @@
-//! Rendering the CRDs to the YAML files committed under `crds/yaml/`.
+//! Rendering the CRDs to the YAML files committed under `crds/yaml/` and, identically, in the Helm chart's
+//! `crds/` folder.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,13 @@ pub enum Error {
 
 /// The folder, relative to the workspace root, that holds the committed CRD YAML.
 pub const YAML_DIR: &str = "crds/yaml";
+
+/// The Helm chart's CRD folder, relative to the workspace root. Helm installs these files verbatim, so they
+/// are generated too rather than copied, and checked like [`YAML_DIR`].
+pub const CHART_CRDS_DIR: &str = "charts/virtualcluster/crds";
+
+/// Every folder, relative to the workspace root, that holds the generated files.
+pub const OUTPUT_DIRS: &[&str] = &[YAML_DIR, CHART_CRDS_DIR];
 
 /// Every CRD this project defines.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -99,4 +107,36 @@ pub fn drifted(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         }
     }
     Ok(drifted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    #[test]
+    fn every_committed_copy_matches_the_rust_types() {
+        for dir in OUTPUT_DIRS {
+            let drifted = drifted(&workspace().join(dir)).expect("comparing");
+            assert!(
+                drifted.is_empty(),
+                "stale CRD YAML {drifted:?}: run `cargo run -p crds --bin crdgen`"
+            );
+        }
+    }
+
+    #[test]
+    fn a_written_folder_is_up_to_date_until_a_file_changes_or_goes() {
+        let dir = std::env::temp_dir().join(format!("crdgen-test-{}", std::process::id()));
+        let written = write_all(&dir).expect("writing");
+        assert_eq!(written.len(), crds().len());
+        assert_eq!(drifted(&dir).expect("comparing"), Vec::<PathBuf>::new());
+        std::fs::write(&written[0], "edited").expect("editing");
+        std::fs::remove_file(&written[1]).expect("removing");
+        assert_eq!(drifted(&dir).expect("comparing"), written);
+        std::fs::remove_dir_all(&dir).expect("cleaning up");
+    }
 }
