@@ -4,10 +4,12 @@
 //!   original Go VirtualCluster project and extended with our optional fields.
 //! - [`naming`]: how tenant objects are named in the super cluster (cluster keys, namespace mapping).
 //! - [`wellknown`]: label, annotation, Secret and finalizer names that components agree on.
+//! - [`quantity`]: Kubernetes resource quantities as integers (quota accounting).
 //! - [`generate`]: rendering the CRDs to YAML (used by the `crdgen` binary and the drift test).
 
 pub mod generate;
 pub mod naming;
+pub mod quantity;
 pub mod v1alpha1;
 pub mod wellknown;
 
