@@ -271,6 +271,104 @@ fn copy_name(name: &X509Name<'_>) -> std::result::Result<DistinguishedName, rcge
     Ok(copy)
 }
 
+/// Organizations a leaf may carry beyond the first (placeholder OIDs `2.5.100.0` to `2.5.127.127`).
+const MAX_EXTRA_ORGANIZATIONS: usize = 28 * 128;
+
+/// The placeholder attribute type of the `i`-th organization after the first: `2.5.(100 + i / 128).(i %
+/// 128)`, whose DER (`06 03 55 xx yy`) is as long as organizationName's (`06 03 55 04 0A`).
+fn placeholder_oid(i: usize) -> Vec<u64> {
+    vec![2, 5, 100 + (i / 128) as u64, (i % 128) as u64]
+}
+
+/// Header length and content length of the DER element at the start of `der`.
+fn der_header(der: &[u8]) -> Option<(usize, usize)> {
+    let first = *der.get(1)?;
+    if first < 0x80 {
+        return Some((2, usize::from(first)));
+    }
+    let count = usize::from(first & 0x7f);
+    if count == 0 || count > 4 {
+        return None;
+    }
+    let length = der
+        .get(2..2 + count)?
+        .iter()
+        .fold(0usize, |n, b| (n << 8) | usize::from(*b));
+    Some((2 + count, length))
+}
+
+/// A DER element with `tag` around `content`.
+fn der_element(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let length = content.len();
+    if length < 0x80 {
+        out.push(length as u8);
+    } else {
+        let bytes: Vec<u8> = length.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// Renames the `count` placeholder attribute types in a certificate's subject to organizationName and
+/// signs it again with `signer` (the issuer's key; the signature algorithm stays).
+fn rename_placeholders(
+    cert_der: &[u8],
+    count: usize,
+    signer: &KeyPair,
+) -> std::result::Result<Vec<u8>, rcgen::Error> {
+    let unparsable = || rcgen::Error::CouldNotParseCertificate;
+    let (header, length) = der_header(cert_der).ok_or_else(unparsable)?;
+    let content = cert_der.get(header..header + length).ok_or_else(unparsable)?;
+    let (tbs_header, tbs_length) = der_header(content).ok_or_else(unparsable)?;
+    let tbs_end = tbs_header + tbs_length;
+    let (alg_header, alg_length) =
+        der_header(content.get(tbs_end..).ok_or_else(unparsable)?).ok_or_else(unparsable)?;
+    let algorithm = content
+        .get(tbs_end..tbs_end + alg_header + alg_length)
+        .ok_or_else(unparsable)?;
+    let mut tbs = content.get(..tbs_end).ok_or_else(unparsable)?.to_vec();
+    let (_, parsed) = X509Certificate::from_der(cert_der).map_err(|_| unparsable())?;
+    let subject = parsed.subject().as_raw();
+    let start = tbs
+        .windows(subject.len())
+        .position(|w| w == subject)
+        .ok_or_else(unparsable)?;
+    let organization_name = [0x06, 0x03, 0x55, 0x04, 0x0a];
+    for i in 0..count {
+        let oid = placeholder_oid(i);
+        let needle = [0x06, 0x03, 0x55, oid[2] as u8, oid[3] as u8];
+        let range = start..start + subject.len();
+        let at = tbs[range]
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .ok_or_else(unparsable)?;
+        tbs[start + at..start + at + needle.len()].copy_from_slice(&organization_name);
+    }
+    let signature = rcgen::SigningKey::sign(signer, &tbs)?;
+    let mut bits = vec![0u8];
+    bits.extend(signature);
+    let mut body = tbs;
+    body.extend_from_slice(algorithm);
+    body.extend(der_element(0x03, &bits));
+    Ok(der_element(0x30, &body))
+}
+
+/// A DER certificate as PEM.
+fn to_pem(der: &[u8]) -> String {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    let encoded = STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in encoded.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
+}
+
 /// A certificate authority loaded from, or stored as, PEM.
 pub struct CertificateAuthority {
     cert: CertifiedKey,
@@ -430,8 +528,21 @@ impl CertificateAuthority {
         let mut params = CertificateParams::default();
         let mut name = DistinguishedName::new();
         name.push(DnType::CommonName, spec.common_name.as_str());
-        for organization in &spec.organizations {
-            name.push(DnType::OrganizationName, organization.as_str());
+        // rcgen keeps one value per attribute type: organizations after the first go under placeholder
+        // types, renamed to organizationName below.
+        let mut organizations = spec.organizations.iter();
+        if let Some(first) = organizations.next() {
+            name.push(DnType::OrganizationName, first.as_str());
+        }
+        let extra_organizations = spec.organizations.len().saturating_sub(1);
+        if extra_organizations > MAX_EXTRA_ORGANIZATIONS {
+            return Err(Error::Certificate {
+                what: format!("{what} ({} organizations)", spec.organizations.len()),
+                source: rcgen::Error::UnsupportedExtension,
+            });
+        }
+        for (i, organization) in organizations.enumerate() {
+            name.push(DnType::CustomDnType(placeholder_oid(i)), organization.as_str());
         }
         params.distinguished_name = name;
         let mut sans = Vec::new();
@@ -463,14 +574,20 @@ impl CertificateAuthority {
         params.not_before = timestamp(what, now - BACKDATE_SECONDS)?;
         params.not_after = timestamp(what, not_after)?;
         params.serial_number = Some(serial_number(&key.subject_public_key_info(), now, what));
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .map_err(|source| Error::Certificate {
-                what: what.to_owned(),
-                source,
-            })?;
+        let failed = |source| Error::Certificate {
+            what: what.to_owned(),
+            source,
+        };
+        let cert = params.signed_by(&key, &self.issuer).map_err(failed)?;
+        let cert_pem = if extra_organizations == 0 {
+            cert.pem()
+        } else {
+            let der =
+                rename_placeholders(cert.der(), extra_organizations, self.issuer.key()).map_err(failed)?;
+            to_pem(&der)
+        };
         Ok(CertifiedKey {
-            cert_pem: cert.pem(),
+            cert_pem,
             key_pem: key.serialize_pem(),
         })
     }
@@ -626,6 +743,33 @@ mod tests {
         assert_eq!(info.common_name.as_deref(), Some("admin"));
         assert_eq!(info.organizations, ["system:masters".to_owned()].into());
         assert!(info.dns_names.is_empty());
+    }
+
+    #[test]
+    fn client_certificates_carry_every_group() {
+        let ca = ca();
+        let groups: Vec<String> = (0..200).map(|i| format!("group-{i:03}")).collect();
+        let spec = LeafSpec::client("alice", &groups.iter().map(String::as_str).collect::<Vec<_>>());
+        let leaf = ca.issue(&spec, Duration::from_secs(DAY), NOW).expect("leaf");
+        assert!(is_signed_by(&leaf.cert_pem, ca.cert_pem()));
+        let info = inspect(&leaf.cert_pem).expect("readable");
+        assert_eq!(info.common_name.as_deref(), Some("alice"));
+        assert_eq!(info.organizations, groups.iter().cloned().collect());
+        assert!(key_matches(&leaf.key_pem, &info.public_key));
+        assert_eq!(ca.leaf_problem(&leaf, &spec, Duration::from_secs(DAY), NOW), None);
+        // Only organizationName attributes: no placeholder type is left.
+        let der = certificate_der(&leaf.cert_pem).expect("der");
+        let (_, cert) = X509Certificate::from_der(&der).expect("parse");
+        for attribute in cert.subject().iter_attributes() {
+            let oid = attribute.attr_type().to_id_string();
+            assert!(oid == "2.5.4.3" || oid == "2.5.4.10", "{oid}");
+        }
+        let two = LeafSpec::client("bob", &["dev", "ops"]);
+        let leaf = ca.issue(&two, Duration::from_secs(DAY), NOW).expect("leaf");
+        assert_eq!(
+            inspect(&leaf.cert_pem).expect("readable").organizations,
+            ["dev".to_owned(), "ops".to_owned()].into()
+        );
     }
 
     #[test]
