@@ -94,11 +94,12 @@ pub fn classify(server: String, source: kube::Error) -> Error {
     }
 }
 
-/// Reads the kubeconfig of an adopted tenant: `(where it came from, YAML)`.
+/// Reads the kubeconfig of an adopted tenant with `client` (the super cluster): `(where it came from, YAML)`.
+/// `kubectl vc kubeconfig` reads it the same way.
 pub async fn read_kubeconfig(
     vc: &VirtualCluster,
     adoption: &Adoption,
-    ctx: &Context,
+    client: &kube::Client,
 ) -> Result<(String, String)> {
     let namespace = vc.namespace().unwrap_or_default();
     match adoption {
@@ -121,7 +122,7 @@ pub async fn read_kubeconfig(
             Ok((origin, yaml))
         }
         Adoption::Secret(reference) => {
-            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
             let secret = api
                 .get_opt(&reference.name)
                 .await
@@ -193,7 +194,7 @@ pub async fn reconcile(
         ),
     );
     progress.settle(pki.clone());
-    let (origin, yaml) = read_kubeconfig(vc, adoption, ctx).await?;
+    let (origin, yaml) = read_kubeconfig(vc, adoption, &ctx.client).await?;
     if kubeconfig::server(&yaml).is_none() {
         return Err(Error::KubeconfigInvalid {
             origin,

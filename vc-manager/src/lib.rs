@@ -8,12 +8,14 @@
 //!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
 //! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches, controllers, leader
 //!   election, admin endpoint), [`args`] (flags of the binary).
+//! - [`cli`]: `kubectl vc`, the kubectl plugin (binary `kubectl-vc`).
 
 pub mod adopt;
 pub mod args;
 pub mod backoff;
 pub mod cached;
 pub mod cleanup;
+pub mod cli;
 pub mod cluster_version;
 pub mod context;
 pub mod error;

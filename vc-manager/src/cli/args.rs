@@ -1,0 +1,202 @@
+//! The command line of `kubectl vc`.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use super::duration;
+
+/// `kubectl vc`: create, inspect and hand out access to VirtualClusters.
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "kubectl-vc",
+    bin_name = "kubectl vc",
+    version,
+    about = "Create VirtualClusters, watch them come up, and hand out tenant kubeconfigs",
+    propagate_version = true
+)]
+pub struct Args {
+    /// Connection and namespace flags, accepted before or after the command.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags of every command.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Global {
+    /// Path of the super cluster's kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else in-cluster).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace of the VirtualCluster (default: the context's namespace, else `default`).
+    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+}
+
+/// The commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum Command {
+    /// Apply the VirtualClusters (and ClusterVersions) of a file; with --wait, follow them until Running.
+    Create(CreateArgs),
+    /// Print a kubeconfig for a tenant: its admin, or a user with a freshly minted certificate (--user).
+    Kubeconfig(KubeconfigArgs),
+    /// List VirtualClusters with phase, version, age, tenant namespaces and pods.
+    #[command(alias = "ls", alias = "get")]
+    List(ListArgs),
+    /// Show a VirtualCluster: spec, conditions, events, super namespaces and usage against quota.
+    Describe(DescribeArgs),
+    /// Delete a VirtualCluster; with --wait, until vc-manager has removed everything it made.
+    Delete(DeleteArgs),
+}
+
+/// `create`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CreateArgs {
+    /// YAML file with VirtualCluster and ClusterVersion documents (`-` reads stdin).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Wait until every VirtualCluster of the file is Running, printing each phase and condition change.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits (e.g. 90s, 10m, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `kubeconfig`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct KubeconfigArgs {
+    /// The VirtualCluster.
+    pub name: String,
+    /// The apiserver address to write (default: a load-balancer or node-port address of the tenant
+    /// apiserver Service, else its in-cluster address).
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The name to verify the apiserver certificate against, when the server address is not in it
+    /// (default: decided from the certificate).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Mint a client certificate for this user (common name), signed by the tenant CA, instead of printing
+    /// the admin kubeconfig. Native VirtualClusters only.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// A group of the user (organization of the certificate); repeatable.
+    #[arg(long = "group", value_name = "GROUP", requires = "user")]
+    pub groups: Vec<String>,
+    /// Lifetime of the user's certificate (e.g. 90m, 24h, 7d; default 24h).
+    #[arg(long, value_name = "DURATION", requires = "user", value_parser = duration::parse)]
+    pub ttl: Option<Duration>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+}
+
+/// `list`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ListArgs {
+    /// List VirtualClusters of every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Print the VirtualCluster objects instead of a table.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Format>,
+}
+
+/// `describe`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DescribeArgs {
+    /// The VirtualCluster.
+    pub name: String,
+}
+
+/// `delete`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DeleteArgs {
+    /// The VirtualCluster.
+    pub name: String,
+    /// Wait until it is gone (vc-manager's finalizer has deleted its namespaces).
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    pub timeout: Duration,
+    /// Succeed when the VirtualCluster does not exist.
+    #[arg(long)]
+    pub ignore_not_found: bool,
+}
+
+/// Output formats of `-o`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace()))
+    }
+
+    #[test]
+    fn the_cli_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let args = parse("list -n team --context prod -A").expect("parses");
+        assert_eq!(args.global.namespace.as_deref(), Some("team"));
+        assert_eq!(args.global.context.as_deref(), Some("prod"));
+        assert!(matches!(
+            args.command,
+            Command::List(ListArgs {
+                all_namespaces: true,
+                output: None
+            })
+        ));
+        let args = parse("--kubeconfig /k describe vc-1").expect("parses");
+        assert_eq!(args.global.kubeconfig, Some(PathBuf::from("/k")));
+    }
+
+    #[test]
+    fn create_and_delete_wait_ten_minutes_by_default() {
+        let Command::Create(create) = parse("create -f vc.yaml --wait").expect("parses").command else {
+            panic!("create");
+        };
+        assert!(create.wait);
+        assert_eq!(create.timeout, Duration::from_secs(600));
+        let Command::Delete(delete) = parse("delete vc-1 --wait --timeout 90s").expect("parses").command
+        else {
+            panic!("delete");
+        };
+        assert_eq!(delete.timeout, Duration::from_secs(90));
+        assert!(parse("create -f x --timeout 10").is_err());
+    }
+
+    #[test]
+    fn user_flags_need_a_user() {
+        let Command::Kubeconfig(kc) = parse("kubeconfig vc-1 --user alice --group dev --group ops --ttl 7d")
+            .expect("parses")
+            .command
+        else {
+            panic!("kubeconfig");
+        };
+        assert_eq!(kc.user.as_deref(), Some("alice"));
+        assert_eq!(kc.groups, ["dev", "ops"]);
+        assert_eq!(kc.ttl, Some(Duration::from_secs(7 * 86_400)));
+        assert!(parse("kubeconfig vc-1 --group dev").is_err());
+        assert!(parse("kubeconfig vc-1 --ttl 1h").is_err());
+        assert!(parse("kubeconfig vc-1 -o xml").is_err());
+    }
+}

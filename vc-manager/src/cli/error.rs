@@ -1,0 +1,287 @@
+//! The errors of `kubectl vc`. Each one's message is a complete sentence for one line of stderr: what was
+//! being done, on which object, and what the apiserver (or the file, or the clock) said.
+
+use std::{path::PathBuf, time::Duration};
+
+/// Errors of `kubectl vc`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No kubeconfig could be loaded, or it has no usable context.
+    #[error("loading the kubeconfig{}: {message}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Config {
+        /// The `--kubeconfig` path, if one was given.
+        path: Option<PathBuf>,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// An object does not exist.
+    #[error("{kind} {name:?} not found in namespace {namespace:?}")]
+    NotFound {
+        /// `VirtualCluster`, `Secret`...
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+
+    /// A request to the super cluster failed (forbidden, invalid, conflict, unreachable...).
+    #[error("{action}: {}", api_message(error))]
+    Api {
+        /// What was being done, e.g. `reading VirtualCluster team/vc-1`.
+        action: String,
+        /// kube's error.
+        error: kube::Error,
+    },
+
+    /// The manifest file could not be read.
+    #[error("reading {path}: {error}")]
+    ReadFile {
+        /// The path (`-` for stdin).
+        path: String,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// A document of the manifest file is not valid YAML or not a valid object of its kind.
+    #[error("{path}: document {document}: {message}")]
+    InvalidDocument {
+        /// The path.
+        path: String,
+        /// 1-based index of the document in the file.
+        document: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A document of the manifest file is of a kind `kubectl vc create` does not apply.
+    #[error(
+        "{path}: document {document} is a {kind} ({api_version}); kubectl vc create applies only VirtualCluster and ClusterVersion (tenancy.x-k8s.io/v1alpha1) — use kubectl apply for other objects"
+    )]
+    UnsupportedKind {
+        /// The path.
+        path: String,
+        /// 1-based index of the document in the file.
+        document: usize,
+        /// Its `apiVersion`.
+        api_version: String,
+        /// Its `kind`.
+        kind: String,
+    },
+    /// The manifest file has no objects.
+    #[error("{path} has no VirtualCluster or ClusterVersion")]
+    EmptyFile {
+        /// The path.
+        path: String,
+    },
+    /// An object's namespace differs from the `--namespace` given.
+    #[error(
+        "{kind} {name:?} in {path} is in namespace {object_namespace:?}, but --namespace is {namespace:?}; drop one of them or make them agree"
+    )]
+    NamespaceMismatch {
+        /// The path.
+        path: String,
+        /// The kind.
+        kind: &'static str,
+        /// The object's name.
+        name: String,
+        /// `metadata.namespace` in the file.
+        object_namespace: String,
+        /// `--namespace`.
+        namespace: String,
+    },
+
+    /// A provisioned VirtualCluster has no root namespace yet.
+    #[error(
+        "VirtualCluster {vc} has no cluster namespace yet (phase {phase}): vc-manager has not provisioned it; wait with `kubectl vc describe {name}` or `kubectl vc create -f ... --wait`"
+    )]
+    NotProvisioned {
+        /// `namespace/name`.
+        vc: String,
+        /// Its name (for the hint).
+        name: String,
+        /// Its phase, or `none`.
+        phase: String,
+    },
+    /// A Secret in the tenant's root namespace is missing a key or holds something unusable.
+    #[error("Secret {namespace}/{name}: {problem}")]
+    BadSecret {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A kubeconfig could not be read or written.
+    #[error("kubeconfig from {origin}: {problem}")]
+    Kubeconfig {
+        /// Where it came from.
+        origin: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Per-user certificates were asked for an adopted VirtualCluster.
+    #[error(
+        "VirtualCluster {vc} is adopted: vc-manager does not hold its certificate authority, so kubectl vc cannot mint user certificates for it; create users with the adopted cluster's own tooling"
+    )]
+    AdoptedNoCa {
+        /// `namespace/name`.
+        vc: String,
+    },
+    /// vc-manager's own error, e.g. reading an adopted tenant's kubeconfig or issuing a certificate.
+    #[error("{}", .0.full_message())]
+    Manager(Box<crate::Error>),
+    /// A flag has an unusable value.
+    #[error("{flag}: {problem}")]
+    InvalidArgument {
+        /// The flag, e.g. `--user`.
+        flag: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+
+    /// `--wait` saw the VirtualCluster fail.
+    #[error("VirtualCluster {vc} failed: {condition} {reason}: {message}")]
+    Failed {
+        /// `namespace/name`.
+        vc: String,
+        /// The failing condition, e.g. `Ready=False`, or `phase Error`.
+        condition: String,
+        /// Its reason.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
+    /// `--wait` saw the VirtualCluster disappear before it was Running.
+    #[error("VirtualCluster {vc} was deleted while waiting for it to be Running")]
+    Vanished {
+        /// `namespace/name`.
+        vc: String,
+    },
+    /// `--wait` ran out of time.
+    #[error("timed out after {} waiting for {what}; last seen: {last}", crate::cli::duration::format(*after))]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The timeout.
+        after: Duration,
+        /// The last state seen.
+        last: String,
+    },
+
+    /// Writing the output failed (e.g. a closed pipe).
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+    /// An object could not be serialized.
+    #[error("serializing {what}: {message}")]
+    Serialize {
+        /// What.
+        what: String,
+        /// The serializer's message.
+        message: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The apiserver's message for an API error (`virtualclusters.tenancy.x-k8s.io "x" is forbidden: User ...`);
+/// kube's own text otherwise.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) => format!("{} ({})", status.reason, status.code),
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !text.contains(&cause_text) {
+                    text.push_str(": ");
+                    text.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+impl From<crate::Error> for Error {
+    fn from(error: crate::Error) -> Self {
+        Self::Manager(Box::new(error))
+    }
+}
+
+impl Error {
+    /// An API error while `action`.
+    pub fn api(action: impl Into<String>, error: kube::Error) -> Self {
+        Self::Api {
+            action: action.into(),
+            error,
+        }
+    }
+
+    /// A 404 of `kind` `namespace/name` becomes [`Error::NotFound`], anything else [`Error::Api`].
+    pub fn reading(kind: &'static str, namespace: &str, name: &str, error: kube::Error) -> Self {
+        match &error {
+            kube::Error::Api(status) if status.code == 404 => Self::NotFound {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            },
+            _ => Self::api(format!("reading {kind} {namespace}/{name}"), error),
+        }
+    }
+
+    /// The one line printed on failure.
+    pub fn one_line(&self) -> String {
+        self.to_string().replace('\n', " ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn messages_are_one_line_with_the_apiservers_words() {
+        let forbidden = Error::reading(
+            "VirtualCluster",
+            "team",
+            "vc-1",
+            api_error(
+                403,
+                "Forbidden",
+                "virtualclusters.tenancy.x-k8s.io \"vc-1\" is forbidden: User \"bob\" cannot get resource",
+            ),
+        );
+        assert_eq!(
+            forbidden.one_line(),
+            "reading VirtualCluster team/vc-1: virtualclusters.tenancy.x-k8s.io \"vc-1\" is forbidden: User \"bob\" cannot get resource"
+        );
+        let missing = Error::reading("VirtualCluster", "team", "vc-1", api_error(404, "NotFound", "x"));
+        assert_eq!(
+            missing.one_line(),
+            "VirtualCluster \"vc-1\" not found in namespace \"team\""
+        );
+        let timeout = Error::Timeout {
+            what: "VirtualCluster team/vc-1 to be Running".into(),
+            after: Duration::from_secs(600),
+            last: "phase Pending".into(),
+        };
+        assert_eq!(
+            timeout.one_line(),
+            "timed out after 10m waiting for VirtualCluster team/vc-1 to be Running; last seen: phase Pending"
+        );
+    }
+}

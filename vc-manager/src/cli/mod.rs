@@ -1,0 +1,100 @@
+//! `kubectl vc`, the kubectl plugin for VirtualClusters (binary `kubectl-vc`).
+//!
+//! The binary parses [`Args`], connects with [`client`] and calls [`run`]; tests call the same two with a
+//! client of their own and buffers for stdout and stderr.
+//!
+//! - [`args`]: the command line; [`duration`]: `90m`, `7d` and ages; [`error`]: one-line failures.
+//! - [`manifest`]: `create -f` (parse, check kinds, server-side apply); [`progress`]: `--wait` on a watch.
+//! - [`kubeconfig`]: tenant kubeconfigs with a reachable server; [`certs`]: per-user certificates.
+//! - [`list`], [`describe`] ([`usage`] against quota), [`delete`]; [`table`] and [`output`] format them.
+
+pub mod args;
+pub mod certs;
+pub mod delete;
+pub mod describe;
+pub mod duration;
+pub mod error;
+pub mod kubeconfig;
+pub mod list;
+pub mod manifest;
+pub mod output;
+pub mod progress;
+pub mod table;
+pub mod usage;
+
+use std::io::Write;
+
+pub use args::{Args, Command, Global};
+pub use error::{Error, Result};
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// Connects to the super cluster as kubectl would: `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`,
+/// else the in-cluster service account; `--context` picks the context. The client's default namespace is
+/// the context's namespace, else `default`.
+pub async fn client(global: &Global) -> Result<Client> {
+    let options = KubeConfigOptions {
+        context: global.context.clone(),
+        ..Default::default()
+    };
+    let failed = |message: String| Error::Config {
+        path: global.kubeconfig.clone(),
+        message,
+    };
+    let config = match &global.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| failed(e.to_string()))?
+        }
+        None => match Kubeconfig::read() {
+            Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| failed(e.to_string()))?,
+            Err(read_error) if global.context.is_none() => Config::incluster().map_err(|in_cluster| {
+                failed(format!(
+                    "no kubeconfig ({read_error}) and not in a cluster ({in_cluster}); pass --kubeconfig"
+                ))
+            })?,
+            Err(read_error) => return Err(failed(read_error.to_string())),
+        },
+    };
+    Client::try_from(config).map_err(|e| failed(e.to_string()))
+}
+
+/// Runs a command against the super cluster behind `client`: results on `out`, warnings (and "nothing
+/// found") on `err`. Every failure is an [`Error`] whose message fits one line.
+pub async fn run(
+    args: &Args,
+    client: Client,
+    out: &mut (dyn Write + Send),
+    err: &mut (dyn Write + Send),
+) -> Result<()> {
+    let explicit = args.global.namespace.is_some();
+    let namespace = args
+        .global
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let result = match &args.command {
+        Command::Create(create) => manifest::command(&client, &namespace, explicit, create, out).await,
+        Command::Kubeconfig(kubeconfig) => {
+            kubeconfig::command(&client, &namespace, kubeconfig, out, err).await
+        }
+        Command::List(list) => {
+            let scope = if list.all_namespaces {
+                list::Scope::All
+            } else {
+                list::Scope::Namespace(namespace)
+            };
+            list::command(&client, scope, list, out, err).await
+        }
+        Command::Describe(describe) => describe::command(&client, &namespace, &describe.name, out).await,
+        Command::Delete(delete) => delete::command(&client, &namespace, delete, out).await,
+    };
+    out.flush()?;
+    result
+}
