@@ -1,0 +1,161 @@
+{{/* Chart name. */}}
+{{- define "virtualcluster.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name; component objects append -vc-manager, -syncer, -vn-agent. */}}
+{{- define "virtualcluster.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 49 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 49 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 49 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of a component's objects. Usage: include "virtualcluster.componentName" (list . "vc-manager") */}}
+{{- define "virtualcluster.componentName" -}}
+{{- printf "%s-%s" (include "virtualcluster.fullname" (index . 0)) (index . 1) }}
+{{- end }}
+
+{{- define "virtualcluster.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "virtualcluster.labels" -}}
+helm.sh/chart: {{ include "virtualcluster.chart" . }}
+{{ include "virtualcluster.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: virtualcluster
+{{- end }}
+
+{{- define "virtualcluster.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "virtualcluster.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of a component's objects. Usage: include "virtualcluster.componentLabels" (list . "syncer") */}}
+{{- define "virtualcluster.componentLabels" -}}
+{{ include "virtualcluster.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "virtualcluster.componentSelectorLabels" -}}
+{{ include "virtualcluster.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* ServiceAccount of a component. Usage: include "virtualcluster.serviceAccountName" (list . "syncer" .Values.syncer) */}}
+{{- define "virtualcluster.serviceAccountName" -}}
+{{- $values := index . 2 }}
+{{- if $values.serviceAccount.create }}
+{{- default (include "virtualcluster.componentName" (list (index . 0) (index . 1))) $values.serviceAccount.name }}
+{{- else }}
+{{- default "default" $values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* <registry>/<repository>:<tag>. Usage: include "virtualcluster.image" (list . .Values.syncer) */}}
+{{- define "virtualcluster.image" -}}
+{{- $root := index . 0 }}
+{{- $values := index . 1 }}
+{{- $tag := toString (default (default $root.Chart.AppVersion $root.Values.image.tag) $values.image.tag) }}
+{{- $registry := trimSuffix "/" (toString $root.Values.image.registry) }}
+{{- if $registry }}
+{{- printf "%s/%s:%s" $registry $values.image.repository $tag }}
+{{- else }}
+{{- printf "%s:%s" $values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" or "false": whether a component elects a leader. auto means "when there is more than one replica"; a
+single replica without election runs with the Recreate strategy, so that an update never runs two.
+Usage: include "virtualcluster.leaderElect" (list "syncer" .Values.syncer)
+*/}}
+{{- define "virtualcluster.leaderElect" -}}
+{{- $component := index . 0 }}
+{{- $values := index . 1 }}
+{{- $setting := $values.leaderElection.enabled }}
+{{- $replicas := int $values.replicas }}
+{{- if or (kindIs "invalid" $setting) (eq (toString $setting) "auto") (eq (toString $setting) "") }}
+{{- if gt $replicas 1 }}true{{ else }}false{{ end }}
+{{- else if eq (toString $setting) "true" }}true
+{{- else if eq (toString $setting) "false" }}
+{{- if gt $replicas 1 }}
+{{- fail (printf "%s: %d replicas need leader election (leaderElection.enabled: auto or true), or they would all write" $component $replicas) }}
+{{- end }}false
+{{- else }}
+{{- fail (printf "%s.leaderElection.enabled must be auto, true or false, not %v" $component $setting) }}
+{{- end }}
+{{- end }}
+
+{{/* The log format flag, checked. */}}
+{{- define "virtualcluster.logFormat" -}}
+{{- if not (has .Values.logFormat (list "text" "json")) }}
+{{- fail (printf "logFormat must be text or json, not %v" .Values.logFormat) }}
+{{- end }}
+{{- printf "--log-format=%s" .Values.logFormat }}
+{{- end }}
+
+{{/* Pod name and namespace from the downward API: the Lease holder's identity and the Lease namespace. */}}
+{{- define "virtualcluster.podIdentityEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end }}
+
+{{/* Liveness and readiness on the admin port. Usage: include "virtualcluster.probes" "/readyz" */}}
+{{- define "virtualcluster.probes" -}}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: admin
+  initialDelaySeconds: 5
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: {{ . }}
+    port: admin
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 3
+{{- end }}
+
+{{/* Scheduling, pull secrets and priority of a pod. Usage: include "virtualcluster.podPlacement" (list . .Values.syncer) */}}
+{{- define "virtualcluster.podPlacement" -}}
+{{- $root := index . 0 }}
+{{- $values := index . 1 }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
