@@ -111,6 +111,8 @@ pub struct Sandbox {
     manager: ManagerTask,
     agent: vn_agent::Agent,
     tenancy: Tenancy,
+    /// vn-agent's certificates: always temporary.
+    _private: WorkDir,
     files: Files,
     super_kubeconfig: PathBuf,
     tenant_kubeconfigs: BTreeMap<String, PathBuf>,
@@ -137,6 +139,7 @@ impl Sandbox {
             }
             None => Files::Temporary(WorkDir::new("sandbox")?),
         };
+        let private = WorkDir::new("sandbox-pki")?;
         let pki = AgentPki {
             serving_ca: CertificateAuthority::new("vn-agent serving CA")?,
             client_ca: CertificateAuthority::new("vn-agent client CA")?,
@@ -155,7 +158,7 @@ impl Sandbox {
             &tenancy.super_cluster.apiserver().admin_kubeconfig(),
         )?;
 
-        let agent = start_vn_agent(&tenancy, &pki, &files).await?;
+        let agent = start_vn_agent(&tenancy, &pki, &private).await?;
         let (manager, vc_manager_admin) = start_vc_manager(tenancy.super_client()).await?;
         let syncer = syncer::Syncer::start(
             tenancy.super_client(),
@@ -182,6 +185,7 @@ impl Sandbox {
             manager,
             agent,
             tenancy,
+            _private: private,
             files,
             super_kubeconfig,
             tenant_kubeconfigs: BTreeMap::new(),
@@ -295,6 +299,7 @@ impl Sandbox {
             manager,
             agent,
             tenancy,
+            _private,
             files,
             ..
         } = self;
@@ -304,6 +309,7 @@ impl Sandbox {
             tracing::warn!(%error, "vn-agent did not shut down cleanly");
         }
         drop(tenancy);
+        drop(_private);
         drop(files);
     }
 }
@@ -324,7 +330,7 @@ fn secret_text(secret: &Secret, key: &str) -> Result<String> {
 }
 
 /// vn-agent in the kubelet backend mode, serving every simulated node, on a free loopback port.
-async fn start_vn_agent(tenancy: &Tenancy, pki: &AgentPki, files: &Files) -> Result<vn_agent::Agent> {
+async fn start_vn_agent(tenancy: &Tenancy, pki: &AgentPki, files: &WorkDir) -> Result<vn_agent::Agent> {
     use vn_agent::settings::{
         BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
     };

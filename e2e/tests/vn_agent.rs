@@ -3,7 +3,7 @@
 //! VirtualCluster and its `kubelet-client` Secret) and for the syncer (vNodes, bound tenant pods, super
 //! namespaces and annotated super pods).
 
-mod vn_agent_support;
+mod kubectl_support;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -35,6 +35,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
+use kubectl_support::{Kubectl, metrics_api::MetricsApi};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 use vn_agent::{
@@ -42,7 +43,6 @@ use vn_agent::{
     metrics::{Registry, encode},
     settings::{BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings},
 };
-use vn_agent_support::{Kubectl, metrics_api::MetricsApi};
 
 const FIELD_MANAGER: &str = "e2e-vn-agent";
 const TENANT_NAMESPACE: &str = "team";

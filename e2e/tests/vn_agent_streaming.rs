@@ -1,7 +1,7 @@
 //! The simulated kubelet's streaming endpoints, with real kubectl through a real apiserver and no vn-agent
 //! in between: the baseline the vn-agent tests compare against.
 
-mod vn_agent_support;
+mod kubectl_support;
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use e2e::{
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::{Api, api::PostParams};
-use vn_agent_support::Kubectl;
+use kubectl_support::Kubectl;
 
 #[tokio::test]
 async fn simulated_kubelet_streams_exec_attach_and_port_forward_to_kubectl() -> anyhow::Result<()> {

@@ -29,7 +29,7 @@ struct Args {
     /// Write the kubeconfigs into this folder (kept after exit) instead of a temporary one.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Log format of the components (their level comes from RUST_LOG, default warn).
+    /// Log format of the components (their level comes from RUST_LOG, default error).
     #[arg(long, value_enum, default_value_t = vc_runtime::logging::LogFormat::Text)]
     log_format: vc_runtime::logging::LogFormat,
 }
@@ -37,8 +37,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    // The components' info lines would bury what the sandbox prints.
-    vc_runtime::logging::init_with_default(args.log_format, "warn");
+    // The components' lines would bury what the sandbox prints, and starting and handing over tenant
+    // apiservers makes expected connection errors; VirtualCluster conditions tell what matters.
+    vc_runtime::logging::init_with_default(args.log_format, "error,kube_client=off");
 
     let missing: Vec<String> = NEEDS
         .iter()
@@ -82,9 +83,7 @@ async fn main() -> ExitCode {
     };
     print_welcome(&sandbox, started);
 
-    if let Err(error) = tokio::signal::ctrl_c().await {
-        eprintln!("vc-sandbox: waiting for Ctrl-C failed: {error}");
-    }
+    vc_runtime::shutdown::signal().await;
     eprintln!("vc-sandbox: stopping...");
     sandbox.shutdown().await;
     eprintln!("vc-sandbox: stopped; nothing left running");

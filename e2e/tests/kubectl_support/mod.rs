@@ -1,4 +1,5 @@
-//! Helpers for the vn-agent e2e tests: running real kubectl (with a terminal when asked) and port-forward.
+//! Helpers for e2e tests that run real kubectl: plain runs, runs on a terminal, port-forward, and a
+//! metrics API for `kubectl top`.
 
 #![allow(dead_code)]
 
