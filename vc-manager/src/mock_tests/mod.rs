@@ -4,6 +4,7 @@
 
 mod adopt;
 mod cleanup;
+mod cli;
 mod cluster_version;
 mod native;
 
@@ -251,6 +252,16 @@ impl Call {
             .status(status)
             .header("content-type", "application/json")
             .body(Body::from(serde_json::to_vec(&body).expect("json")))
+            .expect("response");
+        self.send.send_response(response);
+    }
+
+    /// Answers with `status` and `body` as it is (e.g. a watch's stream of events).
+    pub fn respond_bytes(self, status: u16, body: Vec<u8>) {
+        let response = Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
             .expect("response");
         self.send.send_response(response);
     }

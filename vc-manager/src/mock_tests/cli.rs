@@ -1,0 +1,707 @@
+//! `kubectl vc` against the scripted apiserver: the requests each command makes, in order, and what it
+//! prints.
+
+use std::time::Duration;
+
+use base64::{Engine, engine::general_purpose::STANDARD};
+use clap::Parser;
+use crds::{VirtualCluster, VirtualClusterSpec};
+use http::{Request, Response};
+use kube::{Client, client::Body};
+use serde_json::{Value, json};
+
+use super::{ApiServer, Call, VC_NAME, VC_NAMESPACE, native_vc, network, root, running, stored_secrets};
+use crate::{
+    cli::{self, Args, Error},
+    pki::{CertificateAuthority, inspect, is_signed_by},
+    tenant_pki::Scope,
+};
+
+const VCS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/team/virtualclusters";
+
+/// A client on a scripted apiserver whose kubeconfig context namespace is `team`.
+fn mock() -> (Client, ApiServer) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, VC_NAMESPACE), ApiServer(handle))
+}
+
+/// What a command printed and returned.
+struct Ran {
+    out: String,
+    err: String,
+    result: Result<(), Error>,
+}
+
+/// Runs `kubectl vc <line>` against `script`.
+async fn kubectl_vc<S>(line: &str, client: Client, script: S) -> Ran
+where
+    S: std::future::Future<Output = ()> + Send + 'static,
+{
+    let args = Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace()))
+        .expect("arguments");
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let result = super::run(script, cli::run(&args, client, &mut out, &mut err)).await;
+    Ran {
+        out: String::from_utf8(out).expect("utf-8"),
+        err: String::from_utf8(err).expect("utf-8"),
+        result,
+    }
+}
+
+/// The test tenant's Secrets, made once so that every request sees the same PKI.
+fn secrets() -> &'static [k8s_openapi::api::core::v1::Secret] {
+    static SECRETS: std::sync::OnceLock<Vec<k8s_openapi::api::core::v1::Secret>> = std::sync::OnceLock::new();
+    SECRETS.get_or_init(|| stored_secrets(&Scope::Native(Box::new(network()))))
+}
+
+fn secret(name: &str) -> Value {
+    let secret = secrets()
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("Secret {name}"));
+    serde_json::to_value(secret).expect("json")
+}
+
+fn secret_key(name: &str, key: &str) -> String {
+    let encoded = secret(name)["data"][key].as_str().expect("key").to_owned();
+    String::from_utf8(STANDARD.decode(encoded).expect("base64")).expect("utf-8")
+}
+
+fn running_vc() -> Value {
+    serde_json::to_value(running(native_vc())).expect("json")
+}
+
+fn adopted_vc() -> Value {
+    let mut vc = running(native_vc());
+    vc.spec = VirtualClusterSpec {
+        kubeconfig_secret_ref: Some(crds::KubeconfigSecretRef {
+            name: "team-kubeconfig".into(),
+            key: "value".into(),
+        }),
+        ..Default::default()
+    };
+    serde_json::to_value(vc).expect("json")
+}
+
+/// The apiserver Service of the test ClusterVersion as a NodePort.
+fn node_port_service() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "apiserver-svc", "namespace": root()},
+        "spec": {"type": "NodePort", "clusterIP": "10.96.0.50", "ports": [{"name": "https", "port": 6443, "nodePort": 31443}]},
+    })
+}
+
+fn nodes() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "NodeList",
+        "metadata": {"resourceVersion": "5"},
+        "items": [{
+            "metadata": {"name": "node-1"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "192.0.2.11"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }],
+    })
+}
+
+async fn get(api: &mut ApiServer, uri: &str) -> Call {
+    api.expect("GET", uri).await
+}
+
+fn cluster_of(kubeconfig: &kube::config::Kubeconfig) -> kube::config::Cluster {
+    kubeconfig.clusters[0].cluster.clone().expect("cluster")
+}
+
+#[tokio::test]
+async fn native_kubeconfig_points_at_a_node_port_and_keeps_the_tenant_ca() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig vc-1", client, async move {
+        let root = root();
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/secrets/admin-kubeconfig"),
+        )
+        .await
+        .ok(secret("admin-kubeconfig"));
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/services/apiserver-svc"),
+        )
+        .await
+        .ok(node_port_service());
+        get(&mut api, "/api/v1/nodes?").await.ok(nodes());
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/secrets/apiserver-ca"),
+        )
+        .await
+        .ok(secret("apiserver-ca"));
+    })
+    .await;
+    ran.result.expect("succeeds");
+    assert_eq!(ran.err, "");
+    let config = kube::config::Kubeconfig::from_yaml(&ran.out).expect("a kubeconfig");
+    assert_eq!(config.current_context.as_deref(), Some("team-vc-1"));
+    assert_eq!(config.auth_infos[0].name, "team-vc-1-admin");
+    let cluster = cluster_of(&config);
+    assert_eq!(cluster.server.as_deref(), Some("https://192.0.2.11:31443"));
+    // The node address is not in the apiserver certificate: its Service name is.
+    assert_eq!(
+        cluster.tls_server_name.as_deref(),
+        Some(format!("apiserver-svc.{}.svc", root()).as_str())
+    );
+    assert_eq!(cluster.insecure_skip_tls_verify, None);
+    assert!(!ran.out.contains("insecure"));
+    let ca = String::from_utf8(
+        STANDARD
+            .decode(cluster.certificate_authority_data.expect("CA kept"))
+            .expect("base64"),
+    )
+    .expect("pem");
+    assert_eq!(ca, secret_key("root-ca", "tls.crt"));
+    // The admin's own certificate, unchanged.
+    let stored = crate::kubeconfig::client_certificate(&secret_key("admin-kubeconfig", "admin-kubeconfig"))
+        .expect("stored certificate");
+    assert_eq!(crate::kubeconfig::client_certificate(&ran.out), Some(stored));
+}
+
+#[tokio::test]
+async fn a_cluster_ip_apiserver_keeps_its_in_cluster_address_with_a_warning() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig vc-1 -o json", client, async move {
+        let root = root();
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/secrets/admin-kubeconfig"),
+        )
+        .await
+        .ok(secret("admin-kubeconfig"));
+        let mut service = node_port_service();
+        service["spec"] = json!({"type": "ClusterIP", "ports": [{"name": "https", "port": 6443}]});
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/services/apiserver-svc"),
+        )
+        .await
+        .ok(service);
+    })
+    .await;
+    ran.result.expect("succeeds");
+    let config: Value = serde_json::from_str(&ran.out).expect("JSON");
+    assert_eq!(
+        config["clusters"][0]["cluster"]["server"],
+        format!("https://apiserver-svc.{}.svc:6443", root())
+    );
+    assert!(config["clusters"][0]["cluster"].get("tls-server-name").is_none());
+    assert!(
+        ran.err.starts_with("warning: https://apiserver-svc."),
+        "{}",
+        ran.err
+    );
+    assert!(
+        ran.err.contains("reachable only from inside the super cluster"),
+        "{}",
+        ran.err
+    );
+    assert!(ran.err.contains("--server"), "{}", ran.err);
+    assert_eq!(ran.err.lines().count(), 1);
+}
+
+#[tokio::test]
+async fn user_kubeconfigs_carry_a_certificate_minted_by_the_tenant_ca() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc(
+        "kubeconfig vc-1 --user alice --group dev --group ops --ttl 90m --server https://vc-1.example.com:6443",
+        client,
+        async move {
+        let root = root();
+            get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+            get(&mut api, &format!("/api/v1/namespaces/{root}/secrets/admin-kubeconfig"))
+                .await
+                .ok(secret("admin-kubeconfig"));
+            get(&mut api, &format!("/api/v1/namespaces/{root}/secrets/apiserver-ca"))
+                .await
+                .ok(secret("apiserver-ca"));
+            get(&mut api, &format!("/api/v1/namespaces/{root}/secrets/root-ca"))
+                .await
+                .ok(secret("root-ca"));
+        },
+    )
+    .await;
+    ran.result.expect("succeeds");
+    assert_eq!(ran.err, "");
+    let config = kube::config::Kubeconfig::from_yaml(&ran.out).expect("a kubeconfig");
+    assert_eq!(config.current_context.as_deref(), Some("alice@team-vc-1"));
+    let cluster = cluster_of(&config);
+    assert_eq!(cluster.server.as_deref(), Some("https://vc-1.example.com:6443"));
+    assert_eq!(
+        cluster.tls_server_name.as_deref(),
+        Some(format!("apiserver-svc.{}.svc", root()).as_str())
+    );
+    let minted = crate::kubeconfig::client_certificate(&ran.out).expect("certificate");
+    let ca = secret_key("root-ca", "tls.crt");
+    assert!(is_signed_by(&minted.cert_pem, &ca));
+    let info = inspect(&minted.cert_pem).expect("readable");
+    assert_eq!(info.common_name.as_deref(), Some("alice"));
+    assert_eq!(info.organizations, ["dev".to_owned(), "ops".to_owned()].into());
+    let lifetime = info.not_after - crate::steps::now();
+    assert!((90 * 60 - 5..=90 * 60).contains(&lifetime), "{lifetime}");
+    // The tenant CA can load its own key: the certificate came from it, not from a new CA.
+    CertificateAuthority::load(&ca, &secret_key("root-ca", "tls.key"), crate::steps::now()).expect("CA");
+}
+
+fn adopted_kubeconfig() -> String {
+    "apiVersion: v1
+kind: Config
+clusters:
+- name: prod
+  cluster:
+    server: https://tenant.example.com:6443
+    certificate-authority-data: Q0E=
+contexts:
+- name: admin@prod
+  context: {cluster: prod, user: admin}
+- name: other
+  context: {cluster: prod, user: viewer}
+current-context: admin@prod
+users:
+- name: admin
+  user: {token: secret-token}
+- name: viewer
+  user: {token: viewer-token}
+"
+    .into()
+}
+
+#[tokio::test]
+async fn adopted_kubeconfigs_come_from_their_secret() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc(
+        "kubeconfig vc-1 --server https://203.0.113.20:6443",
+        client,
+        async move {
+            get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+            get(&mut api, "/api/v1/namespaces/team/secrets/team-kubeconfig")
+                .await
+                .ok(json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+                    "data": {"value": STANDARD.encode(adopted_kubeconfig())},
+                }));
+        },
+    )
+    .await;
+    ran.result.expect("succeeds");
+    let config = kube::config::Kubeconfig::from_yaml(&ran.out).expect("a kubeconfig");
+    assert_eq!(config.contexts.len(), 1);
+    assert_eq!(config.current_context.as_deref(), Some("team-vc-1"));
+    let cluster = cluster_of(&config);
+    assert_eq!(cluster.server.as_deref(), Some("https://203.0.113.20:6443"));
+    assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+    assert!(ran.out.contains("secret-token"), "{}", ran.out);
+    assert!(!ran.out.contains("viewer-token"), "{}", ran.out);
+}
+
+#[tokio::test]
+async fn adopted_tenants_get_no_user_certificates() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig vc-1 --user alice", client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+    })
+    .await;
+    let error = ran.result.expect_err("refused");
+    assert!(matches!(error, Error::AdoptedNoCa { .. }));
+    assert!(
+        error
+            .one_line()
+            .contains("vc-manager does not hold its certificate authority"),
+        "{}",
+        error.one_line()
+    );
+    assert_eq!(ran.out, "");
+}
+
+#[tokio::test]
+async fn missing_secrets_and_virtual_clusters_are_named() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig vc-1", client, async move {
+        let root = root();
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/secrets/admin-kubeconfig"),
+        )
+        .await
+        .not_found("secrets", "admin-kubeconfig");
+    })
+    .await;
+    assert_eq!(
+        ran.result.expect_err("missing").one_line(),
+        format!(
+            "Secret \"admin-kubeconfig\" not found in namespace \"{}\"",
+            root()
+        )
+    );
+
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig vc-1", client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+        get(&mut api, "/api/v1/namespaces/team/secrets/team-kubeconfig")
+            .await
+            .not_found("secrets", "team-kubeconfig");
+    })
+    .await;
+    assert_eq!(
+        ran.result.expect_err("missing").one_line(),
+        "kubeconfig Secret team/team-kubeconfig does not exist"
+    );
+
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("kubeconfig nope -n elsewhere", client, async move {
+        get(
+            &mut api,
+            "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/elsewhere/virtualclusters/nope",
+        )
+        .await
+        .not_found("virtualclusters.tenancy.x-k8s.io", "nope");
+    })
+    .await;
+    assert_eq!(
+        ran.result.expect_err("missing").one_line(),
+        "VirtualCluster \"nope\" not found in namespace \"elsewhere\""
+    );
+
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("describe vc-1", client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}"))
+            .await
+            .fail(403, "Forbidden", "virtualclusters.tenancy.x-k8s.io \"vc-1\" is forbidden: User \"bob\" cannot get resource \"virtualclusters\"");
+    })
+    .await;
+    assert_eq!(
+        ran.result.expect_err("forbidden").one_line(),
+        "reading VirtualCluster team/vc-1: virtualclusters.tenancy.x-k8s.io \"vc-1\" is forbidden: User \"bob\" cannot get resource \"virtualclusters\""
+    );
+}
+
+fn metadata_list(items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "9"},
+        "items": items.into_iter().map(|metadata| json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": metadata,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[tokio::test]
+async fn list_counts_tenant_namespaces_and_pods() {
+    let (client, mut api) = mock();
+    let mut adopted: VirtualCluster = serde_json::from_value(adopted_vc()).expect("vc");
+    adopted.metadata.name = Some("vc-2".into());
+    adopted.metadata.uid = Some("uid-2".into());
+    let vc = running(native_vc());
+    let key = crds::naming::cluster_key_of(&vc).expect("key");
+    let ran = kubectl_vc("list", client, async move {
+        get(&mut api, &format!("{VCS}?")).await.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+            "kind": "VirtualClusterList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [vc, adopted],
+        }));
+        let namespace = |tenant: &str| {
+            json!({
+                "name": crds::naming::super_namespace(&key, tenant),
+                "labels": {"tenancy.x-k8s.io/vcname": VC_NAME, "tenancy.x-k8s.io/vcnamespace": VC_NAMESPACE},
+                "annotations": {"tenancy.x-k8s.io/cluster": key},
+            })
+        };
+        let call = get(
+            &mut api,
+            "/api/v1/namespaces?&labelSelector=tenancy.x-k8s.io%2Fvcnamespace%3Dteam",
+        )
+        .await;
+        call.ok(metadata_list(vec![namespace("default"), namespace("web")]));
+        let pod = |tenant: &str, name: &str| {
+            json!({"name": name, "namespace": crds::naming::super_namespace(&key, tenant)})
+        };
+        get(
+            &mut api,
+            "/api/v1/pods?&labelSelector=tenancy.x-k8s.io%2Fvcnamespace%3Dteam",
+        )
+        .await
+        .ok(metadata_list(
+            vec![pod("web", "a"), pod("web", "b"), pod("default", "c")],
+        ));
+    })
+    .await;
+    ran.result.expect("succeeds");
+    let lines: Vec<Vec<&str>> = ran
+        .out
+        .lines()
+        .map(|l| l.split("   ").map(str::trim).filter(|c| !c.is_empty()).collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "PHASE", "VERSION", "AGE", "TENANT NAMESPACES", "PODS"]
+    );
+    // No creation time in the mock: the AGE column is empty.
+    assert_eq!(lines[1], ["vc-1", "Running", super::CV_NAME, "2", "3"]);
+    assert_eq!(lines[2], ["vc-2", "Running", "adopted", "0", "0"]);
+}
+
+#[tokio::test]
+async fn list_says_when_there_is_nothing() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("list", client, async move {
+        get(&mut api, &format!("{VCS}?")).await.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+            "kind": "VirtualClusterList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [],
+        }));
+    })
+    .await;
+    ran.result.expect("succeeds");
+    assert_eq!(ran.out, "");
+    assert_eq!(ran.err, "No VirtualClusters found in namespace team.\n");
+}
+
+/// A watch answer: one JSON event per line.
+fn watch_events(events: &[(&str, Value)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (type_, object) in events {
+        body.extend(serde_json::to_vec(&json!({"type": type_, "object": object})).expect("json"));
+        body.push(b'\n');
+    }
+    body
+}
+
+fn respond_raw(call: Call, body: Vec<u8>) {
+    call.respond_bytes(200, body);
+}
+
+#[tokio::test]
+async fn delete_waits_until_the_finalizer_is_done() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("delete vc-1 --wait --timeout 30s", client, async move {
+        let mut deleting = running_vc();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        deleting["metadata"]["resourceVersion"] = json!("101");
+        let call = api.expect("DELETE", &format!("{VCS}/{VC_NAME}?")).await;
+        call.ok(deleting.clone());
+        get(&mut api, &format!("{VCS}/{VC_NAME}"))
+            .await
+            .ok(deleting.clone());
+        let call = api.next().await;
+        assert_eq!(call.method, "GET");
+        assert!(
+            call.uri.starts_with(&format!("{VCS}?&watch=true")),
+            "{}",
+            call.uri
+        );
+        assert!(
+            call.uri.contains("fieldSelector=metadata.name%3Dvc-1"),
+            "{}",
+            call.uri
+        );
+        assert!(call.uri.contains("resourceVersion=101"), "{}", call.uri);
+        let mut released = deleting.clone();
+        released["metadata"]["finalizers"] = json!([]);
+        respond_raw(
+            call,
+            watch_events(&[("MODIFIED", released.clone()), ("DELETED", released)]),
+        );
+    })
+    .await;
+    ran.result.expect("succeeds");
+    assert_eq!(
+        ran.out,
+        "virtualcluster.tenancy.x-k8s.io \"vc-1\" deleted\n\
+         team/vc-1: waiting for finalizers tenancy.x-k8s.io/virtualcluster (vc-manager deletes the tenant's namespaces first)\n\
+         team/vc-1: no finalizers left; waiting for the apiserver to remove it\n\
+         team/vc-1 is gone\n"
+    );
+}
+
+#[tokio::test]
+async fn delete_of_a_missing_virtual_cluster_fails_unless_told_otherwise() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("delete vc-1", client, async move {
+        api.expect("DELETE", &format!("{VCS}/{VC_NAME}?"))
+            .await
+            .not_found("virtualclusters.tenancy.x-k8s.io", "vc-1");
+    })
+    .await;
+    assert!(matches!(ran.result, Err(Error::NotFound { .. })));
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("delete vc-1 --ignore-not-found", client, async move {
+        api.expect("DELETE", &format!("{VCS}/{VC_NAME}?"))
+            .await
+            .not_found("virtualclusters.tenancy.x-k8s.io", "vc-1");
+    })
+    .await;
+    ran.result.expect("ignored");
+}
+
+#[tokio::test]
+async fn delete_wait_times_out_naming_the_finalizer() {
+    let (client, mut api) = mock();
+    let ran = tokio::time::timeout(
+        Duration::from_secs(10),
+        kubectl_vc("delete vc-1 --wait --timeout 1s", client, async move {
+            let mut deleting = running_vc();
+            deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            api.expect("DELETE", &format!("{VCS}/{VC_NAME}?"))
+                .await
+                .ok(deleting.clone());
+            get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(deleting);
+            // The watch never answers; keep it open until the client gives up.
+            let call = api.next().await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            drop(call);
+        }),
+    )
+    .await
+    .expect("the timeout ends it");
+    let error = ran.result.expect_err("timed out");
+    assert!(
+        error
+            .one_line()
+            .starts_with("timed out after 1s waiting for VirtualCluster team/vc-1 to be deleted; last seen: finalizers tenancy.x-k8s.io/virtualcluster still set"),
+        "{}",
+        error.one_line()
+    );
+}
+
+#[tokio::test]
+async fn create_applies_and_follows_the_virtual_cluster_until_running() {
+    let dir = std::env::temp_dir().join(format!("kubectl-vc-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("vc.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: tenancy.x-k8s.io/v1alpha1\nkind: VirtualCluster\nmetadata:\n  name: vc-1\nspec:\n  clusterVersionName: cv-v1-33-clusterip\n",
+    )
+    .expect("file");
+    let (client, mut api) = mock();
+    let line = format!("create -f {} --wait", file.display());
+    let ran = kubectl_vc(&line, client, async move {
+        let call = api
+            .expect(
+                "PATCH",
+                &format!("{VCS}/{VC_NAME}?&fieldManager=kubectl-vc&fieldValidation=Strict"),
+            )
+            .await;
+        assert_eq!(call.content_type, "application/apply-patch+yaml");
+        assert_eq!(call.body["metadata"]["namespace"], "team");
+        assert!(call.body["spec"].get("weight").is_none(), "only what the file says");
+        let mut created = serde_json::to_value(native_vc()).expect("json");
+        created["metadata"]["generation"] = json!(1);
+        call.ok(created.clone());
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(created.clone());
+        let call = api.next().await;
+        assert!(call.uri.contains("watch=true"), "{}", call.uri);
+        let status = |phase: &str, reason: &str, conditions: Value, observed: Option<i64>| {
+            let mut vc = created.clone();
+            vc["status"] = json!({
+                "phase": phase,
+                "reason": reason,
+                "message": format!("{reason} message"),
+                "clusterNamespace": super::root(),
+                "conditions": conditions,
+                "observedGeneration": observed,
+            });
+            vc
+        };
+        let condition = |type_: &str, status: &str, reason: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": "m", "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        respond_raw(
+            call,
+            watch_events(&[
+                (
+                    "MODIFIED",
+                    status(
+                        "Pending",
+                        "WaitingForEtcd",
+                        json!([condition("PKIReady", "True", "CertificatesValid"), condition("EtcdReady", "False", "StatefulSetNotReady")]),
+                        None,
+                    ),
+                ),
+                (
+                    "MODIFIED",
+                    status(
+                        "Running",
+                        "TenantControlPlaneRunning",
+                        json!([condition("PKIReady", "True", "CertificatesValid"), condition("EtcdReady", "True", "StatefulSetReady")]),
+                        Some(1),
+                    ),
+                ),
+            ]),
+        );
+    })
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    ran.result.expect("succeeds");
+    let lines: Vec<&str> = ran.out.lines().collect();
+    assert_eq!(
+        lines[..6],
+        [
+            "virtualcluster.tenancy.x-k8s.io/vc-1 serverside-applied",
+            "team/vc-1: no status yet (is vc-manager running?)",
+            "team/vc-1: phase Pending: WaitingForEtcd: WaitingForEtcd message",
+            "team/vc-1: PKIReady=True CertificatesValid: m",
+            "team/vc-1: EtcdReady=False StatefulSetNotReady: m",
+            "team/vc-1: phase Running: TenantControlPlaneRunning: TenantControlPlaneRunning message",
+        ]
+    );
+    assert_eq!(lines[6], "team/vc-1: EtcdReady=True StatefulSetReady: m");
+    assert!(lines[7].starts_with("team/vc-1 is Running ("), "{}", lines[7]);
+}
+
+#[tokio::test]
+async fn create_wait_reports_the_failing_condition() {
+    let dir = std::env::temp_dir().join(format!("kubectl-vc-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("vc.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: tenancy.x-k8s.io/v1alpha1\nkind: VirtualCluster\nmetadata:\n  name: vc-1\n  namespace: team\nspec:\n  clusterVersionName: missing\n",
+    )
+    .expect("file");
+    let (client, mut api) = mock();
+    let line = format!("create -f {} --wait", file.display());
+    let ran = kubectl_vc(&line, client, async move {
+        let call = api.next().await;
+        assert_eq!(call.method, "PATCH");
+        let mut created = serde_json::to_value(native_vc()).expect("json");
+        created["metadata"]["generation"] = json!(1);
+        call.ok(created.clone());
+        let mut failed = created;
+        failed["status"] = json!({
+            "phase": "Error",
+            "reason": "ClusterVersionNotFound",
+            "message": "ClusterVersion missing does not exist",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "ClusterVersionNotFound", "message": "ClusterVersion missing does not exist", "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        });
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(failed);
+    })
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        ran.result.expect_err("failed").one_line(),
+        "VirtualCluster team/vc-1 failed: Ready=False ClusterVersionNotFound: ClusterVersion missing does not exist"
+    );
+}
