@@ -705,3 +705,75 @@ async fn create_wait_reports_the_failing_condition() {
         "VirtualCluster team/vc-1 failed: Ready=False ClusterVersionNotFound: ClusterVersion missing does not exist"
     );
 }
+
+#[tokio::test]
+async fn describe_reads_namespaces_pods_and_events_of_this_virtual_cluster() {
+    let (client, mut api) = mock();
+    let vc = running(native_vc());
+    let key = crds::naming::cluster_key_of(&vc).expect("key");
+    let ran = kubectl_vc("describe vc-1", client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+        let selector = "labelSelector=tenancy.x-k8s.io%2Fvcname%3Dvc-1%2Ctenancy.x-k8s.io%2Fvcnamespace%3Dteam";
+        let web = crds::naming::super_namespace(&key, "web");
+        get(&mut api, &format!("/api/v1/namespaces?&{selector}"))
+            .await
+            .ok(metadata_list(vec![json!({
+                "name": web,
+                "labels": {"tenancy.x-k8s.io/vcname": VC_NAME, "tenancy.x-k8s.io/vcnamespace": VC_NAMESPACE},
+                "annotations": {"tenancy.x-k8s.io/cluster": key, "tenancy.x-k8s.io/namespace": "web"},
+            })]));
+        get(&mut api, &format!("/api/v1/pods?&{selector}")).await.ok(json!({
+            "apiVersion": "v1",
+            "kind": "PodList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [
+                {"metadata": {"name": "a", "namespace": web}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]}, "status": {"phase": "Running"}},
+                {"metadata": {"name": "b", "namespace": "someone-else"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}},
+            ],
+        }));
+        get(
+            &mut api,
+            &format!(
+                "/api/v1/namespaces/team/events?&fieldSelector=involvedObject.kind%3DVirtualCluster%2CinvolvedObject.name%3Dvc-1%2CinvolvedObject.uid%3D{}",
+                super::VC_UID
+            ),
+        )
+        .await
+        .ok(json!({
+            "apiVersion": "v1",
+            "kind": "EventList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [{
+                "metadata": {"name": "vc-1.1", "namespace": "team"},
+                "involvedObject": {"kind": "VirtualCluster", "name": "vc-1", "namespace": "team"},
+                "type": "Normal",
+                "reason": "Running",
+                "message": "phase changed to Running",
+                "reportingComponent": "vc-manager",
+                "eventTime": "2026-01-01T00:00:00.000000Z",
+            }],
+        }));
+    })
+    .await;
+    ran.result.expect("succeeds");
+    for expected in [
+        "Name:               vc-1\n",
+        &format!("Cluster version:    {}\n", super::CV_NAME),
+        "  requests.cpu      250m   -\n",
+        "Running   ",
+        "phase changed to Running\n",
+    ] {
+        assert!(ran.out.contains(expected), "missing {expected:?} in\n{}", ran.out);
+    }
+    assert!(
+        ran.out.contains(&format!(
+            "{}   web                1\n",
+            crds::naming::super_namespace(
+                &crds::naming::cluster_key_of(&running(native_vc())).expect("key"),
+                "web"
+            )
+        )),
+        "{}",
+        ran.out
+    );
+}
