@@ -134,18 +134,21 @@ impl Kubectl {
             .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
             .collect();
         let script = format!("stty cols 80 rows 24; exec {}", quoted.join(" "));
-        let output = tokio::time::timeout(
-            Duration::from_secs(60),
-            Command::new("script")
-                .args(["-qec", &script, "/dev/null"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .context("kubectl on a terminal did not finish in 60 s")??;
+        let mut child = Command::new("script")
+            .args(["-qec", &script, "/dev/null"])
+            // An open stdin that never ends: at end of input `script` hands the terminal an EOF and may
+            // stop before it copied what kubectl printed (seen under load).
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting script")?;
+        let stdin = child.stdin.take();
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .context("kubectl on a terminal did not finish in 60 s")??;
+        drop(stdin);
         Ok(Output {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
