@@ -54,6 +54,9 @@ pub const ANNOTATION_SECRET_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/secret.ad
 pub const SECRET_ADMIN_KUBECONFIG: &str = "admin-kubeconfig";
 /// CA (`ca.crt`) and client certificate (`tls.crt`, `tls.key`) a tenant apiserver presents to vn-agent.
 pub const SECRET_KUBELET_CLIENT: &str = "kubelet-client";
+/// Optional, for adopted tenants: the adopted apiserver's client CA (`tls.crt`, `tls.key`), which an
+/// operator stores so that `kubectl vc kubeconfig --user` can mint per-user certificates for it.
+pub const SECRET_ADOPTED_CLIENT_CA: &str = "client-ca";
 /// Key of the kubelet-client CA certificate in [`SECRET_KUBELET_CLIENT`].
 pub const KUBELET_CLIENT_CA_KEY: &str = "ca.crt";
 

@@ -20,10 +20,10 @@ use std::{
 
 use crds::{
     ClusterPhase, VirtualCluster, VirtualClusterSpec,
-    wellknown::{CONDITION_TENANT_SYNCED, SECRET_KUBELET_CLIENT},
+    wellknown::{CONDITION_TENANT_SYNCED, SECRET_ADOPTED_CLIENT_CA, SECRET_KUBELET_CLIENT},
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::{Api, Client, api::PostParams};
 use tokio::{sync::oneshot, task::JoinHandle};
 use vc_runtime::admin::Health;
 
@@ -198,8 +198,9 @@ impl Sandbox {
     }
 
     /// Starts a tenant master, adopts it as VirtualCluster `default/<name>` with `spec`, hands it the
-    /// kubelet-client certificate vc-manager issued (as the adopt-mode guide tells an operator to), and
-    /// waits until it is Running and synced. Returns the path of its admin kubeconfig.
+    /// kubelet-client certificate vc-manager issued and hands its client CA to `kubectl vc` (as the
+    /// platform guide tells an operator to), and waits until it is Running and synced. Returns the path
+    /// of its admin kubeconfig.
     pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<PathBuf> {
         let key = self.tenancy.add_tenant(name, spec).await?.cluster_key.clone();
         let secrets: Api<Secret> = Api::namespaced(self.super_client(), &key);
@@ -223,6 +224,31 @@ impl Sandbox {
             .restart_with_kubelet_client(&certificate)
             .await?;
         let kubeconfig = tenant.control_plane.apiserver().admin_kubeconfig();
+        let client_ca = tenant.control_plane.apiserver().ca();
+        // Also as the platform guide describes: the adopted apiserver's client CA, so that
+        // `kubectl vc kubeconfig --user` can mint per-user certificates.
+        let handover = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(SECRET_ADOPTED_CLIENT_CA.to_owned()),
+                namespace: Some(key.clone()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".to_owned()),
+            string_data: Some(
+                [
+                    ("tls.crt".to_owned(), client_ca.cert_pem().to_owned()),
+                    ("tls.key".to_owned(), client_ca.key_pem().to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        secrets
+            .create(&PostParams::default(), &handover)
+            .await
+            .map_err(Error::kube(format!(
+                "handing over the client CA of tenant {name}"
+            )))?;
         self.wait_tenant_ready(name).await?;
         let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
         self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());

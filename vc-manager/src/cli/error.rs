@@ -122,11 +122,15 @@ pub enum Error {
     },
     /// Per-user certificates were asked for an adopted VirtualCluster.
     #[error(
-        "VirtualCluster {vc} is adopted: vc-manager does not hold its certificate authority, so kubectl vc cannot mint user certificates for it; create users with the adopted cluster's own tooling"
+        "VirtualCluster {vc} is adopted and vc-manager does not hold its certificate authority, so kubectl vc cannot mint user certificates for it; store the adopted apiserver's client CA (the certificate and key behind its --client-ca-file) as Secret {namespace}/{secret} with keys tls.crt and tls.key, or create users with the adopted cluster's own tooling"
     )]
     AdoptedNoCa {
         /// `namespace/name`.
         vc: String,
+        /// The tenant's root namespace.
+        namespace: String,
+        /// The Secret that would hold the CA.
+        secret: &'static str,
     },
     /// vc-manager's own error, e.g. reading an adopted tenant's kubeconfig or issuing a certificate.
     #[error("{}", .0.full_message())]

@@ -10,7 +10,10 @@
 
 use std::{collections::BTreeSet, io::Write, net::IpAddr, time::Duration};
 
-use crds::{VirtualCluster, wellknown::SECRET_ADMIN_KUBECONFIG};
+use crds::{
+    VirtualCluster,
+    wellknown::{SECRET_ADMIN_KUBECONFIG, SECRET_ADOPTED_CLIENT_CA},
+};
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use kube::{
     Api, Client, ResourceExt,
@@ -483,12 +486,40 @@ pub fn for_certificate(names: &Names, server: &Server, ca_pem: &str, client: &Ce
         tls_server_name: server.tls_server_name.clone(),
         ..Default::default()
     };
-    let auth = AuthInfo {
+    single(names, cluster, user_auth(client))
+}
+
+/// Credentials of a client certificate, embedded.
+fn user_auth(client: &CertifiedKey) -> AuthInfo {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    AuthInfo {
         client_certificate_data: Some(STANDARD.encode(&client.cert_pem)),
         client_key_data: Some(STANDARD.encode(&client.key_pem).into()),
         ..Default::default()
-    };
-    single(names, cluster, auth)
+    }
+}
+
+/// Mints `user`'s certificate from the CA in Secret `root/secret`, for `--group`s and `--ttl`.
+fn mint_user(
+    ca_cert: &str,
+    ca_key: &str,
+    root: &str,
+    secret: &str,
+    user: &str,
+    args: &KubeconfigArgs,
+) -> Result<certs::Minted> {
+    let ttl = args.ttl.unwrap_or(DEFAULT_USER_TTL);
+    certs::mint(ca_cert, ca_key, user, &args.groups, ttl, crate::steps::now()).map_err(
+        |problem| match problem {
+            certs::MintError::Authority(problem) => Error::BadSecret {
+                namespace: root.to_owned(),
+                name: secret.to_owned(),
+                problem: format!("not a usable certificate authority: {problem}"),
+            },
+            certs::MintError::Argument { flag, problem } => Error::InvalidArgument { flag, problem },
+            certs::MintError::Issue(error) => Error::Manager(error),
+        },
+    )
 }
 
 /// The kubeconfig as YAML or JSON.
@@ -664,18 +695,51 @@ pub async fn command(
     let mut warnings = Vec::new();
     let config = match vc.adoption() {
         Some(adoption) => {
-            if args.user.is_some() {
-                return Err(Error::AdoptedNoCa { vc: vc_ref });
-            }
             let (origin, yaml) = adopt::read_kubeconfig(&vc, &adoption, client).await?;
             let current = current(&yaml, &origin)?;
             let server = args.server.as_ref().map(|url| Server {
                 url: url.clone(),
                 tls_server_name: args.tls_server_name.clone(),
             });
-            let (config, more) = rewrite(current, &Names::admin(namespace, &args.name), server.as_ref());
-            warnings.extend(more);
-            config
+            match &args.user {
+                None => {
+                    let (config, more) =
+                        rewrite(current, &Names::admin(namespace, &args.name), server.as_ref());
+                    warnings.extend(more);
+                    config
+                }
+                Some(user) => {
+                    // The adopted kubeconfig's server and CA, with a certificate from the client CA the
+                    // operator handed over.
+                    let root = root_namespace(&vc)?;
+                    let [ca_cert, ca_key] =
+                        match read_secret(client, &root, SECRET_ADOPTED_CLIENT_CA, ["tls.crt", "tls.key"])
+                            .await
+                        {
+                            Err(Error::NotFound { .. }) => {
+                                return Err(Error::AdoptedNoCa {
+                                    vc: vc_ref,
+                                    namespace: root,
+                                    secret: SECRET_ADOPTED_CLIENT_CA,
+                                });
+                            }
+                            other => other?,
+                        };
+                    let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ADOPTED_CLIENT_CA, user, args)?;
+                    warnings.extend(minted.warnings.iter().cloned());
+                    let current = Current {
+                        cluster: current.cluster,
+                        auth: user_auth(&minted.key),
+                    };
+                    let (config, more) = rewrite(
+                        current,
+                        &Names::user(namespace, &args.name, user),
+                        server.as_ref(),
+                    );
+                    warnings.extend(more);
+                    config
+                }
+            }
         }
         None => {
             let root = root_namespace(&vc)?;
@@ -693,19 +757,7 @@ pub async fn command(
                 Some(user) => {
                     let [ca_cert, ca_key] =
                         read_secret(client, &root, SECRET_ROOT_CA, ["tls.crt", "tls.key"]).await?;
-                    let ttl = args.ttl.unwrap_or(DEFAULT_USER_TTL);
-                    let minted = certs::mint(&ca_cert, &ca_key, user, &args.groups, ttl, crate::steps::now())
-                        .map_err(|problem| match problem {
-                            certs::MintError::Authority(problem) => Error::BadSecret {
-                                namespace: root.clone(),
-                                name: SECRET_ROOT_CA.to_owned(),
-                                problem: format!("not a usable certificate authority: {problem}"),
-                            },
-                            certs::MintError::Argument { flag, problem } => {
-                                Error::InvalidArgument { flag, problem }
-                            }
-                            certs::MintError::Issue(error) => Error::Manager(error),
-                        })?;
+                    let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ROOT_CA, user, args)?;
                     warnings.extend(minted.warnings.iter().cloned());
                     for_certificate(
                         &Names::user(namespace, &args.name, user),

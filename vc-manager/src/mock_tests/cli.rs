@@ -310,23 +310,97 @@ async fn adopted_kubeconfigs_come_from_their_secret() {
     assert!(!ran.out.contains("viewer-token"), "{}", ran.out);
 }
 
+fn adopted_kubeconfig_secret() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+        "data": {"value": STANDARD.encode(adopted_kubeconfig())},
+    })
+}
+
 #[tokio::test]
-async fn adopted_tenants_get_no_user_certificates() {
+async fn adopted_tenants_get_no_user_certificates_without_their_client_ca() {
     let (client, mut api) = mock();
     let ran = kubectl_vc("kubeconfig vc-1 --user alice", client, async move {
         get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+        get(&mut api, "/api/v1/namespaces/team/secrets/team-kubeconfig")
+            .await
+            .ok(adopted_kubeconfig_secret());
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{}/secrets/client-ca", root()),
+        )
+        .await
+        .not_found("secrets", "client-ca");
     })
     .await;
     let error = ran.result.expect_err("refused");
     assert!(matches!(error, Error::AdoptedNoCa { .. }));
+    let line = error.one_line();
     assert!(
-        error
-            .one_line()
-            .contains("vc-manager does not hold its certificate authority"),
-        "{}",
-        error.one_line()
+        line.contains("vc-manager does not hold its certificate authority")
+            && line.contains(&format!("Secret {}/client-ca", root())),
+        "{line}"
     );
     assert_eq!(ran.out, "");
+}
+
+#[tokio::test]
+async fn adopted_tenants_get_user_certificates_from_a_handed_over_client_ca() {
+    let ca = CertificateAuthority::generate(
+        "adopted client CA",
+        "adopted",
+        Duration::from_secs(3600 * 24),
+        crate::steps::now(),
+    )
+    .expect("CA");
+    let (ca_cert, ca_key) = (ca.pem().cert_pem.clone(), ca.pem().key_pem.clone());
+    let (client, mut api) = mock();
+    let ran = kubectl_vc(
+        "kubeconfig vc-1 --user alice --group dev --ttl 2h",
+        client,
+        async move {
+            get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+            get(&mut api, "/api/v1/namespaces/team/secrets/team-kubeconfig")
+                .await
+                .ok(adopted_kubeconfig_secret());
+            get(
+                &mut api,
+                &format!("/api/v1/namespaces/{}/secrets/client-ca", root()),
+            )
+            .await
+            .ok(json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "client-ca", "namespace": root()},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": STANDARD.encode(&ca_cert), "tls.key": STANDARD.encode(&ca_key)},
+            }));
+        },
+    )
+    .await;
+    ran.result.expect("succeeds");
+    let config = kube::config::Kubeconfig::from_yaml(&ran.out).expect("a kubeconfig");
+    // The adopted kubeconfig's server and CA; the admin's token is not handed out.
+    let cluster = cluster_of(&config);
+    assert_eq!(cluster.server.as_deref(), Some("https://tenant.example.com:6443"));
+    assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+    assert!(!ran.out.contains("secret-token"), "{}", ran.out);
+    let auth = config.auth_infos[0].auth_info.clone().expect("user");
+    assert!(auth.token.is_none());
+    let cert = String::from_utf8(
+        STANDARD
+            .decode(auth.client_certificate_data.expect("certificate"))
+            .expect("base64"),
+    )
+    .expect("pem");
+    assert!(is_signed_by(&cert, ca.cert_pem()));
+    let info = inspect(&cert).expect("certificate");
+    assert_eq!(info.common_name.as_deref(), Some("alice"));
+    assert_eq!(info.organizations.iter().collect::<Vec<_>>(), ["dev"]);
+    let left = info.not_after - crate::steps::now();
+    assert!((2 * 3600 - 60..=2 * 3600 + 60).contains(&left), "{left}s left");
 }
 
 #[tokio::test]
