@@ -66,7 +66,19 @@ async fn reconcile_one_owned(vc: Arc<VirtualCluster>, ctx: Arc<Context>) -> Resu
 
 async fn reconcile_one(vc: &VirtualCluster, ctx: &Context) -> Result<Action> {
     if vc.meta().deletion_timestamp.is_some() {
-        return cleanup::delete(vc, ctx).await;
+        let result = cleanup::delete(vc, ctx).await;
+        if let Err(error) = &result {
+            // The status of an object on its way out is rarely read; the event is.
+            ctx.publish(
+                &vc.object_ref(&()),
+                EventType::Warning,
+                error.reason(),
+                "Delete",
+                error.full_message(),
+            )
+            .await;
+        }
+        return result;
     }
     let identity = TenantIdentity::of(vc)?;
     let mut progress = Progress::default();

@@ -176,6 +176,9 @@ async fn failing_to_list_namespaces_is_an_error() {
             api.expect("GET", LIST)
                 .await
                 .fail(403, "Forbidden", "namespaces is forbidden");
+            // Seen where people look: a Warning event on the VirtualCluster.
+            let message = api.event("NamespaceListFailed").await;
+            assert!(message.contains("forbidden"), "{message}");
         },
         reconcile(Arc::new(deleting_vc()), ctx.clone()),
     )
@@ -200,6 +203,8 @@ async fn failing_to_delete_a_namespace_is_an_error() {
             api.expect("DELETE", &format!("/api/v1/namespaces/{}?", root()))
                 .await
                 .fail(403, "Forbidden", "namespaces \"x\" is forbidden");
+            let message = api.event("NamespaceDeleteFailed").await;
+            assert!(message.contains("is forbidden"), "{message}");
         },
         reconcile(Arc::new(deleting_vc()), ctx),
     )
