@@ -13,7 +13,6 @@
 use std::{
     collections::BTreeSet,
     io::Write as _,
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
@@ -37,7 +36,6 @@ use kube::{
     discovery::{self, Scope},
 };
 use serde::de::DeserializeOwned;
-use vc_runtime::{leader::LeaderElectionArgs, logging::LogFormat};
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
 const CHART: &str = "charts/virtualcluster";
@@ -166,20 +164,6 @@ fn check_rule(role: &str, rule: &PolicyRule) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The syncer binary's flags as `syncer/src/main.rs` declares them (its `Args` is private to the binary).
-#[derive(clap::Parser)]
-#[command(name = "syncer")]
-struct SyncerBinaryArgs {
-    #[command(flatten)]
-    syncer: syncer::SyncerArgs,
-    #[command(flatten)]
-    leader: LeaderElectionArgs,
-    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
-    admin_address: SocketAddr,
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
 /// The container's arguments with `$(VAR)` expanded as the kubelet does, for variables the container
 /// defines from the downward API (sample values).
 fn expanded_args(container: &Container) -> Vec<String> {
@@ -221,8 +205,7 @@ fn check_flags(container: &Container) -> anyhow::Result<bool> {
             Ok(parsed.leader_election().is_some())
         }
         "syncer" => {
-            let parsed = SyncerBinaryArgs::try_parse_from(argv("syncer")).with_context(context)?;
-            let _ = (parsed.admin_address, parsed.log_format);
+            let parsed = syncer::Args::try_parse_from(argv("syncer")).with_context(context)?;
             syncer::SyncerConfig::try_from(parsed.syncer)
                 .map_err(anyhow::Error::msg)
                 .with_context(context)?;

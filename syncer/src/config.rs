@@ -16,6 +16,28 @@ pub enum VNodeAddresses {
     },
 }
 
+/// Every flag of the syncer binary: sync settings, leader election, admin endpoint, logging.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    name = "syncer",
+    version,
+    about = "Syncs every tenant master with the super cluster"
+)]
+pub struct Args {
+    /// What and how to sync.
+    #[command(flatten)]
+    pub syncer: SyncerArgs,
+    /// Leader election.
+    #[command(flatten)]
+    pub leader: vc_runtime::leader::LeaderElectionArgs,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub admin_address: std::net::SocketAddr,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = vc_runtime::logging::LogFormat::Text)]
+    pub log_format: vc_runtime::logging::LogFormat,
+}
+
 /// Command-line flags of the syncer.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SyncerArgs {

@@ -36,7 +36,7 @@ use kube::{
 use tokio::task::JoinHandle;
 use vc_runtime::admin::Health;
 
-pub use config::{SyncerArgs, SyncerConfig};
+pub use config::{Args, SyncerArgs, SyncerConfig};
 pub use context::Context;
 pub use error::{Error, Result};
 pub use metrics::Metrics;

@@ -1,35 +1,12 @@
 //! The syncer binary: flags, logging, the admin endpoint and leader election around [`syncer::run`].
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
 use prometheus_client::registry::Registry;
-use syncer::{Metrics, SyncerArgs, SyncerConfig};
-use vc_runtime::{
-    admin::Health,
-    leader::{LeaderElectionArgs, Leadership},
-    logging::LogFormat,
-};
-
-#[derive(Parser)]
-#[command(
-    name = "syncer",
-    version,
-    about = "Syncs every tenant master with the super cluster"
-)]
-struct Args {
-    #[command(flatten)]
-    syncer: SyncerArgs,
-    #[command(flatten)]
-    leader: LeaderElectionArgs,
-    /// Address of the /metrics, /healthz and /readyz endpoint.
-    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
-    admin_address: SocketAddr,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
+use syncer::{Args, Metrics, SyncerConfig};
+use vc_runtime::{admin::Health, leader::Leadership};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
