@@ -10,6 +10,20 @@ use crate::{Error, Result, pki::CertifiedKey};
 
 /// A kubeconfig with one cluster, one client-certificate user and one current context, all named `name`.
 pub fn kubeconfig_yaml(name: &str, server: &str, ca_pem: &str, user: &CertifiedKey) -> String {
+    let credentials = format!(
+        "client-certificate-data: {}\n    client-key-data: {}",
+        STANDARD.encode(&user.cert_pem),
+        STANDARD.encode(&user.key_pem)
+    );
+    single_user(name, server, ca_pem, &credentials)
+}
+
+/// A kubeconfig like [`kubeconfig_yaml`] whose user authenticates with a bearer token.
+pub fn token_kubeconfig_yaml(name: &str, server: &str, ca_pem: &str, token: &str) -> String {
+    single_user(name, server, ca_pem, &format!("token: {token}"))
+}
+
+fn single_user(name: &str, server: &str, ca_pem: &str, credentials: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -21,8 +35,7 @@ clusters:
 users:
 - name: {name}
   user:
-    client-certificate-data: {cert}
-    client-key-data: {key}
+    {credentials}
 contexts:
 - name: {name}
   context:
@@ -31,8 +44,6 @@ contexts:
 current-context: {name}
 ",
         ca = STANDARD.encode(ca_pem),
-        cert = STANDARD.encode(&user.cert_pem),
-        key = STANDARD.encode(&user.key_pem),
     )
 }
 

@@ -41,7 +41,7 @@ pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};
 pub use error::{Error, Result};
 pub use etcd::Etcd;
-pub use kubeconfig::{client_from_kubeconfig_file, kubeconfig_yaml};
+pub use kubeconfig::{client_from_kubeconfig_file, kubeconfig_yaml, token_kubeconfig_yaml};
 pub use nodes::{NodeSimulator, NodeSimulatorOptions};
 pub use ports::free_port;
 pub use process::ManagedProcess;

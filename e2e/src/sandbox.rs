@@ -22,16 +22,24 @@ use crds::{
     ClusterPhase, VirtualCluster, VirtualClusterSpec,
     wellknown::{CONDITION_TENANT_SYNCED, SECRET_ADOPTED_CLIENT_CA, SECRET_KUBELET_CLIENT},
 };
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client, api::PostParams};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Secret, ServiceAccount},
+};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, PostParams},
+};
 use tokio::{sync::oneshot, task::JoinHandle};
 use vc_runtime::admin::Health;
 
 use crate::{
-    Binary, Error, Result, WorkDir, free_port,
+    Binary, Error, Result, WorkDir,
+    apply::apply_object,
+    client_from_kubeconfig_file, free_port,
     pki::{CertificateAuthority, CertifiedKey, Usage},
     tenancy::{Tenancy, TenancyOptions, VC_NAMESPACE},
-    wait,
+    token_kubeconfig_yaml, wait,
 };
 
 /// Binaries the sandbox runs.
@@ -50,6 +58,11 @@ pub struct SandboxOptions {
     /// Where the kubeconfigs are written (default: a temporary folder removed at the end). The folder is
     /// created when missing; files in it are overwritten.
     pub dir: Option<PathBuf>,
+    /// Objects applied to the super cluster before the components start (for example the Helm chart's
+    /// ServiceAccounts and RBAC).
+    pub setup: Vec<DynamicObject>,
+    /// Run the components as these ServiceAccounts instead of as cluster-admin.
+    pub accounts: Option<ComponentAccounts>,
 }
 
 impl Default for SandboxOptions {
@@ -58,9 +71,77 @@ impl Default for SandboxOptions {
             tenants: vec!["tenant-0".to_owned()],
             nodes: 2,
             dir: None,
+            setup: Vec::new(),
+            accounts: None,
         }
     }
 }
+
+/// ServiceAccounts of the super cluster the components run as, so that their RBAC is what is tested.
+#[derive(Clone, Debug)]
+pub struct ComponentAccounts {
+    /// Namespace of the ServiceAccounts.
+    pub namespace: String,
+    /// vc-manager's.
+    pub vc_manager: String,
+    /// The syncer's.
+    pub syncer: String,
+    /// vn-agent's.
+    pub vn_agent: String,
+}
+
+/// The super-cluster clients of the three components.
+struct ComponentClients {
+    vc_manager: Client,
+    syncer: Client,
+    vn_agent: Client,
+}
+
+impl ComponentClients {
+    /// Cluster-admin for all three, or a token of each component's ServiceAccount.
+    async fn new(tenancy: &Tenancy, accounts: Option<&ComponentAccounts>, dir: &WorkDir) -> Result<Self> {
+        let Some(accounts) = accounts else {
+            let admin = tenancy.super_client();
+            return Ok(Self {
+                vc_manager: admin.clone(),
+                syncer: admin.clone(),
+                vn_agent: admin,
+            });
+        };
+        let as_account = |name: String| async move {
+            let api: Api<ServiceAccount> = Api::namespaced(tenancy.super_client(), &accounts.namespace);
+            let request = TokenRequest {
+                spec: TokenRequestSpec {
+                    audiences: Vec::new(),
+                    expiration_seconds: Some(TOKEN_SECONDS),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let token = api
+                .create_token_request(&name, &PostParams::default(), &request)
+                .await
+                .map_err(Error::kube(format!(
+                    "requesting a token of ServiceAccount {}/{name}",
+                    accounts.namespace
+                )))?
+                .status
+                .map(|status| status.token)
+                .unwrap_or_default();
+            let apiserver = tenancy.super_cluster.apiserver();
+            let kubeconfig = token_kubeconfig_yaml(&name, apiserver.url(), apiserver.ca().cert_pem(), &token);
+            client_from_kubeconfig_file(&dir.write(&format!("{name}.kubeconfig"), kubeconfig)?).await
+        };
+        Ok(Self {
+            vc_manager: as_account(accounts.vc_manager.clone()).await?,
+            syncer: as_account(accounts.syncer.clone()).await?,
+            vn_agent: as_account(accounts.vn_agent.clone()).await?,
+        })
+    }
+}
+
+/// Lifetime of the components' ServiceAccount tokens: longer than any sandbox session.
+const TOKEN_SECONDS: i64 = 7 * 24 * 3600;
 
 /// vc-manager running in this process.
 struct ManagerTask {
@@ -157,11 +238,15 @@ impl Sandbox {
             "super.kubeconfig",
             &tenancy.super_cluster.apiserver().admin_kubeconfig(),
         )?;
+        for object in &options.setup {
+            apply_object(&tenancy.super_client(), object.clone(), "default").await?;
+        }
+        let clients = ComponentClients::new(&tenancy, options.accounts.as_ref(), &private).await?;
 
-        let agent = start_vn_agent(&tenancy, &pki, &private).await?;
-        let (manager, vc_manager_admin) = start_vc_manager(tenancy.super_client()).await?;
+        let agent = start_vn_agent(&tenancy, clients.vn_agent, &pki, &private).await?;
+        let (manager, vc_manager_admin) = start_vc_manager(clients.vc_manager).await?;
         let syncer = syncer::Syncer::start(
-            tenancy.super_client(),
+            clients.syncer,
             syncer::SyncerConfig {
                 vn_agent_port: agent.local_addr().port(),
                 vnode_grace: Duration::from_secs(30),
@@ -356,7 +441,12 @@ fn secret_text(secret: &Secret, key: &str) -> Result<String> {
 }
 
 /// vn-agent in the kubelet backend mode, serving every simulated node, on a free loopback port.
-async fn start_vn_agent(tenancy: &Tenancy, pki: &AgentPki, files: &WorkDir) -> Result<vn_agent::Agent> {
+async fn start_vn_agent(
+    tenancy: &Tenancy,
+    super_client: Client,
+    pki: &AgentPki,
+    files: &WorkDir,
+) -> Result<vn_agent::Agent> {
     use vn_agent::settings::{
         BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
     };
@@ -392,7 +482,7 @@ async fn start_vn_agent(tenancy: &Tenancy, pki: &AgentPki, files: &WorkDir) -> R
     };
     let mut registry = vn_agent::metrics::Registry::default();
     let metrics = vn_agent::Metrics::register(&mut registry);
-    let agent = vn_agent::Agent::start(settings, tenancy.super_client(), metrics)
+    let agent = vn_agent::Agent::start(settings, super_client, metrics)
         .await
         .map_err(|source| Error::Component {
             component: "vn-agent",

@@ -619,3 +619,153 @@ async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
     assert!(deployments.list(&Default::default()).await?.items.is_empty());
     Ok(())
 }
+
+/// The ServiceAccount of the chart's workload whose container is `component`.
+fn service_account_of(objects: &[DynamicObject], component: &str) -> anyhow::Result<String> {
+    for object in objects {
+        let pod: Option<PodSpec> = match kind(object) {
+            "Deployment" => typed::<Deployment>(std::slice::from_ref(object), "Deployment")?
+                .pop()
+                .and_then(|d| d.spec?.template.spec),
+            "DaemonSet" => typed::<DaemonSet>(std::slice::from_ref(object), "DaemonSet")?
+                .pop()
+                .and_then(|d| d.spec?.template.spec),
+            _ => None,
+        };
+        if let Some(pod) = pod
+            && pod.containers.iter().any(|c| c.name == component)
+        {
+            return pod
+                .service_account_name
+                .with_context(|| format!("{component}'s workload names no ServiceAccount"));
+        }
+    }
+    bail!("no workload runs {component}")
+}
+
+/// The components run as the chart's ServiceAccounts with exactly the chart's RBAC (applied for real), and
+/// the product works: an adopted tenant's pod runs on a vNode and its logs come through vn-agent; a native
+/// tenant is provisioned and deleted without leftovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
+    let test = "components_work_under_the_charts_rbac";
+    let needs: Vec<Binary> = e2e::sandbox::NEEDS
+        .iter()
+        .copied()
+        .chain([Binary::Kubectl])
+        .collect();
+    if !e2e::require(test, &needs) {
+        return Ok(());
+    }
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let rendered = render(&helm, None, &[])?;
+    let mut setup: Vec<DynamicObject> = apply::parse_documents(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
+    ))?;
+    setup.extend(rendered.iter().cloned().filter(|o| {
+        matches!(
+            kind(o),
+            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        )
+    }));
+    let accounts = e2e::sandbox::ComponentAccounts {
+        namespace: NAMESPACE.to_owned(),
+        vc_manager: service_account_of(&rendered, "vc-manager")?,
+        syncer: service_account_of(&rendered, "syncer")?,
+        vn_agent: service_account_of(&rendered, "vn-agent")?,
+    };
+    eprintln!("running as {accounts:?}");
+    let sandbox = e2e::sandbox::Sandbox::start(e2e::sandbox::SandboxOptions {
+        tenants: vec!["alpha".into()],
+        setup,
+        accounts: Some(accounts),
+        ..Default::default()
+    })
+    .await
+    .context("an adopted tenant Running and synced under the chart's RBAC")?;
+
+    // The syncer and vn-agent: a tenant pod below, Running on a vNode, its logs through vn-agent.
+    let tenancy = sandbox.tenancy();
+    let alpha = tenancy.tenant("alpha");
+    let kubeconfig = &sandbox.tenant_kubeconfigs()["alpha"];
+    let kubectl = |args: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let binary = e2e::locate(Binary::Kubectl)?;
+            let output = tokio::process::Command::new(binary)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(args)
+                .output()
+                .await?;
+            ensure!(
+                output.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            anyhow::Ok(String::from_utf8(output.stdout)?)
+        }
+    };
+    kubectl(&["run", "web", "--image=registry.k8s.io/pause:3.9"]).await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(alpha.client(), "default");
+    e2e::wait::until_true(Duration::from_secs(60), "alpha's pod Running", || {
+        let pods = pods.clone();
+        async move {
+            pods.get_opt("web")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|p| p.status?.phase)
+                .is_some_and(|phase| phase == "Running")
+        }
+    })
+    .await?;
+    let logs = kubectl(&["logs", "web"]).await?;
+    let super_namespace = crds::naming::super_namespace(&alpha.cluster_key, "default");
+    assert_eq!(
+        logs.lines().collect::<Vec<_>>(),
+        e2e::nodes::expected_log_lines(&super_namespace, "web", "web")
+    );
+
+    // vc-manager: a native tenant provisioned to Running, then deleted with everything it made.
+    let super_client = sandbox.super_client();
+    for example in [
+        "examples/clusterversion-clusterip.yaml",
+        "examples/virtualcluster-native.yaml",
+    ] {
+        let yaml = std::fs::read_to_string(workspace_file(example))?
+            .replace("cv-v1-33-nodeport", "cv-v1-33-clusterip");
+        apply::apply_yaml(&super_client, &yaml, "default").await?;
+    }
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(super_client.clone(), "default");
+    let team_a = e2e::wait::until(Duration::from_secs(120), "team-a Running", || {
+        let vcs = vcs.clone();
+        async move {
+            let vc = vcs.get_opt("team-a").await.ok().flatten()?;
+            (vc.phase() == Some(crds::ClusterPhase::Running)).then_some(vc)
+        }
+    })
+    .await?;
+    let root = team_a
+        .status
+        .and_then(|s| s.cluster_namespace)
+        .context("root namespace")?;
+    vcs.delete("team-a", &Default::default()).await?;
+    let namespaces: Api<Namespace> = Api::all(super_client.clone());
+    e2e::wait::until_true(
+        Duration::from_secs(120),
+        "team-a and its root namespace gone",
+        || {
+            let (vcs, namespaces, root) = (vcs.clone(), namespaces.clone(), root.clone());
+            async move {
+                matches!(vcs.get_opt("team-a").await, Ok(None))
+                    && matches!(namespaces.get_opt(&root).await, Ok(None))
+            }
+        },
+    )
+    .await?;
+    sandbox.shutdown().await;
+    Ok(())
+}

@@ -72,7 +72,7 @@ async fn kubectl_vc_manages_tenants_in_the_sandbox() -> anyhow::Result<()> {
     let sandbox = Sandbox::start(SandboxOptions {
         tenants: vec!["alpha".into()],
         nodes: 2,
-        dir: None,
+        ..SandboxOptions::default()
     })
     .await?;
     let super_kubeconfig = sandbox.super_kubeconfig().to_owned();

@@ -26,7 +26,7 @@ async fn tenants_run_pods_on_vnodes_and_read_their_logs() -> anyhow::Result<()> 
     let sandbox = Sandbox::start(SandboxOptions {
         tenants: vec!["alpha".into(), "beta".into()],
         nodes: 2,
-        dir: None,
+        ..SandboxOptions::default()
     })
     .await?;
     eprintln!("sandbox up in {:.1}s", started.elapsed().as_secs_f64());

@@ -72,6 +72,7 @@ async fn main() -> ExitCode {
         tenants,
         nodes: args.nodes,
         dir: args.dir.clone(),
+        ..SandboxOptions::default()
     })
     .await
     {
