@@ -664,12 +664,17 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     let mut setup: Vec<DynamicObject> = apply::parse_documents(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
     ))?;
-    setup.extend(rendered.iter().cloned().filter(|o| {
-        matches!(
-            kind(o),
-            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-        )
-    }));
+    setup.extend(
+        rendered
+            .iter()
+            .filter(|o| {
+                matches!(
+                    kind(o),
+                    "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+                )
+            })
+            .cloned(),
+    );
     let accounts = e2e::sandbox::ComponentAccounts {
         namespace: NAMESPACE.to_owned(),
         vc_manager: service_account_of(&rendered, "vc-manager")?,
