@@ -47,20 +47,48 @@ pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
     })
 }
 
-/// Whether the syncer should attach: a provisioned tenant once Running, an adopted one always.
-pub fn eligible(vc: &VirtualCluster) -> bool {
+/// Whether the syncer should attach a VirtualCluster, or stay attached (`attached`).
+///
+/// - Adopted: always; the health check decides (and reports `TenantSynced`).
+/// - Provisioned, `Running` or `Updating`: attached. `Updating` is a tenant that has run and whose
+///   control plane is rolling out (a new ClusterVersion, a component not ready again): its apiserver
+///   answers most of the time, and pausing would hold new pods, deletions and status for the whole rollout.
+///   While it does not answer, the health check reports `TenantUnreachable`, nothing is deleted, and its
+///   watches restart when it answers again — as during any outage.
+/// - Provisioned, `Pending` or `Error` (or no phase yet): only a tenant the syncer already syncs — attached
+///   now, or reported `TenantSynced=True` before a syncer restart — stays attached, for the same reasons:
+///   vc-manager also reports these phases for tenants that ran (a failed reconcile while a component was
+///   not ready, a root namespace recreated after an `Error`). A tenant that never ran is not attached:
+///   while it is provisioned (or its provisioning failed) its kubeconfig and apiserver are not there yet,
+///   and trying would only report failures until vc-manager says `Running`.
+pub fn eligible(vc: &VirtualCluster, attached: bool) -> bool {
     if vc.meta().deletion_timestamp.is_some() {
         return false;
     }
     if vc.adoption().is_some() {
         return true;
     }
-    vc.phase() == Some(crds::ClusterPhase::Running)
-        && vc
-            .status
-            .as_ref()
-            .and_then(|s| s.cluster_namespace.as_ref())
-            .is_some_and(|n| !n.is_empty())
+    let has_root = vc
+        .status
+        .as_ref()
+        .and_then(|s| s.cluster_namespace.as_ref())
+        .is_some_and(|n| !n.is_empty());
+    if !has_root {
+        return false;
+    }
+    match vc.phase() {
+        Some(crds::ClusterPhase::Running | crds::ClusterPhase::Updating) => true,
+        Some(crds::ClusterPhase::Pending | crds::ClusterPhase::Error) | None => attached || synced_before(vc),
+    }
+}
+
+/// Whether the syncer last reported the tenant as synced (`TenantSynced=True`).
+fn synced_before(vc: &VirtualCluster) -> bool {
+    vc.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_TENANT_SYNCED && c.status == "True")
+    })
 }
 
 /// Why a tenant could not be attached, as a condition reason and message.
@@ -364,7 +392,7 @@ async fn supervise_one(
             }
             continue;
         };
-        let wait = if !eligible(&vc) {
+        let wait = if !eligible(&vc, attached.is_some()) {
             if attached.take().is_some() {
                 detach(&ctx, &identity.cluster_key);
             }
@@ -424,9 +452,7 @@ async fn attach_or_check(
     if let Some((tenant, current)) = attached.as_ref()
         && *current == print
     {
-        if tenant.update_settings(settings.clone(), &ctx.queues) {
-            tracing::info!(vc = %identity.vc_ref(), "tenant settings updated");
-        }
+        update_settings(ctx, tenant, settings.clone());
         // During an outage the tenant stays attached and its watches retry on their own, with a backoff
         // that may have grown long; once the apiserver answers again, fresh watches catch up at once.
         let version = check(&tenant.client, &format!("of {}", identity.vc_ref())).await?;
@@ -438,6 +464,10 @@ async fn attach_or_check(
     let (client, ca_pem, version) = connect(&kubeconfig).await?;
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
+        // Detaching forgot the tenant's usage; its running pods send no events that would count them.
+        let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
+        let pods = ctx.supers.pods.state();
+        ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     }
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
     let tenant = Tenant::start(
@@ -474,6 +504,22 @@ async fn attach_or_check(
     }
     *attached = Some((tenant, print));
     Ok(version)
+}
+
+/// Applies a VirtualCluster's settings to its attached tenant; returns whether they changed. A changed
+/// quota (raised, lowered or removed) queues the pods waiting for quota at once: they may fit now, and if
+/// not, they wait as before.
+pub fn update_settings(ctx: &Context, tenant: &Tenant, settings: TenantSettings) -> bool {
+    let quota_changed = tenant.settings().quota != settings.quota;
+    if !tenant.update_settings(settings, &ctx.queues) {
+        return false;
+    }
+    tracing::info!(vc = %tenant.identity.vc_ref(), "tenant settings updated");
+    if quota_changed {
+        let queued = ctx.quota.requeue_waiting(&tenant.id);
+        tracing::info!(vc = %tenant.identity.vc_ref(), queued, "quota changed; pods waiting for quota queued again");
+    }
+    true
 }
 
 struct Supervised {
@@ -581,4 +627,157 @@ pub fn orphaned(ctx: &Context, namespace: &Namespace) -> bool {
         .get(&ObjectRef::new(vc_name).within(vc_namespace))
         .is_some_and(|vc| crds::naming::cluster_key_of(&vc).as_deref() == Some(key));
     !live
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json},
+        items::{DownItem, Kind},
+        quota::Usage,
+    };
+
+    fn provisioned(phase: Option<&str>, synced: Option<&str>) -> VirtualCluster {
+        let mut status = json!({"clusterNamespace": "team-abc123-vc"});
+        if let Some(phase) = phase {
+            status["phase"] = json!(phase);
+        }
+        if let Some(synced) = synced {
+            status["conditions"] = json!([{"type": CONDITION_TENANT_SYNCED, "status": synced, "reason": "R",
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+        }
+        from_json(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": "vc", "namespace": "team", "uid": "vc-uid"},
+            "spec": {"clusterVersionName": "v1", "quota": {"pods": "1"}},
+            "status": status,
+        }))
+    }
+
+    #[test]
+    fn provisioned_tenants_are_synced_while_they_run_or_roll_out() {
+        for phase in ["Running", "Updating"] {
+            for attached in [false, true] {
+                assert!(eligible(&provisioned(Some(phase), None), attached), "{phase}");
+            }
+        }
+        // Never synced: a tenant being provisioned, or whose provisioning failed, has nothing to talk to.
+        for phase in [Some("Pending"), Some("Error"), None] {
+            assert!(!eligible(&provisioned(phase, None), false), "{phase:?}");
+            assert!(!eligible(&provisioned(phase, Some("False")), false), "{phase:?}");
+            // Synced before (now, or before a restart): it stays synced; the health check decides.
+            assert!(eligible(&provisioned(phase, None), true), "{phase:?}");
+            assert!(eligible(&provisioned(phase, Some("True")), false), "{phase:?}");
+        }
+        // Without a root namespace there is no kubeconfig to read; being deleted ends syncing.
+        let mut rootless = provisioned(Some("Running"), None);
+        rootless.status.as_mut().expect("status").cluster_namespace = None;
+        assert!(!eligible(&rootless, true));
+        let mut deleting = provisioned(Some("Updating"), Some("True"));
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert!(!eligible(&deleting, true));
+        // Adopted tenants do not go by the phase.
+        let adopted: VirtualCluster = from_json(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": "vc", "namespace": "team", "uid": "vc-uid"},
+            "spec": {"kubeconfigSecretRef": {"name": "k"}},
+            "status": {"phase": "Error"},
+        }));
+        assert!(eligible(&adopted, false));
+    }
+
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\n";
+
+    /// Answers the reads of one `attach_or_check` of an attached tenant: its kubeconfig Secret (super),
+    /// then `/version` and a namespace list (tenant).
+    async fn answer_check(supers: &mut testing::ApiServer, tenants: &mut testing::ApiServer) {
+        let secret = supers
+            .expect(
+                "GET",
+                "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
+            )
+            .await;
+        secret.respond(
+            200,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
+                "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
+        );
+        tenants.expect("GET", "/version").await.respond(
+            200,
+            &json!({"major": "1", "minor": "25", "gitVersion": "v1.25.9", "gitCommit": "x", "gitTreeState": "clean",
+                "buildDate": "2023-04-12T12:00:00Z", "goVersion": "go1.19", "compiler": "gc", "platform": "linux/amd64"}),
+        );
+        tenants.expect("GET", "/api/v1/namespaces?").await.respond(
+            200,
+            &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {}, "items": []}),
+        );
+    }
+
+    #[tokio::test]
+    async fn a_changed_quota_queues_the_pods_waiting_for_quota_at_once() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let mut vc = provisioned(Some("Running"), Some("True"));
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::of(&vc));
+        let identity = testing::identity();
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        let quota = tenant.settings().quota.clone();
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, quota.as_ref(), "ns", "first", one)
+                .is_ok()
+        );
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, quota.as_ref(), "ns", "second", one)
+                .is_err()
+        );
+        let mut attached = Some((tenant.clone(), fingerprint(KUBECONFIG)));
+
+        // A status change (here: a rollout begins) changes no setting: nothing is queued.
+        vc.status.as_mut().expect("status").phase = Some(crds::ClusterPhase::Updating);
+        assert!(eligible(&vc, true));
+        let (result, ()) = tokio::join!(
+            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            answer_check(&mut supers, &mut tenants)
+        );
+        assert_eq!(result.expect("checked"), "v1.25.9");
+        assert!(testing::drain_down(&ctx).await.is_empty());
+
+        // The quota is raised while the tenant rolls out: the waiting pod is queued at once.
+        vc.spec.quota.as_mut().expect("quota").pods = Some(Quantity("2".into()));
+        let (result, ()) = tokio::join!(
+            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            answer_check(&mut supers, &mut tenants)
+        );
+        result.expect("checked");
+        assert!(
+            Arc::ptr_eq(&attached.as_ref().expect("attached").0, &tenant),
+            "not attached again"
+        );
+        assert_eq!(tenant.settings().quota, vc.spec.quota);
+        assert_eq!(
+            testing::drain_down(&ctx).await,
+            [DownItem::new(Kind::Pod, "ns", "second")]
+        );
+
+        // Removing the quota does it too; any other edit does not.
+        vc.spec.quota = None;
+        assert!(update_settings(&ctx, &tenant, TenantSettings::of(&vc)));
+        assert_eq!(testing::drain_down(&ctx).await.len(), 1);
+        vc.spec.weight = 7;
+        assert!(update_settings(&ctx, &tenant, TenantSettings::of(&vc)));
+        assert!(!update_settings(&ctx, &tenant, TenantSettings::of(&vc)));
+        assert!(testing::drain_down(&ctx).await.is_empty());
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }

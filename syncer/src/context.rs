@@ -44,3 +44,6 @@ impl Context {
             .collect()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod testing;

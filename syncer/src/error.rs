@@ -66,6 +66,21 @@ impl Error {
         }
     }
 
+    /// The message of the apiserver's answer, when it answered with an error status.
+    pub fn status_message(&self) -> Option<&str> {
+        match self {
+            Self::Super {
+                source: kube::Error::Api(s),
+                ..
+            }
+            | Self::Tenant {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.message.as_str()),
+            _ => None,
+        }
+    }
+
     /// Whether the apiserver answered with this HTTP status.
     pub fn is_status(&self, code: u16) -> bool {
         matches!(self, Self::Super { source: kube::Error::Api(s), .. } | Self::Tenant { source: kube::Error::Api(s), .. } if s.code == code)

@@ -1,6 +1,6 @@
 //! The patrol: a periodic comparison of every tenant with the super cluster that queues repairs for
-//! missing, drifted and orphaned objects, stale vNodes and status that did not flow up, and removes the
-//! namespaces of tenants that no longer exist.
+//! missing, drifted and orphaned objects, stale vNodes and status that did not flow up, looks again at
+//! pods waiting for quota, and removes the namespaces of tenants that no longer exist.
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
@@ -33,6 +33,9 @@ pub struct Findings {
     pub stale_vnodes: usize,
     /// Status that did not reach the tenant.
     pub status: usize,
+    /// Pods waiting for quota, queued to be admitted again (a safety net: they are also queued when a pod
+    /// of their tenant ends and when the tenant's quota changes).
+    pub quota_waiting: usize,
 }
 
 impl std::ops::AddAssign for Findings {
@@ -42,6 +45,7 @@ impl std::ops::AddAssign for Findings {
         self.orphaned += other.orphaned;
         self.stale_vnodes += other.stale_vnodes;
         self.status += other.status;
+        self.quota_waiting += other.quota_waiting;
     }
 }
 
@@ -64,6 +68,7 @@ pub async fn run(ctx: Arc<Context>) {
             orphaned = findings.orphaned,
             stale_vnodes = findings.stale_vnodes,
             status = findings.status,
+            quota_waiting = findings.quota_waiting,
             "patrol done"
         );
     }
@@ -191,7 +196,14 @@ fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
                 Some("drifted")
             }
             Some(existing) if !in_sync(&desired, &existing) => Some("drifted"),
-            Some(_) => None,
+            Some(existing) => {
+                if let Some(up) = K::pending_up(&object, &existing) {
+                    findings.status += 1;
+                    found(ctx, resource, "status");
+                    ctx.queues.up.add(&tenant.id, up);
+                }
+                None
+            }
         };
         match finding {
             Some("missing") => findings.missing += 1,
@@ -227,6 +239,12 @@ fn scan_pods(ctx: &Context, tenant: &Tenant) -> Findings {
                 if pod.meta().deletion_timestamp.is_some() || (unbound && !waiting) {
                     findings.missing += 1;
                     found(ctx, "pod", "missing");
+                    ctx.queues.down.add(&tenant.id, item);
+                } else if unbound {
+                    // Waiting for quota: admission is looked at again (from the cache, without writes
+                    // while nothing changed), in case an event that should have woken it was missed.
+                    findings.quota_waiting += 1;
+                    found(ctx, "pod", "quota-waiting");
                     ctx.queues.down.add(&tenant.id, item);
                 }
             }
@@ -300,4 +318,140 @@ async fn remove_orphaned_tenants(ctx: &Context) -> usize {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        cached::TenantPod,
+        context::testing::{self, from_json, put},
+        quota::Usage,
+        settings::TenantSettings,
+    };
+
+    fn tenant_pod(name: &str) -> TenantPod {
+        from_json(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Pending"}
+        }))
+    }
+
+    #[tokio::test]
+    async fn pods_waiting_for_quota_are_looked_at_again() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let quota = crds::TenantQuota {
+            pods: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "1".into(),
+            )),
+            ..Default::default()
+        };
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, Some(&quota), "ns", "admitted", one)
+                .is_ok()
+        );
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, Some(&quota), "ns", "waiting", one)
+                .is_err()
+        );
+        put(&mut caches.pods, tenant_pod("admitted"));
+        put(&mut caches.pods, tenant_pod("waiting"));
+
+        let findings = scan(&ctx).await;
+        // The admitted pod is being created (no copy yet): missing. The waiting one is queued as well.
+        assert_eq!((findings.missing, findings.quota_waiting), (1, 1));
+        let mut queued = testing::drain_down(&ctx).await;
+        queued.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(
+            queued,
+            [
+                DownItem::new(Kind::Pod, "ns", "admitted"),
+                DownItem::new(Kind::Pod, "ns", "waiting")
+            ]
+        );
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn node_ports_that_did_not_reach_the_tenant_are_queued_up_and_nothing_drifts() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let tenant_service = |node_port: i32, super_ip: Option<&str>| -> Service {
+            let mut service: Service = from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "svc-uid", "resourceVersion": "5"},
+                "spec": {"type": "NodePort", "clusterIP": "10.32.0.10", "selector": {"app": "web"},
+                    "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": node_port}]}
+            }));
+            if let Some(ip) = super_ip {
+                service.metadata.annotations = Some(
+                    [(
+                        crds::wellknown::ANNOTATION_SUPER_CLUSTER_IP.to_owned(),
+                        ip.to_owned(),
+                    )]
+                    .into(),
+                );
+            }
+            service
+        };
+        // The super copy as the syncer made it (from the tenant Service with the port its apiserver picked),
+        // with the node port and IP the super cluster allocated.
+        let original = tenant_service(30080, None);
+        let super_namespace = tenant.identity.super_namespace("shop");
+        let opaque = ctx.opaque_prefixes(&[]);
+        let cx = Conversion {
+            tenant: &tenant,
+            opaque_prefixes: &opaque,
+            super_namespace: &super_namespace,
+        };
+        let mut copy = Service::to_super(&original, &cx)
+            .expect("convert")
+            .expect("synced");
+        identity::stamp(&mut copy, |o| o.meta_mut());
+        let spec = copy.spec.as_mut().expect("spec");
+        spec.cluster_ip = Some("10.96.0.9".into());
+        spec.ports.as_mut().expect("ports")[0].node_port = Some(31000);
+        put(&mut super_caches.services, copy);
+
+        put(&mut caches.services, original);
+        let findings = scan(&ctx).await;
+        assert_eq!(
+            findings,
+            Findings {
+                status: 1,
+                ..Default::default()
+            }
+        );
+        assert!(testing::drain_down(&ctx).await.is_empty());
+        assert_eq!(
+            testing::drain_up(&ctx).await,
+            [UpItem::Service {
+                namespace: "shop".into(),
+                name: "web".into()
+            }]
+        );
+
+        // Once the tenant Service shows them, the patrol finds nothing: the copied-up values do not make the
+        // super copy drift either.
+        put(&mut caches.services, tenant_service(31000, Some("10.96.0.9")));
+        assert_eq!(scan(&ctx).await, Findings::default());
+        assert!(testing::drain_down(&ctx).await.is_empty());
+        assert!(testing::drain_up(&ctx).await.is_empty());
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }

@@ -2,7 +2,8 @@
 //!
 //! The ledger follows super pods from the cache and reserves a pod's resources at admission, so that
 //! workers creating pods at the same time cannot overshoot. A pod that does not fit waits; it is queued
-//! again as soon as a pod of the same tenant ends or goes away.
+//! again as soon as a pod of the same tenant ends or goes away, when the tenant's quota changes
+//! ([`Quota::requeue_waiting`]), and by every patrol.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -146,6 +147,28 @@ fn dimensions(usage: &Usage) -> [i64; 5] {
     ]
 }
 
+/// Whether `usage` fits next to what a ledger counts.
+fn fits(ledger: &Ledger, quota: Option<&TenantQuota>, usage: Usage) -> Result<(), Exceeded> {
+    let Some(quota) = quota else {
+        return Ok(());
+    };
+    let used = dimensions(&ledger.used);
+    let asked = dimensions(&usage);
+    for (i, (resource, limit)) in limits(quota).into_iter().enumerate() {
+        if let Some(limit) = limit
+            && used[i] + asked[i] > limit
+        {
+            return Err(Exceeded {
+                resource,
+                used: used[i],
+                requested: asked[i],
+                limit,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[derive(Default)]
 struct Ledger {
     label: String,
@@ -247,29 +270,61 @@ impl Quota {
         if ledger.pods.contains_key(&key) || ledger.reserved.contains_key(&key) {
             return Ok(());
         }
-        if let Some(quota) = quota {
-            let used = dimensions(&ledger.used);
-            let asked = dimensions(&usage);
-            for (i, (resource, limit)) in limits(quota).into_iter().enumerate() {
-                if let Some(limit) = limit
-                    && used[i] + asked[i] > limit
-                {
-                    ledger.waiting.insert(key);
-                    self.publish(ledger);
-                    return Err(Exceeded {
-                        resource,
-                        used: used[i],
-                        requested: asked[i],
-                        limit,
-                    });
-                }
-            }
+        if let Err(exceeded) = fits(ledger, quota, usage) {
+            ledger.waiting.insert(key);
+            self.publish(ledger);
+            return Err(exceeded);
         }
         ledger.waiting.remove(&key);
         ledger.used += usage;
         ledger.reserved.insert(key, usage);
         self.publish(ledger);
         Ok(())
+    }
+
+    /// Whether a pod would be admitted now, without reserving anything: lets a pod that waits be looked
+    /// at again cheaply (from the cache, before its whole spec is read).
+    pub fn check(
+        &self,
+        tenant: &TenantId,
+        quota: Option<&TenantQuota>,
+        namespace: &str,
+        name: &str,
+        usage: Usage,
+    ) -> Result<(), Exceeded> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let tenants = self.lock();
+        let Some(ledger) = tenants.get(tenant) else {
+            return fits(&Ledger::default(), quota, usage);
+        };
+        if ledger.pods.contains_key(&key) || ledger.reserved.contains_key(&key) {
+            return Ok(());
+        }
+        fits(ledger, quota, usage)
+    }
+
+    /// Queues every pod of a tenant that waits for quota, to be admitted again: its quota changed, or the
+    /// patrol looks. Pods stay marked as waiting until they are admitted. Returns how many were queued.
+    pub fn requeue_waiting(&self, tenant: &TenantId) -> usize {
+        let waiting: Vec<(String, String)> = self
+            .lock()
+            .get(tenant)
+            .map(|l| l.waiting.iter().cloned().collect())
+            .unwrap_or_default();
+        for (namespace, name) in &waiting {
+            self.down.add(tenant, DownItem::new(Kind::Pod, namespace, name));
+        }
+        waiting.len()
+    }
+
+    /// Counts a tenant's super pods again from the cache (when the tenant is attached again after its
+    /// ledger was forgotten): pods that keep running send no events that would count them.
+    pub fn recount<'a>(&self, tenant: &TenantId, pods: impl IntoIterator<Item = &'a SuperPod>) {
+        for pod in pods {
+            if identity::owner_cluster(pod.meta()) == Some(&**tenant) {
+                self.observe(pod, Change::Applied);
+            }
+        }
     }
 
     /// Drops a reservation whose pod was not created.
@@ -412,5 +467,83 @@ mod tests {
         // A failed creation gives its reservation back.
         quota.release(&tenant, "ns", "b");
         assert_eq!(quota.used(&tenant).pods, 0);
+    }
+
+    #[tokio::test]
+    async fn waiting_pods_are_queued_again_on_demand_and_checked_without_reserving() {
+        let down = Arc::new(FairQueue::new());
+        let quota = Quota::new(down.clone(), Arc::new(Metrics::default()));
+        let tenant: TenantId = Arc::from("t");
+        down.configure_tenant(&tenant, 1, None);
+        let one_pod = TenantQuota {
+            pods: Some(Quantity("1".into())),
+            ..Default::default()
+        };
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        assert!(quota.admit(&tenant, Some(&one_pod), "ns", "a", one).is_ok());
+        assert!(quota.admit(&tenant, Some(&one_pod), "ns", "b", one).is_err());
+        assert!(quota.is_waiting(&tenant, "ns", "b"));
+
+        // A check reserves nothing and keeps the pod waiting.
+        assert!(quota.check(&tenant, Some(&one_pod), "ns", "b", one).is_err());
+        let two_pods = TenantQuota {
+            pods: Some(Quantity("2".into())),
+            ..Default::default()
+        };
+        assert!(quota.check(&tenant, Some(&two_pods), "ns", "b", one).is_ok());
+        assert!(quota.check(&tenant, None, "ns", "b", one).is_ok());
+        assert_eq!(quota.used(&tenant).pods, 1);
+        assert!(quota.is_waiting(&tenant, "ns", "b"));
+        // A counted pod always passes.
+        assert!(quota.check(&tenant, Some(&one_pod), "ns", "a", one).is_ok());
+
+        // Queued again (and still waiting until admitted).
+        assert_eq!(quota.requeue_waiting(&tenant), 1);
+        let work = down.next().await.expect("requeued");
+        assert_eq!(work.item, DownItem::new(Kind::Pod, "ns", "b"));
+        down.done(&work);
+        assert!(quota.is_waiting(&tenant, "ns", "b"));
+        assert!(quota.admit(&tenant, Some(&two_pods), "ns", "b", one).is_ok());
+        assert!(!quota.is_waiting(&tenant, "ns", "b"));
+        assert_eq!(quota.requeue_waiting(&tenant), 0);
+        assert_eq!(quota.requeue_waiting(&Arc::from("other")), 0);
+    }
+
+    #[test]
+    fn a_forgotten_tenant_is_counted_again_from_its_super_pods() {
+        let quota = Quota::new(Arc::new(FairQueue::new()), Arc::new(Metrics::default()));
+        let tenant: TenantId = Arc::from("t");
+        let pod = |name: &str, cluster: &str, phase: &str| -> SuperPod {
+            let mut pod: SuperPod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "t-ns", "annotations": {
+                    "tenancy.x-k8s.io/cluster": cluster, "tenancy.x-k8s.io/namespace": "ns"}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]}
+            }))
+            .expect("pod");
+            pod.status = Some(
+                serde_json::value::RawValue::from_string(format!(r#"{{"phase":"{phase}"}}"#)).expect("raw"),
+            );
+            pod
+        };
+        let pods = [
+            pod("a", "t", "Running"),
+            pod("b", "t", "Pending"),
+            pod("done", "t", "Succeeded"),
+            pod("theirs", "u", "Running"),
+        ];
+        for p in &pods {
+            quota.observe(p, Change::Applied);
+        }
+        assert_eq!(quota.used(&tenant).pods, 2);
+        quota.forget(&tenant);
+        assert_eq!(quota.used(&tenant).pods, 0);
+        quota.recount(&tenant, pods.iter());
+        quota.recount(&tenant, pods.iter());
+        let used = quota.used(&tenant);
+        assert_eq!((used.pods, used.requests_cpu), (2, 500));
+        assert_eq!(quota.used(&Arc::from("u")).pods, 1);
     }
 }

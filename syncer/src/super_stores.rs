@@ -314,3 +314,44 @@ fn trim_node(node: &mut Node) {
         status.volumes_in_use = None;
     }
 }
+
+/// Writers of the caches tests fill by hand.
+#[cfg(test)]
+pub(crate) struct Writers {
+    /// Tenant namespaces.
+    pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
+    /// Tenant services.
+    pub services: kube::runtime::reflector::store::Writer<Service>,
+}
+
+#[cfg(test)]
+impl SuperStores {
+    /// Caches without watches, filled by the test through the returned writers (the others stay empty).
+    pub(crate) fn for_tests() -> (Self, Writers) {
+        use kube::runtime::reflector::store;
+        let (namespaces, namespaces_writer) = store();
+        let (services, services_writer) = store();
+        let stores = Self {
+            namespaces,
+            pods: store().0,
+            services,
+            endpoints: store().0,
+            config_maps: store().0,
+            secrets: store().0,
+            tokens: store().0,
+            service_accounts: store().0,
+            claims: store().0,
+            ingresses: None,
+            nodes: store().0,
+            volumes: store().0,
+            storage_classes: store().0,
+            priority_classes: store().0,
+            tasks: Vec::new(),
+        };
+        let writers = Writers {
+            namespaces: namespaces_writer,
+            services: services_writer,
+        };
+        (stores, writers)
+    }
+}

@@ -147,7 +147,23 @@ impl Tenant {
             tasks.push(task);
             store
         };
-        let services = downward!(Kind::Service);
+        // A tenant Service is synced down, and up too: the super cluster's node ports and IP go back onto
+        // it, also after the tenant changed it.
+        let services = {
+            let (down, up, id) = (queues.down.clone(), queues.up.clone(), id.clone());
+            let (store, task) = reflect(Api::<Service>::all(client.clone()), all.clone(), move |o| {
+                down.add(&id, namespaced(o, Kind::Service));
+                up.add(
+                    &id,
+                    UpItem::Service {
+                        namespace: o.namespace().unwrap_or_default(),
+                        name: o.name_any(),
+                    },
+                );
+            });
+            tasks.push(task);
+            store
+        };
         let endpoints = downward!(Kind::Endpoints);
         let config_maps = downward!(Kind::ConfigMap);
         let secrets = downward!(Kind::Secret);
@@ -318,5 +334,73 @@ impl Tenants {
     /// Removes a tenant.
     pub fn remove(&self, id: &str) -> Option<Arc<Tenant>> {
         self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id)
+    }
+}
+
+/// Writers of the tenant caches tests fill by hand.
+#[cfg(test)]
+pub(crate) struct Writers {
+    /// Pods.
+    pub pods: kube::runtime::reflector::store::Writer<TenantPod>,
+    /// Services.
+    pub services: kube::runtime::reflector::store::Writer<Service>,
+}
+
+#[cfg(test)]
+impl Tenant {
+    /// A ready tenant on `client` without watches; its caches are filled through the returned writers
+    /// (the others stay empty).
+    pub(crate) fn for_tests(
+        identity: TenantIdentity,
+        client: Client,
+        settings: TenantSettings,
+        queues: &Queues,
+    ) -> (Arc<Self>, Writers) {
+        use kube::runtime::reflector::store;
+        let id: TenantId = Arc::from(identity.cluster_key.as_str());
+        queues
+            .down
+            .configure_tenant(&id, settings.weight.max(1), settings.rate_limit);
+        queues.up.configure_tenant(&id, settings.weight.max(1), None);
+        let (pods, pods_writer) = store();
+        let (services, services_writer) = store();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crds::wellknown::FIELD_MANAGER_SYNCER.into(),
+                instance: Some("test".into()),
+            },
+        );
+        let tenant = Arc::new(Self {
+            identity,
+            id,
+            client,
+            ca_pem: None,
+            recorder,
+            vnode_idle_since: Default::default(),
+            stores: TenantStores {
+                namespaces: store().0,
+                pods,
+                services,
+                endpoints: store().0,
+                config_maps: store().0,
+                secrets: store().0,
+                service_accounts: store().0,
+                claims: store().0,
+                ingresses: None,
+                vnodes: store().0,
+                volumes: store().0,
+                storage_classes: store().0,
+                priority_classes: store().0,
+            },
+            settings: RwLock::new(Arc::new(settings)),
+            ready: std::sync::atomic::AtomicBool::new(true),
+            tasks: Vec::new(),
+        });
+        let writers = Writers {
+            pods: pods_writer,
+            services: services_writer,
+        };
+        (tenant, writers)
     }
 }

@@ -161,14 +161,18 @@ impl Downward for Service {
                 .get_or_insert_with(Default::default)
                 .insert(ANNOTATION_TENANT_CLUSTER_IP.to_owned(), ip.to_owned());
         }
+        // Node ports are the super cluster's: they are copied up into the tenant Service (see
+        // `up::service`), so the tenant's values are not pushed down, except as a request when the copy is
+        // created (`with_creation_hints`). Leaving them out on update keeps the allocated ones: the
+        // apiserver fills in a Service's node ports that an update leaves out.
         let ports = spec.ports.map(|ports| {
             ports
                 .into_iter()
                 .map(|p| ServicePort { node_port: None, ..p })
                 .collect()
         });
-        // The super cluster allocates its own cluster IP and node ports; external IPs would let a tenant
-        // capture super-cluster traffic.
+        // The super cluster allocates its own cluster IP; external IPs would let a tenant capture
+        // super-cluster traffic.
         let spec = ServiceSpec {
             type_: spec.type_,
             selector: spec.selector,
@@ -208,6 +212,65 @@ impl Downward for Service {
             "loadBalancerSourceRanges": spec.load_balancer_source_ranges,
         })
     }
+
+    fn with_creation_hints(tenant: &Self, desired: &Self) -> Option<Self> {
+        let spec = tenant.spec.as_ref();
+        if !needs_node_ports(spec) {
+            return None;
+        }
+        // The node ports the tenant Service has: asked for by the tenant, or allocated by its apiserver.
+        // Where the super cluster has them free, the tenant keeps them and nothing needs copying up.
+        let requested: Vec<Option<i32>> = spec
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| p.node_port.filter(|n| *n != 0))
+            .collect();
+        if requested.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut hinted = desired.clone();
+        let ports = hinted.spec.as_mut()?.ports.as_mut()?;
+        for (port, node_port) in ports.iter_mut().zip(requested) {
+            port.node_port = node_port;
+        }
+        Some(hinted)
+    }
+
+    fn refused_hints(error: &crate::Error) -> Option<(&'static str, String)> {
+        let message = error.status_message()?;
+        if !error.is_status(422) || !message.contains("nodePort") {
+            return None;
+        }
+        let detail = message
+            .split_once("nodePort: ")
+            .map_or(message, |(_, detail)| detail);
+        Some((
+            REASON_NODE_PORT_UNAVAILABLE,
+            format!(
+                "the super cluster cannot give this Service the node port it has ({detail}); it allocated another, which this Service shows"
+            ),
+        ))
+    }
+
+    fn pending_up(tenant: &Self, super_object: &Self) -> Option<crate::items::UpItem> {
+        super::up::service_pending(tenant, super_object).then(|| crate::items::UpItem::Service {
+            namespace: tenant.namespace().unwrap_or_default(),
+            name: tenant.name_any(),
+        })
+    }
+}
+
+/// Reason of the event on a tenant Service whose node port the super cluster could not give it.
+pub const REASON_NODE_PORT_UNAVAILABLE: &str = "NodePortUnavailable";
+
+/// Whether a Service of this spec has node ports: `NodePort`, and `LoadBalancer` unless it opts out.
+pub fn needs_node_ports(spec: Option<&ServiceSpec>) -> bool {
+    spec.is_some_and(|s| match s.type_.as_deref() {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => s.allocate_load_balancer_node_ports != Some(false),
+        _ => false,
+    })
 }
 
 impl Downward for Endpoints {
@@ -402,5 +465,166 @@ mod tests {
             PersistentVolumeClaim::view(&desired),
             PersistentVolumeClaim::view(&stored)
         );
+    }
+
+    mod node_ports {
+        use k8s_openapi::api::core::v1::Namespace;
+
+        use super::*;
+        use crate::{
+            context::testing::{self, from_json, put},
+            identity,
+            items::{DownItem, Kind},
+            resources::{Outcome, sync_down},
+            settings::TenantSettings,
+        };
+
+        const APPLY: &str =
+            "/api/v1/namespaces/team-abc123-vc-shop/services/web?&force=true&fieldManager=vc-syncer";
+
+        fn tenant_service(node_port: i32) -> Service {
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "svc-uid", "resourceVersion": "5"},
+                "spec": {"type": "NodePort", "clusterIP": "10.32.0.10", "selector": {"app": "web"},
+                    "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": node_port}]}
+            }))
+        }
+
+        fn node_port(body: &Value) -> &Value {
+            &body["spec"]["ports"][0]["nodePort"]
+        }
+
+        fn hash(body: &Value) -> &Value {
+            &body["metadata"]["annotations"][identity::ANNOTATION_SYNC_HASH]
+        }
+
+        fn super_namespace() -> Namespace {
+            from_json(
+                json!({"metadata": {"name": "team-abc123-vc-shop", "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop"}}}),
+            )
+        }
+
+        #[tokio::test]
+        async fn the_tenant_node_port_is_asked_for_on_creation_only() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, mut super_caches) = testing::context(super_client);
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+            put(&mut super_caches.namespaces, super_namespace());
+            put(&mut caches.services, tenant_service(30080));
+            let item = DownItem::new(Kind::Service, "shop", "web");
+
+            let (outcome, created) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                let call = supers.expect("PATCH", APPLY).await;
+                assert_eq!(node_port(&call.body), 30080);
+                call.echo()
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
+
+            // The copy as the super cluster keeps it. The tenant Service, whether it still shows its own
+            // port or the super cluster's copied up, is in sync with it: nothing is written.
+            let mut copy: Service = from_json(created);
+            copy.spec.as_mut().expect("spec").cluster_ip = Some("10.96.0.9".into());
+            put(&mut super_caches.services, copy.clone());
+            assert_eq!(
+                sync_down::<Service>(&ctx, &tenant, &item).await.expect("synced"),
+                Outcome::InSync
+            );
+            copy.spec.as_mut().expect("spec").ports.as_mut().expect("ports")[0].node_port = Some(31000);
+            put(&mut super_caches.services, copy);
+            let mut copied_up = tenant_service(31000);
+            copied_up.metadata.annotations = Some(
+                [(
+                    crds::wellknown::ANNOTATION_SUPER_CLUSTER_IP.to_owned(),
+                    "10.96.0.9".to_owned(),
+                )]
+                .into(),
+            );
+            put(&mut caches.services, copied_up.clone());
+            assert_eq!(
+                sync_down::<Service>(&ctx, &tenant, &item).await.expect("synced"),
+                Outcome::InSync
+            );
+
+            // A change of the tenant Service goes down without any node port: the super cluster keeps its own.
+            copied_up.metadata.labels = Some([("tier".to_owned(), "front".to_owned())].into());
+            put(&mut caches.services, copied_up);
+            let (outcome, ()) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                let call = supers.expect("PATCH", APPLY).await;
+                assert_eq!(node_port(&call.body), &Value::Null);
+                assert_eq!(call.body["metadata"]["labels"]["tier"], "front");
+                call.echo();
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+            supers.idle().await;
+            tenants.idle().await;
+        }
+
+        #[tokio::test]
+        async fn a_node_port_the_super_cluster_refuses_is_left_to_it() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, mut super_caches) = testing::context(super_client);
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+            put(&mut super_caches.namespaces, super_namespace());
+            put(&mut caches.services, tenant_service(30080));
+            let item = DownItem::new(Kind::Service, "shop", "web");
+
+            let (outcome, ()) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                let hinted = supers.expect("PATCH", APPLY).await;
+                let hinted_hash = hash(&hinted.body).clone();
+                hinted.fail(
+                    422,
+                    "Invalid",
+                    "Service \"web\" is invalid: spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated",
+                );
+                let event = tenants
+                    .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                    .await;
+                assert_eq!(event.body["reason"], REASON_NODE_PORT_UNAVAILABLE);
+                assert!(
+                    event.body["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("provided port is already allocated")),
+                    "{}",
+                    event.body
+                );
+                event.echo();
+                let plain = supers.expect("PATCH", APPLY).await;
+                assert_eq!(node_port(&plain.body), &Value::Null);
+                // The hash covers what every later sync applies, not the request.
+                assert_eq!(hash(&plain.body), &hinted_hash);
+                plain.echo();
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 2 });
+
+            // Other refusals are errors, retried as usual.
+            let mut other = tenant_service(30081);
+            other.metadata.uid = Some("svc-uid-2".into());
+            put(&mut caches.services, other);
+            let (outcome, ()) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                supers.expect("PATCH", APPLY).await.fail(
+                    422,
+                    "Invalid",
+                    "Service \"web\" is invalid: metadata.labels: Invalid value",
+                );
+            });
+            assert!(outcome.is_err());
+            supers.idle().await;
+            tenants.idle().await;
+        }
+
+        #[test]
+        fn only_services_with_node_ports_ask_for_them() {
+            let spec = |value: Value| -> ServiceSpec { from_json(value) };
+            assert!(needs_node_ports(Some(&spec(json!({"type": "NodePort"})))));
+            assert!(needs_node_ports(Some(&spec(json!({"type": "LoadBalancer"})))));
+            assert!(!needs_node_ports(Some(&spec(
+                json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false})
+            ))));
+            assert!(!needs_node_ports(Some(&spec(json!({"type": "ClusterIP"})))));
+            assert!(!needs_node_ports(None));
+        }
     }
 }

@@ -23,8 +23,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::{
     context::Context,
     error::{Error, Result, on_super},
+    events,
     identity::{self, TenantIdentity},
-    items::{DownItem, Kind},
+    items::{DownItem, Kind, UpItem},
     super_stores::SuperStores,
     tenant::{Tenant, TenantStores},
 };
@@ -120,6 +121,25 @@ pub trait Downward:
     /// still matches. Fields the apiserver defaults must be normalised so that a freshly written object
     /// compares equal.
     fn view(object: &Self) -> serde_json::Value;
+
+    /// Values of the tenant object the super cluster may refuse, passed down only when the copy is created:
+    /// `desired` with them, or `None` when there are none. They are added after the sync hash and are not
+    /// part of [`Downward::view`], so they never count as drift and never flow down on update.
+    fn with_creation_hints(_tenant: &Self, _desired: &Self) -> Option<Self> {
+        None
+    }
+
+    /// When the super cluster refused a creation because of its hints: reason and message of an event for
+    /// the tenant object, which is then created without them.
+    fn refused_hints(_error: &Error) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// The upward item that brings state of the super object to the tenant, when the tenant object lacks
+    /// it (the patrol queues it; the watches normally do).
+    fn pending_up(_tenant: &Self, _super_object: &Self) -> Option<UpItem> {
+        None
+    }
 }
 
 /// Whether `actual` (from the cache) matches `desired` (stamped with its hash).
@@ -266,9 +286,28 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     else {
                         return Ok(namespace::waiting_for_namespace(&item.namespace));
                     };
-                    apply(ctx, &api, desired, None).await?;
+                    let hinted = live.as_ref().and_then(|o| K::with_creation_hints(o, &desired));
+                    let writes = match hinted {
+                        None => {
+                            apply(ctx, &api, desired, None).await?;
+                            1
+                        }
+                        Some(hinted) => match apply(ctx, &api, hinted, None).await {
+                            Ok(_) => 1,
+                            Err(error) => {
+                                let Some((reason, message)) = K::refused_hints(&error) else {
+                                    return Err(error);
+                                };
+                                if let Some(object) = &live {
+                                    events::normal(tenant, &object.object_ref(&()), reason, &message).await;
+                                }
+                                apply(ctx, &api, desired, None).await?;
+                                2
+                            }
+                        },
+                    };
                     Ok(Outcome::Created {
-                        writes: 1 + namespace_writes,
+                        writes: writes + namespace_writes,
                     })
                 }
             }

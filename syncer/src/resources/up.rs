@@ -1,10 +1,10 @@
-//! Status flowing up: pods (binding, status, completed deletions), services (super cluster IP, status) and
-//! claims (status), plus the labels and annotations under the tenant's transparent prefixes.
+//! Status flowing up: pods (binding, status, completed deletions), services (super cluster IP, node ports,
+//! status) and claims (status), plus the labels and annotations under the tenant's transparent prefixes.
 
 use std::collections::BTreeMap;
 
 use crds::wellknown::ANNOTATION_SUPER_CLUSTER_IP;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodStatus, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodStatus, Service, ServicePort, ServiceSpec};
 use kube::{
     Api, Resource, ResourceExt,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
@@ -12,12 +12,12 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{Outcome, pod::finalize_tenant_pod, vnode};
+use super::{Outcome, kinds::needs_node_ports, pod::finalize_tenant_pod, vnode};
 use crate::{
     cached::{TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
-    identity,
+    events, identity,
     tenant::Tenant,
 };
 
@@ -212,7 +212,121 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     })
 }
 
-/// Syncs one tenant service up: the super cluster IP as an annotation, and the load-balancer status.
+/// What the upward sync keeps on a tenant Service's main resource: the super cluster IP as an annotation,
+/// and the node ports the super cluster allocated (those are the ones open on the nodes). Applied whole
+/// under one field manager: whatever an apply leaves out that the manager set before would be removed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceUp {
+    /// The super cluster IP.
+    pub super_ip: Option<String>,
+    /// Ports as `{port, protocol, nodePort}`, for the tenant ports the super Service has under the same
+    /// name, port and protocol.
+    pub node_ports: Vec<ServicePort>,
+}
+
+fn port_key(port: &ServicePort) -> (&str, i32, &str) {
+    (
+        port.name.as_deref().unwrap_or_default(),
+        port.port,
+        port.protocol.as_deref().unwrap_or("TCP"),
+    )
+}
+
+/// What `tenant` should carry of `super_service`.
+pub fn service_up(tenant: &Service, super_service: &Service) -> ServiceUp {
+    let super_ip = super_service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .filter(|ip| !ip.is_empty());
+    let mut node_ports = Vec::new();
+    // Both must have node ports: while a type change has not reached the super Service, its ports are not
+    // the tenant's to take (and a tenant Service without node ports refuses them).
+    if needs_node_ports(tenant.spec.as_ref()) && needs_node_ports(super_service.spec.as_ref()) {
+        let super_ports = super_service.spec.as_ref().and_then(|s| s.ports.as_ref());
+        for port in tenant
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let allocated = super_ports
+                .into_iter()
+                .flatten()
+                .find(|p| port_key(p) == port_key(port))
+                .and_then(|p| p.node_port)
+                .filter(|n| *n != 0);
+            if let Some(node_port) = allocated {
+                node_ports.push(ServicePort {
+                    port: port.port,
+                    protocol: Some(port_key(port).2.to_owned()),
+                    node_port: Some(node_port),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    ServiceUp { super_ip, node_ports }
+}
+
+/// Whether `tenant` lacks some of `wanted`.
+fn lacks(tenant: &Service, wanted: &ServiceUp) -> bool {
+    let ip_missing = wanted
+        .super_ip
+        .as_ref()
+        .is_some_and(|ip| tenant.annotations().get(ANNOTATION_SUPER_CLUSTER_IP) != Some(ip));
+    let ports = tenant.spec.as_ref().and_then(|s| s.ports.as_ref());
+    let port_missing = wanted.node_ports.iter().any(|want| {
+        !ports.into_iter().flatten().any(|have| {
+            have.port == want.port && port_key(have).2 == port_key(want).2 && have.node_port == want.node_port
+        })
+    });
+    ip_missing || port_missing
+}
+
+/// Whether the tenant Service lacks something of its super copy that the upward sync writes (for the
+/// patrol). The super copy must be the tenant Service's.
+pub fn service_pending(tenant: &Service, super_service: &Service) -> bool {
+    lacks(tenant, &service_up(tenant, super_service))
+}
+
+/// Applies `wanted` to tenant Service `name`. Node ports are written only onto the version of the tenant
+/// Service they were matched against (`resource_version`): applied to a newer one whose ports changed,
+/// they could add a port entry the tenant does not have.
+async fn apply_service_up(
+    api: &Api<Service>,
+    name: &str,
+    wanted: &ServiceUp,
+    resource_version: Option<String>,
+) -> kube::Result<()> {
+    let with_ports = !wanted.node_ports.is_empty();
+    let patch = Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            resource_version: resource_version.filter(|_| with_ports),
+            annotations: wanted
+                .super_ip
+                .clone()
+                .map(|ip| [(ANNOTATION_SUPER_CLUSTER_IP.to_owned(), ip)].into()),
+            ..Default::default()
+        },
+        spec: with_ports.then(|| ServiceSpec {
+            ports: Some(wanted.node_ports.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    api.patch(name, &params(), &Patch::Apply(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Reason of the event on a tenant Service whose super node ports its apiserver refuses.
+pub const REASON_NODE_PORT_NOT_COPIED: &str = "NodePortNotCopied";
+
+/// Syncs one tenant service up: the super cluster IP as an annotation, the super cluster's node ports, and
+/// the load-balancer status.
 pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
     let Some(tenant_service) = tenant
         .stores
@@ -231,30 +345,54 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
     };
     let api: Api<Service> = Api::namespaced(tenant.client.clone(), namespace);
     let mut writes = 0;
-    let super_ip = super_service
-        .spec
-        .as_ref()
-        .and_then(|s| s.cluster_ip.clone())
-        .filter(|ip| !ip.is_empty());
-    if let Some(ip) = super_ip
-        && tenant_service.annotations().get(ANNOTATION_SUPER_CLUSTER_IP) != Some(&ip)
-    {
-        let patch = Service {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                annotations: Some([(ANNOTATION_SUPER_CLUSTER_IP.to_owned(), ip)].into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        api.patch(name, &params(), &Patch::Apply(&patch))
-            .await
-            .map_err(on_tenant(
-                &tenant.identity.cluster_key,
-                format!("annotating service {namespace}/{name}"),
-            ))?;
+    let mut refused = None;
+    let wanted = service_up(&tenant_service, &super_service);
+    if lacks(&tenant_service, &wanted) {
         ctx.metrics.tenant_write("service", "apply");
-        writes += 1;
+        let resource_version = tenant_service.resource_version();
+        match apply_service_up(&api, name, &wanted, resource_version).await {
+            Ok(()) => writes += 1,
+            // The tenant apiserver refuses a node port: outside its --service-node-port-range, or held by
+            // another of its Services (which gets its own super value in turn). The patrol tries again.
+            Err(kube::Error::Api(status))
+                if status.code == 422
+                    && !wanted.node_ports.is_empty()
+                    && status.message.contains("nodePort") =>
+            {
+                tracing::info!(tenant = %tenant.identity.vc_ref(), service = %format!("{namespace}/{name}"), message = %status.message, "the tenant refuses the super cluster's node ports");
+                events::warn(
+                    tenant,
+                    &tenant_service.object_ref(&()),
+                    REASON_NODE_PORT_NOT_COPIED,
+                    &format!(
+                        "the node ports open on the nodes for this Service could not be recorded on it: {}",
+                        status.message
+                    ),
+                )
+                .await;
+                let without_ports = ServiceUp {
+                    node_ports: Vec::new(),
+                    ..wanted.clone()
+                };
+                if lacks(&tenant_service, &without_ports) {
+                    ctx.metrics.tenant_write("service", "apply");
+                    apply_service_up(&api, name, &without_ports, None)
+                        .await
+                        .map_err(on_tenant(
+                            &tenant.identity.cluster_key,
+                            format!("annotating service {namespace}/{name}"),
+                        ))?;
+                    writes += 1;
+                }
+                refused = Some(status.message.clone());
+            }
+            Err(error) => {
+                return Err(on_tenant(
+                    &tenant.identity.cluster_key,
+                    format!("updating service {namespace}/{name} from its super copy"),
+                )(error));
+            }
+        }
     }
     let load_balancer = super_service
         .status
@@ -291,6 +429,12 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
         writes += 1;
     }
     writes += transparent::<Service>(ctx, tenant, tenant_service.meta(), super_service.meta()).await?;
+    if let Some(reason) = refused {
+        return Ok(Outcome::Waiting {
+            reason: format!("the tenant refuses the super cluster's node ports: {reason}"),
+            retry_after: None,
+        });
+    }
     Ok(match writes {
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
@@ -349,4 +493,181 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json, put},
+        settings::TenantSettings,
+    };
+
+    const SUPER_IP: &str = "10.96.0.9";
+
+    fn tenant_service(type_: &str, ports: serde_json::Value, super_ip: Option<&str>) -> Service {
+        let mut service: Service = from_json(json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "svc-uid", "resourceVersion": "5"},
+            "spec": {"type": type_, "clusterIP": "10.32.0.10", "selector": {"app": "web"}, "ports": ports}
+        }));
+        if let Some(ip) = super_ip {
+            service.metadata.annotations =
+                Some([(ANNOTATION_SUPER_CLUSTER_IP.to_owned(), ip.to_owned())].into());
+        }
+        service
+    }
+
+    fn super_service(ports: serde_json::Value) -> Service {
+        from_json(json!({
+            "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-uid",
+                "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "svc-uid",
+                    "tenancy.x-k8s.io/namespace": "shop"}},
+            "spec": {"type": "NodePort", "clusterIP": SUPER_IP, "selector": {"app": "web"}, "ports": ports}
+        }))
+    }
+
+    const APPLY: &str = "/api/v1/namespaces/shop/services/web?&force=true&fieldManager=vc-syncer";
+
+    #[test]
+    fn node_ports_are_matched_by_name_port_and_protocol() {
+        let tenant = tenant_service(
+            "NodePort",
+            json!([{"name": "http", "port": 80, "nodePort": 30001}, {"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 30002},
+                {"name": "new", "port": 8080, "nodePort": 30003}]),
+            None,
+        );
+        // The super copy lists them in another order and does not have the new port yet.
+        let copy = super_service(json!([
+            {"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 31002},
+            {"name": "http", "port": 80, "protocol": "TCP", "nodePort": 31001}
+        ]));
+        let wanted = service_up(&tenant, &copy);
+        assert_eq!(wanted.super_ip.as_deref(), Some(SUPER_IP));
+        let ports: Vec<(i32, Option<&str>, Option<i32>)> = wanted
+            .node_ports
+            .iter()
+            .map(|p| (p.port, p.protocol.as_deref(), p.node_port))
+            .collect();
+        assert_eq!(
+            ports,
+            [(80, Some("TCP"), Some(31001)), (53, Some("UDP"), Some(31002))]
+        );
+        assert!(lacks(&tenant, &wanted));
+
+        // A tenant Service that no longer has node ports takes none (its type change is on its way down).
+        let cluster_ip = tenant_service("ClusterIP", json!([{"name": "http", "port": 80}]), Some(SUPER_IP));
+        assert_eq!(
+            service_up(&cluster_ip, &copy),
+            ServiceUp {
+                super_ip: Some(SUPER_IP.into()),
+                node_ports: Vec::new()
+            }
+        );
+        assert!(!service_pending(&cluster_ip, &copy));
+    }
+
+    #[tokio::test]
+    async fn the_super_node_ports_are_written_into_the_tenant_service_once() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(
+            &mut super_caches.services,
+            super_service(json!([{"port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 31000}])),
+        );
+        // The tenant apiserver picked 30080; the super cluster allocated 31000.
+        put(
+            &mut caches.services,
+            tenant_service(
+                "NodePort",
+                json!([{"port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}]),
+                None,
+            ),
+        );
+        let (outcome, call) = tokio::join!(service(&ctx, &tenant, "shop", "web"), async {
+            let call = tenants.expect("PATCH", APPLY).await;
+            let body = call.body.clone();
+            call.respond(200, &body);
+            body
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert_eq!(
+            call,
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "resourceVersion": "5", "annotations": {(ANNOTATION_SUPER_CLUSTER_IP): SUPER_IP}},
+                "spec": {"ports": [{"port": 80, "protocol": "TCP", "nodePort": 31000}]}})
+        );
+
+        // With the values in place nothing is written again (the tenant's own write comes back as an
+        // event and queues the service once more).
+        put(
+            &mut caches.services,
+            tenant_service(
+                "NodePort",
+                json!([{"port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 31000}]),
+                Some(SUPER_IP),
+            ),
+        );
+        assert_eq!(
+            service(&ctx, &tenant, "shop", "web").await.expect("synced"),
+            Outcome::InSync
+        );
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_node_port_the_tenant_refuses_is_reported_and_the_ip_still_copied() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(
+            &mut super_caches.services,
+            super_service(json!([{"port": 80, "protocol": "TCP", "nodePort": 31000}])),
+        );
+        put(
+            &mut caches.services,
+            tenant_service(
+                "NodePort",
+                json!([{"port": 80, "protocol": "TCP", "nodePort": 30080}]),
+                None,
+            ),
+        );
+        let (outcome, ()) = tokio::join!(service(&ctx, &tenant, "shop", "web"), async {
+            tenants.expect("PATCH", APPLY).await.fail(
+                422,
+                "Invalid",
+                "Service \"web\" is invalid: spec.ports[0].nodePort: Invalid value: 31000: provided port is already allocated",
+            );
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_NODE_PORT_NOT_COPIED);
+            assert_eq!(event.body["type"], "Warning");
+            event.echo();
+            let call = tenants.expect("PATCH", APPLY).await;
+            assert_eq!(
+                call.body,
+                json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "web", "annotations": {(ANNOTATION_SUPER_CLUSTER_IP): SUPER_IP}}})
+            );
+            call.echo();
+        });
+        assert!(
+            matches!(
+                outcome.expect("synced"),
+                Outcome::Waiting {
+                    retry_after: None,
+                    ..
+                }
+            ),
+            "the patrol tries again"
+        );
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }

@@ -254,6 +254,22 @@ async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod) ->
 async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
     let namespace = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
+    // A pod waiting for quota is queued again whenever room may have appeared (a pod ended, the quota
+    // changed, the patrol): while it still does not fit, the cache says so without reading the pod.
+    if ctx.quota.is_waiting(&tenant.id, &namespace, &name) {
+        let usage = crate::quota::pod_usage(&cached.spec);
+        let settings = tenant.settings();
+        if let Err(exceeded) = ctx
+            .quota
+            .check(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
+        {
+            hold_for_quota(ctx, tenant, cached, &exceeded.to_string()).await;
+            return Ok(Outcome::Waiting {
+                reason: exceeded.to_string(),
+                retry_after: None,
+            });
+        }
+    }
     let endpoints = match tenant_endpoints(ctx, tenant) {
         Ok(endpoints) => endpoints,
         Err(reason) => {
@@ -635,4 +651,93 @@ async fn sync_readiness_gates(
         super_pod.name_any()
     )))?;
     Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use crds::TenantQuota;
+    use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::api::resource::Quantity};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json, put},
+        quota::Usage,
+        settings::TenantSettings,
+    };
+
+    const HELD: &str = "tenant quota pods exceeded: 1 in use, pod asks for 1, limit 1";
+
+    fn pod_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "second", "namespace": "ns", "uid": "pod-uid", "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": REASON_QUOTA_EXCEEDED, "message": HELD}]}
+        })
+    }
+
+    fn quota(pods: &str) -> TenantSettings {
+        TenantSettings {
+            quota: Some(TenantQuota {
+                pods: Some(Quantity(pods.into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_pod_is_looked_at_from_the_cache_and_created_once_the_quota_is_raised() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, quota("1"));
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        let limit = tenant.settings().quota.clone();
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, limit.as_ref(), "ns", "first", one)
+                .is_ok()
+        );
+        let held = ctx
+            .quota
+            .admit(&tenant.id, limit.as_ref(), "ns", "second", one)
+            .expect_err("held");
+        assert_eq!(held.to_string(), HELD);
+        put(&mut caches.pods, from_json(pod_json()));
+        put(
+            &mut super_caches.namespaces,
+            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-ns"}})),
+        );
+        let item = DownItem::new(Kind::Pod, "ns", "second");
+
+        // Queued again while it still does not fit: no read, no write (the tenant already shows why).
+        let outcome = sync(&ctx, &tenant, &item).await.expect("synced");
+        assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+        tenants.idle().await;
+
+        // The quota is raised: the pod is queued, read whole and created.
+        assert!(crate::attach::update_settings(&ctx, &tenant, quota("2")));
+        assert_eq!(testing::drain_down(&ctx).await, std::slice::from_ref(&item));
+        let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            tenants
+                .expect("GET", "/api/v1/namespaces/ns/pods/second?")
+                .await
+                .respond(200, &pod_json());
+            let created = supers
+                .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-ns/pods/second?")
+                .await;
+            created.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
+        assert!(!ctx.quota.is_waiting(&tenant.id, "ns", "second"));
+        assert_eq!(ctx.quota.used(&tenant.id).pods, 2);
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }
