@@ -147,6 +147,36 @@ async fn seed(tenant: &TenantMaster, namespace: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node port of a Service's first port.
+fn node_port(service: &Service) -> Option<i32> {
+    service.spec.as_ref()?.ports.as_ref()?.first()?.node_port
+}
+
+/// Waits until a tenant Service shows the node port its super copy has (the one open on the nodes), and
+/// returns it.
+async fn node_port_copied_up(
+    tenancy: &Tenancy,
+    tenant: &TenantMaster,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<i32> {
+    let supers = super_api::<Service>(tenancy, tenant, namespace);
+    let tenants = Api::<Service>::namespaced(tenant.client(), namespace);
+    wait::until(
+        PATIENCE,
+        &format!("{}: node port of {namespace}/{name} copied up", tenant.name),
+        || {
+            let (supers, tenants, name) = (supers.clone(), tenants.clone(), name.to_owned());
+            async move {
+                let allocated = node_port(&supers.get_opt(&name).await.ok()??)?;
+                (node_port(&tenants.get_opt(&name).await.ok()??)? == allocated).then_some(allocated)
+            }
+        },
+    )
+    .await
+    .map_err(Into::into)
+}
+
 fn pod_json(name: &str, labels: serde_json::Value, image: &str) -> serde_json::Value {
     json!({
         "metadata": {"name": name, "labels": labels},
@@ -474,6 +504,64 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .await?;
     assert_eq!(b_cm.data.as_ref().and_then(|d| d.get("owner")), Some(&b.name));
 
+    // NodePort Services: the node port a tenant sees is the one open on the nodes. A port the tenant asks
+    // for is asked of the super cluster; taken there (here by the other tenant), the super cluster picks
+    // another and the tenant Service shows that one. A port the tenant apiserver picked works the same way.
+    let public = |tenant: &TenantMaster| {
+        json!({"metadata": {"name": "public", "labels": {"owner": tenant.name}}, "spec": {"type": "NodePort", "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30555}]}})
+    };
+    create::<Service>(&a.client(), Some("shop"), public(a)).await?;
+    assert_eq!(node_port_copied_up(&tenancy, a, "shop", "public").await?, 30555);
+    create::<Service>(&b.client(), Some("shop"), public(b)).await?;
+    let b_port = node_port_copied_up(&tenancy, b, "shop", "public").await?;
+    assert_ne!(b_port, 30555);
+    let b_events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(b.client(), "shop");
+    wait::until_true(PATIENCE, "NodePortUnavailable event", || {
+        let events = b_events.clone();
+        async move {
+            events.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("NodePortUnavailable")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("public")
+                })
+            })
+        }
+    })
+    .await?;
+    create::<Service>(&a.client(), Some("shop"), json!({"metadata": {"name": "picked"}, "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 81}]}})).await?;
+    let picked = node_port_copied_up(&tenancy, a, "shop", "picked").await?;
+    // Changes of the tenant Service go down without its node port, and nobody fights over it: after a few
+    // patrols the values are still the same on both sides.
+    Api::<Service>::namespaced(b.client(), "shop")
+        .patch(
+            "public",
+            &patch,
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "edge"}}})),
+        )
+        .await?;
+    until(
+        &super_api::<Service>(&tenancy, b, "shop"),
+        "public",
+        "Service label down",
+        |s| s.is_some_and(|s| s.labels().get("tier").map(String::as_str) == Some("edge")),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (tenant, name, port) in [(a, "public", 30555), (b, "public", b_port), (a, "picked", picked)] {
+        let copy = super_api::<Service>(&tenancy, tenant, "shop").get(name).await?;
+        let own = Api::<Service>::namespaced(tenant.client(), "shop")
+            .get(name)
+            .await?;
+        assert_eq!(
+            (node_port(&copy), node_port(&own)),
+            (Some(port), Some(port)),
+            "{}: {name}",
+            tenant.name
+        );
+        assert_eq!(own.labels().get("owner"), copy.labels().get("owner"));
+    }
+
     // A 63-character namespace round-trips through its shortened super name.
     let long = "n".repeat(63);
     seed(a, &long).await?;
@@ -768,7 +856,16 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
         "rateLimit": {"qps": 5, "burst": 5}
     }))?;
     tenancy.add_tenant("strict", spec).await?;
-    let _syncer = start_syncer(&tenancy, config()).await?;
+    // No patrol during the test: pods waiting for quota must be released by the events themselves (a pod
+    // ending, the quota changing), not by the patrol's safety net.
+    let _syncer = start_syncer(
+        &tenancy,
+        SyncerConfig {
+            patrol_interval: Duration::from_secs(3600),
+            ..config()
+        },
+    )
+    .await?;
     tenant_synced(&tenancy, "strict", "True").await?;
     let tenant = tenancy.tenant("strict");
     seed(tenant, "jobs").await?;
@@ -842,10 +939,40 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
         Some("kata")
     );
     tenant_pods.delete("q-1", &DeleteParams::default()).await?;
-    until(&tenant_pods, "q-3", "held pod Running after quota frees", |p| {
+    let running = |p: Option<&Pod>| {
         p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
-    })
-    .await?;
+    };
+    until(&tenant_pods, "q-3", "held pod Running after quota frees", running).await?;
+
+    // Raising the quota releases a waiting pod at once, and so does removing it.
+    let held = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.reason.as_deref() == Some("TenantQuotaExceeded"))
+            })
+    };
+    let vcs: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    for (pod, quota) in [("q-4", json!({"pods": "3"})), ("q-5", serde_json::Value::Null)] {
+        create::<Pod>(&client, Some("jobs"), pod_json(pod, json!({}), "busybox")).await?;
+        until(&tenant_pods, pod, "pod held by the quota", held).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(super_pods.get_opt(pod).await?.is_none(), "{pod} must wait");
+        vcs.patch(
+            "strict",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"quota": quota}})),
+        )
+        .await?;
+        until(
+            &tenant_pods,
+            pod,
+            "held pod Running after the quota changed",
+            running,
+        )
+        .await?;
+    }
 
     // Rate limit: 30 ConfigMaps at 5 writes/s (burst 5) cannot all be in the super cluster within 2 s,
     // and all arrive eventually.
@@ -886,6 +1013,111 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Result<()> {
+    if !e2e::require("provisioned_tenants_keep_syncing_while_they_roll_out", NEEDS) {
+        return Ok(());
+    }
+    let mut tenancy = Tenancy::start(TenancyOptions {
+        tenants: 0,
+        ..Default::default()
+    })
+    .await?;
+    // A tenant master registered as vc-manager registers the tenants it provisions: a ClusterVersion, the
+    // admin kubeconfig in the root namespace, and the phase in the status, which this test sets as
+    // vc-manager would during a rollout. (The master comes with an adopted VirtualCluster, removed first.)
+    let super_client = tenancy.super_client();
+    let vcs: Api<VirtualCluster> = Api::namespaced(super_client.clone(), e2e::tenancy::VC_NAMESPACE);
+    tenancy.add_tenant("master", Default::default()).await?;
+    vcs.delete("master", &DeleteParams::default()).await?;
+    until(&vcs, "master", "adopted VirtualCluster gone", |vc| vc.is_none()).await?;
+    let master = tenancy.tenant("master");
+    create::<Namespace>(&super_client, None, json!({"metadata": {"name": "rolling-root"}})).await?;
+    create::<Secret>(
+        &super_client,
+        Some("rolling-root"),
+        json!({"metadata": {"name": "admin-kubeconfig"},
+            "stringData": {"admin-kubeconfig": master.control_plane.apiserver().admin_kubeconfig()}}),
+    )
+    .await?;
+    let vc = create::<VirtualCluster>(
+        &super_client,
+        Some(e2e::tenancy::VC_NAMESPACE),
+        json!({"metadata": {"name": "rolling"}, "spec": {"clusterVersionName": "v1"}}),
+    )
+    .await?;
+    let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    let super_apps = crds::naming::super_namespace(&key, "apps");
+    let set_phase = |phase: &'static str| {
+        let vcs = vcs.clone();
+        async move {
+            vcs.patch_status(
+                "rolling",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase, "clusterNamespace": "rolling-root"}})),
+            )
+            .await
+        }
+    };
+    set_phase("Pending").await?;
+
+    // Being provisioned, never synced: not attached.
+    let syncer = start_syncer(&tenancy, config()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        syncer.context.tenants.all().is_empty(),
+        "a Pending tenant was attached"
+    );
+
+    set_phase("Running").await?;
+    tenant_synced(&tenancy, "rolling", "True").await?;
+    seed(master, "apps").await?;
+    let client = master.client();
+    let tenant_pods = Api::<Pod>::namespaced(client.clone(), "apps");
+    let super_pods = Api::<Pod>::namespaced(super_client.clone(), &super_apps);
+    let running = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    create::<Pod>(&client, Some("apps"), pod_json("before", json!({}), "busybox")).await?;
+    until(&tenant_pods, "before", "pod Running", running).await?;
+
+    // A rollout: new pods, deletions and status keep flowing.
+    set_phase("Updating").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    create::<Pod>(&client, Some("apps"), pod_json("during", json!({}), "busybox")).await?;
+    until(&tenant_pods, "during", "pod Running during the rollout", running).await?;
+    tenant_pods.delete("before", &DeleteParams::default()).await?;
+    until(
+        &super_pods,
+        "before",
+        "super pod deleted during the rollout",
+        |p| p.is_none(),
+    )
+    .await?;
+    until(
+        &tenant_pods,
+        "before",
+        "deletion completed during the rollout",
+        |p| p.is_none(),
+    )
+    .await?;
+
+    // A failed reconcile of a tenant that ran, even across a syncer restart: still synced.
+    set_phase("Error").await?;
+    drop(syncer);
+    let syncer = start_syncer(&tenancy, config()).await?;
+    create::<ConfigMap>(&client, Some("apps"), json!({"metadata": {"name": "in-error"}})).await?;
+    until(
+        &Api::<ConfigMap>::namespaced(super_client.clone(), &super_apps),
+        "in-error",
+        "ConfigMap synced while the phase is Error",
+        |c| c.is_some(),
+    )
+    .await?;
+    assert_eq!(syncer.context.tenants.all().len(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
     if !e2e::require("restarts_outages_and_deletion_lose_nothing", NEEDS) {
         return Ok(());
@@ -898,6 +1130,8 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
     let tenant = tenancy.tenant("tenant-0");
     seed(tenant, "burst").await?;
     let client = tenant.client();
+    // A NodePort Service, whose node port is copied up: a restart rewrites it on neither side.
+    create::<Service>(&client, Some("burst"), json!({"metadata": {"name": "edge"}, "spec": {"type": "NodePort", "selector": {"app": "edge"}, "ports": [{"port": 80}]}})).await?;
 
     // A burst, with the syncer killed in the middle of it.
     let burst = {
@@ -983,6 +1217,7 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
     .await?;
 
     // Restarting with everything in sync writes nothing to the super cluster.
+    node_port_copied_up(&tenancy, tenant, "burst", "edge").await?;
     tokio::time::sleep(Duration::from_secs(4)).await;
     drop(syncer);
     let metrics = Arc::new(Metrics::default());
@@ -1012,6 +1247,14 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
             metrics.super_write_counts()
         );
     }
+    let service_writes = metrics
+        .tenant_writes
+        .get_or_create(&syncer::metrics::WriteLabels {
+            resource: "service",
+            verb: "apply",
+        })
+        .get();
+    assert_eq!(service_writes, 0, "a restart rewrote tenant Services");
 
     // One tenant's apiserver stops: the other keeps syncing, and the stopped one recovers.
     tenancy
