@@ -992,7 +992,7 @@ rules:
     verbs: ["list", "watch"]
   - apiGroups: ["tenancy.x-k8s.io"]
     resources: ["virtualclusters"]
-    verbs: ["get", "list", "watch"]
+    verbs: ["list", "watch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
