@@ -16,6 +16,24 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, ResourceExt};
 use kubectl_support::Kubectl;
 
+/// Waits until the tenant's pod `default/web` is bound and Running.
+async fn running(client: &kube::Client, tenant: &str) -> anyhow::Result<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    Ok(wait::until(
+        Duration::from_secs(60),
+        &format!("{tenant}'s pod web Running"),
+        || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get_opt("web").await.ok().flatten()?;
+                let running = pod.status.as_ref()?.phase.as_deref() == Some("Running");
+                (running && pod.spec.as_ref()?.node_name.is_some()).then_some(pod)
+            }
+        },
+    )
+    .await?)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenants_run_pods_on_vnodes_and_read_their_logs() -> anyhow::Result<()> {
     let needs: Vec<Binary> = NEEDS.iter().copied().chain([Binary::Kubectl]).collect();
@@ -47,16 +65,8 @@ async fn tenants_run_pods_on_vnodes_and_read_their_logs() -> anyhow::Result<()> 
     }
     let tenancy = sandbox.tenancy();
     let alpha_client = tenancy.tenant("alpha").client();
-    let pods: Api<Pod> = Api::namespaced(alpha_client.clone(), "default");
-    let pod = wait::until(Duration::from_secs(60), "alpha's pod web Running", || {
-        let pods = pods.clone();
-        async move {
-            let pod = pods.get_opt("web").await.ok().flatten()?;
-            let running = pod.status.as_ref()?.phase.as_deref() == Some("Running");
-            (running && pod.spec.as_ref()?.node_name.is_some()).then_some(pod)
-        }
-    })
-    .await?;
+    let pod = running(&alpha_client, "alpha").await?;
+    running(&tenancy.tenant("beta").client(), "beta").await?;
     let node = pod.spec.and_then(|s| s.node_name).context("node")?;
     assert!(tenancy.nodes.nodes().contains(&node), "bound to {node}");
 

@@ -341,6 +341,31 @@ impl SyncerProcess {
             .ok()
     }
 
+    /// Sum and count of the downward queue wait of `tenants` (VirtualCluster names in the harness's
+    /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
+    async fn queue_wait(&self, tenants: &[&e2e::tenancy::TenantMaster]) -> (f64, f64) {
+        let Some(body) = http_get(self.admin_port, "/metrics").await else {
+            return (f64::NAN, f64::NAN);
+        };
+        let ours = |line: &&str| {
+            line.contains("direction=\"Down\"")
+                && tenants
+                    .iter()
+                    .any(|t| line.contains(&format!("tenant=\"{}/{}\"", e2e::tenancy::VC_NAMESPACE, t.name)))
+        };
+        let total = |series: &str| -> f64 {
+            body.lines()
+                .filter(|l| l.starts_with(series))
+                .filter(ours)
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        (
+            total("syncer_queue_wait_seconds_sum{"),
+            total("syncer_queue_wait_seconds_count{"),
+        )
+    }
+
     async fn metric_sum(&self, name: &str) -> f64 {
         let Some(body) = http_get(self.admin_port, "/metrics").await else {
             return f64::NAN;
@@ -649,7 +674,10 @@ async fn main() -> anyhow::Result<()> {
         .skip(args.greedy)
         .take(args.regular)
         .collect();
+    let wait_before = syncer.queue_wait(&regular).await;
     let unloaded = regular_latencies(&regular, &super_seen, "alone", args.regular_pods).await?;
+    let wait_alone = syncer.queue_wait(&regular).await;
+    let greedy_before = syncer.queue_wait(&greedy).await;
     for tenant in &greedy {
         ensure_namespace(&tenant.client(), "greedy").await?;
     }
@@ -670,9 +698,12 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let loaded = regular_latencies(&regular, &super_seen, "loaded", args.regular_pods).await?;
+    let wait_loaded = syncer.queue_wait(&regular).await;
     for burst in bursts {
         burst.await??;
     }
+    let greedy_after = syncer.queue_wait(&greedy).await;
+    let mean_wait = |from: (f64, f64), to: (f64, f64)| (to.0 - from.0) / (to.1 - from.1).max(1.0);
     for task in super_seen_watch {
         task.abort();
     }
@@ -747,6 +778,12 @@ async fn main() -> anyhow::Result<()> {
         mean(&unloaded),
         mean(&loaded),
         mean(&loaded) / mean(&unloaded)
+    );
+    println!(
+        "syncer queue wait (down), mean: regular alone {:.1} ms, regular next to greedy {:.1} ms, greedy {:.1} ms",
+        mean_wait(wait_before, wait_alone) * 1000.0,
+        mean_wait(wait_alone, wait_loaded) * 1000.0,
+        mean_wait(greedy_before, greedy_after) * 1000.0
     );
     Ok(())
 }
