@@ -11,7 +11,7 @@
 //! `target/release/bench_syncer --tenants 10 --pods 500`.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -391,6 +391,60 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     Some(body)
 }
 
+/// `apiserver_request_total` of some apiservers, summed by verb, resource and subresource (the bench's
+/// own requests included): where the apiservers' time goes, per synced pod.
+async fn request_counts(clients: &[Client]) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    for client in clients {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("a static request is valid");
+        let Ok(body) = client.request_text(request).await else {
+            continue;
+        };
+        for line in body.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split("\",")
+                    .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_owned())
+                    .unwrap_or_default()
+            };
+            let mut key = format!("{} {}", label("verb"), label("resource"));
+            let subresource = label("subresource");
+            if !subresource.is_empty() {
+                key.push('/');
+                key.push_str(&subresource);
+            }
+            *counts.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    counts
+}
+
+/// The largest request counts between two snapshots, per pod.
+fn requests_per_pod(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, pods: usize) -> String {
+    let mut deltas: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d >= 1.0)
+        .collect();
+    deltas.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = deltas.iter().map(|(_, d)| d).sum();
+    let top: Vec<String> = deltas
+        .iter()
+        .take(8)
+        .map(|(k, d)| format!("{k} {:.2}", d / pods as f64))
+        .collect();
+    format!("{:.2} per pod: {}", total / pods as f64, top.join(", "))
+}
+
 /// Deletes namespaces and waits until they are gone.
 async fn delete_namespaces(client: &Client, names: &[String]) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
@@ -493,6 +547,7 @@ async fn main() -> anyhow::Result<()> {
         ensure_namespace(&super_client, ns).await?;
     }
     wait_for_default_accounts(&super_client, &namespaces).await?;
+    let direct_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
     let direct_cpu = CpuMeter::start(control_plane_parts());
     let creators = namespaces.iter().map(|ns| {
         create_pods(
@@ -519,6 +574,11 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let direct = figures(&started, &direct_seen.lock().expect("lock").running);
     let direct_cpu = direct_cpu.report("direct", direct.seconds);
+    let direct_requests = requests_per_pod(
+        &direct_requests_before,
+        &request_counts(std::slice::from_ref(&super_client)).await,
+        total,
+    );
     direct_watch.abort();
     delete_namespaces(&super_client, &namespaces).await?;
 
@@ -582,6 +642,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut parts = control_plane_parts();
     parts.push(("syncer".to_owned(), pid_of(&syncer.process)));
+    let tenant_clients: Vec<Client> = tenancy.tenants.iter().map(|t| t.client()).collect();
+    let super_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
+    let tenant_requests_before = request_counts(&tenant_clients).await;
     let synced_cpu = CpuMeter::start(parts);
     let creators = tenancy.tenants.iter().map(|t| {
         let name = t.name.clone();
@@ -629,6 +692,16 @@ async fn main() -> anyhow::Result<()> {
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
     let synced_cpu = synced_cpu.report("synced", synced.seconds);
+    let synced_super_requests = requests_per_pod(
+        &super_requests_before,
+        &request_counts(std::slice::from_ref(&super_client)).await,
+        total,
+    );
+    let synced_tenant_requests = requests_per_pod(
+        &tenant_requests_before,
+        &request_counts(&tenant_clients).await,
+        total,
+    );
     let (to_super, up) = {
         let seen = super_seen.lock().expect("lock");
         let to_super: Vec<f64> = started
@@ -733,6 +806,9 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("{direct_cpu}");
     println!("{synced_cpu}");
+    println!("direct requests, super apiserver: {direct_requests}");
+    println!("synced requests, super apiserver: {synced_super_requests}");
+    println!("synced requests, tenant apiservers: {synced_tenant_requests}");
     println!("== latency (seconds) ==");
     println!(
         "direct create->Running:          p50 {:6.2}  p99 {:6.2}",
