@@ -10,6 +10,7 @@
 pub mod generate;
 pub mod naming;
 pub mod quantity;
+pub mod usage;
 pub mod v1alpha1;
 pub mod wellknown;
 

@@ -2,76 +2,24 @@
 //! summed, the largest init container if more, plus overhead; pods that are not Succeeded or Failed), and
 //! shown against `spec.quota`.
 
-use std::collections::BTreeMap;
-
 use crds::{TenantQuota, quantity::parse_quantity};
 use k8s_openapi::{
-    api::core::v1::{Pod, PodSpec, ResourceRequirements},
+    api::core::v1::{Pod, PodSpec},
     apimachinery::pkg::api::resource::Quantity,
 };
 
-/// Pods, CPU in millicores and memory in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Pods.
-    pub pods: i64,
-    /// CPU requests, millicores.
-    pub requests_cpu: i64,
-    /// Memory requests, bytes.
-    pub requests_memory: i64,
-    /// CPU limits, millicores.
-    pub limits_cpu: i64,
-    /// Memory limits, bytes.
-    pub limits_memory: i64,
-}
+pub use crds::usage::Usage;
 
-impl std::ops::AddAssign for Usage {
-    fn add_assign(&mut self, other: Self) {
-        self.pods += other.pods;
-        self.requests_cpu += other.requests_cpu;
-        self.requests_memory += other.requests_memory;
-        self.limits_cpu += other.limits_cpu;
-        self.limits_memory += other.limits_memory;
-    }
-}
-
-fn amount(resources: Option<&BTreeMap<String, Quantity>>, name: &str, scale: f64) -> i64 {
-    resources
-        .and_then(|r| r.get(name))
-        .and_then(|q| parse_quantity(&q.0, scale))
-        .unwrap_or(0)
-}
-
-fn container_usage(resources: Option<&ResourceRequirements>) -> Usage {
-    let requests = resources.and_then(|r| r.requests.as_ref());
-    let limits = resources.and_then(|r| r.limits.as_ref());
-    Usage {
-        pods: 0,
-        requests_cpu: amount(requests, "cpu", 1000.0),
-        requests_memory: amount(requests, "memory", 1.0),
-        limits_cpu: amount(limits, "cpu", 1000.0),
-        limits_memory: amount(limits, "memory", 1.0),
-    }
-}
-
-/// What one pod counts against quota.
+/// What one pod counts against quota (see [`crds::usage::pod_usage`]).
 pub fn pod_usage(spec: &PodSpec) -> Usage {
-    let mut total = Usage::default();
-    for container in &spec.containers {
-        total += container_usage(container.resources.as_ref());
-    }
-    for init in spec.init_containers.iter().flatten() {
-        let usage = container_usage(init.resources.as_ref());
-        total.requests_cpu = total.requests_cpu.max(usage.requests_cpu);
-        total.requests_memory = total.requests_memory.max(usage.requests_memory);
-        total.limits_cpu = total.limits_cpu.max(usage.limits_cpu);
-        total.limits_memory = total.limits_memory.max(usage.limits_memory);
-    }
-    let overhead = spec.overhead.as_ref();
-    total.requests_cpu += amount(overhead, "cpu", 1000.0);
-    total.requests_memory += amount(overhead, "memory", 1.0);
-    total.pods = 1;
-    total
+    crds::usage::pod_usage(
+        spec.containers.iter().map(|c| c.resources.as_ref()),
+        spec.init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.resources.as_ref()),
+        spec.overhead.as_ref(),
+    )
 }
 
 /// Whether a pod still counts (it is not Succeeded or Failed).
