@@ -322,6 +322,8 @@ pub(crate) struct Writers {
     pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
     /// Tenant services.
     pub services: kube::runtime::reflector::store::Writer<Service>,
+    /// Tenant pods.
+    pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
 }
 
 #[cfg(test)]
@@ -331,9 +333,10 @@ impl SuperStores {
         use kube::runtime::reflector::store;
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
+        let (pods, pods_writer) = store();
         let stores = Self {
             namespaces,
-            pods: store().0,
+            pods,
             services,
             endpoints: store().0,
             config_maps: store().0,
@@ -351,6 +354,7 @@ impl SuperStores {
         let writers = Writers {
             namespaces: namespaces_writer,
             services: services_writer,
+            pods: pods_writer,
         };
         (stores, writers)
     }

@@ -344,6 +344,8 @@ pub(crate) struct Writers {
     pub pods: kube::runtime::reflector::store::Writer<TenantPod>,
     /// Services.
     pub services: kube::runtime::reflector::store::Writer<Service>,
+    /// vNodes.
+    pub vnodes: kube::runtime::reflector::store::Writer<Node>,
 }
 
 #[cfg(test)]
@@ -364,6 +366,7 @@ impl Tenant {
         queues.up.configure_tenant(&id, settings.weight.max(1), None);
         let (pods, pods_writer) = store();
         let (services, services_writer) = store();
+        let (vnodes, vnodes_writer) = store();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -388,7 +391,7 @@ impl Tenant {
                 service_accounts: store().0,
                 claims: store().0,
                 ingresses: None,
-                vnodes: store().0,
+                vnodes,
                 volumes: store().0,
                 storage_classes: store().0,
                 priority_classes: store().0,
@@ -400,6 +403,7 @@ impl Tenant {
         let writers = Writers {
             pods: pods_writer,
             services: services_writer,
+            vnodes: vnodes_writer,
         };
         (tenant, writers)
     }

@@ -14,7 +14,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{Outcome, kinds::needs_node_ports, pod::finalize_tenant_pod, vnode};
 use crate::{
-    cached::{TenantPodStatus, container_statuses_hash},
+    cached::{CachedCondition, TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
     events, identity,
@@ -134,6 +134,22 @@ fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
         && conditions_present
 }
 
+/// A tenant pod's status after its binding: the apiserver sets `PodScheduled=True` (no reason) itself, as
+/// for any bound pod, so a super status that says no more than that costs no status write of its own.
+fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
+    let mut status = before.clone();
+    status.conditions.retain(|c| c.type_ != POD_SCHEDULED);
+    status.conditions.push(CachedCondition {
+        type_: POD_SCHEDULED.to_owned(),
+        status: "True".to_owned(),
+        reason: None,
+        message: None,
+    });
+    status
+}
+
+const POD_SCHEDULED: &str = "PodScheduled";
+
 /// Syncs one tenant pod up: binding to a vNode, status, completed deletion.
 pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
     let Some(tenant_pod) = tenant.stores.pods.get(&ObjectRef::new(name).within(namespace)) else {
@@ -154,6 +170,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let mut writes = 0;
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), namespace);
 
+    let mut bound = false;
     let tenant_node = &tenant_pod.spec.node_name;
     let super_node = &super_pod.spec.node_name;
     if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
@@ -169,7 +186,10 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             .create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
             .await
         {
-            Ok(_) => writes += 1,
+            Ok(_) => {
+                writes += 1;
+                bound = true;
+            }
             // Bound meanwhile (409) or gone (404): the next event shows the current state.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
             Err(e) => {
@@ -183,7 +203,12 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
 
     if let Some(super_status) = super_pod.parsed_status() {
         let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
-        if !status_matches(&want, &tenant_pod.status) {
+        let have = if bound {
+            bound_status(&tenant_pod.status)
+        } else {
+            tenant_pod.status.clone()
+        };
+        if !status_matches(&want, &have) {
             let patch = Pod {
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
@@ -499,6 +524,8 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
 mod tests {
     use serde_json::json;
 
+    use std::sync::Arc;
+
     use super::*;
     use crate::{
         context::testing::{self, from_json, put},
@@ -529,6 +556,118 @@ mod tests {
     }
 
     const APPLY: &str = "/api/v1/namespaces/shop/services/web?&force=true&fieldManager=vc-syncer";
+
+    /// A tenant pod on no node yet and its super copy, bound to `node-1` (a vNode the tenant already has),
+    /// with `status`.
+    fn bound_below(
+        status: serde_json::Value,
+    ) -> (Context, Arc<Tenant>, testing::ApiServer, testing::ApiServer) {
+        let (super_client, supers) = testing::mock();
+        let (tenant_client, tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(
+            &mut caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+                "spec": {"containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Pending", "qosClass": "BestEffort"}
+            })),
+        );
+        put(
+            &mut super_caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                        "tenancy.x-k8s.io/namespace": "shop"}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": status
+            })),
+        );
+        put(
+            &mut caches.vnodes,
+            from_json(json!({"metadata": {"name": "node-1"}})),
+        );
+        (ctx, tenant, supers, tenants)
+    }
+
+    /// `pod`, failing instead of hanging when it makes a request the test does not answer.
+    async fn sync_pod(ctx: &Context, tenant: &Tenant) -> Result<Outcome> {
+        tokio::time::timeout(std::time::Duration::from_secs(5), pod(ctx, tenant, "shop", "web"))
+            .await
+            .expect("pod sync made a request the test did not expect")
+    }
+
+    const BINDING: &str = "/api/v1/namespaces/shop/pods/web/binding?";
+    const POD_STATUS: &str = "/api/v1/namespaces/shop/pods/web/status?&force=true&fieldManager=vc-syncer";
+
+    #[tokio::test]
+    async fn binding_alone_carries_a_scheduled_status() {
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-23T10:00:00Z"}]
+        }));
+        let (outcome, binding) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            let call = tenants.expect("POST", BINDING).await;
+            let body = call.body.clone();
+            call.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            body
+        });
+        // The binding sets PodScheduled=True in the tenant; a status apply on top would write nothing new.
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert_eq!(
+            binding["target"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "node-1"})
+        );
+        assert_eq!(binding["metadata"]["uid"], json!("pod-uid"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn binding_and_a_running_status_are_both_written() {
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Running", "hostIP": "192.168.0.7", "podIP": "10.244.1.9", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "image": "nginx", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-11-23T10:00:01Z"}}}]
+        }));
+        let (outcome, status) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            tenants.expect("PATCH", POD_STATUS).await.echo()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 2 });
+        assert_eq!(status["status"]["phase"], json!("Running"));
+        assert_eq!(status["status"]["podIP"], json!("10.244.1.9"));
+        assert_eq!(status["status"]["conditions"][1]["type"], json!("Ready"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_pod_bound_meanwhile_gets_its_status_from_the_cache_comparison() {
+        // 409: someone bound it already; nothing is assumed about its status, which is written.
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]
+        }));
+        let (outcome, _) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.fail(
+                409,
+                "Conflict",
+                "pod web is already assigned to node node-1",
+            );
+            tenants.expect("PATCH", POD_STATUS).await.echo()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        supers.idle().await;
+        tenants.idle().await;
+    }
 
     #[test]
     fn node_ports_are_matched_by_name_port_and_protocol() {
