@@ -104,7 +104,10 @@ fn record_phases(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let task = tokio::spawn(async move {
         let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
-        while let Some(Ok(vc)) = stream.next().await {
+        // A watch error (a timed-out or expired watch) is retried by the backoff; stopping at the first
+        // one would leave the record silently empty.
+        while let Some(event) = stream.next().await {
+            let Ok(vc) = event else { continue };
             let phase = vc.phase().map(|p| p.to_string()).unwrap_or_default();
             let mut seen = seen.lock().expect("lock");
             if seen.last() != Some(&phase) {
