@@ -75,6 +75,9 @@ pub struct CachedPodSpec {
     pub overhead: Option<BTreeMap<String, Quantity>>,
 }
 
+/// The pod condition the scheduler, or a binding, sets.
+pub const POD_SCHEDULED: &str = "PodScheduled";
+
 /// A condition, without timestamps.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct CachedCondition {

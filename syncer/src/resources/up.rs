@@ -14,7 +14,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{Outcome, kinds::needs_node_ports, pod::finalize_tenant_pod, vnode};
 use crate::{
-    cached::{CachedCondition, TenantPodStatus, container_statuses_hash},
+    cached::{CachedCondition, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
     events, identity,
@@ -148,8 +148,6 @@ fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
     status
 }
 
-const POD_SCHEDULED: &str = "PodScheduled";
-
 /// Syncs one tenant pod up: binding to a vNode, status, completed deletion.
 pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
     let Some(tenant_pod) = tenant.stores.pods.get(&ObjectRef::new(name).within(namespace)) else {
@@ -203,12 +201,14 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
 
     if let Some(super_status) = super_pod.parsed_status() {
         let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
+        let after_binding;
         let have = if bound {
-            bound_status(&tenant_pod.status)
+            after_binding = bound_status(&tenant_pod.status);
+            &after_binding
         } else {
-            tenant_pod.status.clone()
+            &tenant_pod.status
         };
-        if !status_matches(&want, &have) {
+        if !status_matches(&want, have) {
             let patch = Pod {
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
@@ -522,9 +522,9 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use std::sync::Arc;
+
+    use serde_json::json;
 
     use super::*;
     use crate::{

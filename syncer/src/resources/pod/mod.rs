@@ -19,7 +19,7 @@ use kube::{
 
 use super::{Outcome, apply, delete, namespace};
 use crate::{
-    cached::{CachedPodSpec, SuperPod, TenantPod},
+    cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
     events, identity,
@@ -40,7 +40,7 @@ fn was_scheduled(pod: &TenantPod) -> bool {
         || status
             .conditions
             .iter()
-            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+            .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
 }
 
 /// Where the tenant's DNS and apiserver are, from the synced Services; `Err` with a reason while a Service
@@ -443,7 +443,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, 
         },
         status: Some(PodStatus {
             conditions: Some(vec![PodCondition {
-                type_: "PodScheduled".into(),
+                type_: POD_SCHEDULED.into(),
                 status: "False".into(),
                 reason: Some(REASON_QUOTA_EXCEEDED.into()),
                 message: Some(message.to_owned()),
