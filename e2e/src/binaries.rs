@@ -18,6 +18,10 @@ pub enum Binary {
     KubeScheduler,
     /// kubectl.
     Kubectl,
+    /// kubelet (real nodes).
+    Kubelet,
+    /// kube-proxy (real nodes).
+    KubeProxy,
 }
 
 impl Binary {
@@ -29,6 +33,8 @@ impl Binary {
             Self::KubeControllerManager => "kube-controller-manager",
             Self::KubeScheduler => "kube-scheduler",
             Self::Kubectl => "kubectl",
+            Self::Kubelet => "kubelet",
+            Self::KubeProxy => "kube-proxy",
         }
     }
 }

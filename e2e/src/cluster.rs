@@ -13,6 +13,8 @@ pub struct ControlPlaneOptions {
     pub controller_manager: Option<String>,
     /// Run kube-scheduler. Without it, a [`crate::NodeSimulator`] binds pods itself.
     pub scheduler: bool,
+    /// More kube-controller-manager flags, appended last.
+    pub controller_manager_args: Vec<String>,
 }
 
 /// Controllers of a super cluster: everything but what needs a cloud.
@@ -28,6 +30,7 @@ impl ControlPlaneOptions {
             apiserver: ApiServerOptions::named(name),
             controller_manager: None,
             scheduler: false,
+            controller_manager_args: Vec::new(),
         }
     }
 
@@ -55,6 +58,22 @@ impl ControlPlaneOptions {
         self.scheduler = true;
         self
     }
+
+    /// Options for a super cluster whose nodes are real ([`crate::RealNodes`]): a scheduler, the
+    /// hostpath provisioner, and NodeRestriction.
+    #[must_use]
+    pub fn with_real_nodes(mut self) -> Self {
+        self.scheduler = true;
+        self.controller_manager_args.extend(
+            crate::realnodes::CONTROLLER_MANAGER_ARGS
+                .iter()
+                .map(|a| (*a).to_owned()),
+        );
+        self.apiserver
+            .extra_args
+            .extend(crate::realnodes::APISERVER_ARGS.iter().map(|a| (*a).to_owned()));
+        self
+    }
 }
 
 /// A running control plane. Dropping it stops every process (components first) and removes its files.
@@ -79,9 +98,16 @@ impl ControlPlane {
         let service_cidr = options.apiserver.service_cidr.clone();
         let apiserver = ApiServer::start(&etcd, options.apiserver).await?;
         let controller_manager = match &options.controller_manager {
-            Some(controllers) => {
-                Some(ControllerManager::start(&apiserver, &name, controllers, &service_cidr).await?)
-            }
+            Some(controllers) => Some(
+                ControllerManager::start(
+                    &apiserver,
+                    &name,
+                    controllers,
+                    &service_cidr,
+                    &options.controller_manager_args,
+                )
+                .await?,
+            ),
             None => None,
         };
         let scheduler = match options.scheduler {

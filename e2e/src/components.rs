@@ -16,12 +16,13 @@ impl ControllerManager {
         name: &str,
         controllers: &str,
         service_cidr: &str,
+        extra_args: &[String],
     ) -> Result<Self> {
         let binary = locate(Binary::KubeControllerManager)?;
         let dir = WorkDir::new(&format!("kcm-{name}"))?;
         let pki = apiserver.dir();
         let kubeconfig = apiserver.kubeconfig_path().display().to_string();
-        let args = vec![
+        let mut args = vec![
             format!("--kubeconfig={kubeconfig}"),
             "--leader-elect=false".to_owned(),
             // 0 turns the serving endpoint off: no port to allocate and no delegated authentication.
@@ -44,6 +45,7 @@ impl ControllerManager {
             "--concurrent-namespace-syncs=20".to_owned(),
             "--v=1".to_owned(),
         ];
+        args.extend(extra_args.iter().cloned());
         let mut process = ManagedProcess::start(
             &format!("kube-controller-manager {name}"),
             &binary,

@@ -81,6 +81,26 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A host command of the real-node harness (ip, iptables, runc, ...) failed.
+    #[error("{context}: `{command}` exited with {status}: {stderr}")]
+    Command {
+        /// What was being done.
+        context: String,
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// The end of what it wrote to stderr.
+        stderr: String,
+    },
+    /// A part that real nodes need is missing from this machine.
+    #[error("real nodes need {part}: {hint}")]
+    MissingPart {
+        /// What is missing.
+        part: String,
+        /// How to get it.
+        hint: String,
+    },
     /// An HTTP request of the harness failed.
     #[error("HTTP {context}")]
     Http {
@@ -110,4 +130,16 @@ impl Error {
         let what = what.into();
         move |source| Self::Pki { what, source }
     }
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

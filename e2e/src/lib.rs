@@ -31,6 +31,7 @@ pub mod nodes;
 pub mod pki;
 mod ports;
 mod process;
+pub mod realnodes;
 pub mod sandbox;
 pub mod tenancy;
 pub mod wait;
@@ -40,12 +41,13 @@ pub use apiserver::{ApiServer, ApiServerOptions};
 pub use binaries::{Binary, locate, require};
 pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};
-pub use error::{Error, Result};
+pub use error::{Error, Result, error_chain};
 pub use etcd::Etcd;
 pub use kubeconfig::{client_from_kubeconfig_file, kubeconfig_yaml, token_kubeconfig_yaml};
 pub use nodes::{NodeSimulator, NodeSimulatorOptions};
 pub use ports::free_port;
 pub use process::ManagedProcess;
+pub use realnodes::{RealNodeOptions, RealNodes};
 pub use workdir::WorkDir;
 
 /// Installs this project's CRDs into a cluster and waits until they are served.

@@ -48,13 +48,29 @@ pub const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::Kube
 /// How long a tenant may take from its first process to Running and synced.
 const TENANT_PATIENCE: Duration = Duration::from_secs(120);
 
+/// Which nodes the super cluster has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// Real nodes when every part they need is on the machine, else simulated ones.
+    Auto,
+    /// Real nodes (kubelet, containerd, kube-proxy): pods really run. Fails when a part is missing.
+    Real,
+    /// Simulated nodes: pods are marked Running and nothing runs.
+    Simulated,
+}
+
 /// How to build a [`Sandbox`].
 #[derive(Clone, Debug)]
 pub struct SandboxOptions {
     /// Tenants to create at start (adopted VirtualClusters in namespace `default`).
     pub tenants: Vec<String>,
-    /// Simulated super nodes.
+    /// Native tenants to create at start (provisioned by vc-manager from the sandbox's ClusterVersion;
+    /// their control planes run only on real nodes).
+    pub native_tenants: Vec<String>,
+    /// Super nodes.
     pub nodes: usize,
+    /// Real or simulated nodes.
+    pub node_kind: NodeKind,
     /// Where the kubeconfigs are written (default: a temporary folder removed at the end). The folder is
     /// created when missing; files in it are overwritten.
     pub dir: Option<PathBuf>,
@@ -69,7 +85,9 @@ impl Default for SandboxOptions {
     fn default() -> Self {
         Self {
             tenants: vec!["tenant-0".to_owned()],
+            native_tenants: Vec::new(),
             nodes: 2,
+            node_kind: NodeKind::Simulated,
             dir: None,
             setup: Vec::new(),
             accounts: None,
@@ -190,7 +208,8 @@ impl Files {
 pub struct Sandbox {
     syncer: syncer::Syncer,
     manager: ManagerTask,
-    agent: vn_agent::Agent,
+    /// One vn-agent per real node, or one for every simulated node.
+    agents: Vec<vn_agent::Agent>,
     tenancy: Tenancy,
     /// vn-agent's certificates: always temporary.
     _private: WorkDir,
@@ -225,11 +244,18 @@ impl Sandbox {
             serving_ca: CertificateAuthority::new("vn-agent serving CA")?,
             client_ca: CertificateAuthority::new("vn-agent client CA")?,
         };
+        let real_nodes = match options.node_kind {
+            NodeKind::Real => true,
+            NodeKind::Simulated => false,
+            NodeKind::Auto => crate::realnodes::missing_parts().is_empty(),
+        };
         let tenancy = Tenancy::start(TenancyOptions {
             tenants: 0,
             nodes: options.nodes,
             tenant_kubelet_ca: Some(pki.serving_ca.cert_pem().to_owned()),
             kubelet_client_cas: vec![pki.client_ca.cert_pem().to_owned()],
+            real_nodes,
+            kubelet_api_users: vec![VN_AGENT_USER.to_owned()],
             ..TenancyOptions::default()
         })
         .await?;
@@ -243,12 +269,12 @@ impl Sandbox {
         }
         let clients = ComponentClients::new(&tenancy, options.accounts.as_ref(), &private).await?;
 
-        let agent = start_vn_agent(&tenancy, clients.vn_agent, &pki, &private).await?;
+        let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private).await?;
         let (manager, vc_manager_admin) = start_vc_manager(clients.vc_manager).await?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
-                vn_agent_port: agent.local_addr().port(),
+                vn_agent_port: agents[0].local_addr().port(),
                 vnode_grace: Duration::from_secs(30),
                 patrol_interval: Duration::from_secs(15),
                 tenant_health_period: Duration::from_secs(2),
@@ -268,7 +294,7 @@ impl Sandbox {
         let mut sandbox = Self {
             syncer,
             manager,
-            agent,
+            agents,
             tenancy,
             _private: private,
             files,
@@ -279,7 +305,54 @@ impl Sandbox {
         for name in &options.tenants {
             sandbox.add_tenant(name, VirtualClusterSpec::default()).await?;
         }
+        if !options.native_tenants.is_empty() {
+            sandbox.apply_cluster_version().await?;
+        }
+        for name in &options.native_tenants {
+            sandbox.add_native_tenant(name).await?;
+        }
         Ok(sandbox)
+    }
+
+    /// Applies [`CLUSTER_VERSION`]: the `examples/` ClusterVersion (ClusterIP apiserver) with the images
+    /// the real nodes' registry serves, built from the harness's binaries.
+    pub async fn apply_cluster_version(&self) -> Result<()> {
+        let text = cluster_version_yaml()?;
+        let object: DynamicObject = serde_saphyr::from_str(&text).map_err(|source| Error::Kubeconfig {
+            context: "parsing the sandbox ClusterVersion".into(),
+            source: Box::new(source),
+        })?;
+        apply_object(&self.super_client(), object, "default").await?;
+        Ok(())
+    }
+
+    /// Creates native VirtualCluster `default/<name>` from [`CLUSTER_VERSION`], waits until vc-manager
+    /// reports it Running (its apiserver answers) and the syncer synced it, and writes its admin
+    /// kubeconfig, pointed at the apiserver Service's cluster IP, which this machine reaches through
+    /// kube-proxy. Returns the kubeconfig's path.
+    pub async fn add_native_tenant(&mut self, name: &str) -> Result<PathBuf> {
+        let spec = VirtualClusterSpec {
+            cluster_version_name: Some(CLUSTER_VERSION.to_owned()),
+            ..VirtualClusterSpec::default()
+        };
+        let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
+        let vc = api
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("vc-sandbox").force(),
+                &kube::api::Patch::Apply(&VirtualCluster::new(name, spec)),
+            )
+            .await
+            .map_err(Error::kube(format!("applying VirtualCluster {name}")))?;
+        self.wait_tenant_ready_for(name, NATIVE_PATIENCE).await?;
+        let key = crds::naming::cluster_key_of(&vc).ok_or_else(|| Error::Kubeconfig {
+            context: format!("VirtualCluster {name} has no uid"),
+            source: "created without uid".into(),
+        })?;
+        let kubeconfig = native_kubeconfig(&self.super_client(), &key).await?;
+        let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
+        self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());
+        Ok(path)
     }
 
     /// Starts a tenant master, adopts it as VirtualCluster `default/<name>` with `spec`, hands it the
@@ -342,9 +415,13 @@ impl Sandbox {
 
     /// Waits until VirtualCluster `default/<name>` is Running and the syncer reports it synced.
     async fn wait_tenant_ready(&self, name: &str) -> Result<()> {
+        self.wait_tenant_ready_for(name, TENANT_PATIENCE).await
+    }
+
+    async fn wait_tenant_ready_for(&self, name: &str, patience: Duration) -> Result<()> {
         let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
         wait::until(
-            TENANT_PATIENCE,
+            patience,
             &format!("VirtualCluster {name} Running and {CONDITION_TENANT_SYNCED}"),
             || {
                 let api = api.clone();
@@ -388,9 +465,14 @@ impl Sandbox {
         &self.tenancy
     }
 
-    /// vn-agent's kubelet-API address.
+    /// vn-agent's kubelet-API address (the first node's, with real nodes).
     pub fn vn_agent_address(&self) -> SocketAddr {
-        self.agent.local_addr()
+        self.agents[0].local_addr()
+    }
+
+    /// Whether the nodes are real.
+    pub fn has_real_nodes(&self) -> bool {
+        self.tenancy.nodes.real().is_some()
     }
 
     /// vc-manager's `/metrics`, `/healthz` and `/readyz` address.
@@ -408,7 +490,7 @@ impl Sandbox {
         let Self {
             mut syncer,
             manager,
-            agent,
+            agents,
             tenancy,
             _private,
             files,
@@ -416,8 +498,10 @@ impl Sandbox {
         } = self;
         syncer.stop();
         drop(manager);
-        if let Err(error) = agent.shutdown().await {
-            tracing::warn!(%error, "vn-agent did not shut down cleanly");
+        for agent in agents {
+            if let Err(error) = agent.shutdown().await {
+                tracing::warn!(%error, "vn-agent did not shut down cleanly");
+            }
         }
         drop(tenancy);
         drop(_private);
@@ -440,35 +524,91 @@ fn secret_text(secret: &Secret, key: &str) -> Result<String> {
     })
 }
 
-/// vn-agent in the kubelet backend mode, serving every simulated node, on a free loopback port.
-async fn start_vn_agent(
+/// The common name of vn-agent's client certificate, which real kubelets authorize through RBAC.
+const VN_AGENT_USER: &str = "vn-agent";
+
+/// vn-agent in the kubelet backend mode: one serving every simulated node on a free loopback port, or one
+/// per real node on that node's address, as the chart's DaemonSet runs it, all on the same port.
+async fn start_vn_agents(
     tenancy: &Tenancy,
     super_client: Client,
     pki: &AgentPki,
     files: &WorkDir,
+) -> Result<Vec<vn_agent::Agent>> {
+    use vn_agent::settings::NodeScope;
+    let mut names: Vec<String> = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let targets: Vec<(String, String, NodeScope)> = match tenancy.nodes.real() {
+        Some(real) => {
+            let port = free_port()?;
+            real.nodes()
+                .iter()
+                .map(|node| {
+                    names.push(node.ip());
+                    names.push(node.name().to_owned());
+                    (
+                        format!("{}:{port}", node.ip()),
+                        format!("https://{}:{}", node.ip(), crate::realnodes::KUBELET_PORT),
+                        NodeScope::Named(vec![node.name().to_owned()]),
+                    )
+                })
+                .collect()
+        }
+        None => {
+            let kubelet = tenancy.nodes.kubelet().ok_or_else(|| Error::Component {
+                component: "vn-agent",
+                source: "the node simulator serves no kubelet API".into(),
+            })?;
+            vec![("127.0.0.1:0".to_owned(), kubelet.url().to_owned(), NodeScope::All)]
+        }
+    };
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let serving = pki.serving_ca.issue("vn-agent", &[], &name_refs, Usage::Server)?;
+    let client = pki.client_ca.issue(VN_AGENT_USER, &[], &[], Usage::Client)?;
+    let mut agents = Vec::new();
+    for (listen, kubelet_url, scope) in targets {
+        agents.push(
+            start_vn_agent(
+                tenancy,
+                super_client.clone(),
+                &serving,
+                &client,
+                files,
+                &listen,
+                &kubelet_url,
+                scope,
+            )
+            .await?,
+        );
+    }
+    Ok(agents)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_vn_agent(
+    tenancy: &Tenancy,
+    super_client: Client,
+    serving: &CertifiedKey,
+    client: &CertifiedKey,
+    files: &WorkDir,
+    listen: &str,
+    kubelet_url: &str,
+    nodes: vn_agent::settings::NodeScope,
 ) -> Result<vn_agent::Agent> {
     use vn_agent::settings::{
-        BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
+        BackendSettings, KubeletServerCa, KubeletSettings, ServingCertificate, Settings,
     };
-    let serving = pki
-        .serving_ca
-        .issue("vn-agent", &[], &["127.0.0.1", "localhost"], Usage::Server)?;
-    let client = pki.client_ca.issue("vn-agent", &[], &[], Usage::Client)?;
-    let kubelet = tenancy.nodes.kubelet().ok_or_else(|| Error::Component {
+    let component_error = |source: Box<dyn std::error::Error + Send + Sync>| Error::Component {
         component: "vn-agent",
-        source: "the node simulator serves no kubelet API".into(),
-    })?;
-    let url = kubelet.url().parse().map_err(|source| Error::Component {
-        component: "vn-agent",
-        source: Box::new(source),
-    })?;
+        source,
+    };
+    let url = kubelet_url.parse().map_err(|e| component_error(Box::new(e)))?;
     let settings = Settings {
-        listen_address: "127.0.0.1:0".parse().expect("a socket address"),
+        listen_address: listen.parse().map_err(|e| component_error(Box::new(e)))?,
         serving_certificate: ServingCertificate::Files {
             cert: files.write("vn-agent.crt", &serving.cert_pem)?,
             key: files.write("vn-agent.key", &serving.key_pem)?,
         },
-        nodes: NodeScope::All,
+        nodes,
         backend: BackendSettings::Kubelet(KubeletSettings {
             url,
             client_certificate: files.write("vn-agent-client.crt", &client.cert_pem)?,
@@ -484,21 +624,96 @@ async fn start_vn_agent(
     let metrics = vn_agent::Metrics::register(&mut registry);
     let agent = vn_agent::Agent::start(settings, super_client, metrics)
         .await
-        .map_err(|source| Error::Component {
-            component: "vn-agent",
-            source: Box::new(source),
-        })?;
+        .map_err(|source| component_error(Box::new(source)))?;
     tokio::time::timeout(Duration::from_secs(30), agent.wait_ready())
         .await
         .map_err(|_| Error::Timeout {
             what: "vn-agent's caches".into(),
             seconds: 30.0,
         })?
-        .map_err(|source| Error::Component {
-            component: "vn-agent",
+        .map_err(|source| component_error(Box::new(source)))?;
+    Ok(agent)
+}
+
+/// Name of the sandbox's ClusterVersion for native tenants.
+pub const CLUSTER_VERSION: &str = "cv-sandbox";
+
+/// How long a native tenant may take to boot on real nodes (images pulled, etcd, apiserver, controller-
+/// manager started one after the other).
+const NATIVE_PATIENCE: Duration = Duration::from_secs(300);
+
+/// The `examples/` ClusterIP ClusterVersion, renamed, with the control-plane images the real nodes'
+/// registry serves (built from the harness's binaries and tagged with their versions).
+pub fn cluster_version_yaml() -> Result<String> {
+    let images = crate::RealNodes::control_plane_images()?;
+    let mut text = include_str!("../../examples/clusterversion-clusterip.yaml")
+        .replace("name: cv-v1-33-clusterip", &format!("name: {CLUSTER_VERSION}"));
+    for (prefix, built) in [
+        ("registry.k8s.io/etcd:", &images.etcd),
+        ("registry.k8s.io/kube-apiserver:", &images.kube_apiserver),
+        (
+            "registry.k8s.io/kube-controller-manager:",
+            &images.kube_controller_manager,
+        ),
+    ] {
+        let built = built.as_ref().ok_or_else(|| Error::MissingPart {
+            part: format!("an image {prefix}<version> (its binary is missing)"),
+            hint: "put the Kubernetes binaries in $KUBEBUILDER_ASSETS or /usr/local/kubebuilder/bin".into(),
+        })?;
+        text = replace_image(&text, prefix, built);
+    }
+    Ok(text)
+}
+
+/// Replaces every `image: <prefix><tag>` with `image: <built>`.
+fn replace_image(text: &str, prefix: &str, built: &str) -> String {
+    text.lines()
+        .map(|line| match line.trim_start().strip_prefix("image: ") {
+            Some(image) if image.starts_with(prefix) => {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}image: {built}")
+            }
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// A native tenant's admin kubeconfig (vc-manager's Secret) with its server replaced by the apiserver
+/// Service's cluster IP, which is in the apiserver's certificate and reachable from this machine.
+async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<String> {
+    use crds::wellknown::SECRET_ADMIN_KUBECONFIG;
+    let secret = Api::<Secret>::namespaced(client.clone(), root_namespace)
+        .get(SECRET_ADMIN_KUBECONFIG)
+        .await
+        .map_err(Error::kube(format!(
+            "reading {root_namespace}/{SECRET_ADMIN_KUBECONFIG}"
+        )))?;
+    let kubeconfig = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(SECRET_ADMIN_KUBECONFIG))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .ok_or_else(|| Error::Kubeconfig {
+            context: format!("Secret {root_namespace}/{SECRET_ADMIN_KUBECONFIG}"),
+            source: "no admin-kubeconfig key".into(),
+        })?;
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Kubeconfig {
+            context: format!("Secret {root_namespace}/{SECRET_ADMIN_KUBECONFIG}"),
+            source: "no server".into(),
+        })?;
+    let reachable = vc_runtime::clients::cluster_ip_url(client, &server, root_namespace)
+        .await
+        .map_err(|source| Error::Kubeconfig {
+            context: format!("finding the cluster IP of {server}"),
             source: Box::new(source),
         })?;
-    Ok(agent)
+    Ok(kubeconfig.replace(&format!("server: {server}"), &format!("server: {reachable}")))
 }
 
 /// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.

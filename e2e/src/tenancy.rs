@@ -1,5 +1,5 @@
-//! A super cluster with tenant masters registered as adopted VirtualClusters, and simulated nodes: the
-//! setting of the syncer's tests and benchmarks.
+//! A super cluster with tenant masters registered as adopted VirtualClusters, and simulated or real nodes:
+//! the setting of the syncer's tests and benchmarks and of the sandbox.
 
 use std::sync::Arc;
 
@@ -11,7 +11,8 @@ use kube::{
 };
 
 use crate::{
-    ControlPlane, ControlPlaneOptions, Error, Etcd, NodeSimulator, NodeSimulatorOptions, Result, install_crds,
+    ControlPlane, ControlPlaneOptions, Error, Etcd, NodeSimulator, NodeSimulatorOptions, RealNodeOptions,
+    RealNodes, Result, install_crds, nodes::KubeletApi,
 };
 
 /// Namespace of the super cluster holding the VirtualClusters and their kubeconfig Secrets.
@@ -38,6 +39,11 @@ pub struct TenancyOptions {
     /// CAs (PEM) whose client certificates the simulated kubelet accepts besides the super cluster's
     /// (vn-agent's client CA in the kubelet backend mode).
     pub kubelet_client_cas: Vec<String>,
+    /// Real nodes (kubelet, containerd, kube-proxy) instead of simulated ones; the super cluster then runs
+    /// a scheduler.
+    pub real_nodes: bool,
+    /// With real nodes: users allowed the kubelet API (vn-agent's client certificate's common name).
+    pub kubelet_api_users: Vec<String>,
 }
 
 impl Default for TenancyOptions {
@@ -51,6 +57,51 @@ impl Default for TenancyOptions {
             apiserver_args: Vec::new(),
             tenant_kubelet_ca: None,
             kubelet_client_cas: Vec::new(),
+            real_nodes: false,
+            kubelet_api_users: Vec::new(),
+        }
+    }
+}
+
+/// The super cluster's nodes: simulated, or real.
+#[derive(Debug)]
+pub enum SuperNodes {
+    /// kwok-style nodes with a simulated kubelet API.
+    Simulated(NodeSimulator),
+    /// Kubelets with containerd.
+    Real(Box<RealNodes>),
+}
+
+impl SuperNodes {
+    /// The nodes' names.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Self::Simulated(simulator) => simulator.nodes().to_vec(),
+            Self::Real(real) => real.names(),
+        }
+    }
+
+    /// Waits until every node is Ready.
+    pub async fn wait_ready(&self, client: &Client) -> Result<()> {
+        match self {
+            Self::Simulated(simulator) => simulator.wait_ready(client).await,
+            Self::Real(real) => real.wait_ready(client).await,
+        }
+    }
+
+    /// The simulated kubelet API, when the nodes are simulated.
+    pub fn kubelet(&self) -> Option<&KubeletApi> {
+        match self {
+            Self::Simulated(simulator) => simulator.kubelet(),
+            Self::Real(_) => None,
+        }
+    }
+
+    /// The real nodes, when they are real.
+    pub fn real(&self) -> Option<&RealNodes> {
+        match self {
+            Self::Simulated(_) => None,
+            Self::Real(real) => Some(real),
         }
     }
 }
@@ -83,8 +134,8 @@ impl TenantMaster {
 pub struct Tenancy {
     /// Tenants, in creation order (fields drop in order: tenants, nodes, super cluster, etcd).
     pub tenants: Vec<TenantMaster>,
-    /// Simulated super nodes.
-    pub nodes: NodeSimulator,
+    /// The super nodes.
+    pub nodes: SuperNodes,
     /// The super cluster.
     pub super_cluster: ControlPlane,
     /// The shared etcd.
@@ -104,17 +155,36 @@ impl Tenancy {
             .apiserver
             .extra_args
             .extend(options.apiserver_args.iter().cloned());
+        if options.real_nodes {
+            super_options = super_options.with_real_nodes();
+        }
         let super_cluster = ControlPlane::start_on(etcd.clone(), super_options).await?;
         install_crds(&super_cluster.client()).await?;
-        let nodes = NodeSimulator::start(
-            &super_cluster,
-            NodeSimulatorOptions {
-                node_count: options.nodes,
-                extra_client_cas: options.kubelet_client_cas.clone(),
-                ..Default::default()
-            },
-        )
-        .await?;
+        let nodes = match options.real_nodes {
+            true => SuperNodes::Real(Box::new(
+                RealNodes::start(
+                    &super_cluster,
+                    RealNodeOptions {
+                        node_count: options.nodes,
+                        extra_client_cas: options.kubelet_client_cas.clone(),
+                        kubelet_api_users: options.kubelet_api_users.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?,
+            )),
+            false => SuperNodes::Simulated(
+                NodeSimulator::start(
+                    &super_cluster,
+                    NodeSimulatorOptions {
+                        node_count: options.nodes,
+                        extra_client_cas: options.kubelet_client_cas.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?,
+            ),
+        };
         let mut tenancy = Self {
             tenants: Vec::new(),
             nodes,

@@ -59,6 +59,10 @@ fn sweep_stale() {
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
+        // Real nodes' folders hold container state and mounts: their own sweep cleans them first.
+        if rest.contains(crate::realnodes::host::FOLDER_MARK) {
+            continue;
+        }
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }

@@ -68,7 +68,7 @@ async fn tenants_run_pods_on_vnodes_and_read_their_logs() -> anyhow::Result<()> 
     let pod = running(&alpha_client, "alpha").await?;
     running(&tenancy.tenant("beta").client(), "beta").await?;
     let node = pod.spec.and_then(|s| s.node_name).context("node")?;
-    assert!(tenancy.nodes.nodes().contains(&node), "bound to {node}");
+    assert!(tenancy.nodes.names().contains(&node), "bound to {node}");
 
     // The vNode: named after the super node, marked virtual, unschedulable, kubelet port = vn-agent's.
     let vnode = Api::<Node>::all(alpha_client).get(&node).await?;

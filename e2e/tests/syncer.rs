@@ -389,7 +389,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
             .as_ref()
             .and_then(|s| s.node_name.clone())
             .context("bound")?;
-        assert!(tenancy.nodes.nodes().contains(&node));
+        assert!(tenancy.nodes.names().contains(&node));
         assert!(running.status.as_ref().and_then(|s| s.pod_ip.clone()).is_some());
         let vnode = Api::<Node>::all(tenant.client()).get(&node).await?;
         assert_eq!(

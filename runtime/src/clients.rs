@@ -51,6 +51,66 @@ pub async fn config_from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -
     Ok(config)
 }
 
+/// The URL that reaches `server` (`https://<service>.<namespace>.svc[.<domain>]:<port>`, the form vc-manager
+/// writes into a native tenant's kubeconfigs) at its Service's cluster IP, read from the super cluster.
+///
+/// The components reach native tenants this way, not by cluster DNS: they then work wherever the super
+/// cluster's service network is routed, inside the cluster or outside it, and do not depend on DNS.
+/// `namespace` is the tenant's root namespace: a URL that names a Service elsewhere is refused. A URL of
+/// another form (an IP address, a load balancer's name) is returned unchanged. The apiserver's serving
+/// certificate carries the cluster IP, so TLS verification still holds.
+pub async fn cluster_ip_url(super_client: &Client, server: &str, namespace: &str) -> Result<String, Error> {
+    let problem = |problem: String| Error::ServiceAddress {
+        server: server.to_owned(),
+        problem,
+        source: None,
+    };
+    let Some((service, service_namespace, port)) = service_of_url(server) else {
+        return Ok(server.to_owned());
+    };
+    if service_namespace != namespace {
+        return Err(problem(format!(
+            "names a Service in namespace {service_namespace}, not in the tenant's root namespace {namespace}"
+        )));
+    }
+    let found = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(super_client.clone(), namespace)
+        .get_opt(&service)
+        .await
+        .map_err(|source| Error::ServiceAddress {
+            server: server.to_owned(),
+            problem: format!("reading Service {namespace}/{service}"),
+            source: Some(source),
+        })?
+        .ok_or_else(|| problem(format!("Service {namespace}/{service} does not exist")))?;
+    let ip = found
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| problem(format!("Service {namespace}/{service} has no cluster IP")))?;
+    let host = match ip.contains(':') {
+        true => format!("[{ip}]"),
+        false => ip,
+    };
+    Ok(format!("https://{host}:{port}"))
+}
+
+/// `(service, namespace, port)` of `https://<service>.<namespace>.svc[.<domain>][:<port>][/]`.
+fn service_of_url(server: &str) -> Option<(String, String, u16)> {
+    let rest = server.strip_prefix("https://")?.trim_end_matches('/');
+    if rest.contains('/') {
+        return None;
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) => (host, port.parse().ok()?),
+        None => (rest, 443),
+    };
+    let mut labels = host.split('.');
+    let service = labels.next()?;
+    let namespace = labels.next()?;
+    (labels.next()? == "svc" && !service.is_empty() && !namespace.is_empty())
+        .then(|| (service.to_owned(), namespace.to_owned(), port))
+}
+
 /// A client for the current context of a kubeconfig (YAML).
 pub async fn from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -> Result<Client, Error> {
     Client::try_from(config_from_kubeconfig_yaml(yaml, timeouts).await?).map_err(Error::Client)
@@ -59,6 +119,25 @@ pub async fn from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_urls_are_recognised() {
+        assert_eq!(
+            service_of_url("https://apiserver-svc.team-a.svc:6443"),
+            Some(("apiserver-svc".into(), "team-a".into(), 6443))
+        );
+        assert_eq!(
+            service_of_url("https://apiserver-svc.team-a.svc.cluster.local/"),
+            Some(("apiserver-svc".into(), "team-a".into(), 443))
+        );
+        assert_eq!(service_of_url("https://10.0.0.5:6443"), None);
+        assert_eq!(service_of_url("https://tenant.example.com:6443"), None);
+        assert_eq!(service_of_url("http://apiserver-svc.team-a.svc:6443"), None);
+        assert_eq!(
+            service_of_url("https://apiserver-svc.team-a.svc:6443/prefix"),
+            None
+        );
+    }
 
     #[tokio::test]
     async fn kubeconfig_errors_say_what_is_wrong() {

@@ -22,6 +22,17 @@ pub enum Error {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// A native tenant's apiserver Service could not be resolved to its cluster IP.
+    #[error("tenant apiserver {server}: {problem}")]
+    ServiceAddress {
+        /// The server URL of the kubeconfig.
+        server: String,
+        /// What is wrong.
+        problem: String,
+        /// The API error, when reading the Service failed.
+        #[source]
+        source: Option<kube::Error>,
+    },
     /// A client could not be built.
     #[error("building a Kubernetes client")]
     Client(#[source] kube::Error),

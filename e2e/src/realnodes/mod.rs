@@ -1,0 +1,382 @@
+//! Real nodes on this machine: kubelets with containerd, runc and the CNI bridge plugin, kube-proxy, cluster
+//! DNS and images made from local files, registered with a super cluster of the harness.
+//!
+//! Tests choose them instead of the [`NodeSimulator`](crate::NodeSimulator) where containers must really run
+//! (native tenant control planes, `kubectl logs/exec` through a real kubelet, Service traffic); the simulated
+//! nodes stay for scale tests and benchmarks. Real nodes change the host (bridges, iptables, mounts), so
+//! one set runs at a time on a machine: [`RealNodes::start`] holds a machine-wide lock, sweeps what an
+//! earlier run may have left, and its drop undoes everything, also after a panic.
+//!
+//! Layout: node N is called `<prefix>N`, has the address `10.244.N.1` on bridge `vcbrN` and pods in
+//! `10.244.N.0/24`; the kubelet serves on `10.244.N.1:10250`, dnsmasq answers on `10.244.N.1:53`.
+
+pub mod dns;
+pub mod host;
+pub mod images;
+mod node;
+pub mod registry;
+
+use std::{path::PathBuf, time::Duration};
+
+use k8s_openapi::api::{
+    core::v1::Node,
+    rbac::v1::{ClusterRoleBinding, RoleRef, Subject},
+    storage::v1::StorageClass,
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, Patch, PatchParams},
+};
+
+pub use images::{BUSYBOX_IMAGE, ControlPlaneImages, PAUSE_IMAGE};
+pub use node::{KUBELET_PORT, RealNode};
+
+use crate::{
+    Binary, ControlPlane, Error, ManagedProcess, Result, WorkDir, locate, nodes::node_is_ready, wait,
+};
+
+/// How to start real nodes.
+#[derive(Clone, Debug)]
+pub struct RealNodeOptions {
+    /// How many nodes (at most 200).
+    pub node_count: usize,
+    /// Node names are this prefix plus an index.
+    pub name_prefix: String,
+    /// CA certificates (PEM) whose client certificates the kubelets accept besides the super cluster's.
+    pub extra_client_cas: Vec<String>,
+    /// Users of the super cluster allowed the whole kubelet API (bound to `system:kubelet-api-admin`), such
+    /// as vn-agent's client certificate's common name.
+    pub kubelet_api_users: Vec<String>,
+}
+
+impl Default for RealNodeOptions {
+    fn default() -> Self {
+        Self {
+            node_count: 2,
+            name_prefix: "node-".to_owned(),
+            extra_client_cas: Vec::new(),
+            kubelet_api_users: Vec::new(),
+        }
+    }
+}
+
+/// Field manager of what the harness writes for real nodes.
+const FIELD_MANAGER: &str = "e2e-real-nodes";
+/// The default StorageClass, served by kube-controller-manager's hostpath provisioner.
+pub const STORAGE_CLASS: &str = "standard";
+/// What a super cluster's controller-manager needs to provision volumes on real nodes.
+pub const CONTROLLER_MANAGER_ARGS: &[&str] = &["--enable-hostpath-provisioner=true"];
+/// What a super cluster's apiserver needs for real nodes: kubelets may change only their own Node and pods.
+pub const APISERVER_ARGS: &[&str] = &["--enable-admission-plugins=NodeRestriction"];
+
+/// Real nodes of one super cluster. Fields drop in order; [`Drop`] sweeps what the processes left.
+pub struct RealNodes {
+    nodes: Vec<RealNode>,
+    kube_proxy: ManagedProcess,
+    _dns: dns::ClusterDns,
+    host: host::HostState,
+    folders: Vec<PathBuf>,
+    _proxy_dir: WorkDir,
+    _lock: std::fs::File,
+}
+
+impl std::fmt::Debug for RealNodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealNodes")
+            .field("nodes", &self.names())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks that every part real nodes need is on this machine. When one is missing, prints one line naming
+/// the test and every missing part and returns `false`: the caller returns early (a skip).
+pub fn require(test: &str) -> bool {
+    let missing = missing_parts();
+    if missing.is_empty() {
+        return true;
+    }
+    let line = format!(
+        "SKIPPED e2e test {test}: real nodes need {}\n",
+        missing.join(", ")
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    false
+}
+
+/// The parts real nodes need that this machine lacks, each with where it comes from.
+pub fn missing_parts() -> Vec<String> {
+    let mut missing = Vec::new();
+    for binary in [
+        Binary::Etcd,
+        Binary::KubeApiserver,
+        Binary::KubeControllerManager,
+        Binary::KubeScheduler,
+        Binary::Kubelet,
+        Binary::KubeProxy,
+    ] {
+        if let Err(error) = locate(binary) {
+            missing.push(error.to_string());
+        }
+    }
+    for (tool, package) in [
+        ("containerd", "containerd"),
+        ("containerd-shim-runc-v2", "containerd"),
+        ("runc", "runc"),
+        ("iptables", "iptables"),
+        ("ip", "iproute2"),
+        ("dnsmasq", "dnsmasq-base"),
+    ] {
+        if host::find_tool(tool).is_none() {
+            missing.push(format!("{tool} (Debian package {package})"));
+        }
+    }
+    for plugin in ["bridge", "host-local", "portmap", "loopback"] {
+        if !std::path::Path::new("/usr/lib/cni").join(plugin).is_file() {
+            missing.push(format!(
+                "the CNI plugin /usr/lib/cni/{plugin} (Debian package containernetworking-plugins)"
+            ));
+        }
+    }
+    if images::find_busybox().is_err() {
+        missing.push("a static /bin/busybox (Debian package busybox-static)".to_owned());
+    }
+    if !is_root() {
+        missing.push("root (bridges, iptables and mounts)".to_owned());
+    }
+    missing
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The machine-wide lock: real nodes change the host's network, so one set runs at a time.
+async fn lock_machine() -> Result<std::fs::File> {
+    let path = std::env::temp_dir().join("vc-e2e-realnodes.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(Error::io(format!("opening {}", path.display())))?;
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| Error::Io {
+            context: "waiting for the real-node lock".into(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(Error::io(format!("locking {}", path.display())))
+}
+
+impl RealNodes {
+    /// Starts `options.node_count` nodes for `cluster` (whose apiserver and controller-manager should run
+    /// with [`APISERVER_ARGS`] and [`CONTROLLER_MANAGER_ARGS`], with a scheduler) and waits until they are
+    /// Ready.
+    pub async fn start(cluster: &ControlPlane, options: RealNodeOptions) -> Result<Self> {
+        let missing = missing_parts();
+        if !missing.is_empty() {
+            return Err(Error::MissingPart {
+                part: missing.join(", "),
+                hint: "see the README's real-node section".into(),
+            });
+        }
+        let lock = lock_machine().await?;
+        let kube_proxy_binary = locate(Binary::KubeProxy).ok();
+        host::sweep(&host::stale_folders(), kube_proxy_binary.as_deref());
+        let registry = tokio::task::spawn_blocking(registry::Registry::shared)
+            .await
+            .map_err(|e| Error::Io {
+                context: "building the test images".into(),
+                source: std::io::Error::other(e),
+            })??;
+        let host_state = host::prepare()?;
+        let mut folders = Vec::new();
+        let started = Self::start_parts(cluster, &options, registry, &mut folders).await;
+        match started {
+            Ok((nodes, kube_proxy, dns, proxy_dir)) => {
+                let real = Self {
+                    nodes,
+                    kube_proxy,
+                    _dns: dns,
+                    host: host_state,
+                    folders,
+                    _proxy_dir: proxy_dir,
+                    _lock: lock,
+                };
+                real.wait_ready(&cluster.client()).await?;
+                Ok(real)
+            }
+            Err(error) => {
+                host::sweep(&folders, kube_proxy_binary.as_deref());
+                host::restore(&host_state);
+                Err(error)
+            }
+        }
+    }
+
+    async fn start_parts(
+        cluster: &ControlPlane,
+        options: &RealNodeOptions,
+        registry: &registry::Registry,
+        folders: &mut Vec<PathBuf>,
+    ) -> Result<(Vec<RealNode>, ManagedProcess, dns::ClusterDns, WorkDir)> {
+        let client = cluster.client();
+        let names: Vec<String> = (0..options.node_count)
+            .map(|i| format!("{}{i}", options.name_prefix))
+            .collect();
+        for index in 0..names.len() {
+            host::create_bridge(index)?;
+        }
+        prepare_cluster(&client, &options.kubelet_api_users).await?;
+        let addresses: Vec<String> = (0..names.len()).map(host::node_ip).collect();
+        let dns = dns::ClusterDns::start(client.clone(), &addresses).await?;
+        let settings = node::NodeSettings {
+            apiserver: cluster.apiserver(),
+            registry_url: registry.url(),
+            extra_client_cas: options.extra_client_cas.clone(),
+        };
+        let mut nodes = Vec::new();
+        for (index, name) in names.iter().enumerate() {
+            let node = RealNode::start(index, name, &settings).await?;
+            folders.push(node.dir().to_path_buf());
+            nodes.push(node);
+        }
+        let proxy_dir = WorkDir::new("realnode-kube-proxy")?;
+        folders.push(proxy_dir.path().to_path_buf());
+        let kube_proxy = node::start_kube_proxy(cluster.apiserver(), &names[0], &proxy_dir)?;
+        Ok((nodes, kube_proxy, dns, proxy_dir))
+    }
+
+    /// Waits until every node reports Ready, failing early with its kubelet's log when one exits.
+    pub async fn wait_ready(&self, client: &Client) -> Result<()> {
+        let api: Api<Node> = Api::all(client.clone());
+        for node in &self.nodes {
+            let name = node.name().to_owned();
+            let found = wait::until_true(
+                Duration::from_secs(120),
+                &format!("real node {name} Ready"),
+                || {
+                    let api = api.clone();
+                    let name = name.clone();
+                    async move { api.get(&name).await.ok().is_some_and(|n| node_is_ready(&n)) }
+                },
+            )
+            .await;
+            if let Err(error) = found {
+                return Err(node.kubelet().not_ready(error.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes' names.
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name().to_owned()).collect()
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RealNode] {
+        &self.nodes
+    }
+
+    /// The control-plane images that were built from the harness's binaries.
+    pub fn control_plane_images() -> Result<ControlPlaneImages> {
+        Ok(registry::Registry::shared()?.store().versions.clone())
+    }
+
+    /// The last lines of every node daemon's log, for a failure report.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut text = String::new();
+        for node in &self.nodes {
+            for process in [node.kubelet(), node.containerd()] {
+                text.push_str(&format!(
+                    "--- {} ---\n{}\n",
+                    process.name(),
+                    process.log_tail(lines)
+                ));
+            }
+        }
+        text.push_str(&format!(
+            "--- kube-proxy ---\n{}\n",
+            self.kube_proxy.log_tail(lines)
+        ));
+        text
+    }
+}
+
+impl Drop for RealNodes {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.log_tails(15));
+        }
+        for node in &mut self.nodes {
+            node.stop();
+        }
+        self.kube_proxy.stop();
+        host::sweep(&self.folders, locate(Binary::KubeProxy).ok().as_deref());
+        host::restore(&self.host);
+    }
+}
+
+/// What the super cluster needs for real nodes: a default StorageClass for the hostpath provisioner, and
+/// the kubelet API for the given users.
+async fn prepare_cluster(client: &Client, kubelet_api_users: &[String]) -> Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let class = StorageClass {
+        metadata: ObjectMeta {
+            name: Some(STORAGE_CLASS.to_owned()),
+            annotations: Some(
+                [(
+                    "storageclass.kubernetes.io/is-default-class".to_owned(),
+                    "true".to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        provisioner: "kubernetes.io/host-path".to_owned(),
+        reclaim_policy: Some("Delete".to_owned()),
+        volume_binding_mode: Some("Immediate".to_owned()),
+        ..Default::default()
+    };
+    Api::<StorageClass>::all(client.clone())
+        .patch(STORAGE_CLASS, &params, &Patch::Apply(&class))
+        .await
+        .map_err(Error::kube("creating the default StorageClass"))?;
+    if !kubelet_api_users.is_empty() {
+        let binding = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some("e2e-kubelet-api".to_owned()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_owned(),
+                kind: "ClusterRole".to_owned(),
+                name: "system:kubelet-api-admin".to_owned(),
+            },
+            subjects: Some(
+                kubelet_api_users
+                    .iter()
+                    .map(|user| Subject {
+                        api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                        kind: "User".to_owned(),
+                        name: user.clone(),
+                        namespace: None,
+                    })
+                    .collect(),
+            ),
+        };
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .patch("e2e-kubelet-api", &params, &Patch::Apply(&binding))
+            .await
+            .map_err(Error::kube("granting the kubelet API"))?;
+    }
+    Ok(())
+}

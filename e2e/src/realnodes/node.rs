@@ -1,0 +1,401 @@
+//! One real node: a containerd of its own (config, root, state and socket in the node's folder), the CNI
+//! bridge of the node, and a kubelet registered with its own client certificate and serving its API with a
+//! certificate the super cluster's CA signed for the node's address.
+
+use std::{path::PathBuf, time::Duration};
+
+use super::{
+    host::{self, CNI_NETWORK, find_tool},
+    images::PAUSE_IMAGE,
+};
+use crate::{
+    ApiServer, Binary, Error, ManagedProcess, Result, WorkDir, kubeconfig_yaml, locate,
+    pki::{CertificateAuthority, Usage},
+};
+
+/// The kubelet's port on the node's address.
+pub const KUBELET_PORT: u16 = 10250;
+
+/// These VMs refuse to lower `oom_score_adj` (writing a negative value fails with EIO), and the kubelet asks
+/// for -998 on pod sandboxes, so runc fails with "can't get final child's PID from pipe: EOF". This wrapper,
+/// the runtime's `BinaryName`, raises `process.oomScoreAdj` in the bundle's config.json to at least 0 before
+/// calling runc. It belongs to the test harness only: a real node has no such restriction.
+const RUNC_WRAPPER: &str = r#"#!/bin/sh
+bundle=""
+previous=""
+for argument in "$@"; do
+  case "$previous" in --bundle|-b) bundle="$argument" ;; esac
+  case "$argument" in --bundle=*) bundle="${argument#--bundle=}" ;; esac
+  previous="$argument"
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+  sed -i 's/"oomScoreAdj":-[0-9]*/"oomScoreAdj":0/g' "$bundle/config.json"
+fi
+exec RUNC "$@"
+"#;
+
+/// A running node. Dropping it kills its kubelet and containerd; the containers are removed by the
+/// cluster's teardown (see [`host::sweep`]).
+pub struct RealNode {
+    name: String,
+    index: usize,
+    kubelet: ManagedProcess,
+    containerd: ManagedProcess,
+    dir: WorkDir,
+}
+
+impl std::fmt::Debug for RealNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealNode")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every node of a cluster shares.
+pub struct NodeSettings<'a> {
+    /// The super cluster's apiserver.
+    pub apiserver: &'a ApiServer,
+    /// The registry every registry name is mirrored to.
+    pub registry_url: String,
+    /// CAs (PEM) whose client certificates the kubelet accepts, besides the super cluster's.
+    pub extra_client_cas: Vec<String>,
+}
+
+impl RealNode {
+    /// Starts containerd and the kubelet of node `index` called `name`; the node's bridge must exist.
+    pub async fn start(index: usize, name: &str, settings: &NodeSettings<'_>) -> Result<Self> {
+        let dir = WorkDir::new(&format!("realnode-{name}"))?;
+        let containerd = start_containerd(&dir, index, name, &settings.registry_url).await?;
+        let kubelet = start_kubelet(&dir, index, name, settings)?;
+        Ok(Self {
+            name: name.to_owned(),
+            index,
+            kubelet,
+            containerd,
+            dir,
+        })
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's address (its bridge's gateway).
+    pub fn ip(&self) -> String {
+        host::node_ip(self.index)
+    }
+
+    /// containerd's socket.
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// The node's folder.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// The kubelet process, for logs.
+    pub fn kubelet(&self) -> &ManagedProcess {
+        &self.kubelet
+    }
+
+    /// containerd, for logs.
+    pub fn containerd(&self) -> &ManagedProcess {
+        &self.containerd
+    }
+
+    /// Whether the kubelet and containerd still run.
+    pub fn is_running(&mut self) -> bool {
+        self.kubelet.is_running() && self.containerd.is_running()
+    }
+
+    /// Stops the kubelet and containerd (containers keep running until the sweep).
+    pub fn stop(&mut self) {
+        self.kubelet.stop();
+        self.containerd.stop();
+    }
+}
+
+async fn start_containerd(
+    dir: &WorkDir,
+    index: usize,
+    name: &str,
+    registry_url: &str,
+) -> Result<ManagedProcess> {
+    let containerd = find_tool("containerd").ok_or_else(|| missing("containerd"))?;
+    let runc = find_tool("runc").ok_or_else(|| missing("runc"))?;
+    let wrapper = dir.write(
+        "runc-wrapper",
+        RUNC_WRAPPER.replace("RUNC", &runc.display().to_string()),
+    )?;
+    set_executable(&wrapper)?;
+    let cni_dir = dir.join("cni");
+    std::fs::create_dir_all(&cni_dir).map_err(Error::io("creating the CNI folder"))?;
+    let conflist = serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": host::bridge(index),
+                "isGateway": true,
+                // Nothing leaves the machine, so nothing needs masquerading.
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": host::node_subnet(index), "gateway": host::node_ip(index) }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }],
+                    "dataDir": dir.join("ipam"),
+                },
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } },
+        ],
+    });
+    std::fs::write(
+        cni_dir.join("10-vc-e2e.conflist"),
+        serde_json::to_vec_pretty(&conflist).expect("JSON"),
+    )
+    .map_err(Error::io("writing the CNI configuration"))?;
+    let socket = dir.join("containerd.sock");
+    let mirrors: String = ["docker.io", "registry.k8s.io", "k8s.gcr.io", "quay.io", "ghcr.io"]
+        .iter()
+        .map(|registry| {
+            format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{registry}\"]\n  endpoint = [\"{registry_url}\"]\n"
+            )
+        })
+        .collect();
+    let config = format!(
+        r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{cni}"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  BinaryName = "{wrapper}"
+  Root = "{runc_root}"
+  SystemdCgroup = false
+
+{mirrors}"#,
+        root = dir.join("containerd/root").display(),
+        state = dir.join("containerd/state").display(),
+        socket = socket.display(),
+        opt = dir.join("containerd/opt").display(),
+        cni = cni_dir.display(),
+        wrapper = wrapper.display(),
+        runc_root = dir.join("containerd/runc").display(),
+    );
+    let config_path = dir.write("containerd.toml", config)?;
+    let mut process = ManagedProcess::start(
+        &format!("containerd {name}"),
+        &containerd,
+        vec![format!("--config={}", config_path.display())],
+        dir.join("containerd.log"),
+    )?;
+    let socket_probe = socket.clone();
+    process
+        .wait_ready(Duration::from_secs(30), move || {
+            let socket = socket_probe.clone();
+            async move { tokio::net::UnixStream::connect(&socket).await.is_ok() }
+        })
+        .await?;
+    Ok(process)
+}
+
+fn start_kubelet(
+    dir: &WorkDir,
+    index: usize,
+    name: &str,
+    settings: &NodeSettings<'_>,
+) -> Result<ManagedProcess> {
+    let kubelet = locate(Binary::Kubelet)?;
+    let ca: &CertificateAuthority = settings.apiserver.ca();
+    let ip = host::node_ip(index);
+    let client = ca.issue(
+        &format!("system:node:{name}"),
+        &["system:nodes"],
+        &[],
+        Usage::Client,
+    )?;
+    let serving = ca.issue(name, &[], &[ip.as_str(), name], Usage::Server)?;
+    let kubeconfig = dir.write(
+        "kubelet.kubeconfig",
+        kubeconfig_yaml(name, settings.apiserver.url(), ca.cert_pem(), &client),
+    )?;
+    let mut client_cas = ca.cert_pem().to_owned();
+    for extra in &settings.extra_client_cas {
+        client_cas.push('\n');
+        client_cas.push_str(extra);
+    }
+    let client_ca = dir.write("kubelet-client-ca.crt", client_cas)?;
+    let cert = dir.write("kubelet.crt", &serving.cert_pem)?;
+    let key = dir.write("kubelet.key", &serving.key_pem)?;
+    let config = format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {ip}
+port: {KUBELET_PORT}
+readOnlyPort: 0
+healthzPort: 0
+tlsCertFile: {cert}
+tlsPrivateKeyFile: {key}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+    cacheTTL: 10s
+  x509:
+    clientCAFile: {client_ca}
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 10s
+    cacheUnauthorizedTTL: 5s
+# Settings these VMs need: no systemd, no swap accounting, cgroup v1 without QoS levels.
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+# kube-proxy owns the host's iptables rules; the kubelet's own chains would outlive the test.
+makeIPTablesUtilChains: false
+clusterDNS:
+- {ip}
+clusterDomain: {domain}
+resolvConf: /etc/resolv.conf
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 10s
+syncFrequency: 10s
+volumePluginDir: {plugins}
+maxPods: 110
+"#,
+        cert = cert.display(),
+        key = key.display(),
+        client_ca = client_ca.display(),
+        domain = super::dns::CLUSTER_DOMAIN,
+        plugins = dir.join("volume-plugins").display(),
+    );
+    let config_path = dir.write("kubelet.yaml", config)?;
+    let args = vec![
+        format!("--config={}", config_path.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!(
+            "--container-runtime-endpoint=unix://{}",
+            dir.join("containerd.sock").display()
+        ),
+        format!("--hostname-override={name}"),
+        format!("--node-ip={ip}"),
+        format!("--root-dir={}", dir.join("kubelet").display()),
+        format!("--cert-dir={}", dir.join("kubelet-pki").display()),
+        format!(
+            "--node-labels=e2e.virtualcluster.io/real-node=true,e2e.virtualcluster.io/node-index={index}"
+        ),
+        "--v=2".to_owned(),
+    ];
+    ManagedProcess::start(
+        &format!("kubelet {name}"),
+        &kubelet,
+        args,
+        dir.join("kubelet.log"),
+    )
+}
+
+/// kube-proxy for every node. The nodes share the host's network namespace, so one kube-proxy programs the
+/// tables all of them use; a second would write the same chains and fight the first over them.
+pub fn start_kube_proxy(apiserver: &ApiServer, node_name: &str, dir: &WorkDir) -> Result<ManagedProcess> {
+    let kube_proxy = locate(Binary::KubeProxy)?;
+    let ca = apiserver.ca();
+    let client = ca.issue("system:kube-proxy", &[], &[], Usage::Client)?;
+    let kubeconfig = dir.write(
+        "kube-proxy.kubeconfig",
+        kubeconfig_yaml("kube-proxy", apiserver.url(), ca.cert_pem(), &client),
+    )?;
+    let config = format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+mode: iptables
+clusterCIDR: {pods}
+hostnameOverride: {node_name}
+bindAddress: 0.0.0.0
+healthzBindAddress: 127.0.0.1:{healthz}
+metricsBindAddress: 127.0.0.1:{metrics}
+# Leave the host's conntrack sysctls as they are.
+conntrack:
+  maxPerCore: 0
+  min: 0
+iptables:
+  minSyncPeriod: 0s
+  syncPeriod: 10s
+"#,
+        kubeconfig = kubeconfig.display(),
+        pods = host::POD_CIDR,
+        healthz = crate::free_port()?,
+        metrics = crate::free_port()?,
+    );
+    let config_path = dir.write("kube-proxy.yaml", config)?;
+    ManagedProcess::start(
+        "kube-proxy",
+        &kube_proxy,
+        vec![format!("--config={}", config_path.display()), "--v=2".to_owned()],
+        dir.join("kube-proxy.log"),
+    )
+}
+
+fn set_executable(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(Error::io(format!("making {} executable", path.display())))
+}
+
+fn missing(tool: &str) -> Error {
+    Error::MissingPart {
+        part: tool.to_owned(),
+        hint:
+            "apt-get install containerd runc containernetworking-plugins iptables busybox-static dnsmasq-base"
+                .into(),
+    }
+}
