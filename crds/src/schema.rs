@@ -2,14 +2,38 @@
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-/// A full embedded Kubernetes object (StatefulSet, Service, ...).
+/// An embedded StatefulSet (`apps/v1`); see [`embedded_resource`].
+pub fn embedded_stateful_set(_: &mut SchemaGenerator) -> Schema {
+    embedded_resource("apps/v1", "StatefulSet")
+}
+
+/// An embedded Service (`v1`); see [`embedded_resource`].
+pub fn embedded_service(_: &mut SchemaGenerator) -> Schema {
+    embedded_resource("v1", "Service")
+}
+
+/// A full embedded Kubernetes object of one kind.
 ///
-/// The apiserver checks `apiVersion`, `kind` and `metadata` of embedded resources itself; the rest is kept
-/// as given so that any field of the embedded kind survives (the full StatefulSet schema would make the CRD
-/// larger than etcd accepts).
-pub fn embedded_resource(_: &mut SchemaGenerator) -> Schema {
+/// The apiserver checks `apiVersion`, `kind` and `metadata` of embedded resources itself and requires the
+/// first two; they default to `api_version` and `kind`, so that the original project's samples, whose
+/// embedded objects often leave them out, apply unchanged. Whatever is given is kept (and checked by the
+/// bundle's rules). The rest is kept as given so that any field of the embedded kind survives (the full
+/// StatefulSet schema would make the CRD larger than etcd accepts).
+fn embedded_resource(api_version: &str, kind: &str) -> Schema {
     json_schema!({
         "type": "object",
+        "properties": {
+            "apiVersion": {
+                "description": format!("Defaults to {api_version}."),
+                "type": "string",
+                "default": api_version,
+            },
+            "kind": {
+                "description": format!("Defaults to {kind}."),
+                "type": "string",
+                "default": kind,
+            },
+        },
         "x-kubernetes-embedded-resource": true,
         "x-kubernetes-preserve-unknown-fields": true,
     })

@@ -127,6 +127,141 @@ async fn crds_install_and_examples_apply() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The original project's sample ClusterVersion, byte for byte but for its images.
+const ORIGINAL_SAMPLE: &str = "e2e/fixtures/original-clusterversion-v1-nodeport.yaml";
+
+#[tokio::test]
+async fn the_original_sample_applies_unchanged_with_embedded_type_meta_defaulted() -> anyhow::Result<()> {
+    if !e2e::require(
+        "the_original_sample_applies_unchanged_with_embedded_type_meta_defaulted",
+        NEEDS,
+    ) {
+        return Ok(());
+    }
+    let cluster = apiserver_with_crds("api-original-sample").await?;
+    let client = cluster.client();
+    let sample = read(ORIGINAL_SAMPLE);
+    // The sample really leaves them out.
+    let object = apply::parse_documents(&sample)?.remove(0);
+    for bundle in ["etcd", "apiServer", "controllerManager"] {
+        let statefulset = &object.data["spec"][bundle]["statefulset"];
+        assert!(
+            statefulset.get("apiVersion").is_none() && statefulset.get("kind").is_none(),
+            "{bundle}: {statefulset}"
+        );
+    }
+
+    // As `kubectl create -f` sends it (a POST), then as `kubectl apply --server-side -f` does.
+    let cvs: Api<ClusterVersion> = Api::all(client.clone());
+    apply::create_strict(&client, object, "default")
+        .await
+        .context("creating the original sample")?;
+    check_embedded_type_meta(&client)
+        .await
+        .context("after a create")?;
+    cvs.delete("cv-sample-np", &Default::default()).await?;
+    apply::apply_yaml(&client, &sample, "default")
+        .await
+        .context("applying the original sample")?;
+    check_embedded_type_meta(&client)
+        .await
+        .context("after an apply")?;
+
+    // The typed API reads what was stored.
+    let cv = cvs.get("cv-sample-np").await?;
+    assert_eq!(
+        cv.spec
+            .api_server
+            .service
+            .and_then(|s| s.spec)
+            .and_then(|s| s.type_)
+            .as_deref(),
+        Some("NodePort")
+    );
+    assert_eq!(
+        cv.spec
+            .etcd
+            .statefulset
+            .spec
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers[0].image.clone()),
+        Some(Some("registry.k8s.io/etcd:3.5.21-0".to_owned()))
+    );
+
+    // Given kinds are still checked, and the rejection names the field.
+    for (case, from, to, field, message) in [
+        (
+            "etcd statefulset as a Deployment",
+            "    statefulset:\n      metadata:\n        name: etcd\n",
+            "    statefulset:\n      kind: Deployment\n      metadata:\n        name: etcd\n",
+            "spec.etcd",
+            "statefulset.kind must be StatefulSet",
+        ),
+        (
+            "apiserver service as a Deployment",
+            "    service:\n      metadata:\n        name: apiserver-svc\n",
+            "    service:\n      kind: Deployment\n      metadata:\n        name: apiserver-svc\n",
+            "spec.apiServer",
+            "service.kind must be Service",
+        ),
+    ] {
+        assert!(sample.contains(from), "{case}: the sample changed");
+        let wrong = sample
+            .replacen(from, to, 1)
+            .replace("name: cv-sample-np", "name: cv-wrong-kind");
+        let error = apply::apply_yaml(&client, &wrong, "default")
+            .await
+            .err()
+            .with_context(|| format!("{case}: accepted"))?;
+        let text = error_message(&error);
+        assert!(
+            text.contains(field) && text.contains(message),
+            "{case}: rejection {text:?} does not name {field} and say {message:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Every embedded StatefulSet and Service of the stored `cv-sample-np` has the default apiVersion and kind.
+async fn check_embedded_type_meta(client: &Client) -> anyhow::Result<()> {
+    let request =
+        http::Request::get("/apis/tenancy.x-k8s.io/v1alpha1/clusterversions/cv-sample-np").body(Vec::new())?;
+    let stored: serde_json::Value = client.request(request).await?;
+    let spec = &stored["spec"];
+    for bundle in ["etcd", "apiServer", "controllerManager"] {
+        let statefulset = &spec[bundle]["statefulset"];
+        assert_eq!(
+            (statefulset["apiVersion"].as_str(), statefulset["kind"].as_str()),
+            (Some("apps/v1"), Some("StatefulSet")),
+            "{bundle}.statefulset"
+        );
+        // The rest is kept as given.
+        assert_eq!(
+            statefulset["spec"]["updateStrategy"]["type"], "OnDelete",
+            "{bundle}.statefulset"
+        );
+    }
+    for bundle in ["etcd", "apiServer"] {
+        let service = &spec[bundle]["service"];
+        assert_eq!(
+            (service["apiVersion"].as_str(), service["kind"].as_str()),
+            (Some("v1"), Some("Service")),
+            "{bundle}.service"
+        );
+    }
+    assert_eq!(
+        spec["etcd"]["service"]["metadata"]["annotations"]["service.alpha.kubernetes.io/tolerate-unready-endpoints"],
+        "true"
+    );
+    // No Service is made up where the sample has none.
+    assert!(
+        spec["controllerManager"].get("service").is_none(),
+        "{}",
+        spec["controllerManager"]
+    );
+    Ok(())
+}
+
 async fn table_columns(client: &Client, path: &str) -> anyhow::Result<Vec<String>> {
     let request = http::Request::get(path)
         .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
