@@ -270,7 +270,7 @@ impl Sandbox {
         let clients = ComponentClients::new(&tenancy, options.accounts.as_ref(), &private).await?;
 
         let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private).await?;
-        let (manager, vc_manager_admin) = start_vc_manager(clients.vc_manager).await?;
+        let (manager, vc_manager_admin) = start_vc_manager(clients.vc_manager, real_nodes).await?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
@@ -717,7 +717,7 @@ async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<Stri
 }
 
 /// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.
-async fn start_vc_manager(client: Client) -> Result<(ManagerTask, SocketAddr)> {
+async fn start_vc_manager(client: Client, real_nodes: bool) -> Result<(ManagerTask, SocketAddr)> {
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?)
         .parse()
         .expect("a socket address");
@@ -725,6 +725,11 @@ async fn start_vc_manager(client: Client) -> Result<(ManagerTask, SocketAddr)> {
         adopt_check_interval: Duration::from_secs(5),
         backoff_max: Duration::from_secs(10),
         deletion_poll_interval: Duration::from_millis(500),
+        // On simulated nodes the control plane's pods are marked running and nothing serves.
+        native_readiness: match real_nodes {
+            true => vc_manager::NativeReadiness::ApiserverAnswers,
+            false => vc_manager::NativeReadiness::StatefulSetsReady,
+        },
         ..vc_manager::Settings::default()
     };
     settings.tenant_timeouts.connect = Duration::from_secs(2);

@@ -364,12 +364,23 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
                 .await?
                 .spec
                 .and_then(|s| s.cluster_ip);
+        // In-cluster clients connect by a name in the tenant apiserver's certificate, which a host alias
+        // maps to the super cluster IP of the tenant's `kubernetes` Service.
         assert_eq!(
             env.iter()
                 .find(|e| e.name == "KUBERNETES_SERVICE_HOST")
-                .and_then(|e| e.value.clone()),
-            apiserver_ip
+                .and_then(|e| e.value.clone())
+                .as_deref(),
+            Some("kubernetes.default.svc")
         );
+        assert!(spec.host_aliases.iter().flatten().any(|alias| {
+            Some(&alias.ip) == apiserver_ip.as_ref()
+                && alias
+                    .hostnames
+                    .iter()
+                    .flatten()
+                    .any(|h| h == "kubernetes.default.svc")
+        }));
         assert_eq!(
             env.iter()
                 .find(|e| e.name == "MY_NAMESPACE")

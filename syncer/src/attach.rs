@@ -181,11 +181,25 @@ pub async fn load_kubeconfig(client: &Client, vc: &VirtualCluster) -> Result<Str
     })
 }
 
-/// Builds a client from a kubeconfig and asks the apiserver for its version.
-async fn connect(kubeconfig: &str) -> Result<(Client, Option<String>, String), Failure> {
-    let config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
+/// Builds a client from a kubeconfig and asks the apiserver for its version. A provisioned tenant's
+/// apiserver (`native_root`: the super client and the tenant's root namespace) is reached at its Service's
+/// cluster IP, so the syncer does not depend on cluster DNS.
+async fn connect(
+    kubeconfig: &str,
+    native_root: Option<(&Client, &str)>,
+) -> Result<(Client, Option<String>, String), Failure> {
+    let mut config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
         .await
         .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+    if let Some((super_client, root)) = native_root {
+        let server = config.cluster_url.to_string();
+        let reachable = vc_runtime::clients::cluster_ip_url(super_client, &server, root)
+            .await
+            .map_err(|e| failure("TenantUnreachable", error_chain(&e)))?;
+        config.cluster_url = reachable
+            .parse()
+            .map_err(|e| failure("KubeconfigInvalid", format!("server {reachable}: {e}")))?;
+    }
     let ca_pem = config.root_cert.as_ref().map(|certs| {
         certs
             .iter()
@@ -461,7 +475,11 @@ async fn attach_or_check(
         }
         tracing::info!(vc = %identity.vc_ref(), "tenant apiserver answers again; restarting its watches");
     }
-    let (client, ca_pem, version) = connect(&kubeconfig).await?;
+    let native_root = vc
+        .adoption()
+        .is_none()
+        .then_some((&ctx.super_client, identity.cluster_key.as_str()));
+    let (client, ca_pem, version) = connect(&kubeconfig, native_root).await?;
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
         // Detaching forgot the tenant's usage; its running pods send no events that would count them.

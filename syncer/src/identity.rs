@@ -31,6 +31,11 @@ const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
 /// Annotations never copied down: large, and meaningless in the super cluster.
 const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
 
+/// Labels never copied down. A tenant apiserver marks its own `kubernetes` Endpoints `skip-mirror` because
+/// it writes their EndpointSlices itself; in the super cluster nothing would, and kube-proxy, which reads
+/// only EndpointSlices, would have no endpoint for the tenant's apiserver.
+const DROPPED_LABELS: &[&str] = &["endpointslice.kubernetes.io/skip-mirror"];
+
 /// The VirtualCluster a tenant object belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TenantIdentity {
@@ -80,7 +85,7 @@ pub fn super_metadata(
         .labels
         .iter()
         .flatten()
-        .filter(|(k, _)| keep(k))
+        .filter(|(k, _)| keep(k) && !DROPPED_LABELS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     labels.insert(LABEL_VC_NAME.to_owned(), identity.vc_name.clone());
@@ -239,6 +244,20 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn the_skip_mirror_label_stays_behind() {
+        let tenant = ObjectMeta {
+            name: Some("kubernetes".into()),
+            namespace: Some("default".into()),
+            labels: map(&[("endpointslice.kubernetes.io/skip-mirror", "true"), ("app", "x")]),
+            ..Default::default()
+        };
+        let meta = super_metadata(&tenant, &identity(), &[], Some("ns".into()), false);
+        let labels = meta.labels.expect("labels");
+        assert!(!labels.contains_key("endpointslice.kubernetes.io/skip-mirror"));
+        assert!(labels.contains_key("app"));
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub struct ProbeReport {
 
 /// Checks that a kubeconfig reaches a working apiserver.
 pub trait TenantProbe: Send + Sync {
-    /// Calls `/version` with the kubeconfig (YAML) found at `origin` (for messages).
+    /// Calls `/version` and lists one namespace with the kubeconfig (YAML) found at `origin` (for
+    /// messages).
     fn version(&self, origin: String, kubeconfig: String) -> BoxFuture<'static, Result<ProbeReport>>;
 }
 
@@ -64,7 +65,15 @@ impl TenantProbe for KubeconfigProbe {
             let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
             let client = kube::Client::try_from(config).map_err(|e| invalid(Box::new(e)))?;
             let deadline = timeouts.connect + timeouts.read;
-            let answer = tokio::time::timeout(deadline, client.apiserver_version()).await;
+            // `/version` answers anonymous callers too; listing one namespace proves the credentials.
+            let answer = tokio::time::timeout(deadline, async {
+                let info = client.apiserver_version().await?;
+                kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                    .list_metadata(&kube::api::ListParams::default().limit(1))
+                    .await?;
+                Ok::<_, kube::Error>(info)
+            })
+            .await;
             match answer {
                 Ok(Ok(info)) => Ok(ProbeReport {
                     server,

@@ -47,6 +47,20 @@ pub struct Settings {
     /// Triggers for one VirtualCluster within this long are merged into one reconcile (a reconcile's own
     /// writes come back as a burst of watch events).
     pub debounce: Duration,
+    /// When a provisioned tenant counts as Running.
+    pub native_readiness: NativeReadiness,
+}
+
+/// When a provisioned tenant counts as Running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NativeReadiness {
+    /// Its StatefulSets are ready and its apiserver answers an authenticated request made with the admin
+    /// kubeconfig from its Secret (at the apiserver Service's cluster IP).
+    #[default]
+    ApiserverAnswers,
+    /// Its StatefulSets are ready. Only for tests and benchmarks on simulated nodes, where the control
+    /// plane's pods are marked running and nothing serves.
+    StatefulSetsReady,
 }
 
 impl Default for Settings {
@@ -64,6 +78,7 @@ impl Default for Settings {
             },
             concurrency: 16,
             debounce: Duration::from_millis(200),
+            native_readiness: NativeReadiness::default(),
         }
     }
 }

@@ -32,7 +32,7 @@ pub mod steps;
 pub mod tenant_pki;
 pub mod virtual_cluster;
 
-pub use context::{Context, Settings};
+pub use context::{Context, NativeReadiness, Settings};
 pub use error::{Error, Result};
 pub use run::{LeaderElection, Manager};
 

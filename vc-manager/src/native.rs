@@ -5,10 +5,15 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use crds::{
     ClusterPhase, ClusterVersion, VirtualCluster,
-    wellknown::{CONDITION_PKI_READY, CONDITION_READY, LABEL_EXTERNAL_APISERVER_DOMAIN},
+    wellknown::{
+        CONDITION_PKI_READY, CONDITION_READY, LABEL_EXTERNAL_APISERVER_DOMAIN, SECRET_ADMIN_KUBECONFIG,
+    },
 };
 use k8s_openapi::{
-    api::{apps::v1::StatefulSet, core::v1::Service},
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{Secret, Service},
+    },
     jiff::Timestamp,
 };
 use kube::{
@@ -19,8 +24,9 @@ use kube::{
 
 use crate::{
     Error, Result,
+    adopt::ProbeReport,
     cached::CachedClusterVersion,
-    context::Context,
+    context::{Context, NativeReadiness},
     identity::TenantIdentity,
     render::{
         self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, Component, RenderInputs,
@@ -125,10 +131,29 @@ pub async fn reconcile(
     }
     changes.announce(vc, ctx).await;
 
-    let (phase, reason, message) = status::native_phase(vc.phase(), &components);
+    let (mut phase, mut reason, mut message) = status::native_phase(vc.phase(), &components);
+    let mut ready = status::native_ready(phase, &reason, &message, &components);
+    let mut answered = true;
+    if phase == ClusterPhase::Running && ctx.settings.native_readiness == NativeReadiness::ApiserverAnswers {
+        match apiserver_answers(&secrets, identity, ctx).await {
+            Ok(report) => {
+                message = format!(
+                    "{message}; the apiserver answers at {} ({})",
+                    report.server, report.version
+                );
+                ready = ConditionState::met(CONDITION_READY, &reason, &message);
+            }
+            Err(error) => {
+                answered = false;
+                (phase, reason, message) =
+                    status::apiserver_silent(vc.phase(), error.reason(), &error.full_message());
+                ready = ConditionState::unmet(CONDITION_READY, &reason, &message);
+            }
+        }
+    }
     let mut conditions = vec![pki];
     conditions.extend(components.iter().map(|(c, s)| s.condition(*c)));
-    conditions.push(status::native_ready(phase, &reason, &message, &components));
+    conditions.push(ready);
     let desired = DesiredStatus {
         phase,
         reason,
@@ -139,10 +164,57 @@ pub async fn reconcile(
     };
     steps::write_status(vc, &desired, ctx, true).await?;
     tracing::debug!(vc = %identity.vc_display(), phase = %desired.phase, "reconciled");
+    if !answered {
+        // Nothing the controller watches changes when an apiserver starts answering: look again soon.
+        return Ok(Action::requeue(APISERVER_RECHECK));
+    }
     Ok(Action::requeue(steps::requeue_after(
         ctx.settings.resync_interval,
         plan.next_renewal,
     )))
+}
+
+/// How soon a tenant whose StatefulSets are ready but whose apiserver did not answer is checked again.
+const APISERVER_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Asks the tenant apiserver with the admin kubeconfig vc-manager wrote, at its Service's cluster IP.
+async fn apiserver_answers(
+    secrets: &BTreeMap<String, Secret>,
+    identity: &TenantIdentity,
+    ctx: &Context,
+) -> Result<ProbeReport> {
+    let namespace = identity.root_namespace();
+    let origin = format!("Secret {namespace}/{SECRET_ADMIN_KUBECONFIG}");
+    let kubeconfig = secrets
+        .get(SECRET_ADMIN_KUBECONFIG)
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(SECRET_ADMIN_KUBECONFIG))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .ok_or_else(|| Error::KubeconfigInvalid {
+            origin: origin.clone(),
+            source: format!("no key {SECRET_ADMIN_KUBECONFIG}").into(),
+        })?;
+    let reachable = reach_at_cluster_ip(&kubeconfig, &ctx.client, namespace)
+        .await
+        .map_err(|source| Error::KubeconfigInvalid {
+            origin: origin.clone(),
+            source: Box::new(source),
+        })?;
+    ctx.probe.version(origin, reachable).await
+}
+
+/// The kubeconfig with its server replaced by the apiserver Service's cluster IP (which its serving
+/// certificate carries), so that vc-manager does not depend on cluster DNS.
+async fn reach_at_cluster_ip(
+    kubeconfig: &str,
+    client: &kube::Client,
+    namespace: &str,
+) -> std::result::Result<String, vc_runtime::Error> {
+    let Some(server) = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("server: ")) else {
+        return Ok(kubeconfig.to_owned());
+    };
+    let reachable = vc_runtime::clients::cluster_ip_url(client, server, namespace).await?;
+    Ok(kubeconfig.replacen(&format!("server: {server}"), &format!("server: {reachable}"), 1))
 }
 
 /// The root namespace is being deleted by someone: report it and come back once it is gone.

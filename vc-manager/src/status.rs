@@ -256,6 +256,24 @@ pub fn native_phase(
     }
 }
 
+/// Phase, reason and message of a provisioned tenant whose StatefulSets are ready but whose apiserver did
+/// not answer: not Running yet (a tenant that ran before keeps its phase while it is checked again).
+pub fn apiserver_silent(
+    previous: Option<ClusterPhase>,
+    reason: &str,
+    message: &str,
+) -> (ClusterPhase, String, String) {
+    let phase = match previous {
+        Some(phase @ (ClusterPhase::Running | ClusterPhase::Updating)) => phase,
+        _ => ClusterPhase::Pending,
+    };
+    (
+        phase,
+        format!("APIServer{}", reason.trim_start_matches("APIServer")),
+        format!("the control plane's StatefulSets are ready but its apiserver does not answer: {message}"),
+    )
+}
+
 /// The `Ready` condition of a provisioned tenant.
 pub fn native_ready(
     phase: ClusterPhase,
@@ -542,6 +560,17 @@ mod tests {
                 ..Default::default()
             });
         assert!(!ComponentState::of(&on_delete).is_rolling());
+    }
+
+    #[test]
+    fn a_silent_apiserver_keeps_a_new_tenant_pending() {
+        let (phase, reason, message) = apiserver_silent(None, "APIServerUnreachable", "connection refused");
+        assert_eq!(phase, ClusterPhase::Pending);
+        assert_eq!(reason, "APIServerUnreachable");
+        assert!(message.contains("connection refused"), "{message}");
+        let (phase, reason, _) = apiserver_silent(Some(ClusterPhase::Running), "Unauthorized", "401");
+        assert_eq!(phase, ClusterPhase::Running);
+        assert_eq!(reason, "APIServerUnauthorized");
     }
 
     #[test]

@@ -212,6 +212,8 @@ async fn main() -> Result<()> {
         concurrency: options.concurrency,
         debounce: options.debounce,
         deletion_poll_interval: Duration::from_millis(500),
+        // Simulated nodes mark control-plane pods running; nothing serves.
+        native_readiness: vc_manager::NativeReadiness::StatefulSetsReady,
         ..Settings::default()
     };
     let manager = Manager::new(client.clone(), settings).with_admin_endpoint(admin);

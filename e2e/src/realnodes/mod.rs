@@ -124,6 +124,8 @@ pub fn missing_parts() -> Vec<String> {
         ("runc", "runc"),
         ("iptables", "iptables"),
         ("ip", "iproute2"),
+        ("unshare", "util-linux"),
+        ("nsenter", "util-linux"),
         ("dnsmasq", "dnsmasq-base"),
     ] {
         if host::find_tool(tool).is_none() {

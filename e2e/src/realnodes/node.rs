@@ -13,6 +13,9 @@ use crate::{
     pki::{CertificateAuthority, Usage},
 };
 
+/// Where kubelets and containerd keep container logs.
+const POD_LOGS: &str = "/var/log/pods";
+
 /// The kubelet's port on the node's address.
 pub const KUBELET_PORT: u16 = 10250;
 
@@ -67,7 +70,10 @@ impl RealNode {
     pub async fn start(index: usize, name: &str, settings: &NodeSettings<'_>) -> Result<Self> {
         let dir = WorkDir::new(&format!("realnode-{name}"))?;
         let containerd = start_containerd(&dir, index, name, &settings.registry_url).await?;
-        let kubelet = start_kubelet(&dir, index, name, settings)?;
+        let containerd_pid = containerd
+            .pid()
+            .ok_or_else(|| containerd.not_ready("no process"))?;
+        let kubelet = start_kubelet(&dir, index, name, settings, containerd_pid)?;
         Ok(Self {
             name: name.to_owned(),
             index,
@@ -221,10 +227,30 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         runc_root = dir.join("containerd/runc").display(),
     );
     let config_path = dir.write("containerd.toml", config)?;
+    // Kubelets remove the log folders in /var/log/pods of pods they do not know, and where the path is
+    // configurable (podLogsDir) depends on the version: each node gets a mount namespace of its own (a
+    // slave of the host's) with its own folder over /var/log/pods. containerd writes the logs there and the
+    // kubelet, which joins the namespace, reads them. Mounts made inside vanish with the namespace.
+    let pod_logs = dir.join("pod-logs");
+    std::fs::create_dir_all(&pod_logs).map_err(Error::io("creating the node's pod log folder"))?;
+    std::fs::create_dir_all(POD_LOGS).map_err(Error::io(format!("creating {POD_LOGS}")))?;
+    let unshare = find_tool("unshare").ok_or_else(|| missing("unshare"))?;
     let mut process = ManagedProcess::start(
         &format!("containerd {name}"),
-        &containerd,
-        vec![format!("--config={}", config_path.display())],
+        &unshare,
+        vec![
+            "--mount".to_owned(),
+            "--propagation".to_owned(),
+            "slave".to_owned(),
+            "--".to_owned(),
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            format!("mount --bind \"$1\" {POD_LOGS} && exec \"$2\" --config=\"$3\""),
+            "sh".to_owned(),
+            pod_logs.display().to_string(),
+            containerd.display().to_string(),
+            config_path.display().to_string(),
+        ],
         dir.join("containerd.log"),
     )?;
     let socket_probe = socket.clone();
@@ -242,8 +268,10 @@ fn start_kubelet(
     index: usize,
     name: &str,
     settings: &NodeSettings<'_>,
+    containerd_pid: u32,
 ) -> Result<ManagedProcess> {
     let kubelet = locate(Binary::Kubelet)?;
+    let nsenter = find_tool("nsenter").ok_or_else(|| missing("nsenter"))?;
     let ca: &CertificateAuthority = settings.apiserver.ca();
     let ip = host::node_ip(index);
     let client = ca.issue(
@@ -319,6 +347,10 @@ maxPods: 110
     );
     let config_path = dir.write("kubelet.yaml", config)?;
     let args = vec![
+        // The node's mount namespace, which containerd made (see start_containerd).
+        format!("--mount=/proc/{containerd_pid}/ns/mnt"),
+        "--".to_owned(),
+        kubelet.display().to_string(),
         format!("--config={}", config_path.display()),
         format!("--kubeconfig={}", kubeconfig.display()),
         format!(
@@ -336,7 +368,7 @@ maxPods: 110
     ];
     ManagedProcess::start(
         &format!("kubelet {name}"),
-        &kubelet,
+        &nsenter,
         args,
         dir.join("kubelet.log"),
     )

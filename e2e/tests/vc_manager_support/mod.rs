@@ -38,6 +38,8 @@ pub fn fast_settings() -> Settings {
         deletion_poll_interval: Duration::from_millis(500),
         backoff_base: Duration::from_secs(1),
         backoff_max: Duration::from_secs(4),
+        // Simulated nodes mark control-plane pods running; nothing serves.
+        native_readiness: vc_manager::NativeReadiness::StatefulSetsReady,
         ..Settings::default()
     };
     settings.tenant_timeouts.connect = Duration::from_secs(2);

@@ -186,6 +186,8 @@ pub fn context(probe: Arc<dyn TenantProbe>) -> (Arc<Context>, Caches, ApiServer)
     ready(&mut sts_writer);
     let settings = Settings {
         deletion_poll_interval: Duration::from_secs(2),
+        // The mocked apiserver serves no tenant apiserver to ask.
+        native_readiness: crate::context::NativeReadiness::StatefulSetsReady,
         ..Settings::default()
     };
     let ctx = Context::new(

@@ -441,12 +441,17 @@ fn rewrite_dns(spec: &mut PodSpec, tenant_namespace: &str, cx: &PodConversion<'_
     });
 }
 
+/// The host in-cluster clients connect to: a name in every tenant apiserver's certificate, which the pod's
+/// host alias maps to the super cluster IP of the tenant's `kubernetes` Service. That IP is in no tenant
+/// apiserver's certificate, so a client that connected to it by address would fail TLS verification.
+const APISERVER_HOST: &str = "kubernetes.default.svc";
+
 /// The variables a kubelet sets for the `kubernetes` Service, pointing at the tenant's apiserver. Explicit
 /// container variables win over the kubelet's, so these replace the super cluster's.
 fn set_apiserver_env(container: &mut Container, ip: &str, port: i32) {
     let url = format!("tcp://{ip}:{port}");
     let values = [
-        ("KUBERNETES_SERVICE_HOST".to_owned(), ip.to_owned()),
+        ("KUBERNETES_SERVICE_HOST".to_owned(), APISERVER_HOST.to_owned()),
         ("KUBERNETES_SERVICE_PORT".to_owned(), port.to_string()),
         ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.to_string()),
         ("KUBERNETES_PORT".to_owned(), url.clone()),
@@ -663,7 +668,11 @@ mod tests {
         // The tenant apiserver, by env and host alias.
         let env = spec.containers[0].env.clone().expect("env");
         let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
-        assert_eq!(value("KUBERNETES_SERVICE_HOST").as_deref(), Some("10.96.0.1"));
+        // By a name every tenant apiserver's certificate holds, aliased to the super cluster IP.
+        assert_eq!(
+            value("KUBERNETES_SERVICE_HOST").as_deref(),
+            Some("kubernetes.default.svc")
+        );
         assert_eq!(
             value("KUBERNETES_PORT_443_TCP_ADDR").as_deref(),
             Some("10.96.0.1")

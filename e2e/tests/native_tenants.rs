@@ -1,0 +1,257 @@
+//! Native tenants on real nodes: vc-manager provisions the `examples/` ClusterVersion, its etcd, apiserver
+//! and controller-manager containers boot from the generated Secrets, the syncer attaches, and a tenant's
+//! `kubectl run` starts a real container whose logs, exec, attach and port-forward go through vn-agent to
+//! the real kubelet, and whose service-account token talks to the tenant apiserver.
+
+use std::{path::Path, process::Stdio, time::Duration};
+
+use anyhow::Context;
+use e2e::{
+    Binary, realnodes,
+    sandbox::{NodeKind, Sandbox, SandboxOptions},
+    wait,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+const NEEDS: &[Binary] = &[
+    Binary::Etcd,
+    Binary::KubeApiserver,
+    Binary::KubeControllerManager,
+    Binary::KubeScheduler,
+    Binary::Kubectl,
+];
+
+/// kubectl with a kubeconfig; fails with its stderr.
+async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+async fn tenant_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    Ok(e2e::client_from_kubeconfig_file(kubeconfig).await?)
+}
+
+async fn wait_running(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let found = wait::until(
+        Duration::from_secs(120),
+        &format!("tenant pod {name} Running"),
+        || {
+            let api = api.clone();
+            async move {
+                let pod = api.get(name).await.ok()?;
+                (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+            }
+        },
+    )
+    .await;
+    match found {
+        Ok(pod) => Ok(pod),
+        Err(error) => Err(anyhow::anyhow!(
+            "{error}; last status: {:?}",
+            api.get(name).await.ok().and_then(|p| p.status)
+        )),
+    }
+}
+
+#[tokio::test]
+async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyhow::Result<()> {
+    const TEST: &str = "a_native_tenant_boots_on_real_nodes_and_runs_real_containers";
+    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+        return Ok(());
+    }
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["native-a".to_owned()],
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    let kubeconfig = sandbox.tenant_kubeconfigs()["native-a"].clone();
+    let client = tenant_client(&kubeconfig).await?;
+
+    // The tenant's controller-manager runs: the default namespace gets its service account.
+    wait::until_true(Duration::from_secs(60), "the default service account", || {
+        let client = client.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client, "default")
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        }
+    })
+    .await?;
+
+    // `kubectl run` as a tenant: a real container on a real node.
+    kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "web",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "echo hello from a real container; exec httpd -f -p 8080 -h /etc",
+        ],
+    )
+    .await?;
+    let pod = wait_running(&client, "default", "web").await?;
+    let node = pod.spec.and_then(|s| s.node_name).context("bound to a vNode")?;
+    assert!(
+        sandbox.tenancy().nodes.names().contains(&node),
+        "vNode {node} is a real node"
+    );
+
+    // Logs and exec through vn-agent to the real kubelet.
+    let logs = wait::until(Duration::from_secs(30), "the tenant pod's log", || {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            kubectl(&kubeconfig, &["logs", "web"])
+                .await
+                .ok()
+                .filter(|l| l.contains("hello from a real container"))
+        }
+    })
+    .await?;
+    assert!(logs.contains("hello from a real container"));
+    let hostname = kubectl(&kubeconfig, &["exec", "web", "--", "cat", "/etc/hostname"]).await?;
+    assert_eq!(hostname.trim(), "web", "the container's own hostname");
+
+    // attach: a pod reading stdin echoes what the tenant types.
+    let echo: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "echo" },
+        "spec": { "containers": [{
+            "name": "echo", "image": "busybox", "stdin": true,
+            "command": ["sh", "-c", "while read line; do echo got:$line; done"],
+        }] },
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&Default::default(), &echo)
+        .await?;
+    wait_running(&client, "default", "echo").await?;
+    let mut attach = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["attach", "echo", "--stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = attach.stdin.take().context("attach stdin")?;
+    let mut lines = tokio::io::BufReader::new(attach.stdout.take().context("attach stdout")?).lines();
+    let echoed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            stdin.write_all(b"ping\n").await?;
+            stdin.flush().await?;
+            if let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(2), lines.next_line()).await
+                && line.contains("got:ping")
+            {
+                return anyhow::Ok(line);
+            }
+        }
+    })
+    .await
+    .context("attach echoed nothing within 30 s")??;
+    assert_eq!(echoed.trim(), "got:ping");
+    drop(attach);
+
+    // port-forward to the container's httpd.
+    let port = e2e::free_port()?;
+    let mut forward = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["port-forward", "pod/web", &format!("{port}:8080")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut ready = tokio::io::BufReader::new(forward.stdout.take().context("port-forward stdout")?).lines();
+    tokio::time::timeout(Duration::from_secs(30), ready.next_line())
+        .await
+        .context("port-forward did not start")??;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.write_all(b"GET /hostname HTTP/1.0\r\n\r\n").await?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response)).await??;
+    assert!(
+        response.contains("200 OK") && response.trim_end().ends_with("web"),
+        "{response}"
+    );
+    drop(forward);
+
+    // Inside a container, the mounted service-account token talks to the tenant apiserver.
+    kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "clusterrolebinding",
+            "default-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:default",
+        ],
+    )
+    .await?;
+    let kubectl_image = realnodes::RealNodes::control_plane_images()?
+        .kubectl
+        .context("a kubectl image")?;
+    kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "in-cluster",
+            &format!("--image={kubectl_image}"),
+            "--command",
+            "--",
+            "sh",
+            "-c",
+            "kubectl get pods -o name; exec sleep 3600",
+        ],
+    )
+    .await?;
+    let listed = wait::until(Duration::from_secs(90), "kubectl inside the tenant pod", || {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let logs = kubectl(&kubeconfig, &["logs", "in-cluster"]).await.ok()?;
+            logs.contains("pod/web").then_some(logs)
+        }
+    })
+    .await;
+    let listed = match listed {
+        Ok(listed) => listed,
+        Err(error) => {
+            let logs = kubectl(&kubeconfig, &["logs", "in-cluster"]).await;
+            let pod = kubectl(
+                &kubeconfig,
+                &[
+                    "get",
+                    "pod",
+                    "in-cluster",
+                    "-o",
+                    "jsonpath={.status.containerStatuses}",
+                ],
+            )
+            .await;
+            anyhow::bail!("{error}; its logs: {logs:?}; the pod: {pod:?}");
+        }
+    };
+    assert!(listed.contains("pod/echo"), "{listed}");
+
+    sandbox.shutdown().await;
+    Ok(())
+}
