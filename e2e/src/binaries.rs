@@ -39,7 +39,8 @@ impl Binary {
     }
 }
 
-/// Folders searched, in order: `$KUBEBUILDER_ASSETS`, else `/usr/local/kubebuilder/bin`, then `PATH`.
+/// Folders searched, in order: `$KUBEBUILDER_ASSETS`, else `/usr/local/kubebuilder/bin`, then `PATH`, then
+/// the cache `vc-sandbox --download` fills.
 fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     match std::env::var_os("KUBEBUILDER_ASSETS").filter(|v| !v.is_empty()) {
@@ -49,6 +50,9 @@ fn search_dirs() -> Vec<PathBuf> {
     if let Some(path) = std::env::var_os("PATH") {
         dirs.extend(std::env::split_paths(&path));
     }
+    dirs.extend(crate::download::default_cache_dir(
+        crate::download::KUBERNETES_VERSION,
+    ));
     dirs
 }
 
@@ -78,7 +82,10 @@ fn describe_search(dirs: &[PathBuf]) -> String {
     } else {
         "default"
     };
-    format!("{first} ({source}) and PATH")
+    let cache = crate::download::default_cache_dir(crate::download::KUBERNETES_VERSION)
+        .map(|d| format!(", then {}", d.display()))
+        .unwrap_or_default();
+    format!("{first} ({source}) and PATH{cache}")
 }
 
 /// Checks that every binary a test needs is present. When one is missing, prints one line naming the test

@@ -305,7 +305,8 @@ impl Sandbox {
         for name in &options.tenants {
             sandbox.add_tenant(name, VirtualClusterSpec::default()).await?;
         }
-        if !options.native_tenants.is_empty() {
+        if real_nodes {
+            // Native tenants need real nodes; the ClusterVersion is there for them either way.
             sandbox.apply_cluster_version().await?;
         }
         for name in &options.native_tenants {

@@ -255,3 +255,104 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
     sandbox.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_deleted() -> anyhow::Result<()> {
+    const TEST: &str = "two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_deleted";
+    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+        return Ok(());
+    }
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["left".to_owned(), "right".to_owned()],
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    let kubeconfigs = sandbox.tenant_kubeconfigs().clone();
+
+    // The same pod name in both tenants, each answering with its own tenant's name.
+    for (name, kubeconfig) in &kubeconfigs {
+        let script = format!("mkdir /www && echo {name} > /www/index.html && exec httpd -f -p 8080 -h /www");
+        kubectl(
+            kubeconfig,
+            &["run", "web", "--image=busybox", "--", "sh", "-c", &script],
+        )
+        .await?;
+    }
+    let mut ips = Vec::new();
+    for (name, kubeconfig) in &kubeconfigs {
+        let client = tenant_client(kubeconfig).await?;
+        let pod = wait_running(&client, "default", "web").await?;
+        let ip = pod.status.and_then(|s| s.pod_ip).context("pod IP")?;
+        let page = kubectl(
+            kubeconfig,
+            &["exec", "web", "--", "wget", "-qO-", &format!("http://{ip}:8080/")],
+        )
+        .await?;
+        assert_eq!(page.trim(), name, "tenant {name}'s own pod answers");
+        ips.push(ip);
+    }
+    assert_ne!(ips[0], ips[1], "two pods, two addresses");
+
+    // Each tenant sees only its own pods and namespaces; `kubectl exec` reaches only its own container.
+    for (name, kubeconfig) in &kubeconfigs {
+        let pods = kubectl(kubeconfig, &["get", "pods", "-A", "-o", "name"]).await?;
+        assert_eq!(pods.trim(), "pod/web", "tenant {name} sees {pods}");
+        let served = kubectl(kubeconfig, &["exec", "web", "--", "cat", "/www/index.html"]).await?;
+        assert_eq!(served.trim(), name);
+    }
+
+    // Deleting a tenant removes its pods, containers and namespaces from the super cluster; the other
+    // tenant keeps running.
+    let super_client = sandbox.super_client();
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(super_client.clone(), "default");
+    let left = vcs.get("left").await?;
+    let left_key = crds::naming::cluster_key_of(&left).context("cluster key")?;
+    vcs.delete("left", &Default::default()).await?;
+    wait::until_true(
+        Duration::from_secs(180),
+        "tenant left and its namespaces gone",
+        || {
+            let vcs = vcs.clone();
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(super_client.clone());
+            let key = left_key.clone();
+            async move {
+                let vc_gone = matches!(vcs.get_opt("left").await, Ok(None));
+                let namespaces_gone = namespaces.list(&Default::default()).await.is_ok_and(|l| {
+                    !l.items
+                        .iter()
+                        .any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&key)))
+                });
+                vc_gone && namespaces_gone
+            }
+        },
+    )
+    .await?;
+    let pods: Api<Pod> = Api::all(super_client.clone());
+    let left_pods: Vec<String> = pods
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.namespace)
+        .filter(|ns| ns.starts_with(&left_key))
+        .collect();
+    assert!(left_pods.is_empty(), "pods of the deleted tenant: {left_pods:?}");
+    // No container of the deleted tenant runs on any node: every running container belongs to a pod of
+    // the super cluster that still exists.
+    let running = realnodes::running_pod_namespaces(sandbox.tenancy().nodes.real().context("real nodes")?)?;
+    assert!(
+        !running.iter().any(|ns| ns.starts_with(&left_key)),
+        "containers of the deleted tenant still run: {running:?}"
+    );
+    let page = kubectl(
+        &kubeconfigs["right"],
+        &["exec", "web", "--", "cat", "/www/index.html"],
+    )
+    .await?;
+    assert_eq!(page.trim(), "right", "the other tenant is untouched");
+
+    sandbox.shutdown().await;
+    Ok(())
+}

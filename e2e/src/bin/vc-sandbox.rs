@@ -1,31 +1,48 @@
 //! `vc-sandbox`: virtualcluster-rs on one machine, for trying it out.
 //!
 //! Starts a real super cluster on loopback (etcd, kube-apiserver, kube-controller-manager from the e2e
-//! harness's binaries) with simulated nodes, installs the CRDs, runs vc-manager, the syncer and vn-agent,
-//! creates the tenants, and prints the kubeconfig of each. Ctrl-C tears everything down.
+//! harness's binaries) with real nodes (kubelet, containerd, kube-proxy) when their parts are on the machine
+//! and simulated ones otherwise, installs the CRDs, runs vc-manager, the syncer and vn-agent, creates the
+//! tenants, adopted and native, and prints the kubeconfig of each. Ctrl-C tears everything down.
 //!
 //! ```sh
-//! cargo run --release -p e2e --bin vc-sandbox -- [--tenants N | --tenant NAME ...] [--nodes N] [--dir PATH]
+//! cargo run --release -p e2e --bin vc-sandbox -- [--tenants N | --tenant NAME ...] [--native NAME ...]
+//!     [--nodes N] [--simulated-nodes] [--download] [--dir PATH]
 //! ```
 
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use clap::Parser;
-use e2e::sandbox::{NEEDS, Sandbox, SandboxOptions};
+use e2e::{
+    download::{DownloadOptions, Progress},
+    realnodes,
+    sandbox::{NEEDS, NodeKind, Sandbox, SandboxOptions},
+};
 
 /// virtualcluster-rs on one machine: a super cluster, the three components and tenants on loopback.
 #[derive(Debug, Parser)]
 #[command(name = "vc-sandbox", version)]
 struct Args {
-    /// How many tenants to create (named tenant-0, tenant-1, ...), unless --tenant names them.
+    /// How many adopted tenants to create (named tenant-0, tenant-1, ...), unless --tenant names them.
     #[arg(long, default_value_t = 1)]
     tenants: usize,
-    /// A tenant to create, by name (repeatable; overrides --tenants).
+    /// An adopted tenant to create, by name (repeatable; overrides --tenants).
     #[arg(long = "tenant", value_name = "NAME")]
     tenant_names: Vec<String>,
-    /// Simulated super nodes.
+    /// A native tenant to create, by name (repeatable): vc-manager provisions its etcd, apiserver and
+    /// controller-manager as pods on the nodes (real nodes only).
+    #[arg(long = "native", value_name = "NAME")]
+    native: Vec<String>,
+    /// Super nodes.
     #[arg(long, default_value_t = 2)]
     nodes: usize,
+    /// Simulated nodes even when real ones could run (pods are marked Running; nothing runs).
+    #[arg(long)]
+    simulated_nodes: bool,
+    /// Download the Kubernetes binaries that are missing, for the pinned release, from the official release
+    /// site into a cache folder, each checked against its published SHA-256 checksum.
+    #[arg(long)]
+    download: bool,
     /// Write the kubeconfigs into this folder (kept after exit) instead of a temporary one.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -34,12 +51,48 @@ struct Args {
     log_format: vc_runtime::logging::LogFormat,
 }
 
+/// Fetches the missing Kubernetes binaries into the download cache, which the harness searches last.
+async fn download() -> Result<(), String> {
+    let options = DownloadOptions::pinned().map_err(|e| e2e::error_chain(&e))?;
+    eprintln!(
+        "vc-sandbox: fetching missing Kubernetes {} binaries into {}",
+        options.version,
+        options.cache_dir.display()
+    );
+    let found = |name: &str| {
+        let binary = match name {
+            "kube-apiserver" => e2e::Binary::KubeApiserver,
+            "kube-controller-manager" => e2e::Binary::KubeControllerManager,
+            "kube-scheduler" => e2e::Binary::KubeScheduler,
+            "kubectl" => e2e::Binary::Kubectl,
+            "kubelet" => e2e::Binary::Kubelet,
+            "kube-proxy" => e2e::Binary::KubeProxy,
+            _ => return false,
+        };
+        e2e::locate(binary).is_ok()
+    };
+    e2e::download::download_missing(&options, found, |progress| match progress {
+        Progress::Downloading { binary, url } => eprintln!("vc-sandbox: downloading {binary} from {url}"),
+        Progress::Done(outcome) => eprintln!("vc-sandbox: {outcome}"),
+    })
+    .await
+    .map(|_| ())
+    .map_err(|e| e2e::error_chain(&e))
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     // The components' lines would bury what the sandbox prints, and starting and handing over tenant
     // apiservers makes expected connection errors; VirtualCluster conditions tell what matters.
     vc_runtime::logging::init_with_default(args.log_format, "error,kube_client=off");
+
+    if args.download
+        && let Err(error) = download().await
+    {
+        eprintln!("vc-sandbox: download failed: {error}");
+        return ExitCode::FAILURE;
+    }
 
     let missing: Vec<String> = NEEDS
         .iter()
@@ -52,7 +105,7 @@ async fn main() -> ExitCode {
         }
         eprintln!(
             "vc-sandbox: put the Kubernetes server binaries in $KUBEBUILDER_ASSETS or /usr/local/kubebuilder/bin \
-             (etcd also comes from Debian's etcd-server package); see the README"
+             (etcd also comes from Debian's etcd-server package), or run with --download; see the README"
         );
         return ExitCode::FAILURE;
     }
@@ -62,15 +115,44 @@ async fn main() -> ExitCode {
     } else {
         args.tenant_names.clone()
     };
+    let node_kind = if args.simulated_nodes {
+        NodeKind::Simulated
+    } else {
+        let missing = realnodes::missing_parts();
+        if missing.is_empty() {
+            NodeKind::Real
+        } else {
+            eprintln!(
+                "vc-sandbox: simulated nodes (pods are marked Running, nothing runs): real nodes need {}",
+                missing.join(", ")
+            );
+            NodeKind::Simulated
+        }
+    };
+    if node_kind == NodeKind::Simulated && !args.native.is_empty() {
+        eprintln!(
+            "vc-sandbox: native tenants need real nodes (their control planes run as pods); \
+             install what is missing above or drop --native"
+        );
+        return ExitCode::FAILURE;
+    }
     let started = Instant::now();
     eprintln!(
-        "vc-sandbox: starting a super cluster with {} simulated nodes and {} tenants...",
+        "vc-sandbox: starting a super cluster with {} {} nodes, {} adopted and {} native tenants...",
         args.nodes,
-        tenants.len()
+        if node_kind == NodeKind::Real {
+            "real"
+        } else {
+            "simulated"
+        },
+        tenants.len(),
+        args.native.len()
     );
     let sandbox = match Sandbox::start(SandboxOptions {
         tenants,
+        native_tenants: args.native.clone(),
         nodes: args.nodes,
+        node_kind,
         dir: args.dir.clone(),
         ..SandboxOptions::default()
     })
@@ -78,7 +160,7 @@ async fn main() -> ExitCode {
     {
         Ok(sandbox) => sandbox,
         Err(error) => {
-            eprintln!("vc-sandbox: {}", chain(&error));
+            eprintln!("vc-sandbox: {}", e2e::error_chain(&error));
             return ExitCode::FAILURE;
         }
     };
@@ -110,16 +192,34 @@ fn print_welcome(sandbox: &Sandbox, started: Instant) {
         let path = path.display();
         println!("\nAs tenant {name}:");
         println!("  export KUBECONFIG={path}");
-        println!("  kubectl run web --image=nginx");
-        println!("  kubectl get pods -o wide     # Running on a vNode named after a super node");
-        println!("  kubectl get nodes            # the vNode");
-        println!("  kubectl logs web             # through vn-agent to the (simulated) kubelet");
+        if sandbox.has_real_nodes() {
+            println!("  kubectl run web --image=busybox -- sh -c 'echo hello; exec sleep 3600'");
+            println!("  kubectl get pods -o wide     # Running on a vNode named after a real super node");
+            println!("  kubectl logs web             # through vn-agent to the real kubelet");
+            println!("  kubectl exec -it web -- sh   # a shell in the container");
+        } else {
+            println!("  kubectl run web --image=nginx");
+            println!("  kubectl get pods -o wide     # Running on a vNode named after a super node");
+            println!("  kubectl get nodes            # the vNode");
+            println!("  kubectl logs web             # through vn-agent to the (simulated) kubelet");
+        }
     }
     println!("\nAs the platform team:");
     println!("  export KUBECONFIG={super_kubeconfig}");
     println!("  kubectl get virtualclusters -A");
     println!("  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release)");
-    println!("  kubectl vc create -f examples/virtualcluster-native.yaml --wait");
+    if sandbox.has_real_nodes() {
+        println!(
+            "  # a native tenant from the sandbox's ClusterVersion ({}; its images are built from your binaries):",
+            e2e::sandbox::CLUSTER_VERSION
+        );
+        println!(
+            "  kubectl apply -f - <<< '{{\"apiVersion\":\"tenancy.x-k8s.io/v1alpha1\",\"kind\":\"VirtualCluster\",\"metadata\":{{\"name\":\"mine\"}},\"spec\":{{\"clusterVersionName\":\"{}\"}}}}'",
+            e2e::sandbox::CLUSTER_VERSION
+        );
+    } else {
+        println!("  kubectl vc create -f examples/virtualcluster-native.yaml --wait");
+    }
     println!(
         "\nFiles are in {}. Ctrl-C stops everything{}.",
         sandbox.dir().display(),
@@ -129,16 +229,4 @@ fn print_welcome(sandbox: &Sandbox, started: Instant) {
             ""
         }
     );
-}
-
-/// An error and its causes on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

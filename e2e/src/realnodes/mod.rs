@@ -313,6 +313,41 @@ impl RealNodes {
     }
 }
 
+/// The namespaces of the pods whose containers run on `nodes`, as containerd's runtime (runc) sees them:
+/// one entry per running container, read from the CRI annotations of each container's bundle.
+pub fn running_pod_namespaces(nodes: &RealNodes) -> Result<Vec<String>> {
+    let runc = host::find_tool("runc").ok_or_else(|| Error::MissingPart {
+        part: "runc".into(),
+        hint: "apt-get install runc".into(),
+    })?;
+    let mut namespaces = Vec::new();
+    for node in &nodes.nodes {
+        let root = node.dir().join("containerd/runc/k8s.io");
+        if !root.exists() {
+            continue;
+        }
+        let listed = host::run(
+            "listing containers",
+            &runc.display().to_string(),
+            &["--root", &root.display().to_string(), "list", "--format", "json"],
+        )?;
+        let containers: Vec<serde_json::Value> = serde_json::from_str(listed.trim()).unwrap_or_default();
+        for container in containers.iter().filter(|c| c["status"] == "running") {
+            let Some(bundle) = container["bundle"].as_str() else {
+                continue;
+            };
+            let Ok(config) = std::fs::read(std::path::Path::new(bundle).join("config.json")) else {
+                continue;
+            };
+            let config: serde_json::Value = serde_json::from_slice(&config).unwrap_or_default();
+            if let Some(namespace) = config["annotations"]["io.kubernetes.cri.sandbox-namespace"].as_str() {
+                namespaces.push(namespace.to_owned());
+            }
+        }
+    }
+    Ok(namespaces)
+}
+
 impl Drop for RealNodes {
     fn drop(&mut self) {
         if std::thread::panicking() {
