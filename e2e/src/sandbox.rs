@@ -352,6 +352,19 @@ impl Sandbox {
         })?;
         let kubeconfig = native_kubeconfig(&self.super_client(), &key).await?;
         let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
+        // Usable means pods can be created: the tenant's controller-manager has made the default
+        // namespace's service account.
+        let tenant = client_from_kubeconfig_file(&path).await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(tenant, "default");
+        wait::until_true(
+            TENANT_PATIENCE,
+            &format!("the default service account of native tenant {name}"),
+            || {
+                let accounts = accounts.clone();
+                async move { matches!(accounts.get_opt("default").await, Ok(Some(_))) }
+            },
+        )
+        .await?;
         self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());
         Ok(path)
     }

@@ -356,3 +356,115 @@ async fn two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_delete
     sandbox.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs() -> anyhow::Result<()> {
+    use k8s_openapi::api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::ServiceAccount,
+    };
+    const TEST: &str = "upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs";
+    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+        return Ok(());
+    }
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["up".to_owned()],
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    let kubeconfig = sandbox.tenant_kubeconfigs()["up"].clone();
+    let client = tenant_client(&kubeconfig).await?;
+
+    // Data, a service-account token and a running pod from before the upgrade.
+    kubectl(&kubeconfig, &["create", "configmap", "keep", "--from-literal=answer=42"]).await?;
+    kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
+    kubectl(
+        &kubeconfig,
+        &["create", "clusterrolebinding", "robot-view", "--clusterrole=view", "--serviceaccount=default:robot"],
+    )
+    .await?;
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), "default")
+        .create_token_request(
+            "robot",
+            &Default::default(),
+            &TokenRequest {
+                spec: TokenRequestSpec {
+                    audiences: Vec::new(),
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await?
+        .status
+        .context("token")?
+        .token;
+    kubectl(&kubeconfig, &["run", "web", "--image=busybox", "--", "sh", "-c", "echo before; exec sleep 3600"]).await?;
+    wait_running(&client, "default", "web").await?;
+
+    // The platform team moves the ClusterVersion to another apiserver image.
+    let images = realnodes::RealNodes::control_plane_images()?;
+    let (from, to) = (
+        images.kube_apiserver.context("apiserver image")?,
+        images.kube_apiserver_rebuild.context("rebuilt apiserver image")?,
+    );
+    let upgraded = e2e::sandbox::cluster_version_yaml()?.replace(&format!("image: {from}"), &format!("image: {to}"));
+    assert!(upgraded.contains(&to));
+    let object: kube::api::DynamicObject = serde_saphyr::from_str(&upgraded)?;
+    e2e::apply::apply_object(&sandbox.super_client(), object, "default").await?;
+
+    // vc-manager rolls the apiserver: Updating, then Running with the new image.
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(sandbox.super_client(), "default");
+    let root = crds::naming::cluster_key_of(&vcs.get("up").await?).context("cluster key")?;
+    let super_pods: Api<Pod> = Api::namespaced(sandbox.super_client(), &root);
+    let mut phases = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let phase = vcs.get("up").await?.phase().map(|p| p.to_string()).unwrap_or_default();
+        if phases.last() != Some(&phase) {
+            phases.push(phase.clone());
+        }
+        let rolled = super_pods
+            .get_opt("apiserver-0")
+            .await?
+            .and_then(|p| p.status)
+            .and_then(|s| s.container_statuses)
+            .is_some_and(|c| c.iter().any(|c| c.image == to && c.ready));
+        if rolled && phase == "Running" && phases.iter().any(|p| p == "Updating") {
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no rollout within 240 s; phases {phases:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The admin kubeconfig, the old token, the data and the pod all carry on.
+    let after = wait::until(Duration::from_secs(60), "the tenant answers after the upgrade", || {
+        let kubeconfig = kubeconfig.clone();
+        async move { kubectl(&kubeconfig, &["get", "configmap", "keep", "-o", "jsonpath={.data.answer}"]).await.ok() }
+    })
+    .await?;
+    assert_eq!(after, "42");
+    let server = kubectl(&kubeconfig, &["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]).await?;
+    let ca = kubectl(
+        &kubeconfig,
+        &["config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}"],
+    )
+    .await?;
+    let token_config = kubeconfig.with_file_name("robot.kubeconfig");
+    std::fs::write(
+        &token_config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: robot\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: robot\ncurrent-context: t\n"
+        ),
+    )?;
+    let pods = kubectl(&token_config, &["get", "pods", "-o", "name"]).await?;
+    assert!(pods.contains("pod/web"), "the token from before the upgrade still works: {pods}");
+    let logs = kubectl(&kubeconfig, &["logs", "web"]).await?;
+    assert!(logs.contains("before"));
+
+    sandbox.shutdown().await;
+    Ok(())
+}

@@ -70,6 +70,9 @@ pub struct ControlPlaneImages {
     pub etcd: Option<String>,
     /// `registry.k8s.io/kube-apiserver:<version>`.
     pub kube_apiserver: Option<String>,
+    /// `registry.k8s.io/kube-apiserver:<version>-e2e-rebuild`: the same binary in another image, to upgrade
+    /// to.
+    pub kube_apiserver_rebuild: Option<String>,
     /// `registry.k8s.io/kube-controller-manager:<version>`.
     pub kube_controller_manager: Option<String>,
     /// `registry.k8s.io/kubectl:<version>`.
@@ -138,7 +141,28 @@ impl ImageStore {
         ] {
             if let Some((spec, name)) = binary_image(binary, repository, str::to_owned)? {
                 match binary {
-                    Binary::KubeApiserver => store.versions.kube_apiserver = Some(name),
+                    Binary::KubeApiserver => {
+                        // A second build of the same binary under its own tag, for upgrade tests: a
+                        // ClusterVersion that switches to it rolls the apiserver like a new release would.
+                        let rebuilt = format!("{name}-e2e-rebuild");
+                        let mut variant = ImageSpec {
+                            names: vec![rebuilt.clone()],
+                            layer: LayerSpec {
+                                files: spec.layer.files.clone(),
+                                dirs: spec.layer.dirs.clone(),
+                                ..LayerSpec::default()
+                            },
+                            entrypoint: spec.entrypoint.clone(),
+                            cmd: spec.cmd.clone(),
+                        };
+                        variant
+                            .layer
+                            .texts
+                            .push(("/etc/e2e-image".into(), format!("{rebuilt}\n")));
+                        specs.push(variant);
+                        store.versions.kube_apiserver_rebuild = Some(rebuilt);
+                        store.versions.kube_apiserver = Some(name);
+                    }
                     Binary::KubeControllerManager => store.versions.kube_controller_manager = Some(name),
                     _ => store.versions.kubectl = Some(name),
                 }
