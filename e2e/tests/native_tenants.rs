@@ -358,7 +358,8 @@ async fn two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_delete
 }
 
 #[tokio::test]
-async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs() -> anyhow::Result<()> {
+async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs() -> anyhow::Result<()>
+{
     use k8s_openapi::api::{
         authentication::v1::{TokenRequest, TokenRequestSpec},
         core::v1::ServiceAccount,
@@ -378,11 +379,21 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
     let client = tenant_client(&kubeconfig).await?;
 
     // Data, a service-account token and a running pod from before the upgrade.
-    kubectl(&kubeconfig, &["create", "configmap", "keep", "--from-literal=answer=42"]).await?;
+    kubectl(
+        &kubeconfig,
+        &["create", "configmap", "keep", "--from-literal=answer=42"],
+    )
+    .await?;
     kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
     kubectl(
         &kubeconfig,
-        &["create", "clusterrolebinding", "robot-view", "--clusterrole=view", "--serviceaccount=default:robot"],
+        &[
+            "create",
+            "clusterrolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:robot",
+        ],
     )
     .await?;
     let token = Api::<ServiceAccount>::namespaced(client.clone(), "default")
@@ -402,7 +413,19 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         .status
         .context("token")?
         .token;
-    kubectl(&kubeconfig, &["run", "web", "--image=busybox", "--", "sh", "-c", "echo before; exec sleep 3600"]).await?;
+    kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "web",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "echo before; exec sleep 3600",
+        ],
+    )
+    .await?;
     wait_running(&client, "default", "web").await?;
 
     // The platform team moves the ClusterVersion to another apiserver image.
@@ -411,7 +434,8 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         images.kube_apiserver.context("apiserver image")?,
         images.kube_apiserver_rebuild.context("rebuilt apiserver image")?,
     );
-    let upgraded = e2e::sandbox::cluster_version_yaml()?.replace(&format!("image: {from}"), &format!("image: {to}"));
+    let upgraded =
+        e2e::sandbox::cluster_version_yaml()?.replace(&format!("image: {from}"), &format!("image: {to}"));
     assert!(upgraded.contains(&to));
     let object: kube::api::DynamicObject = serde_saphyr::from_str(&upgraded)?;
     e2e::apply::apply_object(&sandbox.super_client(), object, "default").await?;
@@ -423,7 +447,12 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
     let mut phases = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     loop {
-        let phase = vcs.get("up").await?.phase().map(|p| p.to_string()).unwrap_or_default();
+        let phase = vcs
+            .get("up")
+            .await?
+            .phase()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
         if phases.last() != Some(&phase) {
             phases.push(phase.clone());
         }
@@ -436,21 +465,52 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         if rolled && phase == "Running" && phases.iter().any(|p| p == "Updating") {
             break;
         }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no rollout within 240 s; phases {phases:?}");
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no rollout within 240 s; phases {phases:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     // The admin kubeconfig, the old token, the data and the pod all carry on.
-    let after = wait::until(Duration::from_secs(60), "the tenant answers after the upgrade", || {
-        let kubeconfig = kubeconfig.clone();
-        async move { kubectl(&kubeconfig, &["get", "configmap", "keep", "-o", "jsonpath={.data.answer}"]).await.ok() }
-    })
+    let after = wait::until(
+        Duration::from_secs(60),
+        "the tenant answers after the upgrade",
+        || {
+            let kubeconfig = kubeconfig.clone();
+            async move {
+                kubectl(
+                    &kubeconfig,
+                    &["get", "configmap", "keep", "-o", "jsonpath={.data.answer}"],
+                )
+                .await
+                .ok()
+            }
+        },
+    )
     .await?;
     assert_eq!(after, "42");
-    let server = kubectl(&kubeconfig, &["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]).await?;
+    let server = kubectl(
+        &kubeconfig,
+        &[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    )
+    .await?;
     let ca = kubectl(
         &kubeconfig,
-        &["config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}"],
+        &[
+            "config",
+            "view",
+            "--minify",
+            "--raw",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ],
     )
     .await?;
     let token_config = kubeconfig.with_file_name("robot.kubeconfig");
@@ -461,7 +521,10 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         ),
     )?;
     let pods = kubectl(&token_config, &["get", "pods", "-o", "name"]).await?;
-    assert!(pods.contains("pod/web"), "the token from before the upgrade still works: {pods}");
+    assert!(
+        pods.contains("pod/web"),
+        "the token from before the upgrade still works: {pods}"
+    );
     let logs = kubectl(&kubeconfig, &["logs", "web"]).await?;
     assert!(logs.contains("before"));
 
