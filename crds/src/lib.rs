@@ -17,7 +17,8 @@ pub mod wellknown;
 mod schema;
 
 pub use v1alpha1::{
-    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, KubeconfigSecretRef, PodPolicy,
+    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode, KubeconfigSecretRef,
+    PodPolicy,
     RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster, VirtualClusterRef, VirtualClusterSpec,
     VirtualClusterStatus,
 };

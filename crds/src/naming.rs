@@ -8,21 +8,26 @@ use sha2::{Digest, Sha256};
 /// Longest name a namespace (a DNS label) may have.
 pub const MAX_DNS_LABEL: usize = 63;
 
-/// How many characters of an over-long name are kept before the hash suffix.
-const SHORTENED_PREFIX: usize = 57;
+/// Hex digits of SHA-256 that end a shortened name: 64 bits, so that nobody can search for a second name
+/// that shortens to the same one (the original project's five digits, 20 bits, took a laptop seconds).
+const SHORTENED_HASH: usize = 16;
+
+/// How many characters of an over-long name are kept before `-` and the hash suffix.
+const SHORTENED_PREFIX: usize = MAX_DNS_LABEL - 1 - SHORTENED_HASH;
 
 fn sha256_hex(input: &str) -> String {
     hex::encode(Sha256::digest(input.as_bytes()))
 }
 
-/// Keeps `name` if it fits in a DNS label; otherwise its first 57 characters, `-`, and the first five hex
-/// digits of the SHA-256 of the whole name (the original project's rule), so it stays valid and unique.
+/// Keeps `name` if it fits in a DNS label; otherwise its first 46 characters, `-`, and the first 16 hex
+/// digits (64 bits) of the SHA-256 of the whole name, so it stays valid and two long names cannot be made
+/// to collide. (The original project kept 57 characters and 5 hex digits; names that fit are the same.)
 pub fn fit_dns_label(name: &str) -> String {
     if name.len() <= MAX_DNS_LABEL {
         return name.to_owned();
     }
     let prefix: String = name.chars().take(SHORTENED_PREFIX).collect();
-    format!("{prefix}-{}", &sha256_hex(name)[..5])
+    format!("{prefix}-{}", &sha256_hex(name)[..SHORTENED_HASH])
 }
 
 /// The cluster key of a VirtualCluster: `<vc namespace>-<first 6 hex of sha256(vc uid)>-<vc name>`, fitted
@@ -81,9 +86,14 @@ mod tests {
         let name = "b".repeat(64);
         let fitted = fit_dns_label(&name);
         assert_eq!(fitted.len(), 63);
-        assert_eq!(&fitted[..57], &name[..57]);
-        assert_eq!(&fitted[57..58], "-");
-        assert_eq!(&fitted[58..], &sha256_hex(&name)[..5]);
+        assert_eq!(&fitted[..46], &name[..46]);
+        assert_eq!(&fitted[46..47], "-");
+        assert_eq!(&fitted[47..], &sha256_hex(&name)[..16]);
+        // A fixed vector: a change of the rule renames every long-named tenant and namespace.
+        assert_eq!(
+            fit_dns_label(&"n".repeat(70)),
+            "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn-85069ddf41673897"
+        );
         // Two long names with the same prefix stay distinct.
         let other = format!("{}c", "b".repeat(63));
         assert_ne!(fit_dns_label(&other), fitted);

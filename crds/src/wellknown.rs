@@ -49,6 +49,12 @@ pub const ANNOTATION_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/admin-kubeconfig
 /// VirtualCluster annotation naming a Secret (key `value`) with the admin kubeconfig.
 pub const ANNOTATION_SECRET_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/secret.admin-kubeconfig";
 
+/// VirtualCluster annotation, written by the syncer when it first attaches the tenant: the uid of the
+/// tenant's `kube-system` namespace. A tenant apiserver whose `kube-system` has another uid is another
+/// cluster (or the same one with its etcd wiped); the syncer then stops with `TenantIdentityChanged`
+/// instead of deleting the super objects the earlier tenant made. Removing it accepts the new tenant.
+pub const ANNOTATION_TENANT_IDENTITY: &str = "tenancy.x-k8s.io/tenant-kube-system-uid";
+
 // Secrets in a tenant's root namespace that more than one component reads.
 /// Admin kubeconfig of a provisioned tenant; the data key is the Secret name.
 pub const SECRET_ADMIN_KUBECONFIG: &str = "admin-kubeconfig";

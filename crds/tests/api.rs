@@ -98,6 +98,40 @@ fn the_original_adopt_annotations_are_honoured() {
 }
 
 #[test]
+fn adopt_annotations_added_to_a_provisioned_virtual_cluster_change_nothing() {
+    use crds::{ControlPlaneMode, VirtualClusterStatus, wellknown::ANNOTATION_ADMIN_KUBECONFIG};
+    let mut vc: VirtualCluster =
+        serde_saphyr::from_str("metadata: {name: t, namespace: default}\nspec: {clusterVersionName: cv}\n")
+            .expect("vc");
+    assert_eq!(vc.mode(), ControlPlaneMode::Provisioned);
+    // vc-manager fixed the mode; then someone who may edit the VirtualCluster adds the annotation.
+    vc.status = Some(VirtualClusterStatus {
+        mode: Some(ControlPlaneMode::Provisioned),
+        ..Default::default()
+    });
+    vc.metadata.annotations = Some([(ANNOTATION_ADMIN_KUBECONFIG.to_owned(), "eA==".to_owned())].into());
+    assert_eq!(vc.mode(), ControlPlaneMode::Provisioned);
+    assert_eq!(vc.adoption(), None);
+    assert_eq!(vc.ignored_adopt_annotation(), Some(ANNOTATION_ADMIN_KUBECONFIG));
+    // Provisioned by a vc-manager that did not record the mode yet: its conditions tell.
+    vc.status = serde_saphyr::from_str(
+        "conditions: [{type: EtcdReady, status: 'True', reason: R, message: m, lastTransitionTime: '2026-01-01T00:00:00Z'}]",
+    )
+    .expect("status");
+    assert_eq!(vc.mode(), ControlPlaneMode::Provisioned);
+    assert_eq!(vc.adoption(), None);
+    // A new VirtualCluster with the annotation is adopted, and stays so once vc-manager recorded it.
+    vc.status = None;
+    assert_eq!(vc.mode(), ControlPlaneMode::Adopted);
+    assert_eq!(vc.ignored_adopt_annotation(), None);
+    vc.status = Some(VirtualClusterStatus {
+        mode: Some(ControlPlaneMode::Adopted),
+        ..Default::default()
+    });
+    assert_eq!(vc.adoption(), Some(Adoption::InlineBase64("eA==".into())));
+}
+
+#[test]
 fn status_round_trips_with_standard_conditions() {
     let yaml = "
 metadata: {name: t, namespace: default}

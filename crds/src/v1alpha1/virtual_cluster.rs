@@ -255,6 +255,30 @@ pub struct VirtualClusterStatus {
     /// The metadata.generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How the control plane is run, `Provisioned` or `Adopted`: fixed by vc-manager when it first
+    /// reconciles the VirtualCluster and never changed after. The original project's adopt annotations
+    /// count only on a VirtualCluster whose mode is `Adopted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ControlPlaneMode>,
+}
+
+/// How a tenant's control plane is run.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ControlPlaneMode {
+    /// vc-manager provisions it from a ClusterVersion.
+    Provisioned,
+    /// It exists already; vc-manager and the syncer use its admin kubeconfig.
+    Adopted,
+}
+
+impl ControlPlaneMode {
+    /// The mode as it appears in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioned => "Provisioned",
+            Self::Adopted => "Adopted",
+        }
+    }
 }
 
 /// Lifecycle phase of a VirtualCluster.
@@ -294,13 +318,53 @@ impl VirtualCluster {
         self.status.as_ref().and_then(|s| s.phase)
     }
 
-    /// Where the admin kubeconfig of an adopted tenant lives, from `spec.kubeconfigSecretRef` or the original
-    /// project's annotations; `None` for a provisioned tenant.
+    /// How the control plane is run.
+    ///
+    /// - `spec.kubeconfigSecretRef` set: `Adopted` (the CRD forbids switching it on or off).
+    /// - Otherwise the mode vc-manager fixed in `status.mode` at its first reconcile.
+    /// - Before that: `Provisioned` when the status already shows a provisioned control plane (an
+    ///   `EtcdReady` condition, written by vc-manager versions that did not record the mode), else
+    ///   `Adopted` when one of the original project's adopt annotations names a kubeconfig, else
+    ///   `Provisioned`.
+    ///
+    /// So the annotations choose the mode of a new VirtualCluster only; added to a provisioned one they
+    /// change nothing ([`VirtualCluster::ignored_adopt_annotation`] names them).
+    pub fn mode(&self) -> ControlPlaneMode {
+        if self.spec.kubeconfig_secret_ref.is_some() {
+            return ControlPlaneMode::Adopted;
+        }
+        let status = self.status.as_ref();
+        if let Some(mode) = status.and_then(|s| s.mode) {
+            return mode;
+        }
+        let provisioned_before = status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == crate::wellknown::CONDITION_ETCD_READY)
+        });
+        match self.annotation_adoption() {
+            Some(_) if !provisioned_before => ControlPlaneMode::Adopted,
+            _ => ControlPlaneMode::Provisioned,
+        }
+    }
+
+    /// Where the admin kubeconfig of an adopted tenant lives, from `spec.kubeconfigSecretRef`, or from the
+    /// original project's annotations when the VirtualCluster is in adopt mode ([`VirtualCluster::mode`]);
+    /// `None` for a provisioned tenant.
     pub fn adoption(&self) -> Option<Adoption> {
-        use crate::wellknown::{ANNOTATION_ADMIN_KUBECONFIG, ANNOTATION_SECRET_ADMIN_KUBECONFIG};
         if let Some(r) = &self.spec.kubeconfig_secret_ref {
             return Some(Adoption::Secret(r.clone()));
         }
+        match self.mode() {
+            ControlPlaneMode::Adopted => self.annotation_adoption(),
+            ControlPlaneMode::Provisioned => None,
+        }
+    }
+
+    /// The kubeconfig the original project's annotations name, whether or not they count: the inline
+    /// `tenancy.x-k8s.io/admin-kubeconfig` wins over `tenancy.x-k8s.io/secret.admin-kubeconfig`.
+    pub fn annotation_adoption(&self) -> Option<Adoption> {
+        use crate::wellknown::{ANNOTATION_ADMIN_KUBECONFIG, ANNOTATION_SECRET_ADMIN_KUBECONFIG};
         let annotations = self.metadata.annotations.as_ref()?;
         if let Some(inline) = annotations
             .get(ANNOTATION_ADMIN_KUBECONFIG)
@@ -317,6 +381,18 @@ impl VirtualCluster {
                     key: default_kubeconfig_key(),
                 })
             })
+    }
+
+    /// The original project's adopt annotation that is set but does not count, because the
+    /// VirtualCluster is provisioned or names its kubeconfig in `spec.kubeconfigSecretRef`.
+    pub fn ignored_adopt_annotation(&self) -> Option<&'static str> {
+        use crate::wellknown::{ANNOTATION_ADMIN_KUBECONFIG, ANNOTATION_SECRET_ADMIN_KUBECONFIG};
+        let counted = self.spec.kubeconfig_secret_ref.is_none() && self.mode() == ControlPlaneMode::Adopted;
+        match self.annotation_adoption()? {
+            _ if counted => None,
+            Adoption::InlineBase64(_) => Some(ANNOTATION_ADMIN_KUBECONFIG),
+            Adoption::Secret(_) => Some(ANNOTATION_SECRET_ADMIN_KUBECONFIG),
+        }
     }
 }
 
