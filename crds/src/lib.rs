@@ -17,10 +17,9 @@ pub mod wellknown;
 mod schema;
 
 pub use v1alpha1::{
-    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode, KubeconfigSecretRef,
-    PodPolicy,
-    RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster, VirtualClusterRef, VirtualClusterSpec,
-    VirtualClusterStatus,
+    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
+    KubeconfigSecretRef, PodPolicy, RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster,
+    VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
 };
 
 /// The API group of every resource in this crate.

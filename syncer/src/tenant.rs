@@ -27,7 +27,7 @@ use crate::{
     items::{DownItem, Kind, UpItem},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::reflect,
+    stores::{OnRelist, reflect_relisting},
 };
 
 /// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
@@ -80,9 +80,83 @@ pub struct Tenant {
     pub vnode_idle_since: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Caches.
     pub stores: TenantStores,
+    /// The uid of the tenant's `kube-system` namespace when it was attached: which cluster it is (the
+    /// VirtualCluster's `tenancy.x-k8s.io/tenant-kube-system-uid`).
+    pub kube_system_uid: String,
     settings: RwLock<Arc<TenantSettings>>,
     ready: std::sync::atomic::AtomicBool,
+    check: Arc<IdentityCheck>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Whether the caches show the cluster the tenant was attached to.
+///
+/// A cache that lists anew (after the tenant apiserver restarted, or a watch expired) may show another
+/// cluster behind the same address — its etcd was wiped or replaced — and an empty cache reads as "the
+/// tenant deleted everything". So every relist, and a `kube-system` namespace with another uid, marks the
+/// caches unchecked; the tenant's work waits (see [`Tenant::is_ready`]) until the apiserver shows the
+/// attached `kube-system` again. If it shows another, the work keeps waiting and the supervisor detaches
+/// the tenant with `TenantIdentityChanged`.
+#[derive(Default)]
+struct IdentityCheck {
+    /// Bumped by every event that calls for a check.
+    epoch: std::sync::atomic::AtomicU64,
+    /// The epoch the last successful check began in.
+    checked: std::sync::atomic::AtomicU64,
+    /// Wakes the checker.
+    wake: tokio::sync::Notify,
+}
+
+impl IdentityCheck {
+    fn doubt(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.wake.notify_one();
+    }
+
+    fn holds(&self) -> bool {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+            == self.checked.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Confirms the tenant's identity whenever it is doubted: its `kube-system` must have the attached uid.
+async fn confirm_identity(
+    client: Client,
+    check: Arc<IdentityCheck>,
+    kube_system_uid: String,
+    tenant: String,
+) {
+    let namespaces: Api<Namespace> = Api::all(client);
+    loop {
+        check.wake.notified().await;
+        let mut delay = std::time::Duration::from_millis(200);
+        loop {
+            let epoch = check.epoch.load(std::sync::atomic::Ordering::Acquire);
+            match namespaces.get_opt("kube-system").await {
+                Ok(Some(found)) if found.uid().as_deref() == Some(kube_system_uid.as_str()) => {
+                    check.checked.store(epoch, std::sync::atomic::Ordering::Release);
+                    break;
+                }
+                Ok(Some(found)) => {
+                    tracing::error!(
+                        %tenant,
+                        attached = %kube_system_uid,
+                        found = %found.uid().unwrap_or_default(),
+                        "the tenant apiserver now shows another cluster (kube-system has another uid); holding all of its work"
+                    );
+                    break;
+                }
+                Ok(None) => {
+                    tracing::debug!(%tenant, "the tenant has no kube-system namespace; checking again")
+                }
+                Err(error) => {
+                    tracing::debug!(%tenant, %error, "checking the tenant's identity; trying again")
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(10));
+        }
+    }
 }
 
 impl std::fmt::Debug for Tenant {
@@ -107,24 +181,41 @@ fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
 }
 
 impl Tenant {
-    /// Starts watching the tenant and feeding the queues.
+    /// Starts watching the tenant and feeding the queues. `kube_system_uid` is the uid of the tenant's
+    /// `kube-system` namespace, as checked when attaching.
     pub fn start(
         identity: TenantIdentity,
         client: Client,
         ca_pem: Option<String>,
+        kube_system_uid: String,
         settings: TenantSettings,
         queues: &Queues,
         sync_ingresses: bool,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
         let _span = tracing::info_span!("tenant", vc = %identity.vc_ref()).entered();
-        let mut tasks = Vec::new();
+        let check = Arc::new(IdentityCheck::default());
+        let mut tasks = vec![tokio::spawn(confirm_identity(
+            client.clone(),
+            check.clone(),
+            kube_system_uid.clone(),
+            identity.vc_ref(),
+        ))];
+        let relisted: OnRelist = {
+            let check = check.clone();
+            Arc::new(move || check.doubt())
+        };
         let all = watcher::Config::default();
+        macro_rules! reflect {
+            ($api:expr, $config:expr, $on_change:expr) => {
+                reflect_relisting($api, $config, relisted.clone(), $on_change)
+            };
+        }
 
         macro_rules! downward {
             ($kind:expr) => {{
                 let (queue, id) = (queues.down.clone(), id.clone());
-                let (store, task) = reflect(Api::all(client.clone()), all.clone(), move |o| {
+                let (store, task) = reflect!(Api::all(client.clone()), all.clone(), move |o| {
                     queue.add(&id, namespaced(o, $kind))
                 });
                 tasks.push(task);
@@ -132,18 +223,35 @@ impl Tenant {
             }};
         }
         let namespaces = {
-            let (queue, id) = (queues.down.clone(), id.clone());
-            let (store, task) = reflect(Api::<Namespace>::all(client.clone()), all.clone(), move |ns| {
-                queue.add(&id, DownItem::namespace(&ns.name_any()))
-            });
+            let (queue, id, check, uid) = (
+                queues.down.clone(),
+                id.clone(),
+                check.clone(),
+                kube_system_uid.clone(),
+            );
+            let (store, task) = reflect_relisting(
+                Api::<Namespace>::all(client.clone()),
+                all.clone(),
+                relisted.clone(),
+                move |ns: &Namespace| {
+                    // A watch that resumed on a replaced etcd shows a new kube-system without relisting.
+                    if ns.name_any() == "kube-system" && ns.uid().as_deref() != Some(uid.as_str()) {
+                        check.doubt();
+                    }
+                    queue.add(&id, DownItem::namespace(&ns.name_any()))
+                },
+            );
             tasks.push(task);
             store
         };
         let pods = {
             let (queue, id) = (queues.down.clone(), id.clone());
-            let (store, task) = reflect(Api::<TenantPod>::all(client.clone()), all.clone(), move |o| {
-                queue.add(&id, namespaced(o, Kind::Pod))
-            });
+            let (store, task) = reflect_relisting(
+                Api::<TenantPod>::all(client.clone()),
+                all.clone(),
+                relisted.clone(),
+                move |o: &TenantPod| queue.add(&id, namespaced(o, Kind::Pod)),
+            );
             tasks.push(task);
             store
         };
@@ -151,16 +259,20 @@ impl Tenant {
         // it, also after the tenant changed it.
         let services = {
             let (down, up, id) = (queues.down.clone(), queues.up.clone(), id.clone());
-            let (store, task) = reflect(Api::<Service>::all(client.clone()), all.clone(), move |o| {
-                down.add(&id, namespaced(o, Kind::Service));
-                up.add(
-                    &id,
-                    UpItem::Service {
-                        namespace: o.namespace().unwrap_or_default(),
-                        name: o.name_any(),
-                    },
-                );
-            });
+            let (store, task) = reflect!(
+                Api::<Service>::all(client.clone()),
+                all.clone(),
+                move |o: &Service| {
+                    down.add(&id, namespaced(o, Kind::Service));
+                    up.add(
+                        &id,
+                        UpItem::Service {
+                            namespace: o.namespace().unwrap_or_default(),
+                            name: o.name_any(),
+                        },
+                    );
+                }
+            );
             tasks.push(task);
             store
         };
@@ -175,9 +287,11 @@ impl Tenant {
             ($type:ty, $selector:expr, $item:expr) => {{
                 let (queue, id) = (queues.up.clone(), id.clone());
                 let config = watcher::Config::default().labels($selector);
-                let (store, task) = reflect(Api::<$type>::all(client.clone()), config, move |o| {
-                    queue.add(&id, $item(o.name_any()))
-                });
+                let (store, task) = reflect!(
+                    Api::<$type>::all(client.clone()),
+                    config,
+                    move |o: &$type| { queue.add(&id, $item(o.name_any())) }
+                );
                 tasks.push(task);
                 store
             }};
@@ -223,16 +337,19 @@ impl Tenant {
                 storage_classes,
                 priority_classes,
             },
+            kube_system_uid,
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(false),
+            check,
             tasks,
         })
     }
 
-    /// Whether every cache has listed the tenant once. Until then the tenant's items wait: an empty cache
-    /// would read as "deleted in the tenant".
+    /// Whether every cache has listed the tenant once, and the caches show the cluster the tenant was
+    /// attached to (checked again after every relist). Until then the tenant's items wait: an empty cache,
+    /// or one filled from another cluster, would read as "deleted in the tenant".
     pub fn is_ready(&self) -> bool {
-        self.ready.load(std::sync::atomic::Ordering::Acquire)
+        self.ready.load(std::sync::atomic::Ordering::Acquire) && self.check.holds()
     }
 
     /// Waits for the caches, then marks the tenant ready.
@@ -340,6 +457,8 @@ impl Tenants {
 /// Writers of the tenant caches tests fill by hand.
 #[cfg(test)]
 pub(crate) struct Writers {
+    /// Namespaces.
+    pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
     /// Pods.
     pub pods: kube::runtime::reflector::store::Writer<TenantPod>,
     /// Services.
@@ -364,6 +483,7 @@ impl Tenant {
             .down
             .configure_tenant(&id, settings.weight.max(1), settings.rate_limit);
         queues.up.configure_tenant(&id, settings.weight.max(1), None);
+        let (namespaces, namespaces_writer) = store();
         let (pods, pods_writer) = store();
         let (services, services_writer) = store();
         let (vnodes, vnodes_writer) = store();
@@ -382,7 +502,7 @@ impl Tenant {
             recorder,
             vnode_idle_since: Default::default(),
             stores: TenantStores {
-                namespaces: store().0,
+                namespaces,
                 pods,
                 services,
                 endpoints: store().0,
@@ -396,15 +516,67 @@ impl Tenant {
                 storage_classes: store().0,
                 priority_classes: store().0,
             },
+            kube_system_uid: "kube-system-uid".into(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(true),
+            check: Arc::new(IdentityCheck::default()),
             tasks: Vec::new(),
         });
         let writers = Writers {
+            namespaces: namespaces_writer,
             pods: pods_writer,
             services: services_writer,
             vnodes: vnodes_writer,
         };
         (tenant, writers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::testing;
+
+    fn kube_system(uid: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": uid}})
+    }
+
+    /// After a relist the work waits until the apiserver shows the attached cluster again; if it shows
+    /// another, the work keeps waiting.
+    #[tokio::test]
+    async fn a_relisted_tenant_is_held_until_its_identity_is_confirmed() {
+        let (client, mut apiserver) = testing::mock();
+        let check = Arc::new(IdentityCheck::default());
+        assert!(check.holds());
+        let task = tokio::spawn(confirm_identity(
+            client,
+            check.clone(),
+            "uid-1".into(),
+            "team/vc".into(),
+        ));
+        check.doubt();
+        assert!(!check.holds());
+        apiserver
+            .expect("GET", "/api/v1/namespaces/kube-system")
+            .await
+            .respond(200, &kube_system("uid-1"));
+        tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            while !check.holds() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("confirmed");
+
+        check.doubt();
+        apiserver
+            .expect("GET", "/api/v1/namespaces/kube-system")
+            .await
+            .respond(200, &kube_system("uid-2"));
+        apiserver.idle().await;
+        assert!(!check.holds(), "another cluster: held");
+        task.abort();
     }
 }

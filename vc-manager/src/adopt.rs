@@ -61,7 +61,14 @@ impl TenantProbe for KubeconfigProbe {
             };
             let config = vc_runtime::clients::config_from_kubeconfig_yaml(&kubeconfig, timeouts)
                 .await
-                .map_err(|e| invalid(Box::new(e)))?;
+                .map_err(|e| match e {
+                    vc_runtime::Error::KubeconfigRefused { field, problem } => Error::KubeconfigRefused {
+                        origin: origin.clone(),
+                        field,
+                        problem,
+                    },
+                    e => invalid(Box::new(e)),
+                })?;
             let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
             let client = kube::Client::try_from(config).map_err(|e| invalid(Box::new(e)))?;
             let deadline = timeouts.connect + timeouts.read;
@@ -171,6 +178,22 @@ pub async fn read_kubeconfig(
     }
 }
 
+/// Refuses a kubeconfig that is not plain data ([`vc_runtime::kubeconfig::parse_inline`]), naming the field.
+pub fn refuse_unless_inline(origin: &str, yaml: &str) -> Result<()> {
+    match vc_runtime::kubeconfig::parse_inline(yaml) {
+        Ok(_) => Ok(()),
+        Err(vc_runtime::Error::KubeconfigRefused { field, problem }) => Err(Error::KubeconfigRefused {
+            origin: origin.to_owned(),
+            field,
+            problem,
+        }),
+        Err(e) => Err(Error::KubeconfigInvalid {
+            origin: origin.to_owned(),
+            source: Box::new(e),
+        }),
+    }
+}
+
 /// Reconciles an adopted VirtualCluster.
 pub async fn reconcile(
     vc: &VirtualCluster,
@@ -204,6 +227,9 @@ pub async fn reconcile(
     );
     progress.settle(pki.clone());
     let (origin, yaml) = read_kubeconfig(vc, adoption, &ctx.client).await?;
+    // Data, never a recipe: a kubeconfig naming a file, a program or a proxy is refused before anything
+    // else reads it (the probe checks again, on the structure it builds its client from).
+    refuse_unless_inline(&origin, &yaml)?;
     if kubeconfig::server(&yaml).is_none() {
         return Err(Error::KubeconfigInvalid {
             origin,
@@ -217,6 +243,7 @@ pub async fn reconcile(
         reason: "TenantReachable".into(),
         message: message.clone(),
         cluster_namespace: namespace.to_owned(),
+        mode: crds::ControlPlaneMode::Adopted,
         conditions: vec![
             pki,
             ConditionState::met(CONDITION_APISERVER_READY, "Reachable", message.clone()),

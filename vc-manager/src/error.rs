@@ -206,6 +206,17 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Adopt mode: the kubeconfig asks for more than plain data (a file, a program, a proxy, clear text),
+    /// so nothing is built from it.
+    #[error("kubeconfig from {origin}: field {field} is refused: {problem}")]
+    KubeconfigRefused {
+        /// Where it came from (Secret key or annotation).
+        origin: String,
+        /// The field, e.g. `users[admin].exec`.
+        field: String,
+        /// Why.
+        problem: &'static str,
+    },
     /// Adopt mode: no answer from the tenant apiserver.
     #[error("tenant apiserver {server} is unreachable")]
     TenantUnreachable {
@@ -272,6 +283,7 @@ impl Error {
             Self::KubeconfigSecretRead { .. } => "KubeconfigSecretReadFailed",
             Self::KubeconfigKeyMissing { .. } => "KubeconfigKeyMissing",
             Self::KubeconfigInvalid { .. } => "KubeconfigInvalid",
+            Self::KubeconfigRefused { .. } => "KubeconfigRefused",
             Self::TenantUnreachable { .. } => "APIServerUnreachable",
             Self::TenantUnauthorized { .. } => "Unauthorized",
             Self::TenantForbidden { .. } => "Forbidden",
@@ -296,6 +308,7 @@ impl Error {
             | Self::KubeconfigSecretRead { .. }
             | Self::KubeconfigKeyMissing { .. }
             | Self::KubeconfigInvalid { .. }
+            | Self::KubeconfigRefused { .. }
             | Self::TenantUnreachable { .. }
             | Self::TenantUnauthorized { .. }
             | Self::TenantForbidden { .. }
@@ -320,6 +333,7 @@ impl Error {
             Self::KubeconfigSecretNotFound { .. }
                 | Self::KubeconfigKeyMissing { .. }
                 | Self::KubeconfigInvalid { .. }
+                | Self::KubeconfigRefused { .. }
                 | Self::TenantUnreachable { .. }
                 | Self::TenantUnauthorized { .. }
                 | Self::TenantForbidden { .. }

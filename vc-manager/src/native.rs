@@ -159,6 +159,7 @@ pub async fn reconcile(
         reason,
         message,
         cluster_namespace: namespace.to_owned(),
+        mode: crds::ControlPlaneMode::Provisioned,
         conditions,
         observed_generation: vc.meta().generation,
     };
@@ -240,6 +241,7 @@ pub async fn wait_for_root_namespace(
         reason: "RootNamespaceTerminating".into(),
         message,
         cluster_namespace: namespace.to_owned(),
+        mode: crds::ControlPlaneMode::Provisioned,
         conditions,
         observed_generation: vc.status.as_ref().and_then(|s| s.observed_generation),
     };

@@ -208,6 +208,8 @@ pub struct DesiredStatus {
     pub message: String,
     /// The root namespace.
     pub cluster_namespace: String,
+    /// How the control plane is run; written once and kept (see [`crds::VirtualCluster::mode`]).
+    pub mode: crds::ControlPlaneMode,
     /// vc-manager's conditions, all of them (a condition left out would be removed by server-side apply).
     pub conditions: Vec<ConditionState>,
     /// The generation this status describes.
@@ -372,6 +374,7 @@ pub fn failed(
         reason,
         message,
         cluster_namespace: cluster_namespace.to_owned(),
+        mode: vc.mode(),
         conditions,
         observed_generation: status.observed_generation,
     }
@@ -387,6 +390,7 @@ impl DesiredStatus {
             || status.reason.as_deref() != Some(self.reason.as_str())
             || status.message.as_deref() != Some(self.message.as_str())
             || status.cluster_namespace.as_deref() != Some(self.cluster_namespace.as_str())
+            || status.mode != Some(self.mode)
             || status.observed_generation != self.observed_generation
         {
             return true;
@@ -444,6 +448,7 @@ impl DesiredStatus {
                 "reason": self.reason,
                 "message": self.message,
                 "clusterNamespace": self.cluster_namespace,
+                "mode": self.mode,
                 "observedGeneration": self.observed_generation,
                 "conditions": self.conditions_at(vc, now),
             }
@@ -708,6 +713,7 @@ mod tests {
             reason: "TenantControlPlaneRunning".into(),
             message: "ok".into(),
             cluster_namespace: "ns".into(),
+            mode: crds::ControlPlaneMode::Provisioned,
             conditions: vec![
                 ConditionState::met(CONDITION_READY, "TenantControlPlaneRunning", "ok"),
                 ConditionState::met(CONDITION_PKI_READY, "CertificatesValid", "ok"),
@@ -726,6 +732,7 @@ mod tests {
         assert_eq!(conditions[1]["lastTransitionTime"], "1970-01-01T00:33:20Z");
         assert_eq!(conditions[0]["observedGeneration"], 3);
         assert_eq!(patch["status"]["phase"], "Running");
+        assert_eq!(patch["status"]["mode"], "Provisioned");
         assert_eq!(patch["status"]["observedGeneration"], 3);
         assert_eq!(patch["metadata"]["namespace"], "team");
         assert!(status.differs_from(&vc));
@@ -743,6 +750,7 @@ mod tests {
             reason: "StatefulSetNotReady".into(),
             message: "etcd: 0/1 replicas ready".into(),
             cluster_namespace: "ns".into(),
+            mode: crds::ControlPlaneMode::Provisioned,
             conditions: vec![ConditionState::unmet(
                 CONDITION_READY,
                 "StatefulSetNotReady",
@@ -758,6 +766,7 @@ mod tests {
             cluster_namespace: Some("ns".into()),
             conditions: status.conditions_at(&vc, now),
             observed_generation: Some(3),
+            mode: Some(crds::ControlPlaneMode::Provisioned),
         });
         assert!(!status.differs_from(&vc));
     }

@@ -97,6 +97,27 @@ async fn provision(
 ) -> Result<Action> {
     let api: Api<VirtualCluster> = Api::namespaced(ctx.client.clone(), &identity.vc_namespace);
     finalizer::ensure(&api, vc, FINALIZER_VIRTUAL_CLUSTER, "VirtualCluster").await?;
+    if let Some(annotation) = vc.ignored_adopt_annotation() {
+        // The mode is fixed at the first reconcile: an adopt annotation added later (or next to
+        // spec.kubeconfigSecretRef) must not switch a tenant to a kubeconfig its editor chose.
+        let message = format!(
+            "annotation {annotation} is ignored: this VirtualCluster is {} ({}); the original project's adopt annotations count only on VirtualClusters created with them",
+            vc.mode().as_str(),
+            match vc.spec.kubeconfig_secret_ref {
+                Some(_) => "spec.kubeconfigSecretRef names its kubeconfig",
+                None => "status.mode, fixed when vc-manager first saw it",
+            }
+        );
+        tracing::warn!(virtualcluster = %key(vc), annotation, "adopt annotation ignored");
+        ctx.publish(
+            &vc.object_ref(&()),
+            EventType::Warning,
+            "AdoptAnnotationIgnored",
+            "Reconcile",
+            message,
+        )
+        .await;
+    }
     match vc.adoption() {
         Some(adoption) => adopt::reconcile(vc, identity, &adoption, ctx, progress).await,
         None => native::reconcile(vc, identity, ctx, progress).await,

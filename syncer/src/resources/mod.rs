@@ -236,8 +236,13 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
     let super_object = super_store.get(&ObjectRef::new(&item.name).within(&super_namespace));
     let api: Api<K> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
 
+    // A super namespace serves one tenant namespace: nothing of another is read, written or deleted there.
+    if let Some(taken) = namespace::taken(ctx, tenant, &item.namespace) {
+        return Ok(taken);
+    }
     if let Some(existing) = &super_object
-        && !identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+        && (!identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+            || identity::tenant_namespace(existing.meta()) != Some(item.namespace.as_str()))
     {
         // The super cache only holds objects labelled as synced, but the label can be forged by whoever
         // writes the super cluster: never touch what another tenant or a person owns.
@@ -282,9 +287,9 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     Ok(Outcome::Updated { writes: 1 })
                 }
                 None => {
-                    let Some(namespace_writes) = namespace::ensure(ctx, tenant, &item.namespace).await?
-                    else {
-                        return Ok(namespace::waiting_for_namespace(&item.namespace));
+                    let namespace_writes = match namespace::ensure(ctx, tenant, &item.namespace).await? {
+                        Ok(writes) => writes,
+                        Err(outcome) => return Ok(outcome),
                     };
                     let hinted = live.as_ref().and_then(|o| K::with_creation_hints(o, &desired));
                     let writes = match hinted {

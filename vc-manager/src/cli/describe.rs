@@ -375,6 +375,7 @@ mod tests {
             reason: Some("TenantControlPlaneRunning".into()),
             message: Some("etcd, apiserver and controller-manager are ready".into()),
             cluster_namespace: Some(crds::naming::cluster_key_of(&vc).expect("key")),
+            mode: Some(crds::ControlPlaneMode::Provisioned),
             conditions: vec![
                 Condition {
                     type_: "Ready".into(),
@@ -523,6 +524,9 @@ mod tests {
         assert_eq!(origin(&vc), ("Adopted from", "Secret team/kc key value".into()));
         vc.spec.kubeconfig_secret_ref = None;
         vc.metadata.annotations = Some([(ANNOTATION_ADMIN_KUBECONFIG.to_owned(), "YQ==".to_owned())].into());
+        // This one was provisioned: an annotation added later changes nothing.
+        assert_eq!(origin(&vc).0, "Cluster version");
+        vc.status.as_mut().expect("status").mode = Some(crds::ControlPlaneMode::Adopted);
         assert_eq!(
             origin(&vc).1,
             "annotation tenancy.x-k8s.io/admin-kubeconfig (inline)"

@@ -379,7 +379,15 @@ pub fn current(yaml: &str, origin: &str) -> Result<Current> {
         origin: origin.to_owned(),
         problem,
     };
-    let config = Kubeconfig::from_yaml(yaml).map_err(|e| invalid(format!("not a kubeconfig: {e}")))?;
+    // Data, never a recipe: whoever uses the printed kubeconfig must not run a program or read a file that
+    // the VirtualCluster's editor put there.
+    let config = vc_runtime::kubeconfig::parse_inline(yaml).map_err(|e| match e {
+        vc_runtime::Error::KubeconfigRefused { .. } => invalid(e.to_string()),
+        e => invalid(format!(
+            "not a kubeconfig: {}",
+            std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
+        )),
+    })?;
     let context = config
         .current_context
         .as_deref()
@@ -573,12 +581,15 @@ pub async fn get_virtual_cluster(client: &Client, namespace: &str, name: &str) -
         .map_err(|e| Error::reading("VirtualCluster", namespace, name, e))
 }
 
-/// The root namespace of a provisioned VirtualCluster (`status.clusterNamespace`).
+/// The root namespace of a VirtualCluster, computed from its identity (its cluster key), never read from
+/// its status, which others can write. A VirtualCluster whose status names no root namespace yet has not
+/// been set up by vc-manager.
 pub fn root_namespace(vc: &VirtualCluster) -> Result<String> {
     vc.status
         .as_ref()
-        .and_then(|s| s.cluster_namespace.clone())
+        .and_then(|s| s.cluster_namespace.as_ref())
         .filter(|ns| !ns.is_empty())
+        .and_then(|_| crds::naming::cluster_key_of(vc))
         .ok_or_else(|| Error::NotProvisioned {
             vc: format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any()),
             name: vc.name_any(),

@@ -319,6 +319,7 @@ async fn an_unchanged_running_status_is_not_written() {
             reason,
             message,
             cluster_namespace: root(),
+            mode: crds::ControlPlaneMode::Provisioned,
             conditions,
             observed_generation: Some(2),
         }
@@ -330,6 +331,7 @@ async fn an_unchanged_running_status_is_not_written() {
         cluster_namespace: Some(root()),
         conditions: desired.conditions_at(&vc, Timestamp::now()),
         observed_generation: Some(2),
+        mode: Some(crds::ControlPlaneMode::Provisioned),
     });
     let result = run(
         async move {

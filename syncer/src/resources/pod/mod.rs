@@ -145,8 +145,13 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
         .get(&ObjectRef::new(&item.name).within(&super_namespace));
     let api: Api<Pod> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
 
+    // A super namespace serves one tenant namespace: nothing of another is read, written or deleted there.
+    if let Some(taken) = namespace::taken(ctx, tenant, &item.namespace) {
+        return Ok(taken);
+    }
     if let Some(existing) = &super_pod
-        && !identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+        && (!identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+            || identity::tenant_namespace(existing.meta()) != Some(item.namespace.as_str()))
     {
         return Ok(Outcome::Waiting {
             reason: "the super pod belongs to someone else".into(),
@@ -319,6 +324,11 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
         });
     }
     match create_admitted(ctx, tenant, &tenant_pod, converted, api).await {
+        // Not created (its namespace is not there yet, or refused): the reservation goes.
+        Ok(outcome @ Outcome::Waiting { .. }) => {
+            ctx.quota.release(&tenant.id, &namespace, &name);
+            Ok(outcome)
+        }
         Ok(outcome) => Ok(outcome),
         Err(error) => {
             ctx.quota.release(&tenant.id, &namespace, &name);
@@ -335,8 +345,9 @@ async fn create_admitted(
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     let namespace = tenant_pod.namespace().unwrap_or_default();
-    let Some(mut writes) = namespace::ensure(ctx, tenant, &namespace).await? else {
-        return Ok(namespace::waiting_for_namespace(&namespace));
+    let mut writes = match namespace::ensure(ctx, tenant, &namespace).await? {
+        Ok(writes) => writes,
+        Err(outcome) => return Ok(outcome),
     };
     let subject = token::Subject {
         namespace: &namespace,
@@ -712,7 +723,8 @@ mod tests {
         put(&mut caches.pods, from_json(pod_json()));
         put(
             &mut super_caches.namespaces,
-            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-ns"}})),
+            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-ns", "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns"}}})),
         );
         let item = DownItem::new(Kind::Pod, "ns", "second");
 
