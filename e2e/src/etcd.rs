@@ -54,6 +54,53 @@ impl Etcd {
     pub fn process(&self) -> &ManagedProcess {
         &self.process
     }
+
+    /// Deletes every key under `prefix` (an apiserver's `--etcd-prefix` plus `/`): what a wiped or
+    /// replaced etcd looks like to that apiserver once it restarts. Returns how many keys went.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        use base64::{Engine, engine::general_purpose::STANDARD};
+        let failed = |problem: String| crate::Error::Http {
+            context: format!("POST /v3/kv/deleterange (etcd prefix {prefix})"),
+            source: problem.into(),
+        };
+        // The range end of a prefix: the prefix with its last byte incremented.
+        let mut end = prefix.as_bytes().to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let body = format!(
+            r#"{{"key":"{}","range_end":"{}"}}"#,
+            STANDARD.encode(prefix),
+            STANDARD.encode(&end)
+        );
+        let address = self.client_url.trim_start_matches("http://").to_owned();
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let request = format!(
+            "POST /v3/kv/deleterange HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut response = String::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+            .await
+            .map_err(|_| failed("no answer within 10 s".into()))?
+            .map_err(|e| failed(e.to_string()))?;
+        if !response.starts_with("HTTP/1.1 200") {
+            return Err(failed(format!("etcd answered {response}")));
+        }
+        let deleted = response
+            .split("\"deleted\":\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        Ok(deleted)
+    }
 }
 
 /// Whether etcd answers `/health` with `"health":"true"`.

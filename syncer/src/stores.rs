@@ -44,7 +44,7 @@ where
 /// replaced wholesale (after a restarted apiserver, an expired watch, or at the start).
 pub type OnRelist = std::sync::Arc<dyn Fn() + Send + Sync>;
 
-/// Like [`reflect`], and calls `on_relist` whenever the watch lists anew.
+/// Like [`reflect`] with the kind of change, and calls `on_relist` whenever the watch lists anew.
 pub fn reflect_relisting<K, F>(
     api: Api<K>,
     config: watcher::Config,
@@ -54,11 +54,9 @@ pub fn reflect_relisting<K, F>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
-    F: Fn(&K) + Send + 'static,
+    F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trim::<K>, Some(on_relist), move |object, _| {
-        on_change(object)
-    })
+    reflect_inner(api, config, trim::<K>, Some(on_relist), on_change)
 }
 
 /// Like [`reflect`], with a custom trimming step and the kind of change.

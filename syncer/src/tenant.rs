@@ -27,7 +27,7 @@ use crate::{
     items::{DownItem, Kind, UpItem},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::{OnRelist, reflect_relisting},
+    stores::{Change, OnRelist, reflect_relisting},
 };
 
 /// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
@@ -215,7 +215,7 @@ impl Tenant {
         macro_rules! downward {
             ($kind:expr) => {{
                 let (queue, id) = (queues.down.clone(), id.clone());
-                let (store, task) = reflect!(Api::all(client.clone()), all.clone(), move |o| {
+                let (store, task) = reflect!(Api::all(client.clone()), all.clone(), move |o, _| {
                     queue.add(&id, namespaced(o, $kind))
                 });
                 tasks.push(task);
@@ -233,9 +233,12 @@ impl Tenant {
                 Api::<Namespace>::all(client.clone()),
                 all.clone(),
                 relisted.clone(),
-                move |ns: &Namespace| {
-                    // A watch that resumed on a replaced etcd shows a new kube-system without relisting.
-                    if ns.name_any() == "kube-system" && ns.uid().as_deref() != Some(uid.as_str()) {
+                move |ns: &Namespace, change| {
+                    // A watch that resumed on a replaced etcd may show another kube-system, or its
+                    // deletion (which a real apiserver refuses), without relisting.
+                    if ns.name_any() == "kube-system"
+                        && (change == Change::Deleted || ns.uid().as_deref() != Some(uid.as_str()))
+                    {
                         check.doubt();
                     }
                     queue.add(&id, DownItem::namespace(&ns.name_any()))
@@ -250,7 +253,7 @@ impl Tenant {
                 Api::<TenantPod>::all(client.clone()),
                 all.clone(),
                 relisted.clone(),
-                move |o: &TenantPod| queue.add(&id, namespaced(o, Kind::Pod)),
+                move |o: &TenantPod, _| queue.add(&id, namespaced(o, Kind::Pod)),
             );
             tasks.push(task);
             store
@@ -262,7 +265,7 @@ impl Tenant {
             let (store, task) = reflect!(
                 Api::<Service>::all(client.clone()),
                 all.clone(),
-                move |o: &Service| {
+                move |o: &Service, _| {
                     down.add(&id, namespaced(o, Kind::Service));
                     up.add(
                         &id,
@@ -290,7 +293,7 @@ impl Tenant {
                 let (store, task) = reflect!(
                     Api::<$type>::all(client.clone()),
                     config,
-                    move |o: &$type| { queue.add(&id, $item(o.name_any())) }
+                    move |o: &$type, _| { queue.add(&id, $item(o.name_any())) }
                 );
                 tasks.push(task);
                 store
