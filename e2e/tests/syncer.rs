@@ -1042,14 +1042,6 @@ async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Resul
     vcs.delete("master", &DeleteParams::default()).await?;
     until(&vcs, "master", "adopted VirtualCluster gone", |vc| vc.is_none()).await?;
     let master = tenancy.tenant("master");
-    create::<Namespace>(&super_client, None, json!({"metadata": {"name": "rolling-root"}})).await?;
-    create::<Secret>(
-        &super_client,
-        Some("rolling-root"),
-        json!({"metadata": {"name": "admin-kubeconfig"},
-            "stringData": {"admin-kubeconfig": master.control_plane.apiserver().admin_kubeconfig()}}),
-    )
-    .await?;
     let vc = create::<VirtualCluster>(
         &super_client,
         Some(e2e::tenancy::VC_NAMESPACE),
@@ -1057,14 +1049,24 @@ async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Resul
     )
     .await?;
     let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    // The root namespace is the cluster key (the syncer computes it; it does not read the status).
+    let root = key.clone();
+    create::<Namespace>(&super_client, None, json!({"metadata": {"name": root}})).await?;
+    create::<Secret>(
+        &super_client,
+        Some(&root),
+        json!({"metadata": {"name": "admin-kubeconfig"},
+            "stringData": {"admin-kubeconfig": master.control_plane.apiserver().admin_kubeconfig()}}),
+    )
+    .await?;
     let super_apps = crds::naming::super_namespace(&key, "apps");
     let set_phase = |phase: &'static str| {
-        let vcs = vcs.clone();
+        let (vcs, root) = (vcs.clone(), root.clone());
         async move {
             vcs.patch_status(
                 "rolling",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"phase": phase, "clusterNamespace": "rolling-root"}})),
+                &Patch::Merge(json!({"status": {"phase": phase, "clusterNamespace": root}})),
             )
             .await
         }

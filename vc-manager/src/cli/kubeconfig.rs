@@ -1121,4 +1121,36 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn a_kubeconfig_that_runs_a_program_is_not_handed_out() {
+        let hostile = "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://tenant:6443'}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+";
+        let error = current(hostile, "Secret team/kc key value").expect_err("refused");
+        let message = error.to_string();
+        assert!(message.contains("users[u].exec"), "{message}");
+        assert!(message.contains("Secret team/kc key value"), "{message}");
+    }
+
+    #[test]
+    fn the_root_namespace_is_the_cluster_key_whatever_the_status_says() {
+        let mut vc = VirtualCluster::new("vc-1", Default::default());
+        vc.metadata.namespace = Some("team".into());
+        vc.metadata.uid = Some("uid-1".into());
+        vc.status = Some(crds::VirtualClusterStatus {
+            cluster_namespace: Some("someone-elses-root".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            root_namespace(&vc).expect("root"),
+            crds::naming::cluster_key("team", "uid-1", "vc-1")
+        );
+        vc.status = None;
+        assert!(root_namespace(&vc).is_err(), "not set up by vc-manager yet");
+    }
 }

@@ -264,6 +264,35 @@ async fn an_unparsable_kubeconfig_is_reported() {
 }
 
 #[tokio::test]
+async fn a_kubeconfig_that_reads_a_file_is_refused_by_field_and_never_probed() {
+    // no_probe(): the probe (which builds a client) must not be reached.
+    let (ctx, _caches, mut api) = context(no_probe());
+    let stored = stored_secrets(&Scope::KubeletClientOnly);
+    let hostile = KUBECONFIG.replace(
+        "{token: abc}",
+        "{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}",
+    );
+    let result = run(
+        async move {
+            root_and_kubelet_client(&mut api, &stored).await;
+            api.expect("GET", &secret_path())
+                .await
+                .ok(kubeconfig_secret(json!({"value": STANDARD.encode(&hostile)})));
+            let status = adopt_failure(&mut api, "KubeconfigRefused").await;
+            assert_eq!(
+                status["message"],
+                format!(
+                    "kubeconfig from Secret {VC_NAMESPACE}/{SECRET} key value: field users[t].tokenFile is refused: reads a local file; only inline data (the *-data fields, token) is accepted"
+                )
+            );
+        },
+        reconcile(Arc::new(adopted_vc()), ctx),
+    )
+    .await;
+    assert_eq!(result.expect_err("refused").reason(), "KubeconfigRefused");
+}
+
+#[tokio::test]
 async fn the_original_annotation_is_read_and_bad_base64_reported() {
     let (ctx, _caches, mut api) = context(no_probe());
     let stored = stored_secrets(&Scope::KubeletClientOnly);
