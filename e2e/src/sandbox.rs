@@ -352,8 +352,13 @@ impl Sandbox {
     /// kubeconfig, pointed at the apiserver Service's cluster IP, which this machine reaches through
     /// kube-proxy. Returns the kubeconfig's path.
     pub async fn add_native_tenant(&mut self, name: &str) -> Result<PathBuf> {
+        self.add_native_tenant_from(name, CLUSTER_VERSION).await
+    }
+
+    /// [`Sandbox::add_native_tenant`] from ClusterVersion `cluster_version` (applied beforehand).
+    pub async fn add_native_tenant_from(&mut self, name: &str, cluster_version: &str) -> Result<PathBuf> {
         let spec = VirtualClusterSpec {
-            cluster_version_name: Some(CLUSTER_VERSION.to_owned()),
+            cluster_version_name: Some(cluster_version.to_owned()),
             ..VirtualClusterSpec::default()
         };
         let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
@@ -673,9 +678,17 @@ const NATIVE_PATIENCE: Duration = Duration::from_secs(300);
 /// The `examples/` ClusterIP ClusterVersion, renamed, with the control-plane images the real nodes'
 /// registry serves (built from the harness's binaries and tagged with their versions).
 pub fn cluster_version_yaml() -> Result<String> {
+    with_local_images(
+        &include_str!("../../examples/clusterversion-clusterip.yaml")
+            .replace("name: cv-v1-33-clusterip", &format!("name: {CLUSTER_VERSION}")),
+    )
+}
+
+/// A ClusterVersion's YAML with its etcd, kube-apiserver and kube-controller-manager images replaced by
+/// the ones built here from the harness's binaries.
+pub fn with_local_images(yaml: &str) -> Result<String> {
     let images = crate::RealNodes::control_plane_images()?;
-    let mut text = include_str!("../../examples/clusterversion-clusterip.yaml")
-        .replace("name: cv-v1-33-clusterip", &format!("name: {CLUSTER_VERSION}"));
+    let mut text = yaml.to_owned();
     for (prefix, built) in [
         ("registry.k8s.io/etcd:", &images.etcd),
         ("registry.k8s.io/kube-apiserver:", &images.kube_apiserver),

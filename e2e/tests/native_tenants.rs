@@ -731,3 +731,92 @@ async fn certificates_renew_on_real_nodes_without_clients_noticing() -> anyhow::
     sandbox.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_original_projects_sample_cluster_version_provisions_a_working_tenant() -> anyhow::Result<()> {
+    const TEST: &str = "the_original_projects_sample_cluster_version_provisions_a_working_tenant";
+    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+        return Ok(());
+    }
+    let mut sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+
+    // The original project's sample, unchanged but for its images (the fixture's header says which).
+    let fixture = include_str!("../fixtures/original-clusterversion-v1-nodeport.yaml");
+    let object: kube::api::DynamicObject =
+        serde_saphyr::from_str(&e2e::sandbox::with_local_images(fixture)?)?;
+    e2e::apply::apply_object(&sandbox.super_client(), object, "default").await?;
+
+    // vc-manager says what it adapts.
+    let versions: Api<crds::ClusterVersion> = Api::all(sandbox.super_client());
+    let adapted = wait::until(Duration::from_secs(30), "the TemplatesAdapted condition", || {
+        let versions = versions.clone();
+        async move {
+            let cv = versions.get("cv-sample-np").await.ok()?;
+            cv.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "TemplatesAdapted")
+        }
+    })
+    .await?;
+    assert_eq!(adapted.status, "True", "{adapted:?}");
+    for change in [
+        "--kubelet-https",
+        "etcd-client",
+        "port 10257",
+        "publishNotReadyAddresses",
+    ] {
+        assert!(
+            adapted.message.contains(change),
+            "{change} in {}",
+            adapted.message
+        );
+    }
+
+    // A tenant from it boots (Running only once its apiserver answers) and runs real containers.
+    let kubeconfig = sandbox.add_native_tenant_from("original", "cv-sample-np").await?;
+    let client = tenant_client(&kubeconfig).await?;
+    kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "web",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "echo from the original sample; exec sleep 3600",
+        ],
+    )
+    .await?;
+    wait_running(&client, "default", "web").await?;
+    let logs = kubectl(&kubeconfig, &["logs", "web"]).await?;
+    assert!(logs.contains("from the original sample"), "{logs}");
+    let echoed = kubectl(&kubeconfig, &["exec", "web", "--", "echo", "exec works"]).await?;
+    assert_eq!(echoed.trim(), "exec works");
+    // Its service-account tokens are signed and verified (the controller-manager's token controller and
+    // the apiserver's adapted key flags).
+    kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
+    kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "clusterrolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:robot",
+        ],
+    )
+    .await?;
+    let token_config = token_kubeconfig(&kubeconfig, &robot_token(&client).await?).await?;
+    let pods = kubectl(&token_config, &["get", "pods", "-o", "name"]).await?;
+    assert!(pods.contains("pod/web"), "{pods}");
+
+    sandbox.shutdown().await;
+    Ok(())
+}

@@ -26,7 +26,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
-use crate::{identity::TenantIdentity, tenant_pki};
+use crate::{identity::TenantIdentity, legacy, tenant_pki};
 
 /// Label naming the control-plane component of a StatefulSet, Service or pod.
 pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
@@ -243,11 +243,33 @@ pub fn render_service(
     identity: &TenantIdentity,
 ) -> Option<Service> {
     let template = component.bundle(cv).service.as_ref()?;
+    let mut service = template.clone();
+    legacy::adapt_service(&mut service);
     Some(Service {
         metadata: clean_metadata(&template.metadata, identity, component, cv),
-        spec: template.spec.clone(),
+        spec: service.spec,
         status: None,
     })
+}
+
+/// What rendering changes in a ClusterVersion written for the original project ([`legacy`]), one line
+/// per change, prefixed with the component; empty for templates that need nothing.
+pub fn adaptations(cv: &ClusterVersion) -> Vec<String> {
+    let mut lines = Vec::new();
+    for component in Component::ALL {
+        let bundle = component.bundle(cv);
+        if let Some(mut pod) = bundle.statefulset.spec.clone().and_then(|s| s.template.spec) {
+            lines.extend(legacy::adapt_pod(component, &mut pod));
+        }
+        if let Some(mut service) = bundle.service.clone() {
+            lines.extend(
+                legacy::adapt_service(&mut service)
+                    .into_iter()
+                    .map(|line| format!("{} Service: {line}", component.name())),
+            );
+        }
+    }
+    lines
 }
 
 /// SHA-256 of a Secret's data (keys in order), hex.
@@ -380,6 +402,7 @@ pub fn render_statefulset(
 
     let mut checksums = BTreeMap::new();
     if let Some(pod) = spec.template.spec.as_mut() {
+        legacy::adapt_pod(component, pod);
         let main = main_container(pod, component);
         match component {
             Component::Etcd => {
@@ -442,7 +465,7 @@ pub fn apiserver_service_range(vc: &VirtualCluster, cv: &ClusterVersion) -> Opti
 }
 
 /// Index of the container running the component: named after it or running its binary, else the first.
-fn main_container(pod: &PodSpec, component: Component) -> usize {
+pub(crate) fn main_container(pod: &PodSpec, component: Component) -> usize {
     let binary = component.binary();
     pod.containers
         .iter()
@@ -478,7 +501,7 @@ fn pod_name_variables(container: &Container) -> Vec<String> {
 }
 
 /// Value of a `--flag=value` in the container's command or arguments.
-fn flag_value(container: &Container, flag: &str) -> Option<String> {
+pub(crate) fn flag_value(container: &Container, flag: &str) -> Option<String> {
     let prefix = format!("{flag}=");
     container
         .command
@@ -514,7 +537,7 @@ fn initial_cluster(container: &Container, sts_name: &str, peer_service: &str, re
 
 /// Sets `--flag=value` wherever the flag appears in the command or arguments (also inside a shell
 /// command line); appends it to the arguments when it appears nowhere.
-fn set_flag(container: &mut Container, flag: &str, value: &str) {
+pub(crate) fn set_flag(container: &mut Container, flag: &str, value: &str) {
     let prefix = format!("{flag}=");
     let mut found = false;
     let replace = |arg: &mut String, found: &mut bool| {

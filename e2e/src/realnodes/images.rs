@@ -384,12 +384,8 @@ fn binary_image(
     };
     let name = format!("registry.k8s.io/{repository}:{}", tag(&version));
     let mut files = vec![(path.clone(), format!("/usr/local/bin/{}", binary.file_name()))];
-    if binary == Binary::Etcd {
-        // The original project's probes run etcdctl.
-        if let Some(etcdctl) = find_tool("etcdctl") {
-            files.extend(with_libraries(&etcdctl, "/usr/local/bin/etcdctl"));
-        }
-    }
+    // No etcdctl beside etcd: registry.k8s.io/etcd images (distroless since 3.5.7) have neither it nor a
+    // shell, so templates must not probe with them (vc-manager rewrites the original project's probes).
     files.extend(shared_libraries(&path).into_iter().map(|lib| {
         let dest = lib.display().to_string();
         (lib, dest)
@@ -409,15 +405,6 @@ fn binary_image(
         },
         name,
     )))
-}
-
-fn with_libraries(binary: &Path, dest: &str) -> Vec<(PathBuf, String)> {
-    let mut files = vec![(binary.to_owned(), dest.to_owned())];
-    files.extend(shared_libraries(binary).into_iter().map(|lib| {
-        let dest = lib.display().to_string();
-        (lib, dest)
-    }));
-    files
 }
 
 /// The version a binary prints (`Kubernetes v1.33.3` → `v1.33.3`, `etcd Version: 3.4.23` → `3.4.23`).
