@@ -434,7 +434,12 @@ fn parse_version(text: &str) -> Option<String> {
             return Some(rest.trim().to_owned());
         }
         if let Some(rest) = line.strip_prefix("Client Version:") {
-            return Some(rest.trim().to_owned());
+            let rest = rest.trim();
+            // kubectl before 1.28 prints `version.Info{Major:"1", ..., GitVersion:"v1.25.9", ...}`.
+            return match rest.split_once("GitVersion:\"") {
+                Some((_, tail)) => tail.split('"').next().map(str::to_owned),
+                None => Some(rest.to_owned()),
+            };
         }
     }
     None
@@ -513,6 +518,14 @@ mod tests {
             parse_version("etcd Version: 3.4.23\nGit SHA: Not provided\n").as_deref(),
             Some("3.4.23")
         );
+        assert_eq!(
+            parse_version(
+                "Client Version: version.Info{Major:\"1\", Minor:\"25\", GitVersion:\"v1.25.9\", GitCommit:\"x\"}\nKustomize Version: v4.5.7\n"
+            )
+            .as_deref(),
+            Some("v1.25.9")
+        );
+        assert_eq!(parse_version("etcd Version: 3.4.23\n").as_deref(), Some("3.4.23"));
         assert_eq!(
             parse_version("Client Version: v1.25.9\nKustomize Version: v4.5.7\n").as_deref(),
             Some("v1.25.9")
