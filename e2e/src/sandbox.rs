@@ -79,6 +79,8 @@ pub struct SandboxOptions {
     pub setup: Vec<DynamicObject>,
     /// Run the components as these ServiceAccounts instead of as cluster-admin.
     pub accounts: Option<ComponentAccounts>,
+    /// vc-manager's `--max-certificate-lifetime-seconds`: how long tenants' leaf certificates live.
+    pub max_certificate_lifetime: Option<Duration>,
 }
 
 impl Default for SandboxOptions {
@@ -91,6 +93,7 @@ impl Default for SandboxOptions {
             dir: None,
             setup: Vec::new(),
             accounts: None,
+            max_certificate_lifetime: None,
         }
     }
 }
@@ -270,7 +273,8 @@ impl Sandbox {
         let clients = ComponentClients::new(&tenancy, options.accounts.as_ref(), &private).await?;
 
         let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private).await?;
-        let (manager, vc_manager_admin) = start_vc_manager(clients.vc_manager, real_nodes).await?;
+        let (manager, vc_manager_admin) =
+            start_vc_manager(clients.vc_manager, real_nodes, options.max_certificate_lifetime).await?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
@@ -327,31 +331,46 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Creates native VirtualCluster `default/<name>` from [`CLUSTER_VERSION`], waits until vc-manager
-    /// reports it Running (its apiserver answers) and the syncer synced it, and writes its admin
-    /// kubeconfig, pointed at the apiserver Service's cluster IP, which this machine reaches through
-    /// kube-proxy. Returns the kubeconfig's path.
-    pub async fn add_native_tenant(&mut self, name: &str) -> Result<PathBuf> {
-        let spec = VirtualClusterSpec {
-            cluster_version_name: Some(CLUSTER_VERSION.to_owned()),
-            ..VirtualClusterSpec::default()
-        };
+    /// Writes native tenant `name`'s admin kubeconfig as its Secret now holds it (renewed certificates
+    /// included), pointed at the apiserver Service's cluster IP; returns its path.
+    pub async fn refresh_native_kubeconfig(&mut self, name: &str) -> Result<PathBuf> {
         let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
         let vc = api
-            .patch(
-                name,
-                &kube::api::PatchParams::apply("vc-sandbox").force(),
-                &kube::api::Patch::Apply(&VirtualCluster::new(name, spec)),
-            )
+            .get(name)
             .await
-            .map_err(Error::kube(format!("applying VirtualCluster {name}")))?;
-        self.wait_tenant_ready_for(name, NATIVE_PATIENCE).await?;
+            .map_err(Error::kube(format!("reading VirtualCluster {name}")))?;
         let key = crds::naming::cluster_key_of(&vc).ok_or_else(|| Error::Kubeconfig {
             context: format!("VirtualCluster {name} has no uid"),
             source: "created without uid".into(),
         })?;
         let kubeconfig = native_kubeconfig(&self.super_client(), &key).await?;
-        let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
+        self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)
+    }
+
+    /// Creates native VirtualCluster `default/<name>` from [`CLUSTER_VERSION`], waits until vc-manager
+    /// reports it Running (its apiserver answers) and the syncer synced it, and writes its admin
+    /// kubeconfig, pointed at the apiserver Service's cluster IP, which this machine reaches through
+    /// kube-proxy. Returns the kubeconfig's path.
+    pub async fn add_native_tenant(&mut self, name: &str) -> Result<PathBuf> {
+        self.add_native_tenant_from(name, CLUSTER_VERSION).await
+    }
+
+    /// [`Sandbox::add_native_tenant`] from ClusterVersion `cluster_version` (applied beforehand).
+    pub async fn add_native_tenant_from(&mut self, name: &str, cluster_version: &str) -> Result<PathBuf> {
+        let spec = VirtualClusterSpec {
+            cluster_version_name: Some(cluster_version.to_owned()),
+            ..VirtualClusterSpec::default()
+        };
+        let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
+        api.patch(
+            name,
+            &kube::api::PatchParams::apply("vc-sandbox").force(),
+            &kube::api::Patch::Apply(&VirtualCluster::new(name, spec)),
+        )
+        .await
+        .map_err(Error::kube(format!("applying VirtualCluster {name}")))?;
+        self.wait_tenant_ready_for(name, NATIVE_PATIENCE).await?;
+        let path = self.refresh_native_kubeconfig(name).await?;
         // Usable means pods can be created: the tenant's controller-manager has made the default
         // namespace's service account.
         let tenant = client_from_kubeconfig_file(&path).await?;
@@ -659,9 +678,17 @@ const NATIVE_PATIENCE: Duration = Duration::from_secs(300);
 /// The `examples/` ClusterIP ClusterVersion, renamed, with the control-plane images the real nodes'
 /// registry serves (built from the harness's binaries and tagged with their versions).
 pub fn cluster_version_yaml() -> Result<String> {
+    with_local_images(
+        &include_str!("../../examples/clusterversion-clusterip.yaml")
+            .replace("name: cv-v1-33-clusterip", &format!("name: {CLUSTER_VERSION}")),
+    )
+}
+
+/// A ClusterVersion's YAML with its etcd, kube-apiserver and kube-controller-manager images replaced by
+/// the ones built here from the harness's binaries.
+pub fn with_local_images(yaml: &str) -> Result<String> {
     let images = crate::RealNodes::control_plane_images()?;
-    let mut text = include_str!("../../examples/clusterversion-clusterip.yaml")
-        .replace("name: cv-v1-33-clusterip", &format!("name: {CLUSTER_VERSION}"));
+    let mut text = yaml.to_owned();
     for (prefix, built) in [
         ("registry.k8s.io/etcd:", &images.etcd),
         ("registry.k8s.io/kube-apiserver:", &images.kube_apiserver),
@@ -731,7 +758,11 @@ async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<Stri
 }
 
 /// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.
-async fn start_vc_manager(client: Client, real_nodes: bool) -> Result<(ManagerTask, SocketAddr)> {
+async fn start_vc_manager(
+    client: Client,
+    real_nodes: bool,
+    max_certificate_lifetime: Option<Duration>,
+) -> Result<(ManagerTask, SocketAddr)> {
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?)
         .parse()
         .expect("a socket address");
@@ -744,6 +775,7 @@ async fn start_vc_manager(client: Client, real_nodes: bool) -> Result<(ManagerTa
             true => vc_manager::NativeReadiness::ApiserverAnswers,
             false => vc_manager::NativeReadiness::StatefulSetsReady,
         },
+        max_certificate_lifetime,
         ..vc_manager::Settings::default()
     };
     settings.tenant_timeouts.connect = Duration::from_secs(2);

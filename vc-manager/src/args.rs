@@ -57,6 +57,11 @@ pub struct Args {
     /// Seconds to wait for an adopted apiserver's answer.
     #[arg(long, default_value_t = 10)]
     pub tenant_read_timeout_seconds: u64,
+
+    /// The longest, in seconds, that a tenant's leaf certificates (serving, client, kubeconfig) may live,
+    /// whatever the VirtualCluster's `pkiExpireDays` asks (at least 60). Unset: `pkiExpireDays` decides.
+    #[arg(long, env = "MAX_CERTIFICATE_LIFETIME_SECONDS")]
+    pub max_certificate_lifetime_seconds: Option<u64>,
 }
 
 impl Args {
@@ -74,6 +79,7 @@ impl Args {
             },
             concurrency: self.concurrency.max(1),
             debounce: Duration::from_millis(self.debounce_millis),
+            max_certificate_lifetime: self.max_certificate_lifetime_seconds.map(Duration::from_secs),
             ..Settings::default()
         }
     }

@@ -15,7 +15,7 @@ use kube::{
 };
 
 use crate::{
-    Error, Result, cached::CachedClusterVersion as ClusterVersion, context::Context, finalizer,
+    Error, Result, cached::CachedClusterVersion as ClusterVersion, context::Context, finalizer, render,
     steps::apply_params,
 };
 
@@ -23,6 +23,9 @@ use crate::{
 pub const CONTROLLER: &str = "clusterversion";
 /// ClusterVersion condition: VirtualClusters use it (deletion waits for them).
 pub const CONDITION_IN_USE: &str = "InUse";
+/// ClusterVersion condition: rendering adapts templates written for the original project (the message
+/// lists each change), or renders them as written.
+pub const CONDITION_TEMPLATES_ADAPTED: &str = "TemplatesAdapted";
 /// At most this many users are named in messages.
 const NAMED_USERS: usize = 20;
 
@@ -153,32 +156,82 @@ async fn reconcile_one(cv: &ClusterVersion, ctx: &Context) -> Result<Action> {
     Ok(Action::requeue(ctx.settings.resync_interval))
 }
 
-/// Writes the users and the `InUse` condition if they changed. Returns whether it wrote.
+/// What rendering adapts in a cached ClusterVersion (the full copy lives only in this plain function,
+/// never in a reconcile future's state).
+fn adaptations_of(cv: &ClusterVersion) -> Vec<String> {
+    render::adaptations(&cv.to_cluster_version())
+}
+
+/// The `TemplatesAdapted` condition for the changes rendering makes: status, reason, message.
+pub fn adapted_condition(changes: &[String]) -> (String, String, String) {
+    if changes.is_empty() {
+        return (
+            "False".into(),
+            "AsWritten".into(),
+            "templates are rendered as written".into(),
+        );
+    }
+    (
+        "True".into(),
+        "OriginalProjectTemplates".into(),
+        format!(
+            "{} changes for current Kubernetes and vc-manager's Secrets: {}",
+            changes.len(),
+            changes.join("; ")
+        ),
+    )
+}
+
+/// Writes the users and the `InUse` and `TemplatesAdapted` conditions if they changed. Returns whether it wrote.
 async fn write_status(
     cv: &ClusterVersion,
     users: &[VirtualClusterRef],
     deleting: bool,
     ctx: &Context,
 ) -> Result<bool> {
-    let (status, reason, message) = in_use_condition(users, deleting);
     let current = cv.status.clone().unwrap_or_default();
-    let existing = current.conditions.iter().find(|c| c.type_ == CONDITION_IN_USE);
-    let count = i64::try_from(users.len()).unwrap_or(i64::MAX);
-    let same = current.virtual_clusters == users
-        && current.virtual_cluster_count == Some(count)
-        && existing.is_some_and(|c| {
+    let conditions = [
+        (CONDITION_IN_USE, in_use_condition(users, deleting)),
+        (
+            CONDITION_TEMPLATES_ADAPTED,
+            adapted_condition(&adaptations_of(cv)),
+        ),
+    ]
+    .map(|(type_, (status, reason, message))| {
+        let existing = current.conditions.iter().find(|c| c.type_ == type_);
+        let unchanged = existing.is_some_and(|c| {
             c.status == status
                 && c.reason == reason
                 && c.message == message
                 && c.observed_generation == cv.meta().generation
         });
+        let last_transition_time = existing
+            .filter(|c| c.status == status)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(Timestamp::now()));
+        let condition = Condition {
+            type_: type_.into(),
+            status,
+            reason,
+            message,
+            observed_generation: cv.meta().generation,
+            last_transition_time,
+        };
+        (condition, unchanged)
+    });
+    let count = i64::try_from(users.len()).unwrap_or(i64::MAX);
+    let same = current.virtual_clusters == users
+        && current.virtual_cluster_count == Some(count)
+        && conditions.iter().all(|(_, unchanged)| *unchanged);
     if same {
         return Ok(false);
     }
-    let last_transition_time = existing
-        .filter(|c| c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(Timestamp::now()));
+    if let [_, (adapted, false)] = &conditions
+        && adapted.status == "True"
+    {
+        tracing::info!(clusterversion = %cv.name_any(), changes = %adapted.message, "adapting templates written for the original project");
+    }
+    let conditions: Vec<Condition> = conditions.into_iter().map(|(c, _)| c).collect();
     let patch = serde_json::json!({
         "apiVersion": "tenancy.x-k8s.io/v1alpha1",
         "kind": "ClusterVersion",
@@ -186,14 +239,7 @@ async fn write_status(
         "status": {
             "virtualClusters": users,
             "virtualClusterCount": count,
-            "conditions": [Condition {
-                type_: CONDITION_IN_USE.into(),
-                status,
-                reason,
-                message,
-                observed_generation: cv.meta().generation,
-                last_transition_time,
-            }],
+            "conditions": conditions,
         }
     });
     let api: Api<ClusterVersion> = Api::all(ctx.client.clone());

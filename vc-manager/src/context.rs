@@ -49,6 +49,8 @@ pub struct Settings {
     pub debounce: Duration,
     /// When a provisioned tenant counts as Running.
     pub native_readiness: NativeReadiness,
+    /// The longest a tenant's leaf certificate may live, whatever its `pkiExpireDays` (platform policy).
+    pub max_certificate_lifetime: Option<Duration>,
 }
 
 /// When a provisioned tenant counts as Running.
@@ -79,6 +81,7 @@ impl Default for Settings {
             concurrency: 16,
             debounce: Duration::from_millis(200),
             native_readiness: NativeReadiness::default(),
+            max_certificate_lifetime: None,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod finalizer;
 pub mod identity;
 pub mod kubeconfig;
+pub mod legacy;
 pub mod metrics;
 pub mod native;
 pub mod pki;

@@ -8,7 +8,9 @@
 //! - etcd's `--initial-cluster`, built from the replica count and the peer URL the template advertises;
 //! - `--service-cluster-ip-range` of the apiserver and controller-manager from `spec.serviceCidr`;
 //! - a `checksum.tenancy.x-k8s.io/<secret>` pod-template annotation per mounted Secret, so pods roll when
-//!   a certificate changes.
+//!   something they load only at start changes (an authority, a kubeconfig, a key); a renewed leaf
+//!   certificate that reaches the pod as files does not roll it, because kube-apiserver, etcd and
+//!   kube-controller-manager reload those from disk (see [`restart_checksum`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,7 +26,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
-use crate::identity::TenantIdentity;
+use crate::{identity::TenantIdentity, legacy, tenant_pki};
 
 /// Label naming the control-plane component of a StatefulSet, Service or pod.
 pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
@@ -241,17 +243,57 @@ pub fn render_service(
     identity: &TenantIdentity,
 ) -> Option<Service> {
     let template = component.bundle(cv).service.as_ref()?;
+    let mut service = template.clone();
+    legacy::adapt_service(&mut service);
     Some(Service {
         metadata: clean_metadata(&template.metadata, identity, component, cv),
-        spec: template.spec.clone(),
+        spec: service.spec,
         status: None,
     })
 }
 
+/// What rendering changes in a ClusterVersion written for the original project ([`legacy`]), one line
+/// per change, prefixed with the component; empty for templates that need nothing.
+pub fn adaptations(cv: &ClusterVersion) -> Vec<String> {
+    let mut lines = Vec::new();
+    for component in Component::ALL {
+        let bundle = component.bundle(cv);
+        if let Some(mut pod) = bundle.statefulset.spec.clone().and_then(|s| s.template.spec) {
+            lines.extend(legacy::adapt_pod(component, &mut pod));
+        }
+        if let Some(mut service) = bundle.service.clone() {
+            lines.extend(
+                legacy::adapt_service(&mut service)
+                    .into_iter()
+                    .map(|line| format!("{} Service: {line}", component.name())),
+            );
+        }
+    }
+    lines
+}
+
 /// SHA-256 of a Secret's data (keys in order), hex.
 pub fn secret_checksum(secret: &Secret) -> String {
+    checksum_of(secret, |_| true)
+}
+
+/// SHA-256 of the Secret's data that a restart must follow. A leaf certificate and its key, delivered to
+/// the pod only as files, are left out when the components reload them from disk
+/// ([`tenant_pki::reloaded_in_place`]): the kubelet rewrites the files within its sync period, and rolling
+/// a one-replica apiserver for a renewal would drop every client's connection. Everything else counts.
+pub fn restart_checksum(secret: &Secret, delivery: Delivery) -> String {
+    let reloaded = delivery == Delivery::Files && tenant_pki::reloaded_in_place(&secret.name_any());
+    checksum_of(secret, |key| {
+        !(reloaded && tenant_pki::is_certificate_or_key(key))
+    })
+}
+
+fn checksum_of(secret: &Secret, counts: impl Fn(&str) -> bool) -> String {
     let mut hasher = Sha256::new();
     for (key, ByteString(value)) in secret.data.iter().flatten() {
+        if !counts(key) {
+            continue;
+        }
         hasher.update((key.len() as u64).to_be_bytes());
         hasher.update(key.as_bytes());
         hasher.update((value.len() as u64).to_be_bytes());
@@ -260,34 +302,66 @@ pub fn secret_checksum(secret: &Secret) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// Secrets a pod spec mounts or reads: secret volumes, projected secret sources, `envFrom` and `env`
-/// references, and image pull secrets.
-pub fn referenced_secrets(pod: &PodSpec) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+/// How a pod receives a Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Delivery {
+    /// Only as files of whole secret or projected volumes, which the kubelet rewrites when it changes.
+    Files,
+    /// Also somewhere fixed when the container starts: an environment variable or a `subPath` mount.
+    Frozen,
+}
+
+/// Secrets a pod spec mounts or reads, and how: secret volumes, projected secret sources, `envFrom` and
+/// `env` references.
+pub fn referenced_secrets(pod: &PodSpec) -> BTreeMap<String, Delivery> {
+    let mut names: BTreeMap<String, Delivery> = BTreeMap::new();
+    let mut note = |name: &str, delivery: Delivery| {
+        if !name.is_empty() {
+            let entry = names.entry(name.to_owned()).or_insert(delivery);
+            *entry = (*entry).max(delivery);
+        }
+    };
+    let containers: Vec<&Container> = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .collect();
     for volume in pod.volumes.iter().flatten() {
-        if let Some(name) = volume.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-            names.insert(name);
+        // A subPath mount is a bind mount of one file taken at start: the kubelet never updates it.
+        let sub_path = containers
+            .iter()
+            .flat_map(|c| c.volume_mounts.iter().flatten())
+            .any(|m| {
+                m.name == volume.name
+                    && (m.sub_path.as_deref().is_some_and(|p| !p.is_empty())
+                        || m.sub_path_expr.as_deref().is_some_and(|p| !p.is_empty()))
+            });
+        let delivery = if sub_path {
+            Delivery::Frozen
+        } else {
+            Delivery::Files
+        };
+        if let Some(name) = volume.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
+            note(name, delivery);
         }
         for source in volume.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
             if let Some(secret) = &source.secret {
-                names.insert(secret.name.clone());
+                note(&secret.name, delivery);
             }
         }
     }
-    let containers = pod.containers.iter().chain(pod.init_containers.iter().flatten());
     for container in containers {
         for from in container.env_from.iter().flatten() {
             if let Some(secret) = &from.secret_ref {
-                names.insert(secret.name.clone());
+                note(&secret.name, Delivery::Frozen);
             }
         }
         for env in container.env.iter().flatten() {
             if let Some(secret) = env.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
-                names.insert(secret.name.clone());
+                note(&secret.name, Delivery::Frozen);
             }
         }
     }
-    names.retain(|n| !n.is_empty());
     names
 }
 
@@ -328,6 +402,7 @@ pub fn render_statefulset(
 
     let mut checksums = BTreeMap::new();
     if let Some(pod) = spec.template.spec.as_mut() {
+        legacy::adapt_pod(component, pod);
         let main = main_container(pod, component);
         match component {
             Component::Etcd => {
@@ -348,9 +423,12 @@ pub fn render_statefulset(
                 }
             }
         }
-        for name in referenced_secrets(pod) {
+        for (name, delivery) in referenced_secrets(pod) {
             if let Some(secret) = inputs.secrets.get(&name) {
-                checksums.insert(format!("{SECRET_CHECKSUM_PREFIX}{name}"), secret_checksum(secret));
+                checksums.insert(
+                    format!("{SECRET_CHECKSUM_PREFIX}{name}"),
+                    restart_checksum(secret, delivery),
+                );
             }
         }
     }
@@ -387,7 +465,7 @@ pub fn apiserver_service_range(vc: &VirtualCluster, cv: &ClusterVersion) -> Opti
 }
 
 /// Index of the container running the component: named after it or running its binary, else the first.
-fn main_container(pod: &PodSpec, component: Component) -> usize {
+pub(crate) fn main_container(pod: &PodSpec, component: Component) -> usize {
     let binary = component.binary();
     pod.containers
         .iter()
@@ -423,7 +501,7 @@ fn pod_name_variables(container: &Container) -> Vec<String> {
 }
 
 /// Value of a `--flag=value` in the container's command or arguments.
-fn flag_value(container: &Container, flag: &str) -> Option<String> {
+pub(crate) fn flag_value(container: &Container, flag: &str) -> Option<String> {
     let prefix = format!("{flag}=");
     container
         .command
@@ -459,7 +537,7 @@ fn initial_cluster(container: &Container, sts_name: &str, peer_service: &str, re
 
 /// Sets `--flag=value` wherever the flag appears in the command or arguments (also inside a shell
 /// command line); appends it to the arguments when it appears nowhere.
-fn set_flag(container: &mut Container, flag: &str, value: &str) {
+pub(crate) fn set_flag(container: &mut Container, flag: &str, value: &str) {
     let prefix = format!("{flag}=");
     let mut found = false;
     let replace = |arg: &mut String, found: &mut bool| {
@@ -827,12 +905,88 @@ mod tests {
             ]
         }))
         .expect("pod");
+        let frozen = ["from-env", "init-env", "key-ref"].map(|n| (n.to_owned(), Delivery::Frozen));
+        let files = ["projected", "volume"].map(|n| (n.to_owned(), Delivery::Files));
         assert_eq!(
             referenced_secrets(&pod),
-            ["from-env", "init-env", "key-ref", "projected", "volume"]
-                .map(String::from)
-                .into()
+            frozen.into_iter().chain(files).collect::<BTreeMap<_, _>>()
         );
+    }
+
+    #[test]
+    fn a_secret_also_read_at_start_counts_as_frozen() {
+        let pod: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [{
+                "name": "c",
+                "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "both", "key": "k"}}}],
+                "volumeMounts": [
+                    {"name": "a", "mountPath": "/a"},
+                    {"name": "one-file", "mountPath": "/b/tls.crt", "subPath": "tls.crt"}
+                ]
+            }],
+            "volumes": [
+                {"name": "a", "secret": {"secretName": "both"}},
+                {"name": "one-file", "secret": {"secretName": "sub-path"}}
+            ]
+        }))
+        .expect("pod");
+        assert_eq!(
+            referenced_secrets(&pod),
+            [
+                ("both".to_owned(), Delivery::Frozen),
+                ("sub-path".to_owned(), Delivery::Frozen)
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn renewed_leaf_files_do_not_roll_but_authorities_bundles_and_kubeconfigs_do() {
+        let with = |name: &str, data: &[(&str, &str)]| Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let leaf = with(
+            "etcd-server",
+            &[("ca.crt", "ca"), ("tls.crt", "a"), ("tls.key", "k1")],
+        );
+        let renewed = with(
+            "etcd-server",
+            &[("ca.crt", "ca"), ("tls.crt", "b"), ("tls.key", "k2")],
+        );
+        let new_bundle = with(
+            "etcd-server",
+            &[("ca.crt", "ca2"), ("tls.crt", "b"), ("tls.key", "k2")],
+        );
+        let files = Delivery::Files;
+        assert_eq!(restart_checksum(&leaf, files), restart_checksum(&renewed, files));
+        assert_ne!(
+            restart_checksum(&renewed, files),
+            restart_checksum(&new_bundle, files)
+        );
+        // Read at start (env, subPath): a renewal must restart.
+        assert_ne!(
+            restart_checksum(&leaf, Delivery::Frozen),
+            restart_checksum(&renewed, Delivery::Frozen)
+        );
+        // Authorities and kubeconfigs are loaded once.
+        for name in [
+            "root-ca",
+            "etcd-ca",
+            "controller-manager-kubeconfig",
+            "serviceaccount-rsa",
+        ] {
+            let (a, b) = (with(name, &[("tls.crt", "a")]), with(name, &[("tls.crt", "b")]));
+            assert_ne!(restart_checksum(&a, files), restart_checksum(&b, files), "{name}");
+        }
     }
 
     #[test]

@@ -127,7 +127,8 @@ pub async fn apply_pki(
         &secrets,
         &PkiInput {
             identity,
-            lifetimes: Lifetimes::for_days(vc.spec.pki_expire_days),
+            lifetimes: Lifetimes::for_days(vc.spec.pki_expire_days)
+                .capped(ctx.settings.max_certificate_lifetime),
             now: now(),
             scope,
         },

@@ -72,6 +72,24 @@ impl Lifetimes {
             ca: Duration::from_secs(days.max(3650) * 86_400),
         }
     }
+
+    /// Caps leaf certificates at the platform's longest lifetime (`--max-certificate-lifetime-seconds`),
+    /// never below [`Lifetimes::SHORTEST_LEAF`]. Authorities are not capped: a renewed authority rolls the
+    /// control plane (the components load trust bundles once), a renewed leaf does not.
+    pub fn capped(self, max_leaf: Option<Duration>) -> Self {
+        match max_leaf {
+            Some(max) => Self {
+                leaf: self.leaf.min(max.max(Self::SHORTEST_LEAF)),
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// The shortest leaf lifetime: renewal starts when a fifth of it remains, and the kubelet must deliver
+    /// the renewed files into the pods (its sync period, a minute by default) well before the old ones
+    /// expire.
+    pub const SHORTEST_LEAF: Duration = Duration::from_secs(60);
 }
 
 /// Where a provisioned control plane is reached, for certificate names and kubeconfig URLs.
@@ -400,6 +418,27 @@ pub fn is_authority(name: &str) -> bool {
         SECRET_SERVICE_ACCOUNT,
     ]
     .contains(&name)
+}
+
+/// Whether a Secret holds a leaf certificate that its users reload from their files without a restart:
+/// kube-apiserver watches its serving certificate and reloads its kubelet, etcd and front-proxy client
+/// certificates, and etcd reads its serving and peer certificate on every handshake (both on Kubernetes
+/// 1.25 to 1.33 and etcd 3.4 to 3.5). Trust bundles (`ca.crt`, the authorities) are loaded once, and
+/// kubeconfigs carry their certificate inline, so those still restart their users.
+pub fn reloaded_in_place(name: &str) -> bool {
+    [
+        SECRET_APISERVER,
+        SECRET_ETCD_SERVER,
+        SECRET_ETCD_CLIENT,
+        SECRET_FRONT_PROXY_CLIENT,
+        SECRET_KUBELET_CLIENT,
+    ]
+    .contains(&name)
+}
+
+/// Whether a Secret key holds a certificate or private key (as opposed to a trust bundle).
+pub fn is_certificate_or_key(key: &str) -> bool {
+    key == TLS_CRT || key == TLS_KEY
 }
 
 /// The DNS names of a Service: `svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.<domain>`.
@@ -1009,5 +1048,22 @@ mod tests {
         assert_eq!(Lifetimes::for_days(30).ca, Duration::from_secs(3650 * 86_400));
         assert_eq!(Lifetimes::for_days(7300).ca, Duration::from_secs(7300 * 86_400));
         assert_eq!(Lifetimes::for_days(0).leaf, Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn the_platform_caps_leaf_lifetimes_but_not_authorities() {
+        let capped = Lifetimes::for_days(30).capped(Some(Duration::from_secs(3600)));
+        assert_eq!(capped.leaf, Duration::from_secs(3600));
+        assert_eq!(capped.ca, Duration::from_secs(3650 * 86_400));
+        // A cap longer than pkiExpireDays changes nothing; one too short is raised to the shortest.
+        assert_eq!(
+            Lifetimes::for_days(1).capped(Some(Duration::from_secs(7 * 86_400))),
+            Lifetimes::for_days(1)
+        );
+        assert_eq!(
+            Lifetimes::for_days(1).capped(Some(Duration::from_secs(1))).leaf,
+            Lifetimes::SHORTEST_LEAF
+        );
+        assert_eq!(Lifetimes::for_days(1).capped(None), Lifetimes::for_days(1));
     }
 }

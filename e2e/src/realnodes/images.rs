@@ -384,12 +384,8 @@ fn binary_image(
     };
     let name = format!("registry.k8s.io/{repository}:{}", tag(&version));
     let mut files = vec![(path.clone(), format!("/usr/local/bin/{}", binary.file_name()))];
-    if binary == Binary::Etcd {
-        // The original project's probes run etcdctl.
-        if let Some(etcdctl) = find_tool("etcdctl") {
-            files.extend(with_libraries(&etcdctl, "/usr/local/bin/etcdctl"));
-        }
-    }
+    // No etcdctl beside etcd: registry.k8s.io/etcd images (distroless since 3.5.7) have neither it nor a
+    // shell, so templates must not probe with them (vc-manager rewrites the original project's probes).
     files.extend(shared_libraries(&path).into_iter().map(|lib| {
         let dest = lib.display().to_string();
         (lib, dest)
@@ -409,15 +405,6 @@ fn binary_image(
         },
         name,
     )))
-}
-
-fn with_libraries(binary: &Path, dest: &str) -> Vec<(PathBuf, String)> {
-    let mut files = vec![(binary.to_owned(), dest.to_owned())];
-    files.extend(shared_libraries(binary).into_iter().map(|lib| {
-        let dest = lib.display().to_string();
-        (lib, dest)
-    }));
-    files
 }
 
 /// The version a binary prints (`Kubernetes v1.33.3` → `v1.33.3`, `etcd Version: 3.4.23` → `3.4.23`).
@@ -447,7 +434,12 @@ fn parse_version(text: &str) -> Option<String> {
             return Some(rest.trim().to_owned());
         }
         if let Some(rest) = line.strip_prefix("Client Version:") {
-            return Some(rest.trim().to_owned());
+            let rest = rest.trim();
+            // kubectl before 1.28 prints `version.Info{Major:"1", ..., GitVersion:"v1.25.9", ...}`.
+            return match rest.split_once("GitVersion:\"") {
+                Some((_, tail)) => tail.split('"').next().map(str::to_owned),
+                None => Some(rest.to_owned()),
+            };
         }
     }
     None
@@ -526,6 +518,14 @@ mod tests {
             parse_version("etcd Version: 3.4.23\nGit SHA: Not provided\n").as_deref(),
             Some("3.4.23")
         );
+        assert_eq!(
+            parse_version(
+                "Client Version: version.Info{Major:\"1\", Minor:\"25\", GitVersion:\"v1.25.9\", GitCommit:\"x\"}\nKustomize Version: v4.5.7\n"
+            )
+            .as_deref(),
+            Some("v1.25.9")
+        );
+        assert_eq!(parse_version("etcd Version: 3.4.23\n").as_deref(), Some("3.4.23"));
         assert_eq!(
             parse_version("Client Version: v1.25.9\nKustomize Version: v4.5.7\n").as_deref(),
             Some("v1.25.9")

@@ -138,14 +138,24 @@ async fn an_unchanged_status_is_not_written() {
             name: "a".into(),
         }],
         virtual_cluster_count: Some(1),
-        conditions: vec![Condition {
-            type_: "InUse".into(),
-            status: "True".into(),
-            reason: "InUse".into(),
-            message: "used by 1 VirtualCluster(s): team/a".into(),
-            observed_generation: Some(1),
-            last_transition_time: Time(Timestamp::from_second(1_700_000_000).expect("time")),
-        }],
+        conditions: vec![
+            Condition {
+                type_: "InUse".into(),
+                status: "True".into(),
+                reason: "InUse".into(),
+                message: "used by 1 VirtualCluster(s): team/a".into(),
+                observed_generation: Some(1),
+                last_transition_time: Time(Timestamp::from_second(1_700_000_000).expect("time")),
+            },
+            Condition {
+                type_: "TemplatesAdapted".into(),
+                status: "False".into(),
+                reason: "AsWritten".into(),
+                message: "templates are rendered as written".into(),
+                observed_generation: Some(1),
+                last_transition_time: Time(Timestamp::from_second(1_700_000_000).expect("time")),
+            },
+        ],
     });
     let result = run(async move { drop(api) }, reconcile(Arc::new(cv.into()), ctx)).await;
     assert!(result.is_ok(), "{result:?}");
