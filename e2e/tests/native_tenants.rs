@@ -39,6 +39,39 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Service account `default/robot` with the `view` cluster role, and a kubeconfig beside `admin` (same
+/// server and CA) that authenticates with a one-hour token of it: a client like the tenant's own programs.
+async fn viewer_kubeconfig(admin: &Path, client: &kube::Client) -> anyhow::Result<std::path::PathBuf> {
+    kubectl(admin, &["create", "serviceaccount", "robot"]).await?;
+    kubectl(
+        admin,
+        &[
+            "create",
+            "clusterrolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:robot",
+        ],
+    )
+    .await?;
+    token_kubeconfig(admin, &robot_token(client).await?).await
+}
+
+/// `kubectl run <name> --image=busybox -- sh -c <script>` as the tenant, once the pod runs.
+async fn run_busybox(
+    kubeconfig: &Path,
+    client: &kube::Client,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<Pod> {
+    kubectl(
+        kubeconfig,
+        &["run", name, "--image=busybox", "--", "sh", "-c", script],
+    )
+    .await?;
+    wait_running(client, "default", name).await
+}
+
 /// A one-hour token of service account `default/robot`.
 async fn robot_token(client: &kube::Client) -> anyhow::Result<String> {
     use k8s_openapi::api::{
@@ -171,20 +204,13 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
     .await?;
 
     // `kubectl run` as a tenant: a real container on a real node.
-    kubectl(
+    let pod = run_busybox(
         &kubeconfig,
-        &[
-            "run",
-            "web",
-            "--image=busybox",
-            "--",
-            "sh",
-            "-c",
-            "echo hello from a real container; exec httpd -f -p 8080 -h /etc",
-        ],
+        &client,
+        "web",
+        "echo hello from a real container; exec httpd -f -p 8080 -h /etc",
     )
     .await?;
-    let pod = wait_running(&client, "default", "web").await?;
     let node = pod.spec.and_then(|s| s.node_name).context("bound to a vNode")?;
     assert!(
         sandbox.tenancy().nodes.names().contains(&node),
@@ -454,33 +480,8 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         &["create", "configmap", "keep", "--from-literal=answer=42"],
     )
     .await?;
-    kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
-    kubectl(
-        &kubeconfig,
-        &[
-            "create",
-            "clusterrolebinding",
-            "robot-view",
-            "--clusterrole=view",
-            "--serviceaccount=default:robot",
-        ],
-    )
-    .await?;
-    let token = robot_token(&client).await?;
-    kubectl(
-        &kubeconfig,
-        &[
-            "run",
-            "web",
-            "--image=busybox",
-            "--",
-            "sh",
-            "-c",
-            "echo before; exec sleep 3600",
-        ],
-    )
-    .await?;
-    wait_running(&client, "default", "web").await?;
+    let token_config = viewer_kubeconfig(&kubeconfig, &client).await?;
+    run_busybox(&kubeconfig, &client, "web", "echo before; exec sleep 3600").await?;
 
     // The platform team moves the ClusterVersion to another apiserver image.
     let images = realnodes::RealNodes::control_plane_images()?;
@@ -544,7 +545,6 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
     )
     .await?;
     assert_eq!(after, "42");
-    let token_config = token_kubeconfig(&kubeconfig, &token).await?;
     let pods = kubectl(&token_config, &["get", "pods", "-o", "name"]).await?;
     assert!(
         pods.contains("pod/web"),
@@ -582,33 +582,8 @@ async fn certificates_renew_on_real_nodes_without_clients_noticing() -> anyhow::
     let client = tenant_client(&kubeconfig).await?;
 
     // A workload, and a service-account client like the tenant's own programs.
-    kubectl(
-        &kubeconfig,
-        &[
-            "run",
-            "web",
-            "--image=busybox",
-            "--",
-            "sh",
-            "-c",
-            "echo before; exec sleep 3600",
-        ],
-    )
-    .await?;
-    kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
-    kubectl(
-        &kubeconfig,
-        &[
-            "create",
-            "clusterrolebinding",
-            "robot-view",
-            "--clusterrole=view",
-            "--serviceaccount=default:robot",
-        ],
-    )
-    .await?;
-    let token_config = token_kubeconfig(&kubeconfig, &robot_token(&client).await?).await?;
-    wait_running(&client, "default", "web").await?;
+    run_busybox(&kubeconfig, &client, "web", "echo before; exec sleep 3600").await?;
+    let token_config = viewer_kubeconfig(&kubeconfig, &client).await?;
 
     let vcs: Api<crds::VirtualCluster> = Api::namespaced(sandbox.super_client(), "default");
     let root = crds::naming::cluster_key_of(&vcs.get("renew").await?).context("cluster key")?;
@@ -781,39 +756,20 @@ async fn the_original_projects_sample_cluster_version_provisions_a_working_tenan
     // A tenant from it boots (Running only once its apiserver answers) and runs real containers.
     let kubeconfig = sandbox.add_native_tenant_from("original", "cv-sample-np").await?;
     let client = tenant_client(&kubeconfig).await?;
-    kubectl(
+    run_busybox(
         &kubeconfig,
-        &[
-            "run",
-            "web",
-            "--image=busybox",
-            "--",
-            "sh",
-            "-c",
-            "echo from the original sample; exec sleep 3600",
-        ],
+        &client,
+        "web",
+        "echo from the original sample; exec sleep 3600",
     )
     .await?;
-    wait_running(&client, "default", "web").await?;
     let logs = kubectl(&kubeconfig, &["logs", "web"]).await?;
     assert!(logs.contains("from the original sample"), "{logs}");
     let echoed = kubectl(&kubeconfig, &["exec", "web", "--", "echo", "exec works"]).await?;
     assert_eq!(echoed.trim(), "exec works");
     // Its service-account tokens are signed and verified (the controller-manager's token controller and
     // the apiserver's adapted key flags).
-    kubectl(&kubeconfig, &["create", "serviceaccount", "robot"]).await?;
-    kubectl(
-        &kubeconfig,
-        &[
-            "create",
-            "clusterrolebinding",
-            "robot-view",
-            "--clusterrole=view",
-            "--serviceaccount=default:robot",
-        ],
-    )
-    .await?;
-    let token_config = token_kubeconfig(&kubeconfig, &robot_token(&client).await?).await?;
+    let token_config = viewer_kubeconfig(&kubeconfig, &client).await?;
     let pods = kubectl(&token_config, &["get", "pods", "-o", "name"]).await?;
     assert!(pods.contains("pod/web"), "{pods}");
 
