@@ -23,10 +23,23 @@ const NEEDS: &[Binary] = &[
     Binary::Kubectl,
 ];
 
+/// A kubectl command for `kubeconfig`, with its discovery cache beside the kubeconfig: the default one
+/// under `~/.kube/cache` is keyed by host and port, and native tenants of earlier runs had the same
+/// cluster IPs.
+fn kubectl_command(kubeconfig: &Path) -> anyhow::Result<tokio::process::Command> {
+    let mut command = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?);
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!(
+            "--cache-dir={}",
+            kubeconfig.with_extension("kubectl-cache").display()
+        ));
+    Ok(command)
+}
+
 /// kubectl with a kubeconfig; fails with its stderr.
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    let output = kubectl_command(kubeconfig)?
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -246,8 +259,7 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
         .create(&Default::default(), &echo)
         .await?;
     wait_running(&client, "default", "echo").await?;
-    let mut attach = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    let mut attach = kubectl_command(&kubeconfig)?
         .args(["attach", "echo", "--stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -274,8 +286,7 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
 
     // port-forward to the container's httpd.
     let port = e2e::free_port()?;
-    let mut forward = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    let mut forward = kubectl_command(&kubeconfig)?
         .args(["port-forward", "pod/web", &format!("{port}:8080")])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -123,11 +123,20 @@ impl MetricsApi {
         e2e::wait::until_true(Duration::from_secs(60), "metrics API available", || {
             let tenant = tenant.clone();
             async move {
-                let request = http::Request::get("/apis/metrics.k8s.io/v1beta1").body(Vec::new());
-                match request {
+                // kubectl top looks for the group in discovery (`/apis`), which the aggregator updates
+                // after it starts proxying the group version: wait for both.
+                let proxied = match http::Request::get("/apis/metrics.k8s.io/v1beta1").body(Vec::new()) {
                     Ok(request) => tenant.request_text(request).await.is_ok(),
                     Err(_) => false,
-                }
+                };
+                let discovered = match http::Request::get("/apis").body(Vec::new()) {
+                    Ok(request) => tenant
+                        .request_text(request)
+                        .await
+                        .is_ok_and(|groups| groups.contains("\"metrics.k8s.io\"")),
+                    Err(_) => false,
+                };
+                proxied && discovered
             }
         })
         .await

@@ -8,6 +8,7 @@ pub mod metrics_api;
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
+    sync::Arc,
     time::Duration,
 };
 
@@ -50,6 +51,10 @@ impl Output {
 pub struct Kubectl {
     binary: PathBuf,
     kubeconfig: PathBuf,
+    /// kubectl's discovery cache, private to this kubectl: the default one under `~/.kube/cache` is keyed
+    /// by host and port, so a loopback apiserver of an earlier test on the same port would hand this one
+    /// its API groups for up to six hours (seen: `kubectl top` refused with "Metrics API not available").
+    cache: Arc<tempfile::TempDir>,
 }
 
 impl Kubectl {
@@ -58,6 +63,12 @@ impl Kubectl {
         Ok(Self {
             binary: e2e::locate(Binary::Kubectl)?,
             kubeconfig: kubeconfig.to_owned(),
+            cache: Arc::new(
+                tempfile::Builder::new()
+                    .prefix("kubectl-cache")
+                    .tempdir()
+                    .context("kubectl cache folder")?,
+            ),
         })
     }
 
@@ -66,6 +77,8 @@ impl Kubectl {
         command
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.cache.path())
             .args(args)
             .kill_on_drop(true);
         command
@@ -129,7 +142,12 @@ impl Kubectl {
     /// terminal would; returns what the terminal showed.
     pub async fn run_in_terminal(&self, args: &[&str]) -> anyhow::Result<Output> {
         let quoted: Vec<String> = std::iter::once(self.binary.display().to_string())
-            .chain(["--kubeconfig".to_owned(), self.kubeconfig.display().to_string()])
+            .chain([
+                "--kubeconfig".to_owned(),
+                self.kubeconfig.display().to_string(),
+                "--cache-dir".to_owned(),
+                self.cache.path().display().to_string(),
+            ])
             .chain(args.iter().map(|a| (*a).to_owned()))
             .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
             .collect();
