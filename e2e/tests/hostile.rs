@@ -17,8 +17,6 @@
 //!   cluster, or a tenant whose etcd was wiped, stops syncing with `TenantIdentityChanged` instead of
 //!   deleting what the tenant runs; removing the identity annotation accepts the new tenant.
 
-mod vc_manager_support;
-
 use std::{
     collections::BTreeMap,
     sync::{
@@ -28,6 +26,7 @@ use std::{
     time::Duration,
 };
 
+use crate::vc_manager_support::{RunningManager, condition, fast_settings, init_logging, wait_vc};
 use anyhow::{Context as _, bail};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use clap::Parser;
@@ -54,7 +53,6 @@ use kube::{
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig};
-use vc_manager_support::{RunningManager, condition, fast_settings, init_logging, wait_vc};
 use vc_runtime::admin::Health;
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];

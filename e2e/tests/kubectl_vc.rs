@@ -2,10 +2,9 @@
 //! governed by the tenant's RBAC) and delete --wait, as a platform team would run them. The plugin's
 //! library entry point runs in process with the same arguments the binary parses.
 
-mod kubectl_support;
-
 use std::{path::Path, time::Duration};
 
+use crate::kubectl_support::Kubectl;
 use anyhow::Context as _;
 use clap::Parser;
 use crds::VirtualCluster;
@@ -16,7 +15,6 @@ use e2e::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kubectl_support::Kubectl;
 use vc_manager::cli::{self, Args};
 
 /// What one `kubectl vc` run printed, and its error as the binary would print it.

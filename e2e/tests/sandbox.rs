@@ -1,10 +1,9 @@
 //! The local sandbox end to end: vc-manager, the syncer and vn-agent together on a real super cluster,
 //! with two real tenant masters used through plain kubectl, as the README's walkthrough does.
 
-mod kubectl_support;
-
 use std::time::Duration;
 
+use crate::kubectl_support::Kubectl;
 use anyhow::Context as _;
 use e2e::{
     Binary,
@@ -14,7 +13,6 @@ use e2e::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, ResourceExt};
-use kubectl_support::Kubectl;
 
 /// Waits until the tenant's pod `default/web` is bound and Running.
 async fn running(client: &kube::Client, tenant: &str) -> anyhow::Result<Pod> {

@@ -3,14 +3,13 @@
 //! deleted or edited children come back, an upgrade keeps the CA and service-account key, a ClusterVersion
 //! in use cannot be deleted, deletion leaves nothing behind, and two replicas elect one leader.
 
-mod vc_manager_support;
-
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
+use crate::vc_manager_support::*;
 use anyhow::Context as _;
 use crds::{
     ClusterPhase, ClusterVersion, VirtualCluster, VirtualClusterSpec,
@@ -33,7 +32,6 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use vc_manager::LeaderElection;
-use vc_manager_support::*;
 
 const TENANTS: &str = "tenants";
 const CV_CLUSTER_IP: &str = "cv-v1-33-clusterip";
@@ -797,7 +795,7 @@ async fn leader_election() -> anyhow::Result<()> {
     let leading = |replica: &RunningManager| {
         let admin = replica.admin;
         async move {
-            let (_, metrics) = vc_manager_support::http_get(admin.expect("admin"), "/metrics")
+            let (_, metrics) = crate::vc_manager_support::http_get(admin.expect("admin"), "/metrics")
                 .await
                 .unwrap_or_default();
             metrics.lines().any(|line| line == "vc_manager_leader 1")

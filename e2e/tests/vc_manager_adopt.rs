@@ -3,10 +3,9 @@
 //! recovery as soon as the cause is fixed, and the kubelet-client certificate an operator hands to the
 //! adopted apiserver.
 
-mod vc_manager_support;
-
 use std::{sync::Arc, time::Duration};
 
+use crate::vc_manager_support::*;
 use anyhow::Context as _;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use crds::{
@@ -22,7 +21,6 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
-use vc_manager_support::*;
 
 const NAMESPACE: &str = "default";
 const SECRET: &str = "beta-kubeconfig";

@@ -3,10 +3,9 @@
 //! VirtualCluster and its `kubelet-client` Secret) and for the syncer (vNodes, bound tenant pods, super
 //! namespaces and annotated super pods).
 
-mod kubectl_support;
-
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
+use crate::kubectl_support::{Kubectl, metrics_api::MetricsApi};
 use anyhow::Context;
 use bytes::Bytes;
 use crds::{
@@ -35,7 +34,6 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use kubectl_support::{Kubectl, metrics_api::MetricsApi};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 use vn_agent::{

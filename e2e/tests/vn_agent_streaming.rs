@@ -1,16 +1,14 @@
 //! The simulated kubelet's streaming endpoints, with real kubectl through a real apiserver and no vn-agent
 //! in between: the baseline the vn-agent tests compare against.
 
-mod kubectl_support;
-
 use std::time::Duration;
 
+use crate::kubectl_support::Kubectl;
 use e2e::{
     Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, nodes::wait_pods_running,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::{Api, api::PostParams};
-use kubectl_support::Kubectl;
 
 #[tokio::test]
 async fn simulated_kubelet_streams_exec_attach_and_port_forward_to_kubectl() -> anyhow::Result<()> {

@@ -1,0 +1,24 @@
+//! The end-to-end suite as one test binary: every area is a module, so vc-manager, the syncer and vn-agent
+//! are linked once rather than once per area. Run one area with `cargo test -p e2e --test e2e <module>::`,
+//! e.g. `cargo test -p e2e --test e2e harness:: -- --nocapture`.
+//!
+//! Tests run in parallel across areas as within one (the default is one thread per core); tests on real
+//! nodes wait for the machine-wide real-node lock, so one set of real nodes runs at a time.
+
+mod kubectl_support;
+mod vc_manager_support;
+
+mod api;
+mod chart;
+mod download;
+mod harness;
+mod hostile;
+mod kubectl_vc;
+mod native_tenants;
+mod real_nodes;
+mod sandbox;
+mod syncer;
+mod vc_manager;
+mod vc_manager_adopt;
+mod vn_agent;
+mod vn_agent_streaming;
