@@ -30,7 +30,8 @@ use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
 
 use crate::{
-    context::Context, identity::TenantIdentity, items::UpItem, metrics::StateLabels,
+    budget::REASON_LIMIT_EXCEEDED, context::Context, identity::TenantIdentity, items::UpItem,
+    metrics::StateLabels,
     settings::TenantSettings, tenant::Tenant,
 };
 
@@ -426,6 +427,7 @@ pub fn detach(ctx: &Context, cluster_key: &str) {
         ctx.queues.down.remove_tenant(&tenant.id);
         ctx.queues.up.remove_tenant(&tenant.id);
         ctx.quota.forget(&tenant.id);
+        ctx.events.forget(&tenant.id);
         ctx.metrics.forget_tenant(&tenant.identity.vc_ref());
     }
 }
@@ -505,7 +507,14 @@ async fn supervise_one(
                     Some(ctx.config.tenant_health_period)
                 }
                 Err(failed) => {
-                    enter(&ctx, Some("unreachable"));
+                    enter(
+                        &ctx,
+                        Some(if failed.reason == REASON_LIMIT_EXCEEDED {
+                            "over_limit"
+                        } else {
+                            "unreachable"
+                        }),
+                    );
                     tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = retry.as_secs(), "tenant not synced");
                     report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
                     let wait = retry;
@@ -514,10 +523,21 @@ async fn supervise_one(
                 }
             }
         };
+        // A tenant that goes over its cache limits is detached at once, not at the next health check.
+        let over_limit = {
+            let budget = attached.as_ref().map(|(tenant, _)| tenant.budget.clone());
+            async move {
+                match budget {
+                    Some(budget) => budget.wait_exceeded().await,
+                    None => std::future::pending().await,
+                }
+            }
+        };
         let changed = match wait {
             Some(wait) => tokio::select! {
                 changed = updates.changed() => changed,
                 _ = tokio::time::sleep(wait) => Ok(()),
+                _ = over_limit => Ok(()),
             },
             None => updates.changed().await,
         };
@@ -539,6 +559,15 @@ async fn attach_or_check(
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
     let settings = TenantSettings::of(vc);
+    if let Some((tenant, _)) = attached.as_ref()
+        && let Some(exceeded) = tenant.budget.exceeded()
+    {
+        // Its caches miss what did not fit, and its work is held; detaching frees what they hold. The
+        // next attempt lists the tenant anew and stays attached if it fits by then.
+        attached.take();
+        detach(ctx, &identity.cluster_key);
+        return Err(failure(REASON_LIMIT_EXCEEDED, exceeded));
+    }
     if let Some((tenant, current)) = attached.as_ref()
         && *current == print
     {
@@ -589,6 +618,7 @@ async fn attach_or_check(
         settings,
         &ctx.queues,
         ctx.config.sync_ingresses,
+        ctx.config.tenant_cache_limits,
     );
     tokio::spawn({
         let tenant = tenant.clone();
