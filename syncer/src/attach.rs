@@ -31,8 +31,7 @@ use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
 
 use crate::{
     budget::REASON_LIMIT_EXCEEDED, context::Context, identity::TenantIdentity, items::UpItem,
-    metrics::StateLabels,
-    settings::TenantSettings, tenant::Tenant,
+    metrics::StateLabels, settings::TenantSettings, tenant::Tenant,
 };
 
 const RETRY_MIN: Duration = Duration::from_secs(1);

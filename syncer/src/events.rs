@@ -241,10 +241,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        cached::SuperPod,
-        context::testing,
-        identity::TenantIdentity,
-        settings::TenantSettings,
+        cached::SuperPod, context::testing, identity::TenantIdentity, settings::TenantSettings,
         tenant::Tenant,
     };
 
@@ -281,7 +278,8 @@ mod tests {
         let (ctx, mut writers) = testing::context(super_client);
         for key in ["storm", "calm"] {
             let (client, _) = testing::mock();
-            let (tenant, _) = Tenant::for_tests(identity(key), client, TenantSettings::default(), &ctx.queues);
+            let (tenant, _) =
+                Tenant::for_tests(identity(key), client, TenantSettings::default(), &ctx.queues);
             ctx.tenants.insert(tenant);
             testing::put(&mut writers.pods, super_pod(key));
         }
@@ -302,7 +300,10 @@ mod tests {
             handed_out.iter().any(|t| t == "calm"),
             "the calm tenant's event waited behind the storm: {handed_out:?}"
         );
-        let copy = ctx.events.take(&Arc::from("calm"), "shop", "web.1").expect("copy");
+        let copy = ctx
+            .events
+            .take(&Arc::from("calm"), "shop", "web.1")
+            .expect("copy");
         assert_eq!(copy.involved_object.namespace.as_deref(), Some("shop"));
         assert_eq!(copy.involved_object.uid.as_deref(), Some("pod-uid"));
         assert_eq!(copy.message.as_deref(), Some("pod shop/web restarting"));

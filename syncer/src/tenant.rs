@@ -219,16 +219,25 @@ impl Tenant {
         let all = all.page_size(LIST_PAGE_SIZE);
         macro_rules! reflect {
             ($api:expr, $config:expr, $kind:expr, $on_change:expr) => {
-                reflect_budgeted($api, $config, relisted.clone(), budget.ledger($kind), $on_change)
+                reflect_budgeted(
+                    $api,
+                    $config,
+                    relisted.clone(),
+                    budget.ledger($kind),
+                    $on_change,
+                )
             };
         }
 
         macro_rules! downward {
             ($kind:expr) => {{
                 let (queue, id) = (queues.down.clone(), id.clone());
-                let (store, task) = reflect!(Api::all(client.clone()), all.clone(), $kind.as_str(), move |o, _| {
-                    queue.add(&id, namespaced(o, $kind))
-                });
+                let (store, task) = reflect!(
+                    Api::all(client.clone()),
+                    all.clone(),
+                    $kind.as_str(),
+                    move |o, _| { queue.add(&id, namespaced(o, $kind)) }
+                );
                 tasks.push(task);
                 store
             }};
@@ -315,9 +324,15 @@ impl Tenant {
         let vnode_selector = format!("{}=true", crds::wellknown::LABEL_VIRTUAL_NODE);
         let ours = format!("{LABEL_SYNCED_FROM_SUPER}=true");
         let vnodes = upward!(Node, "node", &vnode_selector, |name| UpItem::Node { name });
-        let volumes = upward!(PersistentVolume, "persistentvolume", &ours, |name| UpItem::PersistentVolume { name });
-        let storage_classes = upward!(StorageClass, "storageclass", &ours, |name| UpItem::StorageClass { name });
-        let priority_classes = upward!(PriorityClass, "priorityclass", &ours, |name| UpItem::PriorityClass { name });
+        let volumes = upward!(PersistentVolume, "persistentvolume", &ours, |name| {
+            UpItem::PersistentVolume { name }
+        });
+        let storage_classes = upward!(StorageClass, "storageclass", &ours, |name| UpItem::StorageClass {
+            name
+        });
+        let priority_classes = upward!(PriorityClass, "priorityclass", &ours, |name| {
+            UpItem::PriorityClass { name }
+        });
 
         queues
             .down
