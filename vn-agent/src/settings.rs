@@ -17,9 +17,14 @@ pub struct Args {
     /// Address of the kubelet API that tenant apiservers call (vNodes advertise its port).
     #[arg(long, env = "VN_AGENT_LISTEN_ADDRESS", default_value_t = default_listen_address())]
     pub listen_address: SocketAddr,
-    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    /// Address of `/healthz` and `/readyz` (and of `/metrics` when `--metrics-address` is the same).
     #[arg(long, env = "VN_AGENT_ADMIN_ADDRESS", default_value = "0.0.0.0:10551")]
     pub admin_address: SocketAddr,
+    /// Address of `/metrics`. Loopback by default: the metrics name tenants and count their requests, and
+    /// with the host network an address of the node is open to every pod on it. The same address as
+    /// `--admin-address` serves them there.
+    #[arg(long, env = "VN_AGENT_METRICS_ADDRESS", default_value = "127.0.0.1:10552")]
+    pub metrics_address: SocketAddr,
     /// Serving certificate (PEM, may include intermediates). Without it, a self-signed one is generated at
     /// start. Reloaded when the file changes.
     #[arg(long, requires = "tls_private_key_file")]
@@ -280,6 +285,10 @@ mod tests {
         assert_eq!(settings.shutdown_grace_period, Duration::from_secs(20));
         let args = parse(&["--node-name", "node-1"]).expect("args");
         assert_ne!(args.admin_address.port(), args.listen_address.port());
+        assert!(
+            args.metrics_address.ip().is_loopback(),
+            "metrics stay on the node's loopback"
+        );
     }
 
     #[test]
