@@ -40,6 +40,8 @@ pub struct Caches {
     nodes: NodeScope,
     pods: Vec<Store<Pod>>,
     trust: Arc<RwLock<Arc<TrustSet>>>,
+    /// The generation of the current trust set; bumped by every rebuild.
+    trust_generation: Arc<watch::Sender<u64>>,
     ready: watch::Receiver<Readiness>,
 }
 
@@ -120,13 +122,14 @@ impl Caches {
         );
 
         let trust = Arc::new(RwLock::new(Arc::new(TrustSet::empty())));
-        let (generation_tx, trust_generation) = watch::channel(0);
+        let trust_generation = Arc::new(watch::channel(0).0);
+        let generation_changes = trust_generation.subscribe();
         tokio::spawn(maintain_trust(
             vc_store,
             secret_store,
             changed,
             trust.clone(),
-            generation_tx,
+            trust_generation.clone(),
             metrics,
             cancel,
         ));
@@ -138,7 +141,7 @@ impl Caches {
                 for store in &stores {
                     store.wait_until_ready().await.map_err(|_| "pod")?;
                 }
-                let mut generation = trust_generation;
+                let mut generation = generation_changes;
                 generation.wait_for(|g| *g > 0).await.map_err(|_| "trust")?;
                 Ok::<_, &'static str>(())
             };
@@ -157,6 +160,7 @@ impl Caches {
             nodes,
             pods,
             trust,
+            trust_generation,
             ready,
         })
     }
@@ -176,6 +180,7 @@ impl Caches {
             nodes,
             pods: vec![store],
             trust: Arc::new(RwLock::new(Arc::new(trust))),
+            trust_generation: Arc::new(watch::channel(0).0),
             ready,
         })
     }
@@ -183,7 +188,9 @@ impl Caches {
     /// Replaces the trust set, as a rebuild does.
     #[cfg(test)]
     pub(crate) fn set_trust(&self, trust: TrustSet) {
+        let generation = trust.generation();
         *self.trust.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(trust);
+        self.trust_generation.send_replace(generation);
     }
 
     /// Waits until every cache is filled and the trust set was built once.
@@ -202,6 +209,11 @@ impl Caches {
     /// Whether requests can be answered (the caches are synced).
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow() == Readiness::Ready
+    }
+
+    /// Wakes on every rebuild of the trust set.
+    pub fn trust_changes(&self) -> watch::Receiver<u64> {
+        self.trust_generation.subscribe()
     }
 
     /// The current trust set.
@@ -297,7 +309,7 @@ async fn maintain_trust(
     secrets: Store<Secret>,
     changed: Arc<Notify>,
     trust: Arc<RwLock<Arc<TrustSet>>>,
-    generation_tx: watch::Sender<u64>,
+    generation_tx: Arc<watch::Sender<u64>>,
     metrics: Metrics,
     cancel: CancellationToken,
 ) {

@@ -62,6 +62,8 @@ pub struct Metrics {
     pub streams_open: Family<VerbLabels, Gauge>,
     /// Bytes copied through upgraded streams.
     pub stream_bytes: Family<StreamLabels, Counter>,
+    /// Upgraded streams cut because their caller's certificate stopped being trusted.
+    pub streams_revoked: Family<VerbLabels, Counter>,
     /// Refused clients, by reason.
     pub auth_failures: Family<AuthFailureLabels, Counter>,
     /// Tenants whose kubelet-client CA is trusted now.
@@ -80,6 +82,7 @@ impl Default for Metrics {
             latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
             streams_open: Family::default(),
             stream_bytes: Family::default(),
+            streams_revoked: Family::default(),
             auth_failures: Family::default(),
             trusted_tenants: Gauge::default(),
             untrusted_secrets: Gauge::default(),
@@ -112,6 +115,11 @@ impl Metrics {
             "streams_open",
             "Upgraded streams (exec, attach, port-forward) open now",
             metrics.streams_open.clone(),
+        );
+        registry.register(
+            "streams_revoked",
+            "Upgraded streams cut because their caller's certificate stopped being trusted",
+            metrics.streams_revoked.clone(),
         );
         registry.register(
             "stream_bytes",
