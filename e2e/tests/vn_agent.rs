@@ -877,12 +877,103 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
         Some(0.0)
     );
 
-    // --- A deleted tenant's certificate stops working, also on a connection opened before.
+    // --- Replacing a tenant's kubelet-client CA cuts its open streams (and its certificate stops working
+    // until the CA is back).
+    let long_exec_of = |kubectl: Kubectl| {
+        tokio::spawn(async move {
+            kubectl
+                .run(
+                    &[
+                        "-n",
+                        TENANT_NAMESPACE,
+                        "exec",
+                        "web",
+                        "-c",
+                        "app",
+                        "--",
+                        "sleep",
+                        "300",
+                    ],
+                    None,
+                )
+                .await
+        })
+    };
+    let exec_streams_open = |count: f64| {
+        let registry = &registry;
+        move || {
+            let open = metric_value(&encode_metrics(&registry), "vn_agent_streams_open{verb=\"exec\"}");
+            async move { open == Some(count) }
+        }
+    };
+    let set_ca = |pem: String| {
+        let secrets: Api<Secret> = Api::namespaced(super_client.clone(), &tenant_a.key);
+        async move {
+            use base64::Engine as _;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
+            let data = json!({"data": {KUBELET_CLIENT_CA_KEY: encoded}});
+            secrets
+                .patch(
+                    SECRET_KUBELET_CLIENT,
+                    &PatchParams::default(),
+                    &Patch::Merge(data),
+                )
+                .await
+        }
+    };
+    let a_exec = long_exec_of(tenant_a.kubectl.clone());
+    wait::until_true(
+        Duration::from_secs(10),
+        "A's exec stream open",
+        exec_streams_open(1.0),
+    )
+    .await?;
+    let replacement = CertificateAuthority::new("kubelet-client-ca")?;
+    set_ca(replacement.cert_pem().to_owned()).await?;
+    // `sleep 300` ends within seconds only if the stream is cut (kubectl then exits as for a stream the
+    // kubelet closed, so its exit code says nothing).
+    tokio::time::timeout(Duration::from_secs(30), a_exec)
+        .await
+        .context("A's exec stream was not cut when its CA was replaced")???;
+    assert_eq!(
+        metric_value(
+            &encode_metrics(&registry),
+            "vn_agent_streams_revoked_total{verb=\"exec\"}"
+        ),
+        Some(1.0)
+    );
+    set_ca(tenant_a.ca.cert_pem().to_owned()).await?;
+    wait::until_true(Duration::from_secs(30), "A's certificate trusted again", || {
+        let as_a = as_a.clone();
+        let url = format!("{agent_url}/pods");
+        async move { matches!(as_a.get(&url).await, Ok((code, _)) if code == 200) }
+    })
+    .await?;
+
+    // --- A deleted tenant's certificate stops working, also on a connection opened before, and its open
+    // streams are cut.
     let (code, _) = as_b.get(&format!("{agent_url}/pods")).await?;
     assert_eq!(code, 200);
+    let b_exec = long_exec_of(tenant_b.kubectl.clone());
+    wait::until_true(
+        Duration::from_secs(10),
+        "B's exec stream open",
+        exec_streams_open(1.0),
+    )
+    .await?;
     Api::<VirtualCluster>::namespaced(super_client.clone(), VC_NAMESPACE)
         .delete(&tenant_b.vc.name_any(), &DeleteParams::default())
         .await?;
+    tokio::time::timeout(Duration::from_secs(30), b_exec)
+        .await
+        .context("B's exec stream was not cut when B was deleted")???;
+    assert_eq!(
+        metric_value(
+            &encode_metrics(&registry),
+            "vn_agent_streams_revoked_total{verb=\"exec\"}"
+        ),
+        Some(2.0)
+    );
     wait::until_true(Duration::from_secs(30), "B's certificate refused", || {
         let as_b = as_b.clone();
         let url = format!("{agent_url}/pods");
