@@ -652,6 +652,10 @@ async fn start_vn_agent(
             )?),
         }),
         shutdown_grace_period: Duration::from_secs(5),
+        ca_bundle: vn_agent::settings::CaBundle {
+            namespace: CA_BUNDLE_NAMESPACE.to_owned(),
+            name: CA_BUNDLE_NAME.to_owned(),
+        },
     };
     let mut registry = vn_agent::metrics::Registry::default();
     let metrics = vn_agent::Metrics::register(&mut registry);
@@ -757,6 +761,12 @@ async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<Stri
     Ok(kubeconfig.replace(&format!("server: {server}"), &format!("server: {reachable}")))
 }
 
+/// Namespace of the kubelet-client CA bundle vc-manager keeps and vn-agent reads (the chart's namespace in
+/// a real installation).
+pub const CA_BUNDLE_NAMESPACE: &str = "default";
+/// Name of that bundle.
+pub const CA_BUNDLE_NAME: &str = crds::kubelet_client::DEFAULT_CA_BUNDLE;
+
 /// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.
 async fn start_vc_manager(
     client: Client,
@@ -776,6 +786,10 @@ async fn start_vc_manager(
             false => vc_manager::NativeReadiness::StatefulSetsReady,
         },
         max_certificate_lifetime,
+        kubelet_client_ca_bundle: Some(vc_manager::ca_bundle::BundleRef {
+            namespace: CA_BUNDLE_NAMESPACE.to_owned(),
+            name: CA_BUNDLE_NAME.to_owned(),
+        }),
         ..vc_manager::Settings::default()
     };
     settings.tenant_timeouts.connect = Duration::from_secs(2);

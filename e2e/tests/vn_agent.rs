@@ -41,7 +41,9 @@ use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 use vn_agent::{
     Agent, Metrics,
     metrics::{Registry, encode},
-    settings::{BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings},
+    settings::{
+        BackendSettings, CaBundle, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
+    },
 };
 
 const FIELD_MANAGER: &str = "e2e-vn-agent";
@@ -96,6 +98,35 @@ impl Tenant {
 
     fn super_namespace(&self, tenant_namespace: &str) -> String {
         super_namespace(&self.key, tenant_namespace)
+    }
+}
+
+/// vc-manager's kubelet-client CA bundle, kept by vc-manager's own code on a task of its own (aborted
+/// when the returned guard drops).
+fn keep_ca_bundle(super_client: &Client) -> (CaBundle, AbortOnDrop) {
+    let reference = vc_manager::ca_bundle::BundleRef {
+        namespace: "default".into(),
+        name: crds::kubelet_client::DEFAULT_CA_BUNDLE.into(),
+    };
+    let bundle = CaBundle {
+        namespace: reference.namespace.clone(),
+        name: reference.name.clone(),
+    };
+    let task = tokio::spawn(vc_manager::ca_bundle::maintain(
+        super_client.clone(),
+        reference,
+        vc_manager::context::LeaderFlag::always(),
+        std::future::pending(),
+    ));
+    (bundle, AbortOnDrop(task))
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -420,6 +451,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
     let (serving_cert, serving_key) = pki.serving_files()?;
     let mut kubelet = pki.kubelet_client(super_cluster.apiserver().ca().cert_pem())?;
     kubelet.url = kubelet_url.parse()?;
+    let (ca_bundle, _bundle_keeper) = keep_ca_bundle(&super_client);
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let agent = Agent::start(
@@ -432,6 +464,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
             nodes: NodeScope::All,
             backend: BackendSettings::Kubelet(kubelet),
             shutdown_grace_period: Duration::from_secs(5),
+            ca_bundle: ca_bundle.clone(),
         },
         super_client.clone(),
         metrics,
@@ -1078,9 +1111,6 @@ rules:
   - apiGroups: [""]
     resources: ["nodes/proxy"]
     verbs: ["get"]
-  - apiGroups: [""]
-    resources: ["secrets"]
-    verbs: ["list", "watch"]
   - apiGroups: ["tenancy.x-k8s.io"]
     resources: ["virtualclusters"]
     verbs: ["list", "watch"]
@@ -1092,6 +1122,31 @@ metadata:
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
+  name: vn-agent
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: vn-agent
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: vn-agent
+  namespace: default
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    resourceNames: ["kubelet-client-cas"]
+    verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: vn-agent
+  namespace: default
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
   name: vn-agent
 subjects:
   - apiGroup: rbac.authorization.k8s.io
@@ -1110,6 +1165,7 @@ subjects:
     let (vc, key, ca, client) = create_virtual_cluster(&super_client, "gamma").await?;
     let pki = AgentPki::new()?;
     let (serving_cert, serving_key) = pki.serving_files()?;
+    let (ca_bundle, _bundle_keeper) = keep_ca_bundle(&super_client);
     let mut registry = Registry::default();
     let agent = Agent::start(
         Settings {
@@ -1121,6 +1177,7 @@ subjects:
             nodes: NodeScope::Named(vec![node.clone()]),
             backend: BackendSettings::SuperApiserver,
             shutdown_grace_period: Duration::from_secs(2),
+            ca_bundle: ca_bundle.clone(),
         },
         agent_client_super,
         Metrics::register(&mut registry),

@@ -68,8 +68,8 @@ pub struct Metrics {
     pub auth_failures: Family<AuthFailureLabels, Counter>,
     /// Tenants whose kubelet-client CA is trusted now.
     pub trusted_tenants: Gauge,
-    /// `kubelet-client` Secrets that do not make a tenant trusted (see the logs for why).
-    pub untrusted_secrets: Gauge,
+    /// Entries of the kubelet-client CA bundle that do not make a tenant trusted (see the logs for why).
+    pub untrusted_cas: Gauge,
     /// Rebuilds of the trust set.
     pub trust_rebuilds: Counter,
 }
@@ -85,7 +85,7 @@ impl Default for Metrics {
             streams_revoked: Family::default(),
             auth_failures: Family::default(),
             trusted_tenants: Gauge::default(),
-            untrusted_secrets: Gauge::default(),
+            untrusted_cas: Gauge::default(),
             trust_rebuilds: Counter::default(),
         }
     }
@@ -137,9 +137,9 @@ impl Metrics {
             metrics.trusted_tenants.clone(),
         );
         registry.register(
-            "untrusted_kubelet_client_secrets",
-            "kubelet-client Secrets that do not make a tenant trusted",
-            metrics.untrusted_secrets.clone(),
+            "untrusted_kubelet_client_cas",
+            "Entries of the kubelet-client CA bundle that do not make a tenant trusted",
+            metrics.untrusted_cas.clone(),
         );
         registry.register(
             "trust_rebuilds",

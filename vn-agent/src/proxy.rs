@@ -701,7 +701,7 @@ mod tests {
     use crate::{
         identity::{
             TrustSet,
-            tests::{TestCa, kubelet_client_secret, provider, virtual_cluster},
+            tests::{TestCa, bundle_entry, provider, virtual_cluster},
         },
         settings::NodeScope,
         translate::tests::super_pod,
@@ -948,10 +948,7 @@ mod tests {
             virtual_cluster("team-b", "dev", "uid-b"),
         );
         let (ca_a, ca_b) = (TestCa::new("a"), TestCa::new("b"));
-        let secrets = [
-            kubelet_client_secret(&vc_a, &ca_a.pem),
-            kubelet_client_secret(&vc_b, &ca_b.pem),
-        ];
+        let secrets = [bundle_entry(&vc_a, &ca_a.pem), bundle_entry(&vc_b, &ca_b.pem)];
         let key_b = crds::naming::cluster_key_of(&vc_b).expect("key");
         let (both, _) = TrustSet::build(1, [&vc_a, &vc_b], &secrets, &provider());
         let (only_a, _) = TrustSet::build(2, [&vc_a], &secrets, &provider());
@@ -973,13 +970,7 @@ mod tests {
         let key = crds::naming::cluster_key_of(&vc).expect("key");
         let (old_ca, new_ca) = (TestCa::new("a"), TestCa::new("a"));
         let trusting = |generation, ca: &TestCa| {
-            TrustSet::build(
-                generation,
-                [&vc],
-                &[kubelet_client_secret(&vc, &ca.pem)],
-                &provider(),
-            )
-            .0
+            TrustSet::build(generation, [&vc], &[bundle_entry(&vc, &ca.pem)], &provider()).0
         };
         let (mock, _handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
         let caches = Caches::filled(
@@ -1009,7 +1000,7 @@ mod tests {
             tokio::time::timeout(open, stream.as_mut()).await.is_err(),
             "the new CA's certificate: open"
         );
-        let (nobody, _) = TrustSet::build(4, [], &[kubelet_client_secret(&vc, &new_ca.pem)], &provider());
+        let (nobody, _) = TrustSet::build(4, [], &[bundle_entry(&vc, &new_ca.pem)], &provider());
         caches.set_trust(nobody);
         within_a_second(stream).await;
     }
