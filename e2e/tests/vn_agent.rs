@@ -935,7 +935,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
     let exec_streams_open = |count: f64| {
         let registry = &registry;
         move || {
-            let open = metric_value(&encode_metrics(&registry), "vn_agent_streams_open{verb=\"exec\"}");
+            let open = metric_value(&encode_metrics(registry), "vn_agent_streams_open{verb=\"exec\"}");
             async move { open == Some(count) }
         }
     };

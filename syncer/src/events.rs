@@ -65,11 +65,14 @@ pub const PENDING_EVENTS_PER_TENANT: usize = 1000;
 /// in front of another tenant's; a newer version of a waiting event replaces it.
 #[derive(Default)]
 pub struct EventInbox {
-    pending: std::sync::Mutex<HashMap<TenantId, HashMap<(String, String), CoreEvent>>>,
+    pending: std::sync::Mutex<HashMap<TenantId, Waiting>>,
 }
 
+/// One tenant's waiting event copies, by tenant namespace and name.
+type Waiting = HashMap<(String, String), CoreEvent>;
+
 impl EventInbox {
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, HashMap<(String, String), CoreEvent>>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, Waiting>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -189,6 +189,7 @@ fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
 impl Tenant {
     /// Starts watching the tenant and feeding the queues. `kube_system_uid` is the uid of the tenant's
     /// `kube-system` namespace, as checked when attaching.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         identity: TenantIdentity,
         client: Client,
