@@ -13,6 +13,12 @@
 //! - `a_tenant_sees_no_storage_details_of_its_volumes`: a super PersistentVolume bound to a tenant's claim
 //!   reaches the tenant without its CSI handle, volume attributes, secret reference, mount options or node
 //!   affinity.
+//!
+//! vn-agent's part of the section is proven where vn-agent is set up: `e2e/tests/vn_agent.rs`
+//! (`tenants_reach_their_own_pods_through_vn_agent`: an open exec is cut when its tenant's kubelet-client CA
+//! is replaced and when its VirtualCluster is deleted; `the_super_apiserver_backend_serves_the_same_requests`:
+//! vn-agent works with no access to Secrets, only the CA bundle ConfigMap by name) and `e2e/tests/chart.rs`
+//! (the chart grants vn-agent no Secret and only that ConfigMap; its `/metrics` is on the loopback).
 
 mod vc_manager_support;
 

@@ -603,11 +603,12 @@ async fn attach_or_check(
     let version = answer.version.clone();
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
-        // Detaching forgot the tenant's usage; its running pods send no events that would count them.
-        let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
-        let pods = ctx.supers.pods.state();
-        ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     }
+    // A detach (just now, or earlier for the tenant's cache limits) forgot the tenant's usage; its running
+    // pods send no events that would count them. Counting is idempotent, so a first attach costs nothing.
+    let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
+    let pods = ctx.supers.pods.state();
+    ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
     let tenant = Tenant::start(
         identity.clone(),
