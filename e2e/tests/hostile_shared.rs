@@ -224,8 +224,18 @@ async fn a_tenant_flooding_the_syncer_is_stopped_at_its_limit() -> anyhow::Resul
         "the condition names what did not fit: {}",
         refused.message
     );
-    // Held, not deleted: what the attacker had synced stays, and the rest of the flood is not synced.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Held, not deleted: what the attacker had synced stays, and the rest of the flood is not synced. The
+    // condition stays put while the syncer retries (it does not flap back to attached at every attempt).
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let vc = vcs.get("tenant-0").await?;
+        let reason = condition(&vc, CONDITION_TENANT_SYNCED).map(|c| c.reason.clone());
+        assert_eq!(
+            reason.as_deref(),
+            Some("TenantLimitExceeded"),
+            "while over its limit"
+        );
+    }
     let super_config_maps: Api<ConfigMap> =
         Api::namespaced(client.clone(), &attacker.super_namespace("flood"));
     assert!(

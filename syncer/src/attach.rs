@@ -36,6 +36,8 @@ use crate::{
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
+/// How often a tenant attached again after a detach for its cache limits is looked at until it is ready.
+const LIMIT_RECHECK: Duration = Duration::from_millis(500);
 
 /// The identity of a VirtualCluster, once the apiserver gave it a uid.
 pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
@@ -463,6 +465,9 @@ async fn supervise_one(
 ) {
     let mut attached: Option<(Arc<Tenant>, String)> = None;
     let mut retry = RETRY_MIN;
+    // Detaches for the cache limits in a row: their backoff grows until the tenant fits, even though each
+    // attempt attaches (only a full listing within the limits shows that it fits).
+    let mut over_limit_strikes: u32 = 0;
     let mut state: Option<&'static str> = None;
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
@@ -491,9 +496,18 @@ async fn supervise_one(
             None
         } else {
             match attach_or_check(&ctx, &vc, &identity, &mut attached, retry > RETRY_MIN).await {
+                Ok(_)
+                    if over_limit_strikes > 0
+                        && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
+                {
+                    // Attached again after a detach for the cache limits, still listing: the condition keeps
+                    // saying why it was detached until the tenant shows that it fits.
+                    Some(LIMIT_RECHECK)
+                }
                 Ok(version) => {
                     enter(&ctx, Some("attached"));
                     retry = RETRY_MIN;
+                    over_limit_strikes = 0;
                     report(
                         &ctx,
                         &recorder,
@@ -514,10 +528,18 @@ async fn supervise_one(
                             "unreachable"
                         }),
                     );
-                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = retry.as_secs(), "tenant not synced");
+                    let wait = if failed.reason == REASON_LIMIT_EXCEEDED {
+                        over_limit_strikes = over_limit_strikes.saturating_add(1);
+                        RETRY_MIN
+                            .saturating_mul(1 << (over_limit_strikes - 1).min(16))
+                            .min(RETRY_MAX)
+                    } else {
+                        let wait = retry;
+                        retry = (retry * 2).min(RETRY_MAX);
+                        wait
+                    };
+                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
                     report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
-                    let wait = retry;
-                    retry = (retry * 2).min(RETRY_MAX);
                     Some(wait)
                 }
             }
