@@ -3,11 +3,13 @@
 //! - [`v1alpha1`]: the `VirtualCluster` and `ClusterVersion` custom resources, YAML-compatible with the
 //!   original Go VirtualCluster project and extended with our optional fields.
 //! - [`naming`]: how tenant objects are named in the super cluster (cluster keys, namespace mapping).
+//! - [`kubelet_client`]: the bundle of tenants' kubelet-client CAs vc-manager keeps for vn-agent.
 //! - [`wellknown`]: label, annotation, Secret and finalizer names that components agree on.
 //! - [`quantity`]: Kubernetes resource quantities as integers (quota accounting).
 //! - [`generate`]: rendering the CRDs to YAML (used by the `crdgen` binary and the drift test).
 
 pub mod generate;
+pub mod kubelet_client;
 pub mod naming;
 pub mod quantity;
 pub mod usage;

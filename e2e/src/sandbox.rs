@@ -109,6 +109,8 @@ pub struct ComponentAccounts {
     pub syncer: String,
     /// vn-agent's.
     pub vn_agent: String,
+    /// Name of the kubelet-client CA bundle (in `namespace`) the roles grant vc-manager and vn-agent.
+    pub ca_bundle: String,
 }
 
 /// The super-cluster clients of the three components.
@@ -272,9 +274,24 @@ impl Sandbox {
         }
         let clients = ComponentClients::new(&tenancy, options.accounts.as_ref(), &private).await?;
 
-        let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private).await?;
-        let (manager, vc_manager_admin) =
-            start_vc_manager(clients.vc_manager, real_nodes, options.max_certificate_lifetime).await?;
+        let ca_bundle = match &options.accounts {
+            Some(accounts) => vc_manager::ca_bundle::BundleRef {
+                namespace: accounts.namespace.clone(),
+                name: accounts.ca_bundle.clone(),
+            },
+            None => vc_manager::ca_bundle::BundleRef {
+                namespace: CA_BUNDLE_NAMESPACE.to_owned(),
+                name: CA_BUNDLE_NAME.to_owned(),
+            },
+        };
+        let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private, &ca_bundle).await?;
+        let (manager, vc_manager_admin) = start_vc_manager(
+            clients.vc_manager,
+            real_nodes,
+            options.max_certificate_lifetime,
+            ca_bundle,
+        )
+        .await?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
@@ -567,6 +584,7 @@ async fn start_vn_agents(
     super_client: Client,
     pki: &AgentPki,
     files: &WorkDir,
+    ca_bundle: &vc_manager::ca_bundle::BundleRef,
 ) -> Result<Vec<vn_agent::Agent>> {
     use vn_agent::settings::NodeScope;
     let mut names: Vec<String> = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
@@ -609,6 +627,7 @@ async fn start_vn_agents(
                 &listen,
                 &kubelet_url,
                 scope,
+                ca_bundle,
             )
             .await?,
         );
@@ -626,6 +645,7 @@ async fn start_vn_agent(
     listen: &str,
     kubelet_url: &str,
     nodes: vn_agent::settings::NodeScope,
+    ca_bundle: &vc_manager::ca_bundle::BundleRef,
 ) -> Result<vn_agent::Agent> {
     use vn_agent::settings::{
         BackendSettings, KubeletServerCa, KubeletSettings, ServingCertificate, Settings,
@@ -652,6 +672,10 @@ async fn start_vn_agent(
             )?),
         }),
         shutdown_grace_period: Duration::from_secs(5),
+        ca_bundle: vn_agent::settings::CaBundle {
+            namespace: ca_bundle.namespace.clone(),
+            name: ca_bundle.name.clone(),
+        },
     };
     let mut registry = vn_agent::metrics::Registry::default();
     let metrics = vn_agent::Metrics::register(&mut registry);
@@ -757,11 +781,18 @@ async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<Stri
     Ok(kubeconfig.replace(&format!("server: {server}"), &format!("server: {reachable}")))
 }
 
+/// Namespace of the kubelet-client CA bundle vc-manager keeps and vn-agent reads, unless the components
+/// run as a chart's accounts (then the chart's namespace and name).
+pub const CA_BUNDLE_NAMESPACE: &str = "default";
+/// Name of that bundle.
+pub const CA_BUNDLE_NAME: &str = crds::kubelet_client::DEFAULT_CA_BUNDLE;
+
 /// vc-manager with quick adopt checks and retries, and its admin endpoint on a free loopback port.
 async fn start_vc_manager(
     client: Client,
     real_nodes: bool,
     max_certificate_lifetime: Option<Duration>,
+    ca_bundle: vc_manager::ca_bundle::BundleRef,
 ) -> Result<(ManagerTask, SocketAddr)> {
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?)
         .parse()
@@ -776,6 +807,7 @@ async fn start_vc_manager(
             false => vc_manager::NativeReadiness::StatefulSetsReady,
         },
         max_certificate_lifetime,
+        kubelet_client_ca_bundle: Some(ca_bundle),
         ..vc_manager::Settings::default()
     };
     settings.tenant_timeouts.connect = Duration::from_secs(2);

@@ -329,12 +329,30 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             let role_name = role.metadata.name.clone().unwrap_or_default();
             for rule in role.rules.iter().flatten() {
                 check_rule(&role_name, rule)?;
-                // Leader election only: Leases, and get/patch only of the component's own Lease.
-                assert_eq!(
-                    rule.resources.as_deref(),
-                    Some(&["leases".to_owned()][..]),
-                    "{what}"
+                // Leader election (Leases) and the kubelet-client CA bundle (ConfigMaps); get/patch/list/
+                // watch only of the component's own Lease or the bundle, and vn-agent only reads it.
+                let resources = rule.resources.clone().unwrap_or_default();
+                assert!(
+                    resources == ["leases"] || resources == ["configmaps"],
+                    "{what}: {role_name} {rule:?}"
                 );
+                if resources == ["configmaps"] {
+                    assert_eq!(
+                        rule.resource_names
+                            .as_ref()
+                            .map(|names| names.iter().all(|n| n.ends_with("-kubelet-client-cas"))),
+                        rule.verbs.iter().any(|v| v != "create").then_some(true),
+                        "{what}: {role_name} {rule:?}"
+                    );
+                    if role_name.ends_with("vn-agent") {
+                        assert!(
+                            rule.verbs
+                                .iter()
+                                .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+                            "{what}: vn-agent writes: {rule:?}"
+                        );
+                    }
+                }
                 if rule.verbs.iter().any(|v| v != "create") {
                     assert!(rule.resource_names.is_some(), "{what}: {role_name} {rule:?}");
                 }
@@ -621,6 +639,26 @@ async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
 }
 
 /// The ServiceAccount of the chart's workload whose container is `component`.
+/// The kubelet-client CA bundle's name, from the argument the chart gives vn-agent.
+fn ca_bundle_of(objects: &[DynamicObject]) -> anyhow::Result<String> {
+    let daemon_sets: Vec<DaemonSet> = typed(objects, "DaemonSet")?;
+    let container = daemon_sets
+        .iter()
+        .flat_map(|d| {
+            d.spec
+                .iter()
+                .flat_map(|s| s.template.spec.iter().flat_map(|p| &p.containers))
+        })
+        .find(|c| c.name == "vn-agent")
+        .context("vn-agent container")?;
+    let reference = expanded_args(container)
+        .into_iter()
+        .find_map(|arg| arg.strip_prefix("--kubelet-client-ca-bundle=").map(str::to_owned))
+        .context("--kubelet-client-ca-bundle")?;
+    let (_, name) = reference.split_once('/').context("namespace/name")?;
+    Ok(name.to_owned())
+}
+
 fn service_account_of(objects: &[DynamicObject], component: &str) -> anyhow::Result<String> {
     for object in objects {
         let pod: Option<PodSpec> = match kind(object) {
@@ -680,6 +718,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         vc_manager: service_account_of(&rendered, "vc-manager")?,
         syncer: service_account_of(&rendered, "syncer")?,
         vn_agent: service_account_of(&rendered, "vn-agent")?,
+        ca_bundle: ca_bundle_of(&rendered)?,
     };
     eprintln!("running as {accounts:?}");
     let sandbox = e2e::sandbox::Sandbox::start(e2e::sandbox::SandboxOptions {

@@ -39,7 +39,9 @@ use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 use vn_agent::{
     Agent, Metrics,
     metrics::{Registry, encode},
-    settings::{BackendSettings, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings},
+    settings::{
+        BackendSettings, CaBundle, KubeletServerCa, KubeletSettings, NodeScope, ServingCertificate, Settings,
+    },
 };
 
 const FIELD_MANAGER: &str = "e2e-vn-agent";
@@ -94,6 +96,35 @@ impl Tenant {
 
     fn super_namespace(&self, tenant_namespace: &str) -> String {
         super_namespace(&self.key, tenant_namespace)
+    }
+}
+
+/// vc-manager's kubelet-client CA bundle, kept by vc-manager's own code on a task of its own (aborted
+/// when the returned guard drops).
+fn keep_ca_bundle(super_client: &Client) -> (CaBundle, AbortOnDrop) {
+    let reference = vc_manager::ca_bundle::BundleRef {
+        namespace: "default".into(),
+        name: crds::kubelet_client::DEFAULT_CA_BUNDLE.into(),
+    };
+    let bundle = CaBundle {
+        namespace: reference.namespace.clone(),
+        name: reference.name.clone(),
+    };
+    let task = tokio::spawn(vc_manager::ca_bundle::maintain(
+        super_client.clone(),
+        reference,
+        vc_manager::context::LeaderFlag::always(),
+        std::future::pending(),
+    ));
+    (bundle, AbortOnDrop(task))
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -418,6 +449,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
     let (serving_cert, serving_key) = pki.serving_files()?;
     let mut kubelet = pki.kubelet_client(super_cluster.apiserver().ca().cert_pem())?;
     kubelet.url = kubelet_url.parse()?;
+    let (ca_bundle, _bundle_keeper) = keep_ca_bundle(&super_client);
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let agent = Agent::start(
@@ -430,6 +462,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
             nodes: NodeScope::All,
             backend: BackendSettings::Kubelet(kubelet),
             shutdown_grace_period: Duration::from_secs(5),
+            ca_bundle: ca_bundle.clone(),
         },
         super_client.clone(),
         metrics,
@@ -875,12 +908,103 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
         Some(0.0)
     );
 
-    // --- A deleted tenant's certificate stops working, also on a connection opened before.
+    // --- Replacing a tenant's kubelet-client CA cuts its open streams (and its certificate stops working
+    // until the CA is back).
+    let long_exec_of = |kubectl: Kubectl| {
+        tokio::spawn(async move {
+            kubectl
+                .run(
+                    &[
+                        "-n",
+                        TENANT_NAMESPACE,
+                        "exec",
+                        "web",
+                        "-c",
+                        "app",
+                        "--",
+                        "sleep",
+                        "300",
+                    ],
+                    None,
+                )
+                .await
+        })
+    };
+    let exec_streams_open = |count: f64| {
+        let registry = &registry;
+        move || {
+            let open = metric_value(&encode_metrics(registry), "vn_agent_streams_open{verb=\"exec\"}");
+            async move { open == Some(count) }
+        }
+    };
+    let set_ca = |pem: String| {
+        let secrets: Api<Secret> = Api::namespaced(super_client.clone(), &tenant_a.key);
+        async move {
+            use base64::Engine as _;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
+            let data = json!({"data": {KUBELET_CLIENT_CA_KEY: encoded}});
+            secrets
+                .patch(
+                    SECRET_KUBELET_CLIENT,
+                    &PatchParams::default(),
+                    &Patch::Merge(data),
+                )
+                .await
+        }
+    };
+    let a_exec = long_exec_of(tenant_a.kubectl.clone());
+    wait::until_true(
+        Duration::from_secs(10),
+        "A's exec stream open",
+        exec_streams_open(1.0),
+    )
+    .await?;
+    let replacement = CertificateAuthority::new("kubelet-client-ca")?;
+    set_ca(replacement.cert_pem().to_owned()).await?;
+    // `sleep 300` ends within seconds only if the stream is cut (kubectl then exits as for a stream the
+    // kubelet closed, so its exit code says nothing).
+    tokio::time::timeout(Duration::from_secs(30), a_exec)
+        .await
+        .context("A's exec stream was not cut when its CA was replaced")???;
+    assert_eq!(
+        metric_value(
+            &encode_metrics(&registry),
+            "vn_agent_streams_revoked_total{verb=\"exec\"}"
+        ),
+        Some(1.0)
+    );
+    set_ca(tenant_a.ca.cert_pem().to_owned()).await?;
+    wait::until_true(Duration::from_secs(30), "A's certificate trusted again", || {
+        let as_a = as_a.clone();
+        let url = format!("{agent_url}/pods");
+        async move { matches!(as_a.get(&url).await, Ok((code, _)) if code == 200) }
+    })
+    .await?;
+
+    // --- A deleted tenant's certificate stops working, also on a connection opened before, and its open
+    // streams are cut.
     let (code, _) = as_b.get(&format!("{agent_url}/pods")).await?;
     assert_eq!(code, 200);
+    let b_exec = long_exec_of(tenant_b.kubectl.clone());
+    wait::until_true(
+        Duration::from_secs(10),
+        "B's exec stream open",
+        exec_streams_open(1.0),
+    )
+    .await?;
     Api::<VirtualCluster>::namespaced(super_client.clone(), VC_NAMESPACE)
         .delete(&tenant_b.vc.name_any(), &DeleteParams::default())
         .await?;
+    tokio::time::timeout(Duration::from_secs(30), b_exec)
+        .await
+        .context("B's exec stream was not cut when B was deleted")???;
+    assert_eq!(
+        metric_value(
+            &encode_metrics(&registry),
+            "vn_agent_streams_revoked_total{verb=\"exec\"}"
+        ),
+        Some(2.0)
+    );
     wait::until_true(Duration::from_secs(30), "B's certificate refused", || {
         let as_b = as_b.clone();
         let url = format!("{agent_url}/pods");
@@ -985,9 +1109,6 @@ rules:
   - apiGroups: [""]
     resources: ["nodes/proxy"]
     verbs: ["get"]
-  - apiGroups: [""]
-    resources: ["secrets"]
-    verbs: ["list", "watch"]
   - apiGroups: ["tenancy.x-k8s.io"]
     resources: ["virtualclusters"]
     verbs: ["list", "watch"]
@@ -999,6 +1120,31 @@ metadata:
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
+  name: vn-agent
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: vn-agent
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: vn-agent
+  namespace: default
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    resourceNames: ["kubelet-client-cas"]
+    verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: vn-agent
+  namespace: default
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
   name: vn-agent
 subjects:
   - apiGroup: rbac.authorization.k8s.io
@@ -1017,6 +1163,7 @@ subjects:
     let (vc, key, ca, client) = create_virtual_cluster(&super_client, "gamma").await?;
     let pki = AgentPki::new()?;
     let (serving_cert, serving_key) = pki.serving_files()?;
+    let (ca_bundle, _bundle_keeper) = keep_ca_bundle(&super_client);
     let mut registry = Registry::default();
     let agent = Agent::start(
         Settings {
@@ -1028,6 +1175,7 @@ subjects:
             nodes: NodeScope::Named(vec![node.clone()]),
             backend: BackendSettings::SuperApiserver,
             shutdown_grace_period: Duration::from_secs(2),
+            ca_bundle: ca_bundle.clone(),
         },
         agent_client_super,
         Metrics::register(&mut registry),

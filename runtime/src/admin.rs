@@ -77,6 +77,27 @@ pub fn router(registry: Arc<Registry>, health: Health) -> Router {
         .with_state(AdminState { registry, health })
 }
 
+/// The admin routes without `/metrics`, for a component that serves its metrics elsewhere.
+pub fn health_router(health: Health) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AdminState {
+            registry: Arc::new(Registry::default()),
+            health,
+        })
+}
+
+/// `/metrics` alone.
+pub fn metrics_router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(AdminState {
+            registry,
+            health: Health::new(),
+        })
+}
+
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     let mut body = String::new();
     match encode(&mut body, &state.registry) {
@@ -120,6 +141,16 @@ pub async fn serve(
     health: Health,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    serve_routes(addr, router(registry, health), shutdown).await
+}
+
+/// Serves `routes` (from [`router`], [`health_router`] or [`metrics_router`]) on `addr` until `shutdown`
+/// resolves.
+pub async fn serve_routes(
+    addr: SocketAddr,
+    routes: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::AdminListen { addr, source })?;
@@ -127,7 +158,7 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| Error::AdminListen { addr, source })?;
     tracing::info!(address = %local, "admin endpoint listening");
-    axum::serve(listener, router(registry, health))
+    axum::serve(listener, routes)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|source| Error::AdminListen { addr, source })
@@ -180,5 +211,23 @@ mod tests {
         let (status, body) = get(router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("test_things_total 1"), "{body}");
+    }
+
+    /// Split, the health routes show no metrics and the metrics routes no health.
+    #[tokio::test]
+    async fn health_and_metrics_can_be_served_apart() {
+        let mut registry = Registry::with_prefix("test");
+        let counter = Counter::<u64>::default();
+        registry.register("things", "Things done", counter.clone());
+        let health = Health::new();
+        health.set_ready(true);
+        let health_routes = health_router(health);
+        assert_eq!(get(health_routes.clone(), "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(health_routes, "/metrics").await.0, StatusCode::NOT_FOUND);
+        let metrics_routes = metrics_router(Arc::new(registry));
+        let (status, body) = get(metrics_routes.clone(), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("test_things_total 0"), "{body}");
+        assert_eq!(get(metrics_routes, "/readyz").await.0, StatusCode::NOT_FOUND);
     }
 }

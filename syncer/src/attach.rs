@@ -30,12 +30,14 @@ use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
 
 use crate::{
-    context::Context, identity::TenantIdentity, items::UpItem, metrics::StateLabels,
-    settings::TenantSettings, tenant::Tenant,
+    budget::REASON_LIMIT_EXCEEDED, context::Context, identity::TenantIdentity, items::UpItem,
+    metrics::StateLabels, settings::TenantSettings, tenant::Tenant,
 };
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
+/// How often a tenant attached again after a detach for its cache limits is looked at until it is ready.
+const LIMIT_RECHECK: Duration = Duration::from_millis(500);
 
 /// The identity of a VirtualCluster, once the apiserver gave it a uid.
 pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
@@ -426,6 +428,7 @@ pub fn detach(ctx: &Context, cluster_key: &str) {
         ctx.queues.down.remove_tenant(&tenant.id);
         ctx.queues.up.remove_tenant(&tenant.id);
         ctx.quota.forget(&tenant.id);
+        ctx.events.forget(&tenant.id);
         ctx.metrics.forget_tenant(&tenant.identity.vc_ref());
     }
 }
@@ -462,6 +465,9 @@ async fn supervise_one(
 ) {
     let mut attached: Option<(Arc<Tenant>, String)> = None;
     let mut retry = RETRY_MIN;
+    // Detaches for the cache limits in a row: their backoff grows until the tenant fits, even though each
+    // attempt attaches (only a full listing within the limits shows that it fits).
+    let mut over_limit_strikes: u32 = 0;
     let mut state: Option<&'static str> = None;
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
@@ -490,9 +496,18 @@ async fn supervise_one(
             None
         } else {
             match attach_or_check(&ctx, &vc, &identity, &mut attached, retry > RETRY_MIN).await {
+                Ok(_)
+                    if over_limit_strikes > 0
+                        && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
+                {
+                    // Attached again after a detach for the cache limits, still listing: the condition keeps
+                    // saying why it was detached until the tenant shows that it fits.
+                    Some(LIMIT_RECHECK)
+                }
                 Ok(version) => {
                     enter(&ctx, Some("attached"));
                     retry = RETRY_MIN;
+                    over_limit_strikes = 0;
                     report(
                         &ctx,
                         &recorder,
@@ -505,12 +520,37 @@ async fn supervise_one(
                     Some(ctx.config.tenant_health_period)
                 }
                 Err(failed) => {
-                    enter(&ctx, Some("unreachable"));
-                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = retry.as_secs(), "tenant not synced");
+                    enter(
+                        &ctx,
+                        Some(if failed.reason == REASON_LIMIT_EXCEEDED {
+                            "over_limit"
+                        } else {
+                            "unreachable"
+                        }),
+                    );
+                    let wait = if failed.reason == REASON_LIMIT_EXCEEDED {
+                        over_limit_strikes = over_limit_strikes.saturating_add(1);
+                        RETRY_MIN
+                            .saturating_mul(1 << (over_limit_strikes - 1).min(16))
+                            .min(RETRY_MAX)
+                    } else {
+                        let wait = retry;
+                        retry = (retry * 2).min(RETRY_MAX);
+                        wait
+                    };
+                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
                     report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
-                    let wait = retry;
-                    retry = (retry * 2).min(RETRY_MAX);
                     Some(wait)
+                }
+            }
+        };
+        // A tenant that goes over its cache limits is detached at once, not at the next health check.
+        let over_limit = {
+            let budget = attached.as_ref().map(|(tenant, _)| tenant.budget.clone());
+            async move {
+                match budget {
+                    Some(budget) => budget.wait_exceeded().await,
+                    None => std::future::pending().await,
                 }
             }
         };
@@ -518,6 +558,7 @@ async fn supervise_one(
             Some(wait) => tokio::select! {
                 changed = updates.changed() => changed,
                 _ = tokio::time::sleep(wait) => Ok(()),
+                _ = over_limit => Ok(()),
             },
             None => updates.changed().await,
         };
@@ -539,6 +580,15 @@ async fn attach_or_check(
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
     let settings = TenantSettings::of(vc);
+    if let Some((tenant, _)) = attached.as_ref()
+        && let Some(exceeded) = tenant.budget.exceeded()
+    {
+        // Its caches miss what did not fit, and its work is held; detaching frees what they hold. The
+        // next attempt lists the tenant anew and stays attached if it fits by then.
+        attached.take();
+        detach(ctx, &identity.cluster_key);
+        return Err(failure(REASON_LIMIT_EXCEEDED, exceeded));
+    }
     if let Some((tenant, current)) = attached.as_ref()
         && *current == print
     {
@@ -575,11 +625,12 @@ async fn attach_or_check(
     let version = answer.version.clone();
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
-        // Detaching forgot the tenant's usage; its running pods send no events that would count them.
-        let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
-        let pods = ctx.supers.pods.state();
-        ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     }
+    // A detach (just now, or earlier for the tenant's cache limits) forgot the tenant's usage; its running
+    // pods send no events that would count them. Counting is idempotent, so a first attach costs nothing.
+    let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
+    let pods = ctx.supers.pods.state();
+    ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
     let tenant = Tenant::start(
         identity.clone(),
@@ -589,6 +640,7 @@ async fn attach_or_check(
         settings,
         &ctx.queues,
         ctx.config.sync_ingresses,
+        ctx.config.tenant_cache_limits,
     );
     tokio::spawn({
         let tenant = tenant.clone();

@@ -49,7 +49,7 @@ fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
 }
 
 /// The parts of a pod spec sync reads after creation.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedPodSpec {
     /// Node the pod is bound to.
@@ -79,7 +79,7 @@ pub struct CachedPodSpec {
 pub const POD_SCHEDULED: &str = "PodScheduled";
 
 /// A condition, without timestamps.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CachedCondition {
     /// Condition type.
     #[serde(rename = "type")]
@@ -111,7 +111,7 @@ fn statuses_hash<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::E
 }
 
 /// The parts of a tenant pod's status sync compares.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantPodStatus {
     /// Phase.
@@ -140,8 +140,8 @@ pub struct TenantPodStatus {
     pub init_container_statuses: u64,
 }
 
-/// A pod in a tenant, as cached.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// A pod in a tenant, as cached (serialized only to weigh it against the tenant's cache limits).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TenantPod {
     /// Metadata (managed fields dropped).
     pub metadata: ObjectMeta,

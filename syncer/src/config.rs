@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::budget::CacheLimits;
+
 /// Where vNodes say their kubelet (vn-agent) is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VNodeAddresses {
@@ -76,6 +78,14 @@ pub struct SyncerArgs {
     /// `opaqueMetaPrefixes`.
     #[arg(long, value_delimiter = ',')]
     pub opaque_meta_prefixes: Vec<String>,
+    /// Most objects the syncer caches of one tenant (over every kind); a tenant with more is detached with
+    /// `TenantLimitExceeded` until it fits.
+    #[arg(long, env = "TENANT_CACHE_MAX_OBJECTS", default_value_t = CacheLimits::default().max_objects)]
+    pub tenant_cache_max_objects: u64,
+    /// Most bytes (objects' JSON length) the syncer caches of one tenant; a tenant with more is detached
+    /// with `TenantLimitExceeded` until it fits.
+    #[arg(long, env = "TENANT_CACHE_MAX_BYTES", default_value_t = CacheLimits::default().max_bytes)]
+    pub tenant_cache_max_bytes: u64,
 }
 
 /// The syncer's settings.
@@ -103,6 +113,8 @@ pub struct SyncerConfig {
     pub token_ttl_seconds: i64,
     /// Super-owned prefixes for every tenant.
     pub opaque_meta_prefixes: Vec<String>,
+    /// What the syncer caches of one tenant at most.
+    pub tenant_cache_limits: CacheLimits,
 }
 
 impl Default for SyncerConfig {
@@ -119,6 +131,7 @@ impl Default for SyncerConfig {
             dns_ndots: 5,
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
+            tenant_cache_limits: CacheLimits::default(),
         }
     }
 }
@@ -162,6 +175,10 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect(),
+            tenant_cache_limits: CacheLimits {
+                max_objects: args.tenant_cache_max_objects.max(1),
+                max_bytes: args.tenant_cache_max_bytes.max(1),
+            },
         })
     }
 }

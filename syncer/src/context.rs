@@ -7,6 +7,7 @@ use kube::{Client, runtime::reflector::Store};
 
 use crate::{
     config::SyncerConfig,
+    events::EventInbox,
     metrics::Metrics,
     quota::Quota,
     super_stores::SuperStores,
@@ -31,6 +32,8 @@ pub struct Context {
     pub quota: Arc<Quota>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Tenant copies of super events waiting for the upward workers.
+    pub events: EventInbox,
 }
 
 impl Context {

@@ -1,7 +1,7 @@
 //! Kubernetes events: the syncer's own, in tenants and on VirtualClusters, and super-cluster events about
 //! synced pods and services copied up to their tenants.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
@@ -16,7 +16,15 @@ use kube::{
     },
 };
 
-use crate::{context::Context, identity, tenant::Tenant};
+use crate::{
+    context::Context,
+    error::{Result, on_tenant},
+    identity,
+    items::UpItem,
+    queue::TenantId,
+    resources::Outcome,
+    tenant::Tenant,
+};
 
 /// Publishes a warning about a tenant object in the tenant.
 pub async fn warn(tenant: &Tenant, reference: &ObjectReference, reason: &str, note: &str) {
@@ -47,7 +55,68 @@ async fn publish(tenant: &Tenant, reference: &ObjectReference, type_: EventType,
     }
 }
 
-/// Copies new super-cluster events about synced pods and services into their tenants, with names and
+/// Most events of one tenant waiting to be copied up. Events are advice: past this, a tenant whose pods
+/// cause an event storm loses the newest of its own events (counted in `syncer_events_dropped`), and the
+/// syncer's memory does not grow with the storm.
+pub const PENDING_EVENTS_PER_TENANT: usize = 1000;
+
+/// Tenant copies of super events, waiting for an upward worker. The upward queue carries only their names:
+/// it shares the workers fairly between tenants, so one tenant's storm waits behind its own events, never
+/// in front of another tenant's; a newer version of a waiting event replaces it.
+#[derive(Default)]
+pub struct EventInbox {
+    pending: std::sync::Mutex<HashMap<TenantId, Waiting>>,
+}
+
+/// One tenant's waiting event copies, by tenant namespace and name.
+type Waiting = HashMap<(String, String), CoreEvent>;
+
+impl EventInbox {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, Waiting>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds a tenant event until a worker copies it; refuses it when the tenant already has
+    /// [`PENDING_EVENTS_PER_TENANT`] other events waiting.
+    pub fn put(&self, tenant: &TenantId, event: CoreEvent) -> bool {
+        let key = (event.namespace().unwrap_or_default(), event.name_any());
+        let mut pending = self.pending();
+        let waiting = pending.entry(tenant.clone()).or_default();
+        if waiting.len() >= PENDING_EVENTS_PER_TENANT && !waiting.contains_key(&key) {
+            return false;
+        }
+        waiting.insert(key, event);
+        true
+    }
+
+    /// Takes the waiting event `namespace/name` of a tenant.
+    pub fn take(&self, tenant: &TenantId, namespace: &str, name: &str) -> Option<CoreEvent> {
+        let mut pending = self.pending();
+        let waiting = pending.get_mut(tenant)?;
+        let event = waiting.remove(&(namespace.to_owned(), name.to_owned()));
+        if waiting.is_empty() {
+            pending.remove(tenant);
+        }
+        event
+    }
+
+    /// Drops the waiting events of a detached tenant.
+    pub fn forget(&self, tenant: &TenantId) {
+        self.pending().remove(tenant);
+    }
+
+    /// Events waiting, over every tenant.
+    pub fn len(&self) -> usize {
+        self.pending().values().map(HashMap::len).sum()
+    }
+
+    /// Whether no event waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Queues new super-cluster events about synced pods and services for their tenants, with names and
 /// namespaces translated back. Events that existed before the syncer started are not copied again.
 pub async fn forward(ctx: Arc<Context>) {
     let api: Api<CoreEvent> = Api::all(ctx.super_client.clone());
@@ -57,23 +126,34 @@ pub async fn forward(ctx: Arc<Context>) {
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::InitDone) => listed = true,
-            Ok(watcher::Event::Apply(event)) if listed => {
-                let ctx = ctx.clone();
-                tokio::spawn(async move { copy_up(&ctx, &event).await });
-            }
+            Ok(watcher::Event::Apply(event)) if listed => queue_up(&ctx, &event),
             Ok(_) => {}
             Err(error) => tracing::debug!(%error, "super event watch interrupted; retrying"),
         }
     }
 }
 
-/// The tenant event for a super event, if it concerns a synced pod or service.
-async fn copy_up(ctx: &Context, event: &CoreEvent) {
+/// Puts the tenant copy of a super event in the inbox and queues it for its tenant.
+pub fn queue_up(ctx: &Context, event: &CoreEvent) {
+    let Some((tenant, copy)) = tenant_copy(ctx, event) else {
+        return;
+    };
+    let (namespace, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
+    if ctx.events.put(&tenant.id, copy) {
+        ctx.queues.up.add(&tenant.id, UpItem::Event { namespace, name });
+    } else {
+        ctx.metrics.events_dropped.inc();
+        tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, "too many events waiting for the tenant; dropping one");
+    }
+}
+
+/// The tenant and its copy of a super event, if the event concerns a synced pod or service.
+fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEvent)> {
     let involved = &event.involved_object;
     let (Some(kind), Some(super_namespace), Some(name)) =
         (&involved.kind, &involved.namespace, &involved.name)
     else {
-        return;
+        return None;
     };
     let meta = match kind.as_str() {
         "Pod" => ctx
@@ -87,18 +167,15 @@ async fn copy_up(ctx: &Context, event: &CoreEvent) {
             .get(&ObjectRef::new(name).within(super_namespace))
             .map(|s| s.meta().clone()),
         _ => None,
-    };
-    let Some(meta) = meta else { return };
+    }?;
     let (Some(cluster), Some(tenant_namespace), Some(tenant_uid)) = (
         identity::owner_cluster(&meta),
         identity::tenant_namespace(&meta),
         identity::tenant_uid(&meta),
     ) else {
-        return;
+        return None;
     };
-    let Some(tenant) = ctx.tenants.get(cluster) else {
-        return;
-    };
+    let tenant = ctx.tenants.get(cluster)?;
     let translate = |text: &str| text.replace(super_namespace.as_str(), tenant_namespace);
     let copy = CoreEvent {
         metadata: kube::api::ObjectMeta {
@@ -126,10 +203,112 @@ async fn copy_up(ctx: &Context, event: &CoreEvent) {
         series: event.series.clone(),
         related: None,
     };
-    let api: Api<CoreEvent> = Api::namespaced(tenant.client.clone(), tenant_namespace);
+    Some((tenant, copy))
+}
+
+/// Copies the waiting event `namespace/name` into its tenant. A failed copy waits in the inbox again for
+/// the worker's retry (unless a newer version arrived meanwhile).
+pub async fn copy_up(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
+    let Some(copy) = ctx.events.take(&tenant.id, namespace, name) else {
+        return Ok(Outcome::InSync);
+    };
+    let api: Api<CoreEvent> = Api::namespaced(tenant.client.clone(), namespace);
     ctx.metrics.tenant_write("event", "apply");
     let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
-    if let Err(error) = api.patch(&copy.name_any(), &params, &Patch::Apply(&copy)).await {
-        tracing::debug!(tenant = %tenant.identity.vc_ref(), event = %copy.name_any(), %error, "copying an event up");
+    match api.patch(name, &params, &Patch::Apply(&copy)).await {
+        Ok(_) => Ok(Outcome::Created { writes: 1 }),
+        // The involved object's namespace is gone, or the tenant refuses the event: nothing to retry.
+        Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 429 => {
+            tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, code = status.code, message = %status.message, "the tenant refused an event copy");
+            Ok(Outcome::InSync)
+        }
+        Err(error) => {
+            let mut pending = ctx.events.pending();
+            let waiting = pending.entry(tenant.id.clone()).or_default();
+            waiting
+                .entry((namespace.to_owned(), name.to_owned()))
+                .or_insert(copy);
+            drop(pending);
+            Err(on_tenant(
+                &tenant.identity.cluster_key,
+                format!("copying event {namespace}/{name}"),
+            )(error))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_UID};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        cached::SuperPod, context::testing, identity::TenantIdentity, settings::TenantSettings,
+        tenant::Tenant,
+    };
+
+    fn identity(cluster_key: &str) -> TenantIdentity {
+        TenantIdentity {
+            cluster_key: cluster_key.into(),
+            vc_name: cluster_key.into(),
+            vc_namespace: "team".into(),
+            vc_uid: format!("{cluster_key}-uid"),
+        }
+    }
+
+    fn super_pod(cluster_key: &str) -> SuperPod {
+        testing::from_json(json!({"metadata": {
+            "name": "web", "namespace": format!("{cluster_key}-shop"),
+            "annotations": {ANNOTATION_CLUSTER: cluster_key, ANNOTATION_NAMESPACE: "shop", ANNOTATION_UID: "pod-uid"}
+        }}))
+    }
+
+    fn event(cluster_key: &str, name: &str) -> CoreEvent {
+        testing::from_json(json!({
+            "metadata": {"name": name, "namespace": format!("{cluster_key}-shop")},
+            "involvedObject": {"kind": "Pod", "namespace": format!("{cluster_key}-shop"), "name": "web"},
+            "reason": "BackOff", "message": format!("pod {cluster_key}-shop/web restarting")
+        }))
+    }
+
+    /// A tenant whose pods flood the super cluster with events waits behind its own events: another
+    /// tenant's event is handed out among the first, and the flood waits in a bounded inbox, not in one
+    /// task per event.
+    #[tokio::test]
+    async fn an_event_storm_waits_behind_its_own_tenant() {
+        let (super_client, _supers) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        for key in ["storm", "calm"] {
+            let (client, _) = testing::mock();
+            let (tenant, _) =
+                Tenant::for_tests(identity(key), client, TenantSettings::default(), &ctx.queues);
+            ctx.tenants.insert(tenant);
+            testing::put(&mut writers.pods, super_pod(key));
+        }
+        for n in 0..PENDING_EVENTS_PER_TENANT + 500 {
+            queue_up(&ctx, &event("storm", &format!("web.{n}")));
+        }
+        queue_up(&ctx, &event("calm", "web.1"));
+        assert_eq!(ctx.events.len(), PENDING_EVENTS_PER_TENANT + 1);
+        assert_eq!(ctx.metrics.events_dropped.get(), 500);
+
+        let mut handed_out = Vec::new();
+        for _ in 0..3 {
+            let work = ctx.queues.up.next().await.expect("work");
+            ctx.queues.up.done(&work);
+            handed_out.push(work.tenant.to_string());
+        }
+        assert!(
+            handed_out.iter().any(|t| t == "calm"),
+            "the calm tenant's event waited behind the storm: {handed_out:?}"
+        );
+        let copy = ctx
+            .events
+            .take(&Arc::from("calm"), "shop", "web.1")
+            .expect("copy");
+        assert_eq!(copy.involved_object.namespace.as_deref(), Some("shop"));
+        assert_eq!(copy.involved_object.uid.as_deref(), Some("pod-uid"));
+        assert_eq!(copy.message.as_deref(), Some("pod shop/web restarting"));
     }
 }

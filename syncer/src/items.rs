@@ -136,6 +136,13 @@ pub enum UpItem {
         /// Name.
         name: String,
     },
+    /// A super event about a synced pod or service, waiting in the event inbox as the tenant's copy.
+    Event {
+        /// Tenant namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
 }
 
 impl UpItem {
@@ -149,6 +156,7 @@ impl UpItem {
             UpItem::PersistentVolume { .. } => "persistentvolume",
             UpItem::StorageClass { .. } => "storageclass",
             UpItem::PriorityClass { .. } => "priorityclass",
+            UpItem::Event { .. } => "event",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - [`identity`]: the metadata that says which tenant object a super object came from.
 
 pub mod attach;
+pub mod budget;
 pub mod cached;
 pub mod config;
 pub mod context;
@@ -96,6 +97,7 @@ impl Syncer {
             queues,
             quota,
             metrics,
+            events: Default::default(),
         });
 
         let mut tasks = Vec::new();

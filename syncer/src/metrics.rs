@@ -97,7 +97,7 @@ pub struct PatrolLabels {
 /// Labels of the tenant-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// `attached`, `unreachable` or `waiting`.
+    /// `attached`, `unreachable`, `over_limit` (detached for its cache limits) or `waiting`.
     pub state: &'static str,
 }
 
@@ -132,6 +132,8 @@ pub struct Metrics {
     pub patrol_duration: Histogram,
     /// Tenants by state.
     pub tenants: Family<StateLabels, Gauge>,
+    /// Super events not copied up because their tenant had too many waiting.
+    pub events_dropped: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -155,6 +157,7 @@ impl Default for Metrics {
             patrol_remedies: Family::default(),
             patrol_duration: duration_histogram(),
             tenants: Family::default(),
+            events_dropped: Counter::default(),
         }
     }
 }
@@ -229,6 +232,11 @@ impl Metrics {
             self.patrol_duration.clone(),
         );
         registry.register("tenants", "Tenants by state", self.tenants.clone());
+        registry.register(
+            "events_dropped",
+            "Super events not copied up because their tenant had too many waiting",
+            self.events_dropped.clone(),
+        );
     }
 
     /// Counts a write to the super cluster.

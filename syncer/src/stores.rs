@@ -7,8 +7,10 @@ use kube::{
     Api, Resource,
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::task::JoinHandle;
+
+use crate::budget::Ledger;
 
 /// Drops what sync never reads: managed fields and the last-applied annotation are often larger than the
 /// rest of the object.
@@ -56,8 +58,29 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trim::<K>, Some(on_relist), on_change)
+    reflect_inner(api, config, trim::<K>, Some(on_relist), None, on_change)
 }
+
+/// Like [`reflect_relisting`], and every object the cache takes is charged to `ledger`'s budget: an object
+/// that does not fit is not cached (and `on_change` does not hear of it).
+pub fn reflect_budgeted<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    on_relist: OnRelist,
+    mut ledger: Ledger<K>,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    F: Fn(&K, Change) + Send + 'static,
+{
+    let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
+    reflect_inner(api, config, trim::<K>, Some(on_relist), Some(admit), on_change)
+}
+
+/// Decides whether a watch event reaches the cache.
+type Admit<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
 
 /// Like [`reflect`], with a custom trimming step and the kind of change.
 pub fn reflect_with<K, T, F>(
@@ -72,7 +95,7 @@ where
     T: FnMut(&mut K) + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trim, None, on_change)
+    reflect_inner(api, config, trim, None, None, on_change)
 }
 
 fn reflect_inner<K, T, F>(
@@ -80,6 +103,7 @@ fn reflect_inner<K, T, F>(
     config: watcher::Config,
     mut trim: T,
     on_relist: Option<OnRelist>,
+    mut admit: Option<Admit<K>>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -93,6 +117,13 @@ where
     let stream = watcher(api, config)
         .default_backoff()
         .modify(move |o| trim(o))
+        .filter(move |event| {
+            let admitted = match (event, admit.as_mut()) {
+                (Ok(event), Some(admit)) => admit(event),
+                _ => true,
+            };
+            std::future::ready(admitted)
+        })
         .reflect(writer);
     // The task carries the caller's span, so its log lines say which cluster they are about.
     let span = tracing::Span::current();

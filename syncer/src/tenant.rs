@@ -22,13 +22,17 @@ use kube::{
 use tokio::task::JoinHandle;
 
 use crate::{
+    budget::{CacheBudget, CacheLimits},
     cached::TenantPod,
     identity::TenantIdentity,
     items::{DownItem, Kind, UpItem},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::{Change, OnRelist, reflect_relisting},
+    stores::{Change, OnRelist, reflect_budgeted},
 };
+
+/// Objects per page when a tenant cache lists.
+const LIST_PAGE_SIZE: u32 = 100;
 
 /// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
 /// PriorityClasses), so it only ever touches its own.
@@ -83,6 +87,8 @@ pub struct Tenant {
     /// The uid of the tenant's `kube-system` namespace when it was attached: which cluster it is (the
     /// VirtualCluster's `tenancy.x-k8s.io/tenant-kube-system-uid`).
     pub kube_system_uid: String,
+    /// What the tenant's caches hold, against the syncer's per-tenant limits.
+    pub budget: Arc<CacheBudget>,
     settings: RwLock<Arc<TenantSettings>>,
     ready: std::sync::atomic::AtomicBool,
     check: Arc<IdentityCheck>,
@@ -183,6 +189,7 @@ fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
 impl Tenant {
     /// Starts watching the tenant and feeding the queues. `kube_system_uid` is the uid of the tenant's
     /// `kube-system` namespace, as checked when attaching.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         identity: TenantIdentity,
         client: Client,
@@ -191,6 +198,7 @@ impl Tenant {
         settings: TenantSettings,
         queues: &Queues,
         sync_ingresses: bool,
+        limits: CacheLimits,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
         let _span = tracing::info_span!("tenant", vc = %identity.vc_ref()).entered();
@@ -206,18 +214,31 @@ impl Tenant {
             Arc::new(move || check.doubt())
         };
         let all = watcher::Config::default();
+        let budget = CacheBudget::new(identity.vc_ref(), limits);
+        // A page of a list is held whole in memory: smaller pages bound what a tenant's list of large
+        // objects takes before the budget sees it.
+        let all = all.page_size(LIST_PAGE_SIZE);
         macro_rules! reflect {
-            ($api:expr, $config:expr, $on_change:expr) => {
-                reflect_relisting($api, $config, relisted.clone(), $on_change)
+            ($api:expr, $config:expr, $kind:expr, $on_change:expr) => {
+                reflect_budgeted(
+                    $api,
+                    $config,
+                    relisted.clone(),
+                    budget.ledger($kind),
+                    $on_change,
+                )
             };
         }
 
         macro_rules! downward {
             ($kind:expr) => {{
                 let (queue, id) = (queues.down.clone(), id.clone());
-                let (store, task) = reflect!(Api::all(client.clone()), all.clone(), move |o, _| {
-                    queue.add(&id, namespaced(o, $kind))
-                });
+                let (store, task) = reflect!(
+                    Api::all(client.clone()),
+                    all.clone(),
+                    $kind.as_str(),
+                    move |o, _| { queue.add(&id, namespaced(o, $kind)) }
+                );
                 tasks.push(task);
                 store
             }};
@@ -229,10 +250,10 @@ impl Tenant {
                 check.clone(),
                 kube_system_uid.clone(),
             );
-            let (store, task) = reflect_relisting(
+            let (store, task) = reflect!(
                 Api::<Namespace>::all(client.clone()),
                 all.clone(),
-                relisted.clone(),
+                "namespace",
                 move |ns: &Namespace, change| {
                     // A watch that resumed on a replaced etcd may show another kube-system, or its
                     // deletion (which a real apiserver refuses), without relisting.
@@ -242,18 +263,18 @@ impl Tenant {
                         check.doubt();
                     }
                     queue.add(&id, DownItem::namespace(&ns.name_any()))
-                },
+                }
             );
             tasks.push(task);
             store
         };
         let pods = {
             let (queue, id) = (queues.down.clone(), id.clone());
-            let (store, task) = reflect_relisting(
+            let (store, task) = reflect!(
                 Api::<TenantPod>::all(client.clone()),
                 all.clone(),
-                relisted.clone(),
-                move |o: &TenantPod, _| queue.add(&id, namespaced(o, Kind::Pod)),
+                "pod",
+                move |o: &TenantPod, _| queue.add(&id, namespaced(o, Kind::Pod))
             );
             tasks.push(task);
             store
@@ -265,6 +286,7 @@ impl Tenant {
             let (store, task) = reflect!(
                 Api::<Service>::all(client.clone()),
                 all.clone(),
+                "service",
                 move |o: &Service, _| {
                     down.add(&id, namespaced(o, Kind::Service));
                     up.add(
@@ -287,12 +309,13 @@ impl Tenant {
         let ingresses = sync_ingresses.then(|| downward!(Kind::Ingress));
 
         macro_rules! upward {
-            ($type:ty, $selector:expr, $item:expr) => {{
+            ($type:ty, $kind:expr, $selector:expr, $item:expr) => {{
                 let (queue, id) = (queues.up.clone(), id.clone());
-                let config = watcher::Config::default().labels($selector);
+                let config = all.clone().labels($selector);
                 let (store, task) = reflect!(
                     Api::<$type>::all(client.clone()),
                     config,
+                    $kind,
                     move |o: &$type, _| { queue.add(&id, $item(o.name_any())) }
                 );
                 tasks.push(task);
@@ -301,10 +324,16 @@ impl Tenant {
         }
         let vnode_selector = format!("{}=true", crds::wellknown::LABEL_VIRTUAL_NODE);
         let ours = format!("{LABEL_SYNCED_FROM_SUPER}=true");
-        let vnodes = upward!(Node, &vnode_selector, |name| UpItem::Node { name });
-        let volumes = upward!(PersistentVolume, &ours, |name| UpItem::PersistentVolume { name });
-        let storage_classes = upward!(StorageClass, &ours, |name| UpItem::StorageClass { name });
-        let priority_classes = upward!(PriorityClass, &ours, |name| UpItem::PriorityClass { name });
+        let vnodes = upward!(Node, "node", &vnode_selector, |name| UpItem::Node { name });
+        let volumes = upward!(PersistentVolume, "persistentvolume", &ours, |name| {
+            UpItem::PersistentVolume { name }
+        });
+        let storage_classes = upward!(StorageClass, "storageclass", &ours, |name| UpItem::StorageClass {
+            name
+        });
+        let priority_classes = upward!(PriorityClass, "priorityclass", &ours, |name| {
+            UpItem::PriorityClass { name }
+        });
 
         queues
             .down
@@ -341,6 +370,7 @@ impl Tenant {
                 priority_classes,
             },
             kube_system_uid,
+            budget,
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(false),
             check,
@@ -348,11 +378,14 @@ impl Tenant {
         })
     }
 
-    /// Whether every cache has listed the tenant once, and the caches show the cluster the tenant was
-    /// attached to (checked again after every relist). Until then the tenant's items wait: an empty cache,
-    /// or one filled from another cluster, would read as "deleted in the tenant".
+    /// Whether every cache has listed the tenant once, the caches show the cluster the tenant was
+    /// attached to (checked again after every relist), and the tenant fits its cache limits. Until then the
+    /// tenant's items wait: an empty cache, one filled from another cluster, or one missing what did not
+    /// fit, would read as "deleted in the tenant".
     pub fn is_ready(&self) -> bool {
-        self.ready.load(std::sync::atomic::Ordering::Acquire) && self.check.holds()
+        self.ready.load(std::sync::atomic::Ordering::Acquire)
+            && self.check.holds()
+            && self.budget.exceeded().is_none()
     }
 
     /// Waits for the caches, then marks the tenant ready.
@@ -520,6 +553,7 @@ impl Tenant {
                 priority_classes: store().0,
             },
             kube_system_uid: "kube-system-uid".into(),
+            budget: CacheBudget::new("test".into(), CacheLimits::default()),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(true),
             check: Arc::new(IdentityCheck::default()),

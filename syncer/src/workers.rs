@@ -93,6 +93,7 @@ async fn sync_up_item(ctx: &Context, tenant: &Tenant, item: &UpItem) -> Result<O
         UpItem::PersistentVolume { name } => public::volume(ctx, tenant, name).await,
         UpItem::StorageClass { name } => public::storage_class(ctx, tenant, name).await,
         UpItem::PriorityClass { name } => public::priority_class(ctx, tenant, name).await,
+        UpItem::Event { namespace, name } => crate::events::copy_up(ctx, tenant, namespace, name).await,
     }
 }
 

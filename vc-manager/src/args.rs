@@ -62,6 +62,11 @@ pub struct Args {
     /// whatever the VirtualCluster's `pkiExpireDays` asks (at least 60). Unset: `pkiExpireDays` decides.
     #[arg(long, env = "MAX_CERTIFICATE_LIFETIME_SECONDS")]
     pub max_certificate_lifetime_seconds: Option<u64>,
+
+    /// ConfigMap (`namespace/name`) to keep every tenant's public kubelet-client CA in, for vn-agent, which
+    /// then needs no access to Secrets. Unset: no bundle is kept.
+    #[arg(long, env = "KUBELET_CLIENT_CA_BUNDLE")]
+    pub kubelet_client_ca_bundle: Option<crate::ca_bundle::BundleRef>,
 }
 
 impl Args {
@@ -80,6 +85,7 @@ impl Args {
             concurrency: self.concurrency.max(1),
             debounce: Duration::from_millis(self.debounce_millis),
             max_certificate_lifetime: self.max_certificate_lifetime_seconds.map(Duration::from_secs),
+            kubelet_client_ca_bundle: self.kubelet_client_ca_bundle.clone(),
             ..Settings::default()
         }
     }

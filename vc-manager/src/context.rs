@@ -51,6 +51,8 @@ pub struct Settings {
     pub native_readiness: NativeReadiness,
     /// The longest a tenant's leaf certificate may live, whatever its `pkiExpireDays` (platform policy).
     pub max_certificate_lifetime: Option<Duration>,
+    /// The ConfigMap vc-manager keeps the tenants' kubelet-client CAs in, for vn-agent (none: not kept).
+    pub kubelet_client_ca_bundle: Option<crate::ca_bundle::BundleRef>,
 }
 
 /// When a provisioned tenant counts as Running.
@@ -82,6 +84,7 @@ impl Default for Settings {
             debounce: Duration::from_millis(200),
             native_readiness: NativeReadiness::default(),
             max_certificate_lifetime: None,
+            kubelet_client_ca_bundle: None,
         }
     }
 }

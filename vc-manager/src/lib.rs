@@ -13,6 +13,7 @@
 pub mod adopt;
 pub mod args;
 pub mod backoff;
+pub mod ca_bundle;
 pub mod cached;
 pub mod cleanup;
 pub mod cli;

@@ -239,6 +239,13 @@ impl Manager {
                 Ok(())
             });
         }
+        if let Some(reference) = settings.kubelet_client_ca_bundle.clone() {
+            let (client, leader, stop) = (client.clone(), leader.clone(), shutdown_signal());
+            tasks.spawn(async move {
+                crate::ca_bundle::maintain(client, reference, leader, stop).await;
+                Ok(())
+            });
+        }
         if let Some(election) = leader_election {
             let client = client.clone();
             let leader = leader.clone();

@@ -1,17 +1,14 @@
 //! Watch-fed caches: the tenant pods on the served nodes, and the trust set built from VirtualClusters and
-//! their `kubelet-client` Secrets.
+//! the kubelet-client CA bundle vc-manager keeps (one ConfigMap: vn-agent reads no Secret).
 
 use std::{
     collections::BTreeSet,
     sync::{Arc, RwLock},
 };
 
-use crds::{
-    VirtualCluster,
-    wellknown::{KUBELET_CLIENT_CA_KEY, LABEL_CLUSTER, LABEL_KUBELET_CLIENT},
-};
+use crds::{VirtualCluster, wellknown::LABEL_CLUSTER};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{
     Api, Client, ResourceExt,
     runtime::{
@@ -27,12 +24,9 @@ use crate::{
     Error, Result,
     identity::{TrustSet, Untrusted},
     metrics::Metrics,
-    settings::NodeScope,
+    settings::{CaBundle, NodeScope},
     tls,
 };
-
-/// The annotation `kubectl apply` leaves behind, which would hold a Secret's private key.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The caches vn-agent answers from.
 pub struct Caches {
@@ -40,6 +34,8 @@ pub struct Caches {
     nodes: NodeScope,
     pods: Vec<Store<Pod>>,
     trust: Arc<RwLock<Arc<TrustSet>>>,
+    /// The generation of the current trust set; bumped by every rebuild.
+    trust_generation: Arc<watch::Sender<u64>>,
     ready: watch::Receiver<Readiness>,
 }
 
@@ -62,7 +58,13 @@ impl std::fmt::Debug for Caches {
 
 impl Caches {
     /// Starts the watches; they run until `cancel`.
-    pub fn start(client: Client, nodes: NodeScope, metrics: Metrics, cancel: CancellationToken) -> Arc<Self> {
+    pub fn start(
+        client: Client,
+        nodes: NodeScope,
+        ca_bundle: &CaBundle,
+        metrics: Metrics,
+        cancel: CancellationToken,
+    ) -> Arc<Self> {
         let label = watcher::Config::default().labels(LABEL_CLUSTER);
         let pod_configs: Vec<(String, watcher::Config)> = match &nodes {
             NodeScope::All => vec![("all nodes".to_owned(), label)],
@@ -103,30 +105,32 @@ impl Caches {
             Some(changed.clone()),
             cancel.clone(),
         );
-        let (secret_store, secret_writer) = reflector::store();
-        let secrets = watcher(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().labels(&format!("{LABEL_KUBELET_CLIENT}=true")),
+        // Only the one ConfigMap: RBAC grants vn-agent that name alone.
+        let (bundle_store, bundle_writer) = reflector::store();
+        let bundle = watcher(
+            Api::<ConfigMap>::namespaced(client.clone(), &ca_bundle.namespace),
+            watcher::Config::default().fields(&format!("metadata.name={}", ca_bundle.name)),
         )
         .default_backoff()
-        .modify(keep_only_the_ca)
-        .reflect(secret_writer);
+        .modify(|config_map| config_map.managed_fields_mut().clear())
+        .reflect(bundle_writer);
         spawn_watch(
-            secrets,
-            "kubelet-client secrets",
-            String::new(),
+            bundle,
+            "kubelet-client CA bundle",
+            format!("{}/{}", ca_bundle.namespace, ca_bundle.name),
             Some(changed.clone()),
             cancel.clone(),
         );
 
         let trust = Arc::new(RwLock::new(Arc::new(TrustSet::empty())));
-        let (generation_tx, trust_generation) = watch::channel(0);
+        let trust_generation = Arc::new(watch::channel(0).0);
+        let generation_changes = trust_generation.subscribe();
         tokio::spawn(maintain_trust(
             vc_store,
-            secret_store,
+            bundle_store,
             changed,
             trust.clone(),
-            generation_tx,
+            trust_generation.clone(),
             metrics,
             cancel,
         ));
@@ -138,7 +142,7 @@ impl Caches {
                 for store in &stores {
                     store.wait_until_ready().await.map_err(|_| "pod")?;
                 }
-                let mut generation = trust_generation;
+                let mut generation = generation_changes;
                 generation.wait_for(|g| *g > 0).await.map_err(|_| "trust")?;
                 Ok::<_, &'static str>(())
             };
@@ -157,6 +161,7 @@ impl Caches {
             nodes,
             pods,
             trust,
+            trust_generation,
             ready,
         })
     }
@@ -176,6 +181,7 @@ impl Caches {
             nodes,
             pods: vec![store],
             trust: Arc::new(RwLock::new(Arc::new(trust))),
+            trust_generation: Arc::new(watch::channel(0).0),
             ready,
         })
     }
@@ -183,7 +189,9 @@ impl Caches {
     /// Replaces the trust set, as a rebuild does.
     #[cfg(test)]
     pub(crate) fn set_trust(&self, trust: TrustSet) {
+        let generation = trust.generation();
         *self.trust.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(trust);
+        self.trust_generation.send_replace(generation);
     }
 
     /// Waits until every cache is filled and the trust set was built once.
@@ -202,6 +210,11 @@ impl Caches {
     /// Whether requests can be answered (the caches are synced).
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow() == Readiness::Ready
+    }
+
+    /// Wakes on every rebuild of the trust set.
+    pub fn trust_changes(&self) -> watch::Receiver<u64> {
+        self.trust_generation.subscribe()
     }
 
     /// The current trust set.
@@ -244,17 +257,6 @@ impl Caches {
     }
 }
 
-/// Keeps only what vn-agent needs of a `kubelet-client` Secret: the CA certificate. The client key stays
-/// out of memory (and out of heap dumps).
-fn keep_only_the_ca(secret: &mut Secret) {
-    secret.managed_fields_mut().clear();
-    secret.annotations_mut().remove(LAST_APPLIED);
-    if let Some(data) = secret.data.as_mut() {
-        data.retain(|key, _| key == KUBELET_CLIENT_CA_KEY);
-    }
-    secret.string_data = None;
-}
-
 fn spawn_watch<K>(
     stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     what: &'static str,
@@ -294,15 +296,15 @@ fn spawn_watch<K>(
 
 async fn maintain_trust(
     virtual_clusters: Store<VirtualCluster>,
-    secrets: Store<Secret>,
+    bundle: Store<ConfigMap>,
     changed: Arc<Notify>,
     trust: Arc<RwLock<Arc<TrustSet>>>,
-    generation_tx: watch::Sender<u64>,
+    generation_tx: Arc<watch::Sender<u64>>,
     metrics: Metrics,
     cancel: CancellationToken,
 ) {
     let synced = async {
-        virtual_clusters.wait_until_ready().await.is_ok() && secrets.wait_until_ready().await.is_ok()
+        virtual_clusters.wait_until_ready().await.is_ok() && bundle.wait_until_ready().await.is_ok()
     };
     tokio::select! {
         _ = cancel.cancelled() => return,
@@ -315,28 +317,31 @@ async fn maintain_trust(
     loop {
         generation += 1;
         let vcs = virtual_clusters.state();
-        let all_secrets = secrets.state();
-        let (set, untrusted) = TrustSet::build(
-            generation,
-            vcs.iter().map(AsRef::as_ref),
-            all_secrets.iter().map(AsRef::as_ref),
-            &provider,
-        );
+        // No bundle (vc-manager has not written it yet): nobody is trusted.
+        let entries: Vec<(String, String)> = bundle
+            .state()
+            .first()
+            .and_then(|config_map| config_map.data.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let (set, untrusted) =
+            TrustSet::build(generation, vcs.iter().map(AsRef::as_ref), &entries, &provider);
         let now: BTreeSet<String> = set.tenant_keys().into_iter().map(str::to_owned).collect();
         for added in now.difference(&trusted) {
             tracing::info!(tenant = %added, "trusting tenant's kubelet-client CA");
         }
         for removed in trusted.difference(&now) {
-            tracing::info!(tenant = %removed, "no longer trusting tenant (VirtualCluster or Secret gone)");
+            tracing::info!(tenant = %removed, "no longer trusting tenant (VirtualCluster or its CA gone)");
         }
         for problem in untrusted.iter().filter(|u| !problems.contains(u)) {
-            tracing::warn!(secret = %problem.secret, reason = %problem.reason, "kubelet-client Secret not trusted");
+            tracing::warn!(entry = %problem.entry, reason = %problem.reason, "kubelet-client CA bundle entry not trusted");
         }
         metrics
             .trusted_tenants
             .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
         metrics
-            .untrusted_secrets
+            .untrusted_cas
             .set(i64::try_from(untrusted.len()).unwrap_or(i64::MAX));
         metrics.trust_rebuilds.inc();
         *trust.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
@@ -347,39 +352,5 @@ async fn maintain_trust(
             _ = cancel.cancelled() => return,
             _ = changed.notified() => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::ByteString;
-
-    use super::*;
-
-    #[test]
-    fn only_the_ca_of_a_kubelet_client_secret_is_kept() {
-        let mut secret = Secret {
-            data: Some(
-                [("ca.crt", "ca"), ("tls.crt", "cert"), ("tls.key", "private")]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            string_data: Some(
-                [("tls.key".to_owned(), "private".to_owned())]
-                    .into_iter()
-                    .collect(),
-            ),
-            ..Default::default()
-        };
-        secret
-            .annotations_mut()
-            .insert(LAST_APPLIED.into(), "{\"data\":{\"tls.key\":\"private\"}}".into());
-        secret.annotations_mut().insert("keep".into(), "me".into());
-        keep_only_the_ca(&mut secret);
-        let data = secret.data.expect("data");
-        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt"]);
-        assert!(secret.string_data.is_none());
-        assert_eq!(secret.metadata.annotations.expect("annotations").len(), 1);
     }
 }

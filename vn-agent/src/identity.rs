@@ -12,15 +12,7 @@ use std::{
     sync::Arc,
 };
 
-use crds::{
-    VirtualCluster,
-    naming::cluster_key,
-    wellknown::{
-        ANNOTATION_CLUSTER, ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID,
-        KUBELET_CLIENT_CA_KEY, SECRET_KUBELET_CLIENT,
-    },
-};
-use k8s_openapi::api::core::v1::Secret;
+use crds::{VirtualCluster, wellknown::KUBELET_CLIENT_CA_KEY};
 use kube::ResourceExt;
 use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
@@ -69,11 +61,11 @@ impl fmt::Debug for TrustSet {
     }
 }
 
-/// Why a `kubelet-client` Secret does not make its tenant trusted.
+/// Why an entry of the kubelet-client CA bundle does not make its tenant trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Untrusted {
-    /// `namespace/name` of the Secret.
-    pub secret: String,
+    /// The entry's key (a cluster key, if vc-manager wrote it).
+    pub entry: String,
     /// Why.
     pub reason: String,
 }
@@ -143,30 +135,29 @@ impl TrustSet {
         }
     }
 
-    /// Builds the set from the VirtualClusters and the `kubelet-client` Secrets in the caches. A Secret
-    /// counts only when it sits in its tenant's root namespace, its annotations name a VirtualCluster that
-    /// exists with that uid and is not being deleted, the cluster key computed from them is the namespace,
-    /// and its `ca.crt` holds certificates. Everything else is returned with the reason.
+    /// Builds the set from the VirtualClusters and the entries (cluster key, CA PEM) of the kubelet-client
+    /// CA bundle vc-manager keeps. An entry counts only while a VirtualCluster computes to its key (same
+    /// namespace, name and uid) and is not being deleted, and its CA is usable. Everything else is
+    /// returned with the reason.
     pub fn build<'a>(
         generation: u64,
         virtual_clusters: impl IntoIterator<Item = &'a VirtualCluster>,
-        secrets: impl IntoIterator<Item = &'a Secret>,
+        bundle: impl IntoIterator<Item = &'a (String, String)>,
         provider: &Arc<CryptoProvider>,
     ) -> (Self, Vec<Untrusted>) {
-        let live: BTreeMap<(String, String), &VirtualCluster> = virtual_clusters
+        let live: BTreeMap<String, &VirtualCluster> = virtual_clusters
             .into_iter()
-            .filter_map(|vc| Some(((vc.namespace()?, vc.name_any()), vc)))
+            .filter_map(|vc| Some((crds::naming::cluster_key_of(vc)?, vc)))
             .collect();
         let mut set = Self {
             generation,
             ..Self::empty()
         };
         let mut untrusted = Vec::new();
-        let mut secrets: Vec<&Secret> = secrets.into_iter().collect();
-        secrets.sort_by_key(|s| (s.namespace(), s.name_any()));
-        for secret in secrets {
-            let id = format!("{}/{}", secret.namespace().unwrap_or_default(), secret.name_any());
-            match trusted_tenant(secret, &live, provider) {
+        let mut entries: Vec<&(String, String)> = bundle.into_iter().collect();
+        entries.sort();
+        for (key, ca_pem) in entries {
+            match trusted_tenant(key, ca_pem.as_bytes(), &live, provider) {
                 Ok((tenant, names)) => {
                     let index = set.tenants.len();
                     for (subject, key_id) in names {
@@ -177,7 +168,10 @@ impl TrustSet {
                     }
                     set.tenants.push(tenant);
                 }
-                Err(reason) => untrusted.push(Untrusted { secret: id, reason }),
+                Err(reason) => untrusted.push(Untrusted {
+                    entry: key.clone(),
+                    reason,
+                }),
             }
         }
         (set, untrusted)
@@ -333,64 +327,31 @@ fn key_identifier(certificate: &X509Certificate<'_>, which: KeyId) -> Option<Vec
         })
 }
 
-fn annotation<'a>(secret: &'a Secret, key: &str) -> Result<&'a str, String> {
-    secret
-        .annotations()
-        .get(key)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("annotation {key} is missing"))
-}
-
 /// How a CA is looked up: its raw subject and, when it has one, its subject key identifier.
 type CaNames = (Vec<u8>, Option<Vec<u8>>);
 
 fn trusted_tenant(
-    secret: &Secret,
-    live: &BTreeMap<(String, String), &VirtualCluster>,
+    key: &str,
+    ca_pem: &[u8],
+    live: &BTreeMap<String, &VirtualCluster>,
     provider: &Arc<CryptoProvider>,
 ) -> Result<(TrustedTenant, Vec<CaNames>), String> {
-    if secret.name_any() != SECRET_KUBELET_CLIENT {
-        return Err(format!("only Secrets named {SECRET_KUBELET_CLIENT} are read"));
-    }
-    let namespace = secret.namespace().unwrap_or_default();
-    let key = annotation(secret, ANNOTATION_CLUSTER)?;
-    let vc_namespace = annotation(secret, ANNOTATION_VC_NAMESPACE)?;
-    let vc_name = annotation(secret, ANNOTATION_VC_NAME)?;
-    let vc_uid = annotation(secret, ANNOTATION_VC_UID)?;
-    if key != namespace {
-        return Err(format!(
-            "it names cluster {key} but lives in namespace {namespace}, not in that tenant's root namespace"
-        ));
-    }
-    let expected = cluster_key(vc_namespace, vc_uid, vc_name);
-    if expected != key {
-        return Err(format!(
-            "cluster {key} is not the cluster key {expected} of VirtualCluster {vc_namespace}/{vc_name} (uid {vc_uid})"
-        ));
-    }
-    let vc = live
-        .get(&(vc_namespace.to_owned(), vc_name.to_owned()))
-        .ok_or_else(|| format!("VirtualCluster {vc_namespace}/{vc_name} does not exist"))?;
-    if vc.uid().as_deref() != Some(vc_uid) {
-        return Err(format!(
-            "VirtualCluster {vc_namespace}/{vc_name} has uid {}, not {vc_uid} (it was recreated)",
-            vc.uid().unwrap_or_default()
-        ));
-    }
+    let vc = live.get(key).ok_or_else(|| {
+        format!("no VirtualCluster has cluster key {key} (it was deleted, or recreated with another uid)")
+    })?;
+    let (vc_namespace, vc_name, vc_uid) = (
+        vc.namespace().unwrap_or_default(),
+        vc.name_any(),
+        vc.uid().unwrap_or_default(),
+    );
     if vc.metadata.deletion_timestamp.is_some() {
         return Err(format!(
             "VirtualCluster {vc_namespace}/{vc_name} is being deleted"
         ));
     }
-    let ca_pem = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KUBELET_CLIENT_CA_KEY))
-        .ok_or_else(|| format!("data key {KUBELET_CLIENT_CA_KEY} is missing"))?;
     let mut roots = RootCertStore::empty();
     let mut subjects = Vec::new();
-    for cert in CertificateDer::pem_slice_iter(&ca_pem.0) {
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
         let cert = cert.map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} is not PEM: {e}"))?;
         let (_, parsed) = X509Certificate::from_der(cert.as_ref())
             .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} holds an unparsable certificate: {e}"))?;
@@ -412,9 +373,9 @@ fn trusted_tenant(
         TrustedTenant {
             tenant: Arc::new(Tenant {
                 cluster_key: key.to_owned(),
-                vc_namespace: vc_namespace.to_owned(),
-                vc_name: vc_name.to_owned(),
-                vc_uid: vc_uid.to_owned(),
+                vc_namespace,
+                vc_name,
+                vc_uid,
             }),
             verifier,
         },
@@ -500,13 +461,8 @@ impl ClientCertVerifier for RequestClientCertificate {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::BTreeMap;
 
-    use k8s_openapi::{
-        ByteString,
-        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
-        jiff::Timestamp,
-    };
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
         KeyUsagePurpose,
@@ -583,34 +539,9 @@ pub(crate) mod tests {
         vc
     }
 
-    pub(crate) fn kubelet_client_secret(vc: &VirtualCluster, ca_pem: &str) -> Secret {
-        let key = crds::naming::cluster_key_of(vc).expect("key");
-        let annotations: BTreeMap<String, String> = [
-            (ANNOTATION_CLUSTER, key.clone()),
-            (ANNOTATION_VC_NAME, vc.name_any()),
-            (ANNOTATION_VC_NAMESPACE, vc.namespace().unwrap_or_default()),
-            (ANNOTATION_VC_UID, vc.uid().unwrap_or_default()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        Secret {
-            metadata: ObjectMeta {
-                name: Some(SECRET_KUBELET_CLIENT.into()),
-                namespace: Some(key),
-                annotations: Some(annotations),
-                ..Default::default()
-            },
-            data: Some(
-                [(
-                    KUBELET_CLIENT_CA_KEY.to_owned(),
-                    ByteString(ca_pem.as_bytes().to_vec()),
-                )]
-                .into_iter()
-                .collect(),
-            ),
-            ..Default::default()
-        }
+    /// The CA bundle entry vc-manager writes for a VirtualCluster's kubelet-client CA.
+    pub(crate) fn bundle_entry(vc: &VirtualCluster, ca_pem: &str) -> (String, String) {
+        (crds::naming::cluster_key_of(vc).expect("key"), ca_pem.to_owned())
     }
 
     fn now() -> UnixTime {
@@ -640,10 +571,7 @@ pub(crate) mod tests {
     #[test]
     fn each_tenant_is_identified_by_its_own_ca_and_cluster_key() {
         let w = world();
-        let secrets = [
-            kubelet_client_secret(&w.a, &w.ca_a.pem),
-            kubelet_client_secret(&w.b, &w.ca_b.pem),
-        ];
+        let secrets = [bundle_entry(&w.a, &w.ca_a.pem), bundle_entry(&w.b, &w.ca_b.pem)];
         let (set, untrusted) = TrustSet::build(7, [&w.a, &w.b], &secrets, &provider());
         assert!(untrusted.is_empty(), "{untrusted:?}");
         assert_eq!(set.len(), 2);
@@ -663,10 +591,7 @@ pub(crate) mod tests {
     #[test]
     fn a_forged_common_name_is_forbidden() {
         let w = world();
-        let secrets = [
-            kubelet_client_secret(&w.a, &w.ca_a.pem),
-            kubelet_client_secret(&w.b, &w.ca_b.pem),
-        ];
+        let secrets = [bundle_entry(&w.a, &w.ca_a.pem), bundle_entry(&w.b, &w.ca_b.pem)];
         let (set, _) = TrustSet::build(1, [&w.a, &w.b], &secrets, &provider());
         // Signed by A's CA, claiming to be B.
         let failure = set
@@ -680,12 +605,7 @@ pub(crate) mod tests {
     #[test]
     fn unknown_cas_missing_and_wrong_usage_certificates_are_unauthorized() {
         let w = world();
-        let (set, _) = TrustSet::build(
-            1,
-            [&w.a],
-            &[kubelet_client_secret(&w.a, &w.ca_a.pem)],
-            &provider(),
-        );
+        let (set, _) = TrustSet::build(1, [&w.a], &[bundle_entry(&w.a, &w.ca_a.pem)], &provider());
         let stranger = TestCa::new("somebody else");
         let failure = set
             .authenticate(&[stranger.client(&key(&w.a))], now())
@@ -718,9 +638,9 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn only_live_tenants_in_their_root_namespace_are_trusted() {
+    fn only_entries_of_live_tenants_are_trusted() {
         let w = world();
-        let good = kubelet_client_secret(&w.a, &w.ca_a.pem);
+        let good = bundle_entry(&w.a, &w.ca_a.pem);
 
         let mut deleting = w.a.clone();
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
@@ -730,57 +650,19 @@ pub(crate) mod tests {
 
         let (set, untrusted) = TrustSet::build(1, [&w.b], [&good], &provider());
         assert!(set.is_empty());
-        assert!(untrusted[0].reason.contains("does not exist"), "{untrusted:?}");
+        assert!(untrusted[0].reason.contains("no VirtualCluster"), "{untrusted:?}");
 
+        // Recreated under the same name: another uid, another key; the old entry grants nothing.
         let recreated = virtual_cluster("team-a", "dev", "uid-a2");
         let (set, untrusted) = TrustSet::build(1, [&recreated], [&good], &provider());
         assert!(set.is_empty());
         assert!(untrusted[0].reason.contains("recreated"), "{untrusted:?}");
 
-        let mut elsewhere = good.clone();
-        elsewhere.metadata.namespace = Some("kube-system".into());
-        let (set, untrusted) = TrustSet::build(1, [&w.a], [&elsewhere], &provider());
+        let not_pem = (good.0.clone(), "not pem".to_owned());
+        let (set, untrusted) = TrustSet::build(1, [&w.a], [&not_pem], &provider());
         assert!(set.is_empty());
-        assert!(untrusted[0].reason.contains("root namespace"), "{untrusted:?}");
-
-        // Annotations claiming tenant B's key from A's root namespace.
-        let mut claims_b = good.clone();
-        claims_b
-            .annotations_mut()
-            .insert(ANNOTATION_VC_UID.into(), "uid-b".into());
-        let (set, untrusted) = TrustSet::build(1, [&w.a, &w.b], [&claims_b], &provider());
-        assert!(set.is_empty());
-        assert!(
-            untrusted[0].reason.contains("is not the cluster key"),
-            "{untrusted:?}"
-        );
-
-        let mut no_ca = good.clone();
-        no_ca.data = None;
-        let (_, untrusted) = TrustSet::build(1, [&w.a], [&no_ca], &provider());
-        assert!(untrusted[0].reason.contains("missing"), "{untrusted:?}");
-
-        let mut bad_ca = good.clone();
-        bad_ca.data = Some(
-            [(KUBELET_CLIENT_CA_KEY.to_owned(), ByteString(b"not pem".to_vec()))]
-                .into_iter()
-                .collect(),
-        );
-        let (_, untrusted) = TrustSet::build(1, [&w.a], [&bad_ca], &provider());
         assert!(untrusted[0].reason.contains("no certificate"), "{untrusted:?}");
-
-        let mut renamed = good.clone();
-        renamed.metadata.name = Some("other".into());
-        let (_, untrusted) = TrustSet::build(1, [&w.a], [&renamed], &provider());
-        assert!(
-            untrusted[0].reason.contains("only Secrets named"),
-            "{untrusted:?}"
-        );
-
-        let mut unannotated = good;
-        unannotated.annotations_mut().remove(ANNOTATION_CLUSTER);
-        let (_, untrusted) = TrustSet::build(1, [&w.a], [&unannotated], &provider());
-        assert!(untrusted[0].reason.contains(ANNOTATION_CLUSTER), "{untrusted:?}");
+        assert_eq!(untrusted[0].entry, good.0);
     }
 
     #[test]
@@ -789,10 +671,10 @@ pub(crate) mod tests {
             .map(|i| virtual_cluster("tenants", &format!("vc-{i}"), &format!("uid-{i}")))
             .collect();
         let cas: Vec<TestCa> = (0..20).map(|_| TestCa::new("kubelet-client-ca")).collect();
-        let secrets: Vec<Secret> = vcs
+        let secrets: Vec<(String, String)> = vcs
             .iter()
             .zip(&cas)
-            .map(|(vc, ca)| kubelet_client_secret(vc, &ca.pem))
+            .map(|(vc, ca)| bundle_entry(vc, &ca.pem))
             .collect();
         let (set, untrusted) = TrustSet::build(1, &vcs, &secrets, &provider());
         assert!(untrusted.is_empty());
@@ -825,10 +707,7 @@ pub(crate) mod tests {
     #[test]
     fn a_deleted_tenant_is_no_longer_trusted() {
         let w = world();
-        let secrets = [
-            kubelet_client_secret(&w.a, &w.ca_a.pem),
-            kubelet_client_secret(&w.b, &w.ca_b.pem),
-        ];
+        let secrets = [bundle_entry(&w.a, &w.ca_a.pem), bundle_entry(&w.b, &w.ca_b.pem)];
         let cert_b = w.ca_b.client(&key(&w.b));
         let (set, _) = TrustSet::build(1, [&w.a, &w.b], &secrets, &provider());
         assert!(set.authenticate(std::slice::from_ref(&cert_b), now()).is_ok());

@@ -79,7 +79,13 @@ impl Agent {
             addr: settings.listen_address,
             source,
         })?;
-        let caches = caches::Caches::start(client, settings.nodes.clone(), metrics.clone(), stopped.clone());
+        let caches = caches::Caches::start(
+            client,
+            settings.nodes.clone(),
+            &settings.ca_bundle,
+            metrics.clone(),
+            stopped.clone(),
+        );
         let ctx = Arc::new(proxy::Context {
             caches: caches.clone(),
             backend,

@@ -19,12 +19,28 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Metrics::register(&mut registry);
     let health = admin::Health::new();
     let admin_stop = tokio_util::sync::CancellationToken::new();
-    let admin_task = tokio::spawn(admin::serve(
-        args.admin_address,
-        Arc::new(registry),
-        health.clone(),
-        admin_stop.clone().cancelled_owned(),
-    ));
+    let registry = Arc::new(registry);
+    let admin_task = if args.metrics_address == args.admin_address {
+        tokio::spawn(admin::serve(
+            args.admin_address,
+            registry,
+            health.clone(),
+            admin_stop.clone().cancelled_owned(),
+        ))
+    } else {
+        // Probes reach the health routes; the metrics, which name tenants, only the loopback (by default).
+        let health_routes = admin::serve_routes(
+            args.admin_address,
+            admin::health_router(health.clone()),
+            admin_stop.clone().cancelled_owned(),
+        );
+        let metrics_routes = admin::serve_routes(
+            args.metrics_address,
+            admin::metrics_router(registry),
+            admin_stop.clone().cancelled_owned(),
+        );
+        tokio::spawn(async move { tokio::try_join!(health_routes, metrics_routes).map(|_| ()) })
+    };
 
     let agent = Agent::start(settings, client, metrics)
         .await

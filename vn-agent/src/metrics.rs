@@ -62,12 +62,14 @@ pub struct Metrics {
     pub streams_open: Family<VerbLabels, Gauge>,
     /// Bytes copied through upgraded streams.
     pub stream_bytes: Family<StreamLabels, Counter>,
+    /// Upgraded streams cut because their caller's certificate stopped being trusted.
+    pub streams_revoked: Family<VerbLabels, Counter>,
     /// Refused clients, by reason.
     pub auth_failures: Family<AuthFailureLabels, Counter>,
     /// Tenants whose kubelet-client CA is trusted now.
     pub trusted_tenants: Gauge,
-    /// `kubelet-client` Secrets that do not make a tenant trusted (see the logs for why).
-    pub untrusted_secrets: Gauge,
+    /// Entries of the kubelet-client CA bundle that do not make a tenant trusted (see the logs for why).
+    pub untrusted_cas: Gauge,
     /// Rebuilds of the trust set.
     pub trust_rebuilds: Counter,
 }
@@ -80,9 +82,10 @@ impl Default for Metrics {
             latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
             streams_open: Family::default(),
             stream_bytes: Family::default(),
+            streams_revoked: Family::default(),
             auth_failures: Family::default(),
             trusted_tenants: Gauge::default(),
-            untrusted_secrets: Gauge::default(),
+            untrusted_cas: Gauge::default(),
             trust_rebuilds: Counter::default(),
         }
     }
@@ -114,6 +117,11 @@ impl Metrics {
             metrics.streams_open.clone(),
         );
         registry.register(
+            "streams_revoked",
+            "Upgraded streams cut because their caller's certificate stopped being trusted",
+            metrics.streams_revoked.clone(),
+        );
+        registry.register(
             "stream_bytes",
             "Bytes copied through upgraded streams, by endpoint and direction",
             metrics.stream_bytes.clone(),
@@ -129,9 +137,9 @@ impl Metrics {
             metrics.trusted_tenants.clone(),
         );
         registry.register(
-            "untrusted_kubelet_client_secrets",
-            "kubelet-client Secrets that do not make a tenant trusted",
-            metrics.untrusted_secrets.clone(),
+            "untrusted_kubelet_client_cas",
+            "Entries of the kubelet-client CA bundle that do not make a tenant trusted",
+            metrics.untrusted_cas.clone(),
         );
         registry.register(
             "trust_rebuilds",

@@ -135,7 +135,7 @@ pub async fn handle(ctx: Arc<Context>, peer: Arc<Peer>, request: Request<Incomin
 
 async fn serve(
     ctx: &Context,
-    peer: &Peer,
+    peer: &Arc<Peer>,
     parsed: Result<KubeletRequest, RouteError>,
     request: Request<Incoming>,
 ) -> (Option<String>, Response<ProxyBody>) {
@@ -191,7 +191,7 @@ async fn serve(
             action,
             pod,
             container,
-        } => pod_request(ctx, &tenant, action, &pod, container.as_deref(), request).await,
+        } => pod_request(ctx, peer, &tenant, action, &pod, container.as_deref(), request).await,
         KubeletRequest::Pods => pods(ctx, &tenant).await,
         KubeletRequest::StatsSummary => stats_summary(ctx, &tenant, request.uri().query()).await,
         KubeletRequest::MetricsResource => resource_metrics(ctx, &tenant, request.uri().query()).await,
@@ -275,6 +275,7 @@ async fn resolve_pod(ctx: &Context, tenant: &Tenant, target: &PodTarget) -> Resu
 
 async fn pod_request<B: RequestBody>(
     ctx: &Context,
+    peer: &Arc<Peer>,
     tenant: &Tenant,
     action: Action,
     target: &PodTarget,
@@ -323,7 +324,7 @@ async fn pod_request<B: RequestBody>(
             )
         }
     };
-    forward(ctx, action.as_str(), request, path_and_query).await
+    forward(ctx, peer, tenant, action.as_str(), request, path_and_query).await
 }
 
 /// Request headers passed to the backend. Credentials, impersonation and proxy headers never are.
@@ -413,9 +414,12 @@ async fn read_body<B: RequestBody>(body: B, limit: usize) -> Result<Bytes, Failu
         .map_err(|error| Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {error}")).into())
 }
 
-/// Sends the request on to the backend and streams the answer back; an upgrade is spliced.
+/// Sends the request on to the backend and streams the answer back; an upgrade is spliced, for as long as
+/// the caller's certificate stays trusted.
 async fn forward<B: RequestBody>(
     ctx: &Context,
+    peer: &Arc<Peer>,
+    tenant: &Tenant,
     verb: &'static str,
     mut request: Request<B>,
     path_and_query: String,
@@ -443,7 +447,8 @@ async fn forward<B: RequestBody>(
             response.headers_mut().append(name.clone(), value.clone());
         }
         let metrics = ctx.metrics.clone();
-        let cut = ctx.cut_streams.clone();
+        let cut = ctx.cut_streams.child_token();
+        let (caches, peer, tenant_key) = (ctx.caches.clone(), peer.clone(), tenant.cluster_key.clone());
         ctx.streams.spawn(async move {
             let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
                 Ok(pair) => pair,
@@ -452,7 +457,17 @@ async fn forward<B: RequestBody>(
                     return;
                 }
             };
-            splice(TokioIo::new(client), TokioIo::new(backend), verb, &metrics, cut).await;
+            let spliced = splice(TokioIo::new(client), TokioIo::new(backend), verb, &metrics, cut.clone());
+            tokio::pin!(spliced);
+            tokio::select! {
+                () = &mut spliced => {}
+                () = revoked(&caches, &peer, &tenant_key) => {
+                    tracing::info!(verb, tenant = %tenant_key, peer = %peer.addr, "the caller's certificate is no longer trusted (its VirtualCluster is gone or its kubelet-client CA was replaced); cutting its open stream");
+                    metrics.streams_revoked.get_or_create(&VerbLabels { verb }).inc();
+                    cut.cancel();
+                    spliced.await;
+                }
+            }
         });
         return Ok(response);
     }
@@ -466,6 +481,22 @@ async fn forward<B: RequestBody>(
     }
     *response.body_mut() = backend_response.into_body();
     Ok(response)
+}
+
+/// Resolves once `peer`'s certificate no longer authenticates tenant `tenant_key`: checked again on every
+/// rebuild of the trust set (a VirtualCluster deleted, a kubelet-client CA replaced or removed).
+async fn revoked(caches: &Caches, peer: &Peer, tenant_key: &str) {
+    let mut changes = caches.trust_changes();
+    loop {
+        match peer.authenticate(caches) {
+            Ok(tenant) if tenant.cluster_key == tenant_key => {}
+            _ => return,
+        }
+        if changes.changed().await.is_err() {
+            // The trust set is never rebuilt again (shutdown): the stream ends with the agent.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Copies bytes as they come, flushing every chunk, and counts them.
@@ -670,7 +701,7 @@ mod tests {
     use crate::{
         identity::{
             TrustSet,
-            tests::{TestCa, kubelet_client_secret, provider, virtual_cluster},
+            tests::{TestCa, bundle_entry, provider, virtual_cluster},
         },
         settings::NodeScope,
         translate::tests::super_pod,
@@ -855,6 +886,7 @@ mod tests {
         let response = handled(
             within_a_second(pod_request(
                 &ctx,
+                &Arc::new(Peer::new("127.0.0.1:1".parse().expect("addr"), Vec::new())),
                 &tenant(A),
                 Action::Exec,
                 &target,
@@ -916,10 +948,7 @@ mod tests {
             virtual_cluster("team-b", "dev", "uid-b"),
         );
         let (ca_a, ca_b) = (TestCa::new("a"), TestCa::new("b"));
-        let secrets = [
-            kubelet_client_secret(&vc_a, &ca_a.pem),
-            kubelet_client_secret(&vc_b, &ca_b.pem),
-        ];
+        let secrets = [bundle_entry(&vc_a, &ca_a.pem), bundle_entry(&vc_b, &ca_b.pem)];
         let key_b = crds::naming::cluster_key_of(&vc_b).expect("key");
         let (both, _) = TrustSet::build(1, [&vc_a, &vc_b], &secrets, &provider());
         let (only_a, _) = TrustSet::build(2, [&vc_a], &secrets, &provider());
@@ -931,6 +960,49 @@ mod tests {
         assert!(peer.authenticate(&caches).is_ok(), "cached");
         caches.set_trust(only_a);
         assert!(peer.authenticate(&caches).is_err(), "B was deleted");
+    }
+
+    /// An open stream's caller is checked again on every rebuild: a rebuild that still trusts it changes
+    /// nothing; a replaced CA, or a deleted VirtualCluster, ends it.
+    #[tokio::test]
+    async fn an_open_stream_ends_when_its_tenant_is_deleted_or_its_ca_replaced() {
+        let vc = virtual_cluster("team-a", "dev", "uid-a");
+        let key = crds::naming::cluster_key_of(&vc).expect("key");
+        let (old_ca, new_ca) = (TestCa::new("a"), TestCa::new("a"));
+        let trusting = |generation, ca: &TestCa| {
+            TrustSet::build(generation, [&vc], &[bundle_entry(&vc, &ca.pem)], &provider()).0
+        };
+        let (mock, _handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
+        let caches = Caches::filled(
+            kube::Client::new(mock, "default"),
+            NodeScope::All,
+            Vec::new(),
+            trusting(1, &old_ca),
+        );
+        let open = Duration::from_millis(100);
+        let old_peer = Peer::new("127.0.0.1:1".parse().expect("addr"), vec![old_ca.client(&key)]);
+        let mut stream = std::pin::pin!(revoked(&caches, &old_peer, &key));
+        assert!(
+            tokio::time::timeout(open, stream.as_mut()).await.is_err(),
+            "trusted: open"
+        );
+        caches.set_trust(trusting(2, &old_ca));
+        assert!(
+            tokio::time::timeout(open, stream.as_mut()).await.is_err(),
+            "a rebuild with the same CA: open"
+        );
+        caches.set_trust(trusting(3, &new_ca));
+        within_a_second(stream).await;
+
+        let new_peer = Peer::new("127.0.0.1:2".parse().expect("addr"), vec![new_ca.client(&key)]);
+        let mut stream = std::pin::pin!(revoked(&caches, &new_peer, &key));
+        assert!(
+            tokio::time::timeout(open, stream.as_mut()).await.is_err(),
+            "the new CA's certificate: open"
+        );
+        let (nobody, _) = TrustSet::build(4, [], &[bundle_entry(&vc, &new_ca.pem)], &provider());
+        caches.set_trust(nobody);
+        within_a_second(stream).await;
     }
 
     #[test]

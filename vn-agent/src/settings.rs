@@ -17,9 +17,14 @@ pub struct Args {
     /// Address of the kubelet API that tenant apiservers call (vNodes advertise its port).
     #[arg(long, env = "VN_AGENT_LISTEN_ADDRESS", default_value_t = default_listen_address())]
     pub listen_address: SocketAddr,
-    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    /// Address of `/healthz` and `/readyz` (and of `/metrics` when `--metrics-address` is the same).
     #[arg(long, env = "VN_AGENT_ADMIN_ADDRESS", default_value = "0.0.0.0:10551")]
     pub admin_address: SocketAddr,
+    /// Address of `/metrics`. Loopback by default: the metrics name tenants and count their requests, and
+    /// with the host network an address of the node is open to every pod on it. The same address as
+    /// `--admin-address` serves them there.
+    #[arg(long, env = "VN_AGENT_METRICS_ADDRESS", default_value = "127.0.0.1:10552")]
+    pub metrics_address: SocketAddr,
     /// Serving certificate (PEM, may include intermediates). Without it, a self-signed one is generated at
     /// start. Reloaded when the file changes.
     #[arg(long, requires = "tls_private_key_file")]
@@ -61,6 +66,11 @@ pub struct Args {
     /// Seconds to let open requests and streams finish after SIGTERM before they are cut.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_period_seconds: u64,
+    /// The ConfigMap (`namespace/name`) vc-manager keeps every tenant's public kubelet-client CA in (its
+    /// `--kubelet-client-ca-bundle`). vn-agent reads only this ConfigMap to know the tenants' CAs, never a
+    /// Secret.
+    #[arg(long, env = "VN_AGENT_KUBELET_CLIENT_CA_BUNDLE")]
+    pub kubelet_client_ca_bundle: Option<String>,
     /// Log format.
     #[arg(long, value_enum, env = "LOG_FORMAT", default_value_t)]
     pub log_format: LogFormat,
@@ -147,6 +157,16 @@ pub enum BackendSettings {
     SuperApiserver,
 }
 
+/// The ConfigMap of tenants' kubelet-client CAs (keys: cluster keys; values: PEM), see
+/// `crds::kubelet_client`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaBundle {
+    /// Namespace (the platform's).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
 /// Everything the proxy needs, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -160,6 +180,8 @@ pub struct Settings {
     pub backend: BackendSettings,
     /// How long open requests and streams may run on after shutdown begins.
     pub shutdown_grace_period: Duration,
+    /// Where the tenants' kubelet-client CAs are.
+    pub ca_bundle: CaBundle,
 }
 
 impl Args {
@@ -242,12 +264,31 @@ impl Args {
                 })
             }
         };
+        let ca_bundle = match self
+            .kubelet_client_ca_bundle
+            .as_deref()
+            .map(str::trim)
+            .and_then(|r| r.split_once('/'))
+        {
+            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+                CaBundle {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                }
+            }
+            _ => {
+                return Err(Error::Settings(
+                    "--kubelet-client-ca-bundle must name the ConfigMap (namespace/name) vc-manager keeps the tenants' kubelet-client CAs in (its own --kubelet-client-ca-bundle)".into(),
+                ));
+            }
+        };
         Ok(Settings {
             listen_address: self.listen_address,
             serving_certificate,
             nodes,
             backend,
             shutdown_grace_period: Duration::from_secs(self.shutdown_grace_period_seconds),
+            ca_bundle,
         })
     }
 }
@@ -259,7 +300,48 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> std::result::Result<Args, clap::Error> {
-        Args::try_parse_from(std::iter::once("vn-agent").chain(args.iter().copied()))
+        Args::try_parse_from(
+            [
+                "vn-agent",
+                "--kubelet-client-ca-bundle",
+                "platform/kubelet-client-cas",
+            ]
+            .into_iter()
+            .chain(args.iter().copied()),
+        )
+    }
+
+    #[test]
+    fn the_ca_bundle_is_a_namespaced_config_map() {
+        let settings = parse(&["--node-name", "node-1"])
+            .expect("args")
+            .settings()
+            .expect("settings");
+        assert_eq!(
+            settings.ca_bundle,
+            CaBundle {
+                namespace: "platform".into(),
+                name: "kubelet-client-cas".into()
+            }
+        );
+        for wrong in ["kubelet-client-cas", "/x", "a/", "a/b/c"] {
+            let error = Args::try_parse_from([
+                "vn-agent",
+                "--node-name",
+                "node-1",
+                "--kubelet-client-ca-bundle",
+                wrong,
+            ])
+            .expect("args")
+            .settings()
+            .expect_err(wrong);
+            assert!(
+                error.to_string().contains("--kubelet-client-ca-bundle"),
+                "{error}"
+            );
+        }
+        let missing = Args::try_parse_from(["vn-agent", "--node-name", "node-1"]).expect("args");
+        assert!(missing.settings().is_err(), "no bundle, no tenants to trust");
     }
 
     #[test]
@@ -280,6 +362,10 @@ mod tests {
         assert_eq!(settings.shutdown_grace_period, Duration::from_secs(20));
         let args = parse(&["--node-name", "node-1"]).expect("args");
         assert_ne!(args.admin_address.port(), args.listen_address.port());
+        assert!(
+            args.metrics_address.ip().is_loopback(),
+            "metrics stay on the node's loopback"
+        );
     }
 
     #[test]

@@ -159,3 +159,8 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The ConfigMap vc-manager keeps the tenants' public kubelet-client CAs in and vn-agent reads (vn-agent then reads no Secret). */}}
+{{- define "virtualcluster.caBundleName" -}}
+{{ include "virtualcluster.fullname" . }}-kubelet-client-cas
+{{- end }}

@@ -259,8 +259,10 @@ fn authentication(tenants: usize) -> Res<()> {
         .zip(&cas)
         .map(|(vc, ca)| kubelet_client_secret(vc, ca))
         .collect::<Res<_>>()?;
+    let (entries, _) = vc_manager::ca_bundle::entries(&secrets);
+    let entries: Vec<(String, String)> = entries.into_iter().collect();
     let started = Instant::now();
-    let (set, untrusted) = TrustSet::build(1, &vcs, &secrets, &provider);
+    let (set, untrusted) = TrustSet::build(1, &vcs, &entries, &provider);
     let build = started.elapsed();
     ensure!(
         untrusted.is_empty() && set.len() == tenants,
@@ -332,8 +334,18 @@ async fn main() -> Res<()> {
     let key = cluster_key_of(&vc).ok_or("key")?;
     ensure_namespace(&client, &key).await?;
     let tenant_ca = CertificateAuthority::new("kubelet-client-ca")?;
+    let secret = kubelet_client_secret(&vc, &tenant_ca)?;
     Api::<Secret>::namespaced(client.clone(), &key)
-        .create(&PostParams::default(), &kubelet_client_secret(&vc, &tenant_ca)?)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    // vc-manager's part: the CA bundle vn-agent reads.
+    let bundle_ref: vc_manager::ca_bundle::BundleRef = "default/kubelet-client-cas".parse()?;
+    let (entries, _) = vc_manager::ca_bundle::entries([&secret]);
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &bundle_ref.namespace)
+        .create(
+            &PostParams::default(),
+            &vc_manager::ca_bundle::bundle(&bundle_ref, entries),
+        )
         .await?;
     let tenant_identity = tenant_ca.issue(&key, &[], &[], Usage::Client)?;
     let super_ns = super_namespace(&key, "team");
@@ -392,6 +404,10 @@ async fn main() -> Res<()> {
                 ),
             }),
             shutdown_grace_period: Duration::from_secs(1),
+            ca_bundle: vn_agent::settings::CaBundle {
+                namespace: bundle_ref.namespace.clone(),
+                name: bundle_ref.name.clone(),
+            },
         },
         client.clone(),
         Metrics::default(),

@@ -151,6 +151,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         quota: Arc::new(Quota::new(queues.down.clone(), metrics.clone())),
         queues,
         metrics,
+        events: Default::default(),
     };
     (ctx, writers)
 }
