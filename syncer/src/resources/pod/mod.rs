@@ -2,6 +2,7 @@
 //! fields, tokens, and deletion in both directions.
 
 pub mod convert;
+pub mod policy;
 pub mod token;
 
 use std::time::Duration;
@@ -17,7 +18,7 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::{Outcome, apply, delete, namespace};
+use super::{Outcome, apply, delete, namespace, public};
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
@@ -27,6 +28,9 @@ use crate::{
     tenant::Tenant,
 };
 use convert::{Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed};
+
+/// Reason of the event on a tenant pod the pod policy refuses.
+pub const REASON_POLICY_VIOLATION: &str = "PodPolicyViolation";
 
 /// Reason on the tenant pod's PodScheduled condition while its quota holds it back.
 pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
@@ -93,6 +97,12 @@ fn convert(
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
     let token_secret = token::secret_name(&pod.name_any());
+    let published_priority_class = |name: &str| {
+        ctx.supers
+            .priority_classes
+            .get(&ObjectRef::new(name))
+            .is_some_and(|class| public::is_published(class.meta()))
+    };
     let cx = PodConversion {
         identity: &tenant.identity,
         opaque_prefixes: &opaque,
@@ -100,6 +110,8 @@ fn convert(
         cluster_domain: &settings.cluster_domain,
         runtime_class_name: settings.runtime_class_name.as_deref(),
         pod_policy: &settings.pod_policy,
+        platform_policy: &ctx.config.pod_policy,
+        published_priority_class: &published_priority_class,
         endpoints,
         ndots: ctx.config.dns_ndots,
         token_secret: &token_secret,
@@ -302,7 +314,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
         Err(refusal) => {
             let reason = match refusal {
                 Refusal::NodeNameSet(_) => "NotSupported",
-                Refusal::HostAccess(_) => "PodPolicyViolation",
+                Refusal::Policy(_) => REASON_POLICY_VIOLATION,
             };
             events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
