@@ -105,7 +105,12 @@ pub struct SyncerArgs {
     #[arg(long, env = "POD_GRANTABLE_NODE_LABELS", value_delimiter = ',')]
     pub pod_grantable_node_labels: Vec<String>,
     /// Schedulers tenant pods may name in `schedulerName`.
-    #[arg(long, env = "POD_ALLOWED_SCHEDULERS", value_delimiter = ',', default_value = "default-scheduler")]
+    #[arg(
+        long,
+        env = "POD_ALLOWED_SCHEDULERS",
+        value_delimiter = ',',
+        default_value = "default-scheduler"
+    )]
     pub pod_allowed_schedulers: Vec<String>,
     /// Linux capabilities every tenant's containers may add (default: those Pod Security `baseline`
     /// allows). A VirtualCluster's `podPolicy.capabilities` adds more.

@@ -1,4 +1,4 @@
-//! Per-tenant aggregate quota on super pods.
+//! Per-tenant aggregate quota on super pods, Services and PersistentVolumeClaims.
 //!
 //! The ledger follows super pods from the cache and reserves a pod's resources at admission, so that
 //! workers creating pods at the same time cannot overshoot. A pod that does not fit waits; it is queued
@@ -11,7 +11,10 @@ use std::{
 };
 
 use crds::{TenantQuota, quantity::parse_quantity};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::{
+    api::core::v1::{PersistentVolumeClaimSpec, Pod, ServiceSpec},
+    apimachinery::pkg::api::resource::Quantity,
+};
 use kube::{Resource, ResourceExt};
 
 use crate::{
@@ -105,6 +108,129 @@ fn fits(ledger: &Ledger, quota: Option<&TenantQuota>, usage: Usage) -> Result<()
     Ok(())
 }
 
+/// What a Service or PersistentVolumeClaim counts against the object quotas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectUsage {
+    /// Services.
+    pub services: i64,
+    /// Node ports of NodePort and LoadBalancer Services.
+    pub node_ports: i64,
+    /// LoadBalancer Services.
+    pub load_balancers: i64,
+    /// PersistentVolumeClaims.
+    pub claims: i64,
+    /// Storage requested by claims, bytes.
+    pub storage: i64,
+}
+
+impl ObjectUsage {
+    fn dimensions(&self) -> [i64; 5] {
+        [
+            self.services,
+            self.node_ports,
+            self.load_balancers,
+            self.claims,
+            self.storage,
+        ]
+    }
+
+    fn add(&mut self, other: &Self, sign: i64) {
+        self.services += sign * other.services;
+        self.node_ports += sign * other.node_ports;
+        self.load_balancers += sign * other.load_balancers;
+        self.claims += sign * other.claims;
+        self.storage += sign * other.storage;
+    }
+}
+
+/// What a super Service counts: one Service, its node ports (as ResourceQuota counts
+/// `services.nodeports`), and one load balancer when it is one.
+pub fn service_usage(spec: Option<&ServiceSpec>) -> ObjectUsage {
+    let node_ports = match crate::resources::kinds::needs_node_ports(spec) {
+        true => spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len() as i64),
+        false => 0,
+    };
+    ObjectUsage {
+        services: 1,
+        node_ports,
+        load_balancers: i64::from(spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")),
+        ..Default::default()
+    }
+}
+
+/// What a super PersistentVolumeClaim counts: one claim and the storage it requests.
+pub fn claim_usage(spec: Option<&PersistentVolumeClaimSpec>) -> ObjectUsage {
+    let storage = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .and_then(|q| parse_quantity(&q.0, 1.0))
+        .unwrap_or(0);
+    ObjectUsage {
+        claims: 1,
+        storage,
+        ..Default::default()
+    }
+}
+
+/// The object-count limits of a tenant's quota; `None` for unlimited dimensions.
+fn object_limits(quota: &TenantQuota) -> [(&'static str, Option<i64>); 5] {
+    let parse = |q: &Option<Quantity>| q.as_ref().and_then(|q| parse_quantity(&q.0, 1.0));
+    [
+        ("services", parse(&quota.services)),
+        ("services.nodeports", parse(&quota.services_node_ports)),
+        ("services.loadbalancers", parse(&quota.services_load_balancers)),
+        ("persistentvolumeclaims", parse(&quota.persistentvolumeclaims)),
+        ("requests.storage", parse(&quota.requests_storage)),
+    ]
+}
+
+/// The quota dimensions a pod must state for every container: a container that leaves one out would not
+/// count against it (the same rule as a ResourceQuota's). `(resource, container kind and name)` pairs.
+pub fn unstated_resources(quota: Option<&TenantQuota>, pod: &Pod) -> Vec<String> {
+    let Some(quota) = quota else {
+        return Vec::new();
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let required: Vec<(&str, &str, &str)> = [
+        (quota.requests_cpu.is_some(), "requests.cpu", "requests", "cpu"),
+        (
+            quota.requests_memory.is_some(),
+            "requests.memory",
+            "requests",
+            "memory",
+        ),
+        (quota.limits_cpu.is_some(), "limits.cpu", "limits", "cpu"),
+        (quota.limits_memory.is_some(), "limits.memory", "limits", "memory"),
+    ]
+    .into_iter()
+    .filter(|(set, ..)| *set)
+    .map(|(_, name, side, resource)| (name, side, resource))
+    .collect();
+    let containers = spec.containers.iter().map(|c| ("container", c)).chain(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .map(|c| ("init container", c)),
+    );
+    let mut missing = Vec::new();
+    for (kind, container) in containers {
+        for (name, side, resource) in &required {
+            let resources = container.resources.as_ref();
+            let values = match *side {
+                "requests" => resources.and_then(|r| r.requests.as_ref()),
+                _ => resources.and_then(|r| r.limits.as_ref()),
+            };
+            if !values.is_some_and(|v| v.contains_key(*resource)) {
+                missing.push(format!("{name} of {kind} {:?}", container.name));
+            }
+        }
+    }
+    missing
+}
+
 #[derive(Default)]
 struct Ledger {
     label: String,
@@ -112,6 +238,21 @@ struct Ledger {
     reserved: HashMap<(String, String), Usage>,
     used: Usage,
     waiting: HashSet<(String, String)>,
+    objects: HashMap<DownItem, ObjectUsage>,
+    reserved_objects: HashMap<DownItem, ObjectUsage>,
+    used_objects: ObjectUsage,
+    waiting_objects: HashSet<DownItem>,
+}
+
+impl Ledger {
+    /// What an object counts now: seen in the super cluster, or reserved on its way there.
+    fn counted(&self, item: &DownItem) -> ObjectUsage {
+        self.reserved_objects
+            .get(item)
+            .or_else(|| self.objects.get(item))
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 /// Every tenant's usage.
@@ -242,15 +383,23 @@ impl Quota {
     /// Queues every pod of a tenant that waits for quota, to be admitted again: its quota changed, or the
     /// patrol looks. Pods stay marked as waiting until they are admitted. Returns how many were queued.
     pub fn requeue_waiting(&self, tenant: &TenantId) -> usize {
-        let waiting: Vec<(String, String)> = self
+        let (waiting, objects): (Vec<(String, String)>, Vec<DownItem>) = self
             .lock()
             .get(tenant)
-            .map(|l| l.waiting.iter().cloned().collect())
+            .map(|l| {
+                (
+                    l.waiting.iter().cloned().collect(),
+                    l.waiting_objects.iter().cloned().collect(),
+                )
+            })
             .unwrap_or_default();
         for (namespace, name) in &waiting {
             self.down.add(tenant, DownItem::new(Kind::Pod, namespace, name));
         }
-        waiting.len()
+        for item in &objects {
+            self.down.add(tenant, item.clone());
+        }
+        waiting.len() + objects.len()
     }
 
     /// Counts a tenant's super pods again from the cache (when the tenant is attached again after its
@@ -261,6 +410,111 @@ impl Quota {
                 self.observe(pod, Change::Applied);
             }
         }
+    }
+
+    /// Follows a super Service or PersistentVolumeClaim from the cache (`usage` `None`: it is gone).
+    pub fn observe_object(&self, meta: &kube::api::ObjectMeta, kind: Kind, usage: Option<ObjectUsage>) {
+        let (Some(cluster), Some(namespace), Some(name)) = (
+            identity::owner_cluster(meta),
+            identity::tenant_namespace(meta),
+            meta.name.as_deref(),
+        ) else {
+            return;
+        };
+        let tenant: TenantId = Arc::from(cluster);
+        let item = DownItem::new(kind, namespace, name);
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        let before = ledger.counted(&item);
+        if let Some(reserved) = ledger.reserved_objects.remove(&item) {
+            ledger.used_objects.add(&reserved, -1);
+        }
+        if let Some(previous) = ledger.objects.remove(&item) {
+            ledger.used_objects.add(&previous, -1);
+        }
+        if let Some(usage) = usage {
+            ledger.used_objects.add(&usage, 1);
+            ledger.objects.insert(item, usage);
+        }
+        let after = usage.unwrap_or_default();
+        let freed = before
+            .dimensions()
+            .iter()
+            .zip(after.dimensions())
+            .any(|(b, a)| a < *b);
+        let waiting: Vec<DownItem> = match freed {
+            true => ledger.waiting_objects.drain().collect(),
+            false => Vec::new(),
+        };
+        drop(tenants);
+        for item in waiting {
+            self.down.add(&tenant, item);
+        }
+    }
+
+    /// Admits a Service or PersistentVolumeClaim about to be created or changed to `usage`: reserves it,
+    /// or says which object quota it would exceed (and remembers it, to queue it again when usage drops).
+    /// Only dimensions that grow are checked, so an object already counted can always shrink or stay.
+    pub fn admit_object(
+        &self,
+        tenant: &TenantId,
+        quota: Option<&TenantQuota>,
+        item: &DownItem,
+        usage: ObjectUsage,
+    ) -> Result<(), Exceeded> {
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        let counted = ledger.counted(item);
+        if let Some(quota) = quota {
+            let used = ledger.used_objects.dimensions();
+            let (before, after) = (counted.dimensions(), usage.dimensions());
+            for (i, (resource, limit)) in object_limits(quota).into_iter().enumerate() {
+                let grows = after[i] > before[i];
+                if let Some(limit) = limit
+                    && grows
+                    && used[i] - before[i] + after[i] > limit
+                {
+                    ledger.waiting_objects.insert(item.clone());
+                    return Err(Exceeded {
+                        resource,
+                        used: used[i] - before[i],
+                        requested: after[i],
+                        limit,
+                    });
+                }
+            }
+        }
+        ledger.waiting_objects.remove(item);
+        if let Some(previous) = ledger.reserved_objects.remove(item) {
+            ledger.used_objects.add(&previous, -1);
+        } else if let Some(previous) = ledger.objects.get(item) {
+            // The seen usage stays counted until the cache shows the change; the reservation replaces it.
+            ledger.used_objects.add(previous, -1);
+        }
+        ledger.used_objects.add(&usage, 1);
+        ledger.reserved_objects.insert(item.clone(), usage);
+        Ok(())
+    }
+
+    /// Drops the reservation of an object that was not written: it counts as the cache shows it again.
+    pub fn release_object(&self, tenant: &TenantId, item: &DownItem) {
+        let mut tenants = self.lock();
+        if let Some(ledger) = tenants.get_mut(tenant)
+            && let Some(reserved) = ledger.reserved_objects.remove(item)
+        {
+            ledger.used_objects.add(&reserved, -1);
+            if let Some(seen) = ledger.objects.get(item) {
+                ledger.used_objects.add(seen, 1);
+            }
+        }
+    }
+
+    /// A tenant's object usage, reservations included.
+    pub fn used_objects(&self, tenant: &TenantId) -> ObjectUsage {
+        self.lock()
+            .get(tenant)
+            .map(|l| l.used_objects)
+            .unwrap_or_default()
     }
 
     /// Drops a reservation whose pod was not created.

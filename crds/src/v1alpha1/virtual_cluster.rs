@@ -192,11 +192,19 @@ pub struct TenantQuota {
     #[schemars(schema_with = "schema::quantity")]
     pub services: Option<Quantity>,
     /// Maximum number of node ports the tenant's NodePort and LoadBalancer Services hold.
-    #[serde(rename = "services.nodeports", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "services.nodeports",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(schema_with = "schema::quantity")]
     pub services_node_ports: Option<Quantity>,
     /// Maximum number of tenant LoadBalancer Services.
-    #[serde(rename = "services.loadbalancers", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "services.loadbalancers",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(schema_with = "schema::quantity")]
     pub services_load_balancers: Option<Quantity>,
     /// Maximum number of tenant PersistentVolumeClaims.

@@ -1,6 +1,6 @@
 //! Conversions of the namespaced kinds copied down with little change.
 
-use crds::wellknown::ANNOTATION_TENANT_CLUSTER_IP;
+use crds::wellknown::{ANNOTATION_TENANT_CLUSTER_IP, LABEL_SUPER_PUBLIC};
 use k8s_openapi::{
     api::{
         core::v1::{
@@ -213,6 +213,10 @@ impl Downward for Service {
         })
     }
 
+    fn quota_usage(super_object: &Self) -> Option<crate::quota::ObjectUsage> {
+        Some(crate::quota::service_usage(super_object.spec.as_ref()))
+    }
+
     fn with_creation_hints(tenant: &Self, desired: &Self) -> Option<Self> {
         let spec = tenant.spec.as_ref();
         if !needs_node_ports(spec) {
@@ -370,9 +374,16 @@ impl Downward for PersistentVolumeClaim {
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
         let spec = tenant.spec.clone().unwrap_or_default();
+        // A claim without a class gets the published default one by name, never whatever default the
+        // super cluster has (which may be a class the platform keeps to itself).
+        let storage_class_name = spec
+            .storage_class_name
+            .clone()
+            .or_else(|| published_default_class(cx.supers));
         // Binding happens in the super cluster: the tenant's volume name refers to a tenant PV.
         let spec = PersistentVolumeClaimSpec {
             volume_name: None,
+            storage_class_name,
             ..spec
         };
         Ok(Some(PersistentVolumeClaim {
@@ -380,6 +391,32 @@ impl Downward for PersistentVolumeClaim {
             spec: Some(spec),
             status: None,
         }))
+    }
+
+    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        let class = tenant.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
+        let why = match class {
+            Some("") => {
+                "storageClassName \"\" binds pre-made volumes without a class, which belong to the platform"
+                    .to_owned()
+            }
+            Some(class) if !is_published_class(cx.supers, class) => format!(
+                "StorageClass {class:?} is not published to tenants (label {LABEL_SUPER_PUBLIC}=true)"
+            ),
+            Some(_) => return None,
+            None if published_default_class(cx.supers).is_some() => return None,
+            None => format!(
+                "the claim names no StorageClass and no published StorageClass (label {LABEL_SUPER_PUBLIC}=true) is the default"
+            ),
+        };
+        Some((
+            REASON_STORAGE_CLASS_NOT_PUBLISHED,
+            format!("{why}; the claim is not synced (use a StorageClass this cluster lists)"),
+        ))
+    }
+
+    fn quota_usage(super_object: &Self) -> Option<crate::quota::ObjectUsage> {
+        Some(crate::quota::claim_usage(super_object.spec.as_ref()))
     }
 
     fn view(object: &Self) -> Value {
@@ -391,6 +428,43 @@ impl Downward for PersistentVolumeClaim {
             "volumeMode": spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
             "selector": spec.selector,
         })
+    }
+}
+
+/// Reason of the event on a tenant claim whose StorageClass is not published.
+pub const REASON_STORAGE_CLASS_NOT_PUBLISHED: &str = "StorageClassNotPublished";
+
+/// Annotation marking a StorageClass as the default.
+const ANNOTATION_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+fn is_published_class(supers: &SuperStores, name: &str) -> bool {
+    supers
+        .storage_classes
+        .get(&ObjectRef::new(name))
+        .is_some_and(|class| super::public::is_published(&class.metadata))
+}
+
+/// The published StorageClass marked default, when exactly one is (the apiserver's own rule picks the
+/// newest of several; the syncer does not guess).
+fn published_default_class(supers: &SuperStores) -> Option<String> {
+    let defaults: Vec<String> = supers
+        .storage_classes
+        .state()
+        .iter()
+        .filter(|class| super::public::is_published(&class.metadata))
+        .filter(|class| {
+            class
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DEFAULT_CLASS))
+                .is_some_and(|v| v == "true")
+        })
+        .map(|class| class.name_any())
+        .collect();
+    match defaults.as_slice() {
+        [only] => Some(only.clone()),
+        _ => None,
     }
 }
 

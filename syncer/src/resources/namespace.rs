@@ -412,7 +412,10 @@ mod tests {
         namespace.metadata.labels = Some(
             [
                 ("team".to_owned(), "a".to_owned()),
-                ("pod-security.kubernetes.io/enforce".to_owned(), "privileged".to_owned()),
+                (
+                    "pod-security.kubernetes.io/enforce".to_owned(),
+                    "privileged".to_owned(),
+                ),
             ]
             .into(),
         );

@@ -32,6 +32,27 @@ use convert::{Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed};
 /// Reason of the event on a tenant pod the pod policy refuses.
 pub const REASON_POLICY_VIOLATION: &str = "PodPolicyViolation";
 
+/// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
+pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";
+
+/// The container resources a quota limits, for messages.
+fn limited_dimensions(quota: Option<&crds::TenantQuota>) -> String {
+    let Some(quota) = quota else {
+        return String::new();
+    };
+    [
+        (quota.requests_cpu.is_some(), "requests.cpu"),
+        (quota.requests_memory.is_some(), "requests.memory"),
+        (quota.limits_cpu.is_some(), "limits.cpu"),
+        (quota.limits_memory.is_some(), "limits.memory"),
+    ]
+    .into_iter()
+    .filter(|(set, _)| *set)
+    .map(|(_, name)| name)
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 /// Reason on the tenant pod's PodScheduled condition while its quota holds it back.
 pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
 
@@ -323,8 +344,29 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             });
         }
     };
-    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     let settings = tenant.settings();
+    // A container that leaves out a resource the quota limits would not count against it.
+    let unstated = crate::quota::unstated_resources(settings.quota.as_ref(), &tenant_pod);
+    if !unstated.is_empty() {
+        let message = format!(
+            "the VirtualCluster's quota limits {}, so every container must state it; missing: {}; the pod is not synced",
+            limited_dimensions(settings.quota.as_ref()),
+            unstated.join(", ")
+        );
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
+        events::warn(
+            tenant,
+            &cached.object_ref(&()),
+            REASON_RESOURCES_REQUIRED,
+            &message,
+        )
+        .await;
+        return Ok(Outcome::Waiting {
+            reason: message,
+            retry_after: None,
+        });
+    }
+    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     if let Err(exceeded) = ctx
         .quota
         .admit(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
@@ -390,7 +432,31 @@ async fn create_admitted(
             token::needs_annotation(&converted.tokens),
         );
     }
-    let created = apply(ctx, api, pod, None).await?;
+    let created = match apply(ctx, api, pod, None).await {
+        Ok(created) => created,
+        // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
+        Err(error)
+            if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
+        {
+            let message = format!(
+                "the super cluster's Pod Security admission refused the pod ({}); the pod is not synced",
+                error.status_message().unwrap_or_default()
+            );
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
+            events::warn(
+                tenant,
+                &tenant_pod.object_ref(&()),
+                REASON_POLICY_VIOLATION,
+                &message,
+            )
+            .await;
+            return Ok(Outcome::Waiting {
+                reason: message,
+                retry_after: None,
+            });
+        }
+        Err(error) => return Err(error),
+    };
     writes += 1;
     if let Some(minted) = minted {
         write_token_secret(

@@ -105,11 +105,7 @@ impl<'a> Allowed<'a> {
 
     /// Whether `key=value` is allowed.
     fn value(&self, key: &str, value: &str) -> bool {
-        self.any_value(key)
-            || self
-                .0
-                .iter()
-                .any(|e| e.split_once('=') == Some((key, value)))
+        self.any_value(key) || self.0.iter().any(|e| e.split_once('=') == Some((key, value)))
     }
 }
 
@@ -223,7 +219,10 @@ fn security_profiles(
             continue;
         };
         if let Some(seccomp) = &security.seccomp_profile {
-            profile(format!("seccompProfile of {} {:?}", c.kind, c.name), &seccomp.type_);
+            profile(
+                format!("seccompProfile of {} {:?}", c.kind, c.name),
+                &seccomp.type_,
+            );
         }
         if let Some(apparmor) = &security.app_armor_profile {
             profile(
@@ -350,10 +349,7 @@ fn describe_toleration(toleration: &Toleration) -> String {
     match (toleration.key.as_deref(), toleration.operator.as_deref()) {
         (None | Some(""), _) => "every taint".to_owned(),
         (Some(key), Some("Exists")) => format!("taint {key}"),
-        (Some(key), _) => format!(
-            "taint {key}={}",
-            toleration.value.as_deref().unwrap_or_default()
-        ),
+        (Some(key), _) => format!("taint {key}={}", toleration.value.as_deref().unwrap_or_default()),
     }
 }
 
@@ -471,7 +467,10 @@ mod tests {
             "node affinity on label gpu Exists",
         ];
         for want in expected {
-            assert!(found.iter().any(|f| f.starts_with(want)), "{want} not in {found:#?}");
+            assert!(
+                found.iter().any(|f| f.starts_with(want)),
+                "{want} not in {found:#?}"
+            );
         }
         assert_eq!(found.len(), expected.len(), "{found:#?}");
     }
@@ -494,8 +493,10 @@ mod tests {
         };
         assert_eq!(check(&pod, json!({}), &policy), Vec::<String>::new());
         // Another value than granted is still refused.
-        let other = spec(json!({"containers": [{"name": "web"}], "nodeSelector": {"pool": "team-b"},
-            "tolerations": [{"key": "dedicated", "operator": "Exists"}]}));
+        let other = spec(
+            json!({"containers": [{"name": "web"}], "nodeSelector": {"pool": "team-b"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+        );
         assert_eq!(check(&other, json!({}), &policy).len(), 2);
         // Keys the platform does not let VirtualClusters grant stay refused whatever podPolicy says.
         let control_plane = spec(json!({"containers": [{"name": "web"}],
