@@ -58,7 +58,7 @@ impl std::fmt::Display for Exceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "tenant quota {} exceeded: {} in use, pod asks for {}, limit {}",
+            "tenant quota {} exceeded: {} in use, {} asked for, limit {}",
             self.resource, self.used, self.requested, self.limit
         )
     }
@@ -425,18 +425,17 @@ impl Quota {
         let item = DownItem::new(kind, namespace, name);
         let mut tenants = self.lock();
         let ledger = tenants.entry(tenant.clone()).or_default();
+        // `used_objects` is the sum of what every object counts (`Ledger::counted`): what the cache shows
+        // replaces both the reservation and what it showed before.
         let before = ledger.counted(&item);
-        if let Some(reserved) = ledger.reserved_objects.remove(&item) {
-            ledger.used_objects.add(&reserved, -1);
-        }
-        if let Some(previous) = ledger.objects.remove(&item) {
-            ledger.used_objects.add(&previous, -1);
-        }
+        ledger.reserved_objects.remove(&item);
+        ledger.objects.remove(&item);
+        let after = usage.unwrap_or_default();
+        ledger.used_objects.add(&before, -1);
+        ledger.used_objects.add(&after, 1);
         if let Some(usage) = usage {
-            ledger.used_objects.add(&usage, 1);
             ledger.objects.insert(item, usage);
         }
-        let after = usage.unwrap_or_default();
         let freed = before
             .dimensions()
             .iter()
@@ -485,12 +484,8 @@ impl Quota {
             }
         }
         ledger.waiting_objects.remove(item);
-        if let Some(previous) = ledger.reserved_objects.remove(item) {
-            ledger.used_objects.add(&previous, -1);
-        } else if let Some(previous) = ledger.objects.get(item) {
-            // The seen usage stays counted until the cache shows the change; the reservation replaces it.
-            ledger.used_objects.add(previous, -1);
-        }
+        // The reservation counts instead of what the cache shows until the cache shows the change.
+        ledger.used_objects.add(&counted, -1);
         ledger.used_objects.add(&usage, 1);
         ledger.reserved_objects.insert(item.clone(), usage);
         Ok(())
@@ -502,10 +497,9 @@ impl Quota {
         if let Some(ledger) = tenants.get_mut(tenant)
             && let Some(reserved) = ledger.reserved_objects.remove(item)
         {
+            let seen = ledger.counted(item);
             ledger.used_objects.add(&reserved, -1);
-            if let Some(seen) = ledger.objects.get(item) {
-                ledger.used_objects.add(seen, 1);
-            }
+            ledger.used_objects.add(&seen, 1);
         }
     }
 
@@ -735,5 +729,119 @@ mod tests {
         let used = quota.used(&tenant);
         assert_eq!((used.pods, used.requests_cpu), (2, 500));
         assert_eq!(quota.used(&Arc::from("u")).pods, 1);
+    }
+
+    #[test]
+    fn objects_count_once_across_reservations_updates_and_deletions() {
+        let down = Arc::new(FairQueue::new());
+        let quota = Quota::new(down, Arc::new(Metrics::default()));
+        let tenant: TenantId = Arc::from("t");
+        let limit = TenantQuota {
+            persistentvolumeclaims: Some(Quantity("2".into())),
+            requests_storage: Some(Quantity("1Gi".into())),
+            ..Default::default()
+        };
+        let claim = |size: &str| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "small", "namespace": "t-ns", "annotations": {
+                    "tenancy.x-k8s.io/cluster": "t", "tenancy.x-k8s.io/namespace": "ns"}},
+                "spec": {"resources": {"requests": {"storage": size}}}
+            }))
+            .expect("claim")
+        };
+        let small = DownItem::new(Kind::PersistentVolumeClaim, "ns", "small");
+        let big = DownItem::new(Kind::PersistentVolumeClaim, "ns", "big");
+        let usage = |size: &str| claim_usage(claim(size).spec.as_ref());
+        assert_eq!(usage("600Mi").storage, 600 << 20);
+
+        // Reserved, then seen; an update reserves over what is seen, and an unchanged object is seen again.
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("600Mi"))
+            .expect("fits");
+        let seen = claim("600Mi");
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("600Mi"))
+            .expect("unchanged");
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        assert_eq!(quota.used_objects(&tenant).storage, 600 << 20);
+        assert_eq!(quota.used_objects(&tenant).claims, 1);
+
+        // Another claim would exceed the storage; growing this one too; shrinking always fits.
+        let refused = quota
+            .admit_object(&tenant, Some(&limit), &big, usage("600Mi"))
+            .expect_err("over");
+        assert_eq!(refused.resource, "requests.storage");
+        assert!(
+            quota
+                .admit_object(&tenant, Some(&limit), &small, usage("2Gi"))
+                .is_err()
+        );
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("100Mi"))
+            .expect("shrinks");
+        // A write that failed gives the reservation back: the claim counts as seen.
+        quota.release_object(&tenant, &small);
+        assert_eq!(quota.used_objects(&tenant).storage, 600 << 20);
+
+        // Deleted: the room is back and the refused claim is queued again.
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, None);
+        assert_eq!(quota.used_objects(&tenant), ObjectUsage::default());
+        assert!(
+            quota
+                .admit_object(&tenant, Some(&limit), &big, usage("600Mi"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn services_count_their_node_ports_and_load_balancers() {
+        let spec = |value: serde_json::Value| -> ServiceSpec { serde_json::from_value(value).expect("spec") };
+        let two_ports = json_ports();
+        let node_port = service_usage(Some(&spec(
+            serde_json::json!({"type": "NodePort", "ports": two_ports}),
+        )));
+        assert_eq!(
+            (node_port.services, node_port.node_ports, node_port.load_balancers),
+            (1, 2, 0)
+        );
+        let balancer = service_usage(Some(&spec(
+            serde_json::json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": json_ports()}),
+        )));
+        assert_eq!((balancer.node_ports, balancer.load_balancers), (0, 1));
+        assert_eq!(service_usage(None).services, 1);
+    }
+
+    fn json_ports() -> serde_json::Value {
+        serde_json::json!([{"port": 80}, {"port": 443}])
+    }
+
+    #[test]
+    fn every_container_states_what_the_quota_limits() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}],
+                "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}]
+            }
+        }))
+        .expect("pod");
+        let limit = TenantQuota {
+            requests_cpu: Some(Quantity("4".into())),
+            limits_memory: Some(Quantity("4Gi".into())),
+            ..Default::default()
+        };
+        assert_eq!(
+            unstated_resources(Some(&limit), &pod),
+            vec!["limits.memory of init container \"init\"".to_owned()]
+        );
+        // Quotas on pods only, or none: nothing needs stating.
+        let pods_only = TenantQuota {
+            pods: Some(Quantity("4".into())),
+            ..Default::default()
+        };
+        assert!(unstated_resources(Some(&pods_only), &pod).is_empty());
+        assert!(unstated_resources(None, &pod).is_empty());
     }
 }

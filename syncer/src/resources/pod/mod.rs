@@ -755,7 +755,7 @@ mod tests {
         settings::TenantSettings,
     };
 
-    const HELD: &str = "tenant quota pods exceeded: 1 in use, pod asks for 1, limit 1";
+    const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
 
     fn pod_json() -> serde_json::Value {
         json!({
