@@ -742,6 +742,25 @@ pub fn orphaned(ctx: &Context, namespace: &Namespace) -> bool {
     !live
 }
 
+/// Counts a tenant's super Services and PersistentVolumeClaims again from the cache, as its pods are.
+fn recount_objects(ctx: &Context, tenant: &crate::queue::TenantId) {
+    use kube::Resource;
+    let ours = |meta: &kube::api::ObjectMeta| crate::identity::owner_cluster(meta) == Some(&**tenant);
+    for service in ctx.supers.services.state().iter().filter(|s| ours(s.meta())) {
+        let usage = crate::quota::service_usage(service.spec.as_ref());
+        ctx.quota
+            .observe_object(service.meta(), crate::items::Kind::Service, Some(usage));
+    }
+    for claim in ctx.supers.claims.state().iter().filter(|c| ours(c.meta())) {
+        let usage = crate::quota::claim_usage(claim.spec.as_ref());
+        ctx.quota.observe_object(
+            claim.meta(),
+            crate::items::Kind::PersistentVolumeClaim,
+            Some(usage),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -1025,24 +1044,5 @@ current-context: x
         assert!(testing::drain_down(&ctx).await.is_empty());
         supers.idle().await;
         tenants.idle().await;
-    }
-}
-
-/// Counts a tenant's super Services and PersistentVolumeClaims again from the cache, as its pods are.
-fn recount_objects(ctx: &Context, tenant: &crate::queue::TenantId) {
-    use kube::Resource;
-    let ours = |meta: &kube::api::ObjectMeta| crate::identity::owner_cluster(meta) == Some(&**tenant);
-    for service in ctx.supers.services.state().iter().filter(|s| ours(s.meta())) {
-        let usage = crate::quota::service_usage(service.spec.as_ref());
-        ctx.quota
-            .observe_object(service.meta(), crate::items::Kind::Service, Some(usage));
-    }
-    for claim in ctx.supers.claims.state().iter().filter(|c| ours(c.meta())) {
-        let usage = crate::quota::claim_usage(claim.spec.as_ref());
-        ctx.quota.observe_object(
-            claim.meta(),
-            crate::items::Kind::PersistentVolumeClaim,
-            Some(usage),
-        );
     }
 }

@@ -385,3 +385,49 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
+        let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
+        SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn pod_security_and_pod_policy_flags_default_to_the_safe_levels() {
+        let config = parse(&[]).expect("defaults");
+        assert_eq!(config.pod_security, PodSecurityLabels::default());
+        assert_eq!(config.pod_policy, PlatformPodPolicy::default());
+        assert_eq!(
+            config.pod_security.labels(),
+            [
+                ("pod-security.kubernetes.io/enforce", "baseline"),
+                ("pod-security.kubernetes.io/enforce-version", "latest"),
+                ("pod-security.kubernetes.io/warn", "restricted"),
+                ("pod-security.kubernetes.io/warn-version", "latest"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+
+        let config = parse(&[
+            "--pod-security-enforce=restricted",
+            "--pod-security-warn=",
+            "--pod-security-version=v1.30",
+            "--pod-allowed-capabilities=",
+            "--pod-grantable-taints=dedicated,pool",
+        ])
+        .expect("set");
+        assert_eq!(config.pod_security.enforce.as_deref(), Some("restricted"));
+        assert_eq!(config.pod_security.warn, None);
+        assert!(config.pod_policy.allowed_capabilities.is_empty());
+        assert_eq!(config.pod_policy.grantable_taints, ["dedicated", "pool"]);
+
+        for bad in ["--pod-security-enforce=none", "--pod-security-version=1.30"] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
+    }
+}
