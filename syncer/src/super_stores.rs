@@ -351,6 +351,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<Service>,
     /// Tenant pods.
     pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
+    /// Public StorageClasses.
+    pub storage_classes: kube::runtime::reflector::store::Writer<StorageClass>,
 }
 
 #[cfg(test)]
@@ -361,6 +363,7 @@ impl SuperStores {
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
         let (pods, pods_writer) = store();
+        let (storage_classes, storage_classes_writer) = store();
         let stores = Self {
             namespaces,
             pods,
@@ -374,7 +377,7 @@ impl SuperStores {
             ingresses: None,
             nodes: store().0,
             volumes: store().0,
-            storage_classes: store().0,
+            storage_classes,
             priority_classes: store().0,
             tasks: Vec::new(),
         };
@@ -382,6 +385,7 @@ impl SuperStores {
             namespaces: namespaces_writer,
             services: services_writer,
             pods: pods_writer,
+            storage_classes: storage_classes_writer,
         };
         (stores, writers)
     }

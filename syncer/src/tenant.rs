@@ -468,6 +468,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<Service>,
     /// vNodes.
     pub vnodes: kube::runtime::reflector::store::Writer<Node>,
+    /// PersistentVolumeClaims.
+    pub claims: kube::runtime::reflector::store::Writer<PersistentVolumeClaim>,
 }
 
 #[cfg(test)]
@@ -490,6 +492,7 @@ impl Tenant {
         let (pods, pods_writer) = store();
         let (services, services_writer) = store();
         let (vnodes, vnodes_writer) = store();
+        let (claims, claims_writer) = store();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -512,7 +515,7 @@ impl Tenant {
                 config_maps: store().0,
                 secrets: store().0,
                 service_accounts: store().0,
-                claims: store().0,
+                claims,
                 ingresses: None,
                 vnodes,
                 volumes: store().0,
@@ -530,6 +533,7 @@ impl Tenant {
             pods: pods_writer,
             services: services_writer,
             vnodes: vnodes_writer,
+            claims: claims_writer,
         };
         (tenant, writers)
     }

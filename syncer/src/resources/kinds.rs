@@ -701,4 +701,141 @@ mod tests {
             assert!(!needs_node_ports(None));
         }
     }
+
+    /// Claims and Services the syncer must not write: a refused class or a quota exceeded gives an event on
+    /// the tenant object and not one request to the super cluster.
+    mod refusals {
+        use k8s_openapi::{api::storage::v1::StorageClass, apimachinery::pkg::api::resource::Quantity};
+
+        use super::*;
+        use crate::{
+            context::testing::{self, from_json, put},
+            items::{DownItem, Kind},
+            resources::{Outcome, sync_down},
+            settings::TenantSettings,
+        };
+
+        fn claim(name: &str, class: Value) -> PersistentVolumeClaim {
+            let mut claim = json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("{name}-uid")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+            if !class.is_null() {
+                claim["spec"]["storageClassName"] = class;
+            }
+            from_json(claim)
+        }
+
+        async fn refused_with_event(
+            sync: impl std::future::Future<Output = crate::Result<Outcome>>,
+            tenants: &mut testing::ApiServer,
+            reason: &str,
+            says: &str,
+        ) {
+            let (outcome, ()) = tokio::join!(sync, async {
+                let event = tenants
+                    .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                    .await;
+                assert_eq!(event.body["reason"], reason);
+                let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+                assert!(note.contains(says), "{note}");
+                event.echo();
+            });
+            assert!(
+                matches!(outcome.expect("synced"), Outcome::Waiting { .. }),
+                "not refused"
+            );
+        }
+
+        #[tokio::test]
+        async fn claims_of_unpublished_classes_are_not_written() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, mut super_caches) = testing::context(super_client);
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+            // The cache lists only published classes; one that lost its label meanwhile does not count.
+            put(
+                &mut super_caches.storage_classes,
+                from_json::<StorageClass>(json!({"metadata": {"name": "stale"}, "provisioner": "x"})),
+            );
+            for (name, class, says) in [
+                (
+                    "private",
+                    json!("private"),
+                    "StorageClass \"private\" is not published",
+                ),
+                ("stale", json!("stale"), "StorageClass \"stale\" is not published"),
+                ("premade", json!(""), "binds pre-made volumes"),
+                ("default", Value::Null, "no published StorageClass"),
+            ] {
+                put(&mut caches.claims, claim(name, class));
+                let item = DownItem::new(Kind::PersistentVolumeClaim, "shop", name);
+                refused_with_event(
+                    sync_down::<PersistentVolumeClaim>(&ctx, &tenant, &item),
+                    &mut tenants,
+                    REASON_STORAGE_CLASS_NOT_PUBLISHED,
+                    says,
+                )
+                .await;
+            }
+            supers.idle().await;
+            tenants.idle().await;
+
+            // A published default class is named explicitly on a claim without one.
+            put(
+                &mut super_caches.storage_classes,
+                from_json::<StorageClass>(json!({"metadata": {"name": "shared",
+                    "labels": {LABEL_SUPER_PUBLIC: "true"},
+                    "annotations": {ANNOTATION_DEFAULT_CLASS: "true"}}, "provisioner": "x"})),
+            );
+            let cx = Conversion {
+                tenant: &tenant,
+                supers: &ctx.supers,
+                opaque_prefixes: &[],
+                super_namespace: "team-abc123-vc-shop",
+            };
+            let desired = PersistentVolumeClaim::to_super(&claim("default", Value::Null), &cx)
+                .expect("converted")
+                .expect("synced");
+            assert_eq!(
+                desired.spec.and_then(|s| s.storage_class_name).as_deref(),
+                Some("shared")
+            );
+            assert_eq!(
+                PersistentVolumeClaim::refusal(&claim("default", Value::Null), &cx),
+                None
+            );
+        }
+
+        #[tokio::test]
+        async fn a_service_over_the_object_quota_is_not_written() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, _) = testing::context(super_client);
+            let settings = TenantSettings {
+                quota: Some(crds::TenantQuota {
+                    services_load_balancers: Some(Quantity("0".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, settings);
+            put(
+                &mut caches.services,
+                from_json(
+                    json!({"metadata": {"name": "lb", "namespace": "shop", "uid": "lb-uid"},
+                    "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+                ),
+            );
+            let item = DownItem::new(Kind::Service, "shop", "lb");
+            refused_with_event(
+                sync_down::<Service>(&ctx, &tenant, &item),
+                &mut tenants,
+                crate::resources::pod::REASON_QUOTA_EXCEEDED,
+                "tenant quota services.loadbalancers exceeded: 0 in use, 1 asked for, limit 0",
+            )
+            .await;
+            assert_eq!(ctx.quota.used_objects(&tenant.id), Default::default());
+            supers.idle().await;
+            tenants.idle().await;
+        }
+    }
 }
