@@ -320,6 +320,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                             reason,
                             "{message}"
                         );
+                        ctx.metrics.refused(kind_label::<K>(), reason);
                         events::warn(tenant, &object.object_ref(&()), reason, &message).await;
                         return Ok(Outcome::Waiting {
                             reason: message,
@@ -363,6 +364,7 @@ async fn admit_to_quota<K: Downward>(
         name = %item.name,
         "{message}"
     );
+    ctx.metrics.refused(kind_label::<K>(), pod::REASON_QUOTA_EXCEEDED);
     if let Some(object) = tenant_object {
         events::warn(
             tenant,

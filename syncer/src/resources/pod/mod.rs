@@ -337,6 +337,8 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
                 Refusal::NodeNameSet(_) => "NotSupported",
                 Refusal::Policy(_) => REASON_POLICY_VIOLATION,
             };
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{refusal}");
+            ctx.metrics.refused("pod", reason);
             events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
                 reason: refusal.to_string(),
@@ -354,6 +356,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             unstated.join(", ")
         );
         tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
+        ctx.metrics.refused("pod", REASON_RESOURCES_REQUIRED);
         events::warn(
             tenant,
             &cached.object_ref(&()),
@@ -443,6 +446,7 @@ async fn create_admitted(
                 error.status_message().unwrap_or_default()
             );
             tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
+            ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
             events::warn(
                 tenant,
                 &tenant_pod.object_ref(&()),
