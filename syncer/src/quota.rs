@@ -503,6 +503,13 @@ impl Quota {
         }
     }
 
+    /// Forgets a Service or claim that no longer waits for room (deleted in the tenant).
+    pub fn stop_waiting_object(&self, tenant: &TenantId, item: &DownItem) {
+        if let Some(ledger) = self.lock().get_mut(tenant) {
+            ledger.waiting_objects.remove(item);
+        }
+    }
+
     /// A tenant's object usage, reservations included.
     pub fn used_objects(&self, tenant: &TenantId) -> ObjectUsage {
         self.lock()

@@ -280,6 +280,9 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
         None => None,
     };
 
+    if live.is_none() {
+        ctx.quota.stop_waiting_object(&tenant.id, item);
+    }
     match (desired, super_object) {
         (None, None) => Ok(Outcome::InSync),
         (None, Some(existing)) => {
