@@ -163,7 +163,8 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
             (p.localhost_profiles, "Localhost profiles"),
         ]
         .into_iter()
-        .filter_map(|(on, name)| on.then(|| name.to_owned()))
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| name.to_owned())
         .collect();
         for (what, list) in [
             ("capabilities", &p.capabilities),
