@@ -20,10 +20,9 @@
 //! vn-agent works with no access to Secrets, only the CA bundle ConfigMap by name) and `e2e/tests/chart.rs`
 //! (the chart grants vn-agent no Secret and only that ConfigMap; its `/metrics` is on the loopback).
 
-mod vc_manager_support;
-
 use std::{sync::Arc, time::Duration};
 
+use crate::vc_manager_support::{condition, init_logging, wait_vc};
 use anyhow::Context as _;
 use crds::{VirtualCluster, wellknown::CONDITION_TENANT_SYNCED};
 use e2e::{
@@ -45,7 +44,6 @@ use kube::{
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig, budget::CacheLimits};
-use vc_manager_support::{condition, init_logging, wait_vc};
 use vc_runtime::admin::Health;
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];

@@ -13,6 +13,8 @@ mod chart;
 mod download;
 mod harness;
 mod hostile;
+mod hostile_pods;
+mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;
 mod real_nodes;

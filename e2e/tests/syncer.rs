@@ -200,6 +200,9 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
     let (a, b) = (tenancy.tenant("tenant-0"), tenancy.tenant("tenant-1"));
     assert_ne!(a.super_namespace("shop"), b.super_namespace("shop"));
 
+    // Public storage and priority classes appear in every tenant; claims may use only those.
+    create::<StorageClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "fast", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "provisioner": "example.com/fast"})).await?;
+
     // The same namespace and object names in both tenants.
     for tenant in [a, b] {
         seed(tenant, "shop").await?;
@@ -225,7 +228,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         )
         .await?;
         create::<Endpoints>(&client, Some("shop"), json!({"metadata": {"name": "database"}, "subsets": [{"addresses": [{"ip": "10.20.30.40"}], "ports": [{"port": 5432}]}]})).await?;
-        create::<PersistentVolumeClaim>(&client, Some("shop"), json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}})).await?;
+        create::<PersistentVolumeClaim>(&client, Some("shop"), json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}}})).await?;
         create::<Pod>(
             &client,
             Some("shop"),
@@ -632,8 +635,6 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .uid();
     assert_eq!(copied.involved_object.uid, tenant_pod_uid);
 
-    // Public storage and priority classes appear in every tenant.
-    create::<StorageClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "fast", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "provisioner": "example.com/fast"})).await?;
     create::<PriorityClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "important", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "value": 1000})).await?;
     for tenant in [a, b] {
         until(
@@ -660,7 +661,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         &tenancy.super_client(),
         None,
         json!({"metadata": {"name": "pv-a"}, "spec": {
-            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
             "hostPath": {"path": "/tmp/pv-a"},
             "claimRef": {"namespace": a.super_namespace("shop"), "name": "data", "uid": super_claim.uid()}
         }}),

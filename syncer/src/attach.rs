@@ -631,6 +631,7 @@ async fn attach_or_check(
     let id: crate::queue::TenantId = Arc::from(identity.cluster_key.as_str());
     let pods = ctx.supers.pods.state();
     ctx.quota.recount(&id, pods.iter().map(|p| &**p));
+    recount_objects(ctx, &id);
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
     let tenant = Tenant::start(
         identity.clone(),
@@ -791,6 +792,25 @@ pub fn orphaned(ctx: &Context, namespace: &Namespace) -> bool {
         .get(&ObjectRef::new(vc_name).within(vc_namespace))
         .is_some_and(|vc| crds::naming::cluster_key_of(&vc).as_deref() == Some(key));
     !live
+}
+
+/// Counts a tenant's super Services and PersistentVolumeClaims again from the cache, as its pods are.
+fn recount_objects(ctx: &Context, tenant: &crate::queue::TenantId) {
+    use kube::Resource;
+    let ours = |meta: &kube::api::ObjectMeta| crate::identity::owner_cluster(meta) == Some(&**tenant);
+    for service in ctx.supers.services.state().iter().filter(|s| ours(s.meta())) {
+        let usage = crate::quota::service_usage(service.spec.as_ref());
+        ctx.quota
+            .observe_object(service.meta(), crate::items::Kind::Service, Some(usage));
+    }
+    for claim in ctx.supers.claims.state().iter().filter(|c| ours(c.meta())) {
+        let usage = crate::quota::claim_usage(claim.spec.as_ref());
+        ctx.quota.observe_object(
+            claim.meta(),
+            crate::items::Kind::PersistentVolumeClaim,
+            Some(usage),
+        );
+    }
 }
 
 #[cfg(test)]

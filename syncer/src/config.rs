@@ -86,6 +86,194 @@ pub struct SyncerArgs {
     /// with `TenantLimitExceeded` until it fits.
     #[arg(long, env = "TENANT_CACHE_MAX_BYTES", default_value_t = CacheLimits::default().max_bytes)]
     pub tenant_cache_max_bytes: u64,
+    /// Pod Security level enforced on every super namespace of a tenant (label
+    /// `pod-security.kubernetes.io/enforce`): privileged, baseline or restricted; empty leaves it unset.
+    #[arg(long, env = "POD_SECURITY_ENFORCE", default_value = "baseline")]
+    pub pod_security_enforce: String,
+    /// Pod Security level that warns on every super namespace of a tenant; empty leaves it unset.
+    #[arg(long, env = "POD_SECURITY_WARN", default_value = "restricted")]
+    pub pod_security_warn: String,
+    /// Pod Security level audited on every super namespace of a tenant; empty leaves it unset.
+    #[arg(long, env = "POD_SECURITY_AUDIT", default_value = "")]
+    pub pod_security_audit: String,
+    /// Version of the Pod Security standards the levels refer to, e.g. `latest` or `v1.33`.
+    #[arg(long, env = "POD_SECURITY_VERSION", default_value = "latest")]
+    pub pod_security_version: String,
+    /// Taints every tenant's pods may tolerate: `key` (any value) or `key=value`. The default lists the
+    /// node-condition taints the apiserver and DaemonSets tolerate.
+    #[arg(long, env = "POD_ALLOWED_TAINTS", value_delimiter = ',', default_values_t = default_allowed_taints())]
+    pub pod_allowed_taints: Vec<String>,
+    /// Taint keys a VirtualCluster's `podPolicy.allowedTaints` may add for its tenant (default none).
+    #[arg(long, env = "POD_GRANTABLE_TAINTS", value_delimiter = ',')]
+    pub pod_grantable_taints: Vec<String>,
+    /// Node labels every tenant's pods may select on (node selector, node affinity): `key` (any value) or
+    /// `key=value`. `kubernetes.io/hostname` also allows node affinity on the node's name.
+    #[arg(long, env = "POD_ALLOWED_NODE_LABELS", value_delimiter = ',', default_values_t = default_allowed_node_labels())]
+    pub pod_allowed_node_labels: Vec<String>,
+    /// Node label keys a VirtualCluster's `podPolicy.allowedNodeLabels` may add for its tenant (default
+    /// none).
+    #[arg(long, env = "POD_GRANTABLE_NODE_LABELS", value_delimiter = ',')]
+    pub pod_grantable_node_labels: Vec<String>,
+    /// Schedulers tenant pods may name in `schedulerName`.
+    #[arg(
+        long,
+        env = "POD_ALLOWED_SCHEDULERS",
+        value_delimiter = ',',
+        default_value = "default-scheduler"
+    )]
+    pub pod_allowed_schedulers: Vec<String>,
+    /// Linux capabilities every tenant's containers may add (default: those Pod Security `baseline`
+    /// allows). A VirtualCluster's `podPolicy.capabilities` adds more.
+    #[arg(long, env = "POD_ALLOWED_CAPABILITIES", value_delimiter = ',', default_values_t = default_allowed_capabilities())]
+    pub pod_allowed_capabilities: Vec<String>,
+}
+
+/// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
+/// and DaemonSet pods tolerate the rest.
+fn default_allowed_taints() -> Vec<String> {
+    [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/unschedulable",
+        "node.kubernetes.io/network-unavailable",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Well-known labels every node has, which vNodes show tenants.
+fn default_allowed_node_labels() -> Vec<String> {
+    [
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "node.kubernetes.io/instance-type",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The capabilities Pod Security `baseline` lets containers add.
+fn default_allowed_capabilities() -> Vec<String> {
+    [
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The Pod Security labels of super namespaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSecurityLabels {
+    /// `enforce` level, if set.
+    pub enforce: Option<String>,
+    /// `warn` level, if set.
+    pub warn: Option<String>,
+    /// `audit` level, if set.
+    pub audit: Option<String>,
+    /// Version of the standards.
+    pub version: String,
+}
+
+/// Prefix of the Pod Security admission labels.
+pub const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
+
+impl PodSecurityLabels {
+    /// The labels, each mode with its version.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let mut labels = Vec::new();
+        for (mode, level) in [
+            ("enforce", &self.enforce),
+            ("warn", &self.warn),
+            ("audit", &self.audit),
+        ] {
+            if let Some(level) = level {
+                labels.push((format!("{POD_SECURITY_PREFIX}{mode}"), level.clone()));
+                labels.push((
+                    format!("{POD_SECURITY_PREFIX}{mode}-version"),
+                    self.version.clone(),
+                ));
+            }
+        }
+        labels
+    }
+}
+
+impl Default for PodSecurityLabels {
+    fn default() -> Self {
+        Self {
+            enforce: Some("baseline".into()),
+            warn: Some("restricted".into()),
+            audit: None,
+            version: "latest".into(),
+        }
+    }
+}
+
+/// What every tenant's pods may do, whatever their VirtualCluster says; and how far a VirtualCluster's
+/// `podPolicy` may widen placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlatformPodPolicy {
+    /// Tolerable taints (`key` or `key=value`).
+    pub allowed_taints: Vec<String>,
+    /// Taint keys a VirtualCluster may grant.
+    pub grantable_taints: Vec<String>,
+    /// Selectable node labels (`key` or `key=value`).
+    pub allowed_node_labels: Vec<String>,
+    /// Node label keys a VirtualCluster may grant.
+    pub grantable_node_labels: Vec<String>,
+    /// Scheduler names.
+    pub allowed_schedulers: Vec<String>,
+    /// Capabilities containers may add.
+    pub allowed_capabilities: Vec<String>,
+}
+
+impl Default for PlatformPodPolicy {
+    fn default() -> Self {
+        Self {
+            allowed_taints: default_allowed_taints(),
+            grantable_taints: Vec::new(),
+            allowed_node_labels: default_allowed_node_labels(),
+            grantable_node_labels: Vec::new(),
+            allowed_schedulers: vec!["default-scheduler".into()],
+            allowed_capabilities: default_allowed_capabilities(),
+        }
+    }
+}
+
+fn non_empty(values: Vec<String>) -> Vec<String> {
+    values
+        .into_iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+fn pod_security_level(flag: &str, value: &str) -> Result<Option<String>, String> {
+    match value {
+        "" => Ok(None),
+        "privileged" | "baseline" | "restricted" => Ok(Some(value.to_owned())),
+        other => Err(format!(
+            "--{flag} must be privileged, baseline, restricted or empty, got {other:?}"
+        )),
+    }
 }
 
 /// The syncer's settings.
@@ -115,6 +303,10 @@ pub struct SyncerConfig {
     pub opaque_meta_prefixes: Vec<String>,
     /// What the syncer caches of one tenant at most.
     pub tenant_cache_limits: CacheLimits,
+    /// Pod Security labels of super namespaces.
+    pub pod_security: PodSecurityLabels,
+    /// What every tenant's pods may do.
+    pub pod_policy: PlatformPodPolicy,
 }
 
 impl Default for SyncerConfig {
@@ -132,6 +324,8 @@ impl Default for SyncerConfig {
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
             tenant_cache_limits: CacheLimits::default(),
+            pod_security: PodSecurityLabels::default(),
+            pod_policy: PlatformPodPolicy::default(),
         }
     }
 }
@@ -159,7 +353,33 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         if args.token_ttl_seconds < 600 {
             return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
         }
+        let version = args.pod_security_version.trim();
+        let version_ok = version == "latest"
+            || version
+                .strip_prefix("v1.")
+                .is_some_and(|minor| !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()));
+        if !version_ok {
+            return Err(format!(
+                "--pod-security-version must be latest or v1.<minor>, got {version:?}"
+            ));
+        }
+        let pod_security = PodSecurityLabels {
+            enforce: pod_security_level("pod-security-enforce", args.pod_security_enforce.trim())?,
+            warn: pod_security_level("pod-security-warn", args.pod_security_warn.trim())?,
+            audit: pod_security_level("pod-security-audit", args.pod_security_audit.trim())?,
+            version: version.to_owned(),
+        };
+        let pod_policy = PlatformPodPolicy {
+            allowed_taints: non_empty(args.pod_allowed_taints),
+            grantable_taints: non_empty(args.pod_grantable_taints),
+            allowed_node_labels: non_empty(args.pod_allowed_node_labels),
+            grantable_node_labels: non_empty(args.pod_grantable_node_labels),
+            allowed_schedulers: non_empty(args.pod_allowed_schedulers),
+            allowed_capabilities: non_empty(args.pod_allowed_capabilities),
+        };
         Ok(Self {
+            pod_security,
+            pod_policy,
             vn_agent_port: args.vn_agent_port,
             vnode_addresses,
             vnode_grace: Duration::from_secs(args.vnode_grace_seconds),
@@ -180,5 +400,51 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 max_bytes: args.tenant_cache_max_bytes.max(1),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
+        let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
+        SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn pod_security_and_pod_policy_flags_default_to_the_safe_levels() {
+        let config = parse(&[]).expect("defaults");
+        assert_eq!(config.pod_security, PodSecurityLabels::default());
+        assert_eq!(config.pod_policy, PlatformPodPolicy::default());
+        assert_eq!(
+            config.pod_security.labels(),
+            [
+                ("pod-security.kubernetes.io/enforce", "baseline"),
+                ("pod-security.kubernetes.io/enforce-version", "latest"),
+                ("pod-security.kubernetes.io/warn", "restricted"),
+                ("pod-security.kubernetes.io/warn-version", "latest"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+
+        let config = parse(&[
+            "--pod-security-enforce=restricted",
+            "--pod-security-warn=",
+            "--pod-security-version=v1.30",
+            "--pod-allowed-capabilities=",
+            "--pod-grantable-taints=dedicated,pool",
+        ])
+        .expect("set");
+        assert_eq!(config.pod_security.enforce.as_deref(), Some("restricted"));
+        assert_eq!(config.pod_security.warn, None);
+        assert!(config.pod_policy.allowed_capabilities.is_empty());
+        assert_eq!(config.pod_policy.grantable_taints, ["dedicated", "pool"]);
+
+        for bad in ["--pod-security-enforce=none", "--pod-security-version=1.30"] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
     }
 }

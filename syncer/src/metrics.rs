@@ -94,6 +94,16 @@ pub struct PatrolLabels {
     pub finding: &'static str,
 }
 
+/// Labels of the refusal counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// Resource refused.
+    pub resource: &'static str,
+    /// Event reason the tenant saw: `PodPolicyViolation`, `ResourcesRequired`, `StorageClassNotPublished`,
+    /// `TenantQuotaExceeded`.
+    pub reason: &'static str,
+}
+
 /// Labels of the tenant-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -130,6 +140,8 @@ pub struct Metrics {
     pub patrol_remedies: Family<PatrolLabels, Counter>,
     /// Patrol scan duration.
     pub patrol_duration: Histogram,
+    /// Tenant objects refused (not written to the super cluster) by resource and reason.
+    pub refusals: Family<RefusalLabels, Counter>,
     /// Tenants by state.
     pub tenants: Family<StateLabels, Gauge>,
     /// Super events not copied up because their tenant had too many waiting.
@@ -156,6 +168,7 @@ impl Default for Metrics {
             patrol_findings: Family::default(),
             patrol_remedies: Family::default(),
             patrol_duration: duration_histogram(),
+            refusals: Family::default(),
             tenants: Family::default(),
             events_dropped: Counter::default(),
         }
@@ -231,6 +244,11 @@ impl Metrics {
             "Duration of a patrol scan",
             self.patrol_duration.clone(),
         );
+        registry.register(
+            "refusals",
+            "Tenant objects refused by resource and event reason (nothing written)",
+            self.refusals.clone(),
+        );
         registry.register("tenants", "Tenants by state", self.tenants.clone());
         registry.register(
             "events_dropped",
@@ -243,6 +261,13 @@ impl Metrics {
     pub fn super_write(&self, resource: &'static str, verb: &'static str) {
         self.super_writes
             .get_or_create(&WriteLabels { resource, verb })
+            .inc();
+    }
+
+    /// Counts a tenant object the syncer refused to write.
+    pub fn refused(&self, resource: &'static str, reason: &'static str) {
+        self.refusals
+            .get_or_create(&RefusalLabels { resource, reason })
             .inc();
     }
 

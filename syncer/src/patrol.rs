@@ -183,6 +183,7 @@ fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
         let super_namespace = tenant.identity.super_namespace(&namespace);
         let cx = Conversion {
             tenant,
+            supers: &ctx.supers,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,
         };
@@ -415,6 +416,7 @@ mod tests {
         let opaque = ctx.opaque_prefixes(&[]);
         let cx = Conversion {
             tenant: &tenant,
+            supers: &ctx.supers,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,
         };

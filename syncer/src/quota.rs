@@ -1,4 +1,4 @@
-//! Per-tenant aggregate quota on super pods.
+//! Per-tenant aggregate quota on super pods, Services and PersistentVolumeClaims.
 //!
 //! The ledger follows super pods from the cache and reserves a pod's resources at admission, so that
 //! workers creating pods at the same time cannot overshoot. A pod that does not fit waits; it is queued
@@ -11,7 +11,10 @@ use std::{
 };
 
 use crds::{TenantQuota, quantity::parse_quantity};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::{
+    api::core::v1::{PersistentVolumeClaimSpec, Pod, ServiceSpec},
+    apimachinery::pkg::api::resource::Quantity,
+};
 use kube::{Resource, ResourceExt};
 
 use crate::{
@@ -55,7 +58,7 @@ impl std::fmt::Display for Exceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "tenant quota {} exceeded: {} in use, pod asks for {}, limit {}",
+            "tenant quota {} exceeded: {} in use, {} asked for, limit {}",
             self.resource, self.used, self.requested, self.limit
         )
     }
@@ -105,6 +108,129 @@ fn fits(ledger: &Ledger, quota: Option<&TenantQuota>, usage: Usage) -> Result<()
     Ok(())
 }
 
+/// What a Service or PersistentVolumeClaim counts against the object quotas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectUsage {
+    /// Services.
+    pub services: i64,
+    /// Node ports of NodePort and LoadBalancer Services.
+    pub node_ports: i64,
+    /// LoadBalancer Services.
+    pub load_balancers: i64,
+    /// PersistentVolumeClaims.
+    pub claims: i64,
+    /// Storage requested by claims, bytes.
+    pub storage: i64,
+}
+
+impl ObjectUsage {
+    fn dimensions(&self) -> [i64; 5] {
+        [
+            self.services,
+            self.node_ports,
+            self.load_balancers,
+            self.claims,
+            self.storage,
+        ]
+    }
+
+    fn add(&mut self, other: &Self, sign: i64) {
+        self.services += sign * other.services;
+        self.node_ports += sign * other.node_ports;
+        self.load_balancers += sign * other.load_balancers;
+        self.claims += sign * other.claims;
+        self.storage += sign * other.storage;
+    }
+}
+
+/// What a super Service counts: one Service, its node ports (as ResourceQuota counts
+/// `services.nodeports`), and one load balancer when it is one.
+pub fn service_usage(spec: Option<&ServiceSpec>) -> ObjectUsage {
+    let node_ports = match crate::resources::kinds::needs_node_ports(spec) {
+        true => spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len() as i64),
+        false => 0,
+    };
+    ObjectUsage {
+        services: 1,
+        node_ports,
+        load_balancers: i64::from(spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")),
+        ..Default::default()
+    }
+}
+
+/// What a super PersistentVolumeClaim counts: one claim and the storage it requests.
+pub fn claim_usage(spec: Option<&PersistentVolumeClaimSpec>) -> ObjectUsage {
+    let storage = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .and_then(|q| parse_quantity(&q.0, 1.0))
+        .unwrap_or(0);
+    ObjectUsage {
+        claims: 1,
+        storage,
+        ..Default::default()
+    }
+}
+
+/// The object-count limits of a tenant's quota; `None` for unlimited dimensions.
+fn object_limits(quota: &TenantQuota) -> [(&'static str, Option<i64>); 5] {
+    let parse = |q: &Option<Quantity>| q.as_ref().and_then(|q| parse_quantity(&q.0, 1.0));
+    [
+        ("services", parse(&quota.services)),
+        ("services.nodeports", parse(&quota.services_node_ports)),
+        ("services.loadbalancers", parse(&quota.services_load_balancers)),
+        ("persistentvolumeclaims", parse(&quota.persistentvolumeclaims)),
+        ("requests.storage", parse(&quota.requests_storage)),
+    ]
+}
+
+/// The quota dimensions a pod must state for every container: a container that leaves one out would not
+/// count against it (the same rule as a ResourceQuota's). `(resource, container kind and name)` pairs.
+pub fn unstated_resources(quota: Option<&TenantQuota>, pod: &Pod) -> Vec<String> {
+    let Some(quota) = quota else {
+        return Vec::new();
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let required: Vec<(&str, &str, &str)> = [
+        (quota.requests_cpu.is_some(), "requests.cpu", "requests", "cpu"),
+        (
+            quota.requests_memory.is_some(),
+            "requests.memory",
+            "requests",
+            "memory",
+        ),
+        (quota.limits_cpu.is_some(), "limits.cpu", "limits", "cpu"),
+        (quota.limits_memory.is_some(), "limits.memory", "limits", "memory"),
+    ]
+    .into_iter()
+    .filter(|(set, ..)| *set)
+    .map(|(_, name, side, resource)| (name, side, resource))
+    .collect();
+    let containers = spec.containers.iter().map(|c| ("container", c)).chain(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .map(|c| ("init container", c)),
+    );
+    let mut missing = Vec::new();
+    for (kind, container) in containers {
+        for (name, side, resource) in &required {
+            let resources = container.resources.as_ref();
+            let values = match *side {
+                "requests" => resources.and_then(|r| r.requests.as_ref()),
+                _ => resources.and_then(|r| r.limits.as_ref()),
+            };
+            if !values.is_some_and(|v| v.contains_key(*resource)) {
+                missing.push(format!("{name} of {kind} {:?}", container.name));
+            }
+        }
+    }
+    missing
+}
+
 #[derive(Default)]
 struct Ledger {
     label: String,
@@ -112,6 +238,21 @@ struct Ledger {
     reserved: HashMap<(String, String), Usage>,
     used: Usage,
     waiting: HashSet<(String, String)>,
+    objects: HashMap<DownItem, ObjectUsage>,
+    reserved_objects: HashMap<DownItem, ObjectUsage>,
+    used_objects: ObjectUsage,
+    waiting_objects: HashSet<DownItem>,
+}
+
+impl Ledger {
+    /// What an object counts now: seen in the super cluster, or reserved on its way there.
+    fn counted(&self, item: &DownItem) -> ObjectUsage {
+        self.reserved_objects
+            .get(item)
+            .or_else(|| self.objects.get(item))
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 /// Every tenant's usage.
@@ -242,15 +383,23 @@ impl Quota {
     /// Queues every pod of a tenant that waits for quota, to be admitted again: its quota changed, or the
     /// patrol looks. Pods stay marked as waiting until they are admitted. Returns how many were queued.
     pub fn requeue_waiting(&self, tenant: &TenantId) -> usize {
-        let waiting: Vec<(String, String)> = self
+        let (waiting, objects): (Vec<(String, String)>, Vec<DownItem>) = self
             .lock()
             .get(tenant)
-            .map(|l| l.waiting.iter().cloned().collect())
+            .map(|l| {
+                (
+                    l.waiting.iter().cloned().collect(),
+                    l.waiting_objects.iter().cloned().collect(),
+                )
+            })
             .unwrap_or_default();
         for (namespace, name) in &waiting {
             self.down.add(tenant, DownItem::new(Kind::Pod, namespace, name));
         }
-        waiting.len()
+        for item in &objects {
+            self.down.add(tenant, item.clone());
+        }
+        waiting.len() + objects.len()
     }
 
     /// Counts a tenant's super pods again from the cache (when the tenant is attached again after its
@@ -261,6 +410,112 @@ impl Quota {
                 self.observe(pod, Change::Applied);
             }
         }
+    }
+
+    /// Follows a super Service or PersistentVolumeClaim from the cache (`usage` `None`: it is gone).
+    pub fn observe_object(&self, meta: &kube::api::ObjectMeta, kind: Kind, usage: Option<ObjectUsage>) {
+        let (Some(cluster), Some(namespace), Some(name)) = (
+            identity::owner_cluster(meta),
+            identity::tenant_namespace(meta),
+            meta.name.as_deref(),
+        ) else {
+            return;
+        };
+        let tenant: TenantId = Arc::from(cluster);
+        let item = DownItem::new(kind, namespace, name);
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        // `used_objects` is the sum of what every object counts (`Ledger::counted`): what the cache shows
+        // replaces both the reservation and what it showed before.
+        let before = ledger.counted(&item);
+        ledger.reserved_objects.remove(&item);
+        ledger.objects.remove(&item);
+        let after = usage.unwrap_or_default();
+        ledger.used_objects.add(&before, -1);
+        ledger.used_objects.add(&after, 1);
+        if let Some(usage) = usage {
+            ledger.objects.insert(item, usage);
+        }
+        let freed = before
+            .dimensions()
+            .iter()
+            .zip(after.dimensions())
+            .any(|(b, a)| a < *b);
+        let waiting: Vec<DownItem> = match freed {
+            true => ledger.waiting_objects.drain().collect(),
+            false => Vec::new(),
+        };
+        drop(tenants);
+        for item in waiting {
+            self.down.add(&tenant, item);
+        }
+    }
+
+    /// Admits a Service or PersistentVolumeClaim about to be created or changed to `usage`: reserves it,
+    /// or says which object quota it would exceed (and remembers it, to queue it again when usage drops).
+    /// Only dimensions that grow are checked, so an object already counted can always shrink or stay.
+    pub fn admit_object(
+        &self,
+        tenant: &TenantId,
+        quota: Option<&TenantQuota>,
+        item: &DownItem,
+        usage: ObjectUsage,
+    ) -> Result<(), Exceeded> {
+        let mut tenants = self.lock();
+        let ledger = tenants.entry(tenant.clone()).or_default();
+        let counted = ledger.counted(item);
+        if let Some(quota) = quota {
+            let used = ledger.used_objects.dimensions();
+            let (before, after) = (counted.dimensions(), usage.dimensions());
+            for (i, (resource, limit)) in object_limits(quota).into_iter().enumerate() {
+                let grows = after[i] > before[i];
+                if let Some(limit) = limit
+                    && grows
+                    && used[i] - before[i] + after[i] > limit
+                {
+                    ledger.waiting_objects.insert(item.clone());
+                    return Err(Exceeded {
+                        resource,
+                        used: used[i] - before[i],
+                        requested: after[i],
+                        limit,
+                    });
+                }
+            }
+        }
+        ledger.waiting_objects.remove(item);
+        // The reservation counts instead of what the cache shows until the cache shows the change.
+        ledger.used_objects.add(&counted, -1);
+        ledger.used_objects.add(&usage, 1);
+        ledger.reserved_objects.insert(item.clone(), usage);
+        Ok(())
+    }
+
+    /// Drops the reservation of an object that was not written: it counts as the cache shows it again.
+    pub fn release_object(&self, tenant: &TenantId, item: &DownItem) {
+        let mut tenants = self.lock();
+        if let Some(ledger) = tenants.get_mut(tenant)
+            && let Some(reserved) = ledger.reserved_objects.remove(item)
+        {
+            let seen = ledger.counted(item);
+            ledger.used_objects.add(&reserved, -1);
+            ledger.used_objects.add(&seen, 1);
+        }
+    }
+
+    /// Forgets a Service or claim that no longer waits for room (deleted in the tenant).
+    pub fn stop_waiting_object(&self, tenant: &TenantId, item: &DownItem) {
+        if let Some(ledger) = self.lock().get_mut(tenant) {
+            ledger.waiting_objects.remove(item);
+        }
+    }
+
+    /// A tenant's object usage, reservations included.
+    pub fn used_objects(&self, tenant: &TenantId) -> ObjectUsage {
+        self.lock()
+            .get(tenant)
+            .map(|l| l.used_objects)
+            .unwrap_or_default()
     }
 
     /// Drops a reservation whose pod was not created.
@@ -481,5 +736,119 @@ mod tests {
         let used = quota.used(&tenant);
         assert_eq!((used.pods, used.requests_cpu), (2, 500));
         assert_eq!(quota.used(&Arc::from("u")).pods, 1);
+    }
+
+    #[test]
+    fn objects_count_once_across_reservations_updates_and_deletions() {
+        let down = Arc::new(FairQueue::new());
+        let quota = Quota::new(down, Arc::new(Metrics::default()));
+        let tenant: TenantId = Arc::from("t");
+        let limit = TenantQuota {
+            persistentvolumeclaims: Some(Quantity("2".into())),
+            requests_storage: Some(Quantity("1Gi".into())),
+            ..Default::default()
+        };
+        let claim = |size: &str| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "small", "namespace": "t-ns", "annotations": {
+                    "tenancy.x-k8s.io/cluster": "t", "tenancy.x-k8s.io/namespace": "ns"}},
+                "spec": {"resources": {"requests": {"storage": size}}}
+            }))
+            .expect("claim")
+        };
+        let small = DownItem::new(Kind::PersistentVolumeClaim, "ns", "small");
+        let big = DownItem::new(Kind::PersistentVolumeClaim, "ns", "big");
+        let usage = |size: &str| claim_usage(claim(size).spec.as_ref());
+        assert_eq!(usage("600Mi").storage, 600 << 20);
+
+        // Reserved, then seen; an update reserves over what is seen, and an unchanged object is seen again.
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("600Mi"))
+            .expect("fits");
+        let seen = claim("600Mi");
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("600Mi"))
+            .expect("unchanged");
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, Some(usage("600Mi")));
+        assert_eq!(quota.used_objects(&tenant).storage, 600 << 20);
+        assert_eq!(quota.used_objects(&tenant).claims, 1);
+
+        // Another claim would exceed the storage; growing this one too; shrinking always fits.
+        let refused = quota
+            .admit_object(&tenant, Some(&limit), &big, usage("600Mi"))
+            .expect_err("over");
+        assert_eq!(refused.resource, "requests.storage");
+        assert!(
+            quota
+                .admit_object(&tenant, Some(&limit), &small, usage("2Gi"))
+                .is_err()
+        );
+        quota
+            .admit_object(&tenant, Some(&limit), &small, usage("100Mi"))
+            .expect("shrinks");
+        // A write that failed gives the reservation back: the claim counts as seen.
+        quota.release_object(&tenant, &small);
+        assert_eq!(quota.used_objects(&tenant).storage, 600 << 20);
+
+        // Deleted: the room is back and the refused claim is queued again.
+        quota.observe_object(&seen.metadata, Kind::PersistentVolumeClaim, None);
+        assert_eq!(quota.used_objects(&tenant), ObjectUsage::default());
+        assert!(
+            quota
+                .admit_object(&tenant, Some(&limit), &big, usage("600Mi"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn services_count_their_node_ports_and_load_balancers() {
+        let spec = |value: serde_json::Value| -> ServiceSpec { serde_json::from_value(value).expect("spec") };
+        let two_ports = json_ports();
+        let node_port = service_usage(Some(&spec(
+            serde_json::json!({"type": "NodePort", "ports": two_ports}),
+        )));
+        assert_eq!(
+            (node_port.services, node_port.node_ports, node_port.load_balancers),
+            (1, 2, 0)
+        );
+        let balancer = service_usage(Some(&spec(
+            serde_json::json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": json_ports()}),
+        )));
+        assert_eq!((balancer.node_ports, balancer.load_balancers), (0, 1));
+        assert_eq!(service_usage(None).services, 1);
+    }
+
+    fn json_ports() -> serde_json::Value {
+        serde_json::json!([{"port": 80}, {"port": 443}])
+    }
+
+    #[test]
+    fn every_container_states_what_the_quota_limits() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}],
+                "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}]
+            }
+        }))
+        .expect("pod");
+        let limit = TenantQuota {
+            requests_cpu: Some(Quantity("4".into())),
+            limits_memory: Some(Quantity("4Gi".into())),
+            ..Default::default()
+        };
+        assert_eq!(
+            unstated_resources(Some(&limit), &pod),
+            vec!["limits.memory of init container \"init\"".to_owned()]
+        );
+        // Quotas on pods only, or none: nothing needs stating.
+        let pods_only = TenantQuota {
+            pods: Some(Quantity("4".into())),
+            ..Default::default()
+        };
+        assert!(unstated_resources(Some(&pods_only), &pod).is_empty());
+        assert!(unstated_resources(None, &pod).is_empty());
     }
 }

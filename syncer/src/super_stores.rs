@@ -25,7 +25,7 @@ use crate::{
     items::{DownItem, Kind, UpItem},
     quota::Quota,
     resources::pod::token,
-    stores::{reflect, reflect_with, trim},
+    stores::{Change, reflect, reflect_with, trim},
     tenant::{Queues, Tenants},
 };
 
@@ -121,7 +121,7 @@ impl SuperStores {
             store
         };
         let pods = {
-            let (down, up) = (queues.down.clone(), queues.up.clone());
+            let (down, up, quota) = (queues.down.clone(), queues.up.clone(), quota.clone());
             let (store, task) = reflect_with(
                 Api::<SuperPod>::all(client.clone()),
                 ours.clone(),
@@ -137,10 +137,36 @@ impl SuperStores {
             tasks.push(task);
             store
         };
-        let services = downward!(Service, Kind::Service, |namespace, name| UpItem::Service {
-            namespace,
-            name
-        });
+        // Services and claims count against the tenant's object quotas: the ledger follows them too.
+        macro_rules! counted {
+            ($type:ty, $kind:expr, $usage:expr, $up:expr) => {{
+                let (down, up, quota) = (queues.down.clone(), queues.up.clone(), quota.clone());
+                let (store, task) = reflect_with(
+                    Api::<$type>::all(client.clone()),
+                    ours.clone(),
+                    trim::<$type>,
+                    move |o, change| {
+                        let usage = match change {
+                            Change::Applied => Some($usage(o.spec.as_ref())),
+                            _ => None,
+                        };
+                        quota.observe_object(o.meta(), $kind, usage);
+                        if let Some((tenant, namespace, name)) = tenant_key(o) {
+                            down.add(&tenant, DownItem::new($kind, &namespace, &name));
+                            up.add(&tenant, $up(namespace, name));
+                        }
+                    },
+                );
+                tasks.push(task);
+                store
+            }};
+        }
+        let services = counted!(
+            Service,
+            Kind::Service,
+            crate::quota::service_usage,
+            |namespace, name| UpItem::Service { namespace, name }
+        );
         let endpoints = downward!(Endpoints, Kind::Endpoints);
         let config_maps = downward!(ConfigMap, Kind::ConfigMap);
         // Pod token Secrets are watched apart, metadata only: their values never need to be in memory.
@@ -175,10 +201,11 @@ impl SuperStores {
             store
         };
         let service_accounts = downward!(ServiceAccount, Kind::ServiceAccount);
-        let claims = downward!(
+        let claims = counted!(
             PersistentVolumeClaim,
             Kind::PersistentVolumeClaim,
-            |namespace, name| { UpItem::PersistentVolumeClaim { namespace, name } }
+            crate::quota::claim_usage,
+            |namespace, name| UpItem::PersistentVolumeClaim { namespace, name }
         );
         let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
 
@@ -324,6 +351,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<Service>,
     /// Tenant pods.
     pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
+    /// Public StorageClasses.
+    pub storage_classes: kube::runtime::reflector::store::Writer<StorageClass>,
 }
 
 #[cfg(test)]
@@ -334,6 +363,7 @@ impl SuperStores {
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
         let (pods, pods_writer) = store();
+        let (storage_classes, storage_classes_writer) = store();
         let stores = Self {
             namespaces,
             pods,
@@ -347,7 +377,7 @@ impl SuperStores {
             ingresses: None,
             nodes: store().0,
             volumes: store().0,
-            storage_classes: store().0,
+            storage_classes,
             priority_classes: store().0,
             tasks: Vec::new(),
         };
@@ -355,6 +385,7 @@ impl SuperStores {
             namespaces: namespaces_writer,
             services: services_writer,
             pods: pods_writer,
+            storage_classes: storage_classes_writer,
         };
         (stores, writers)
     }

@@ -501,6 +501,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<Service>,
     /// vNodes.
     pub vnodes: kube::runtime::reflector::store::Writer<Node>,
+    /// PersistentVolumeClaims.
+    pub claims: kube::runtime::reflector::store::Writer<PersistentVolumeClaim>,
 }
 
 #[cfg(test)]
@@ -523,6 +525,7 @@ impl Tenant {
         let (pods, pods_writer) = store();
         let (services, services_writer) = store();
         let (vnodes, vnodes_writer) = store();
+        let (claims, claims_writer) = store();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -545,7 +548,7 @@ impl Tenant {
                 config_maps: store().0,
                 secrets: store().0,
                 service_accounts: store().0,
-                claims: store().0,
+                claims,
                 ingresses: None,
                 vnodes,
                 volumes: store().0,
@@ -564,6 +567,7 @@ impl Tenant {
             pods: pods_writer,
             services: services_writer,
             vnodes: vnodes_writer,
+            claims: claims_writer,
         };
         (tenant, writers)
     }

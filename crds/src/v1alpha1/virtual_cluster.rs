@@ -110,8 +110,8 @@ pub struct VirtualClusterSpec {
     ))]
     pub runtime_class_name: Option<String>,
 
-    /// Host access tenant pods may have in the super cluster. Anything not allowed here is refused.
-    /// Default: none.
+    /// Host access and placement tenant pods may have in the super cluster beyond what the platform allows
+    /// every tenant. Anything not allowed is refused. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_policy: Option<PodPolicy>,
 }
@@ -187,6 +187,34 @@ pub struct TenantQuota {
     #[serde(rename = "limits.memory", default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::quantity")]
     pub limits_memory: Option<Quantity>,
+    /// Maximum number of tenant Services in the super cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub services: Option<Quantity>,
+    /// Maximum number of node ports the tenant's NodePort and LoadBalancer Services hold.
+    #[serde(
+        rename = "services.nodeports",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(schema_with = "schema::quantity")]
+    pub services_node_ports: Option<Quantity>,
+    /// Maximum number of tenant LoadBalancer Services.
+    #[serde(
+        rename = "services.loadbalancers",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(schema_with = "schema::quantity")]
+    pub services_load_balancers: Option<Quantity>,
+    /// Maximum number of tenant PersistentVolumeClaims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub persistentvolumeclaims: Option<Quantity>,
+    /// Maximum sum of the storage the tenant's PersistentVolumeClaims request.
+    #[serde(rename = "requests.storage", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub requests_storage: Option<Quantity>,
 }
 
 /// A token bucket on the syncer's writes to the super cluster for one tenant.
@@ -210,7 +238,8 @@ impl RateLimit {
     }
 }
 
-/// Host access that tenant pods may have. Every field defaults to `false` (refused).
+/// Host access and placement that tenant pods may have beyond what the syncer allows every tenant. Every
+/// field defaults to refused.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodPolicy {
@@ -229,6 +258,35 @@ pub struct PodPolicy {
     /// Allow hostPath volumes.
     #[serde(default)]
     pub host_path: bool,
+    /// Allow containers' `hostPort`s.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub host_ports: bool,
+    /// Linux capabilities containers may add besides the syncer's `--pod-allowed-capabilities` (Pod
+    /// Security `baseline` by default). The super namespaces' Pod Security level still applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
+    pub capabilities: Vec<String>,
+    /// Allow seccomp profile `Unconfined` and AppArmor profile `unconfined` (field or annotation).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unconfined: bool,
+    /// Allow seccomp and AppArmor profiles of type `Localhost` (files on the super node).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub localhost_profiles: bool,
+    /// Taints this tenant's pods may tolerate besides the syncer's `--pod-allowed-taints`: `key` (any
+    /// value and effect) or `key=value`. Only keys the syncer's `--pod-grantable-taints` lists count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub allowed_taints: Vec<String>,
+    /// Node labels this tenant's pods may select on (node selector, node affinity) besides the syncer's
+    /// `--pod-allowed-node-labels`: `key` (any value) or `key=value`. Only keys the syncer's
+    /// `--pod-grantable-node-labels` lists count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub allowed_node_labels: Vec<String>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// The observed state of a VirtualCluster.

@@ -1,6 +1,6 @@
 //! Conversions of the namespaced kinds copied down with little change.
 
-use crds::wellknown::ANNOTATION_TENANT_CLUSTER_IP;
+use crds::wellknown::{ANNOTATION_TENANT_CLUSTER_IP, LABEL_SUPER_PUBLIC};
 use k8s_openapi::{
     api::{
         core::v1::{
@@ -213,6 +213,10 @@ impl Downward for Service {
         })
     }
 
+    fn quota_usage(super_object: &Self) -> Option<crate::quota::ObjectUsage> {
+        Some(crate::quota::service_usage(super_object.spec.as_ref()))
+    }
+
     fn with_creation_hints(tenant: &Self, desired: &Self) -> Option<Self> {
         let spec = tenant.spec.as_ref();
         if !needs_node_ports(spec) {
@@ -370,9 +374,16 @@ impl Downward for PersistentVolumeClaim {
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
         let spec = tenant.spec.clone().unwrap_or_default();
+        // A claim without a class gets the published default one by name, never whatever default the
+        // super cluster has (which may be a class the platform keeps to itself).
+        let storage_class_name = spec
+            .storage_class_name
+            .clone()
+            .or_else(|| published_default_class(cx.supers));
         // Binding happens in the super cluster: the tenant's volume name refers to a tenant PV.
         let spec = PersistentVolumeClaimSpec {
             volume_name: None,
+            storage_class_name,
             ..spec
         };
         Ok(Some(PersistentVolumeClaim {
@@ -380,6 +391,32 @@ impl Downward for PersistentVolumeClaim {
             spec: Some(spec),
             status: None,
         }))
+    }
+
+    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        let class = tenant.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
+        let why = match class {
+            Some("") => {
+                "storageClassName \"\" binds pre-made volumes without a class, which belong to the platform"
+                    .to_owned()
+            }
+            Some(class) if !is_published_class(cx.supers, class) => format!(
+                "StorageClass {class:?} is not published to tenants (label {LABEL_SUPER_PUBLIC}=true)"
+            ),
+            Some(_) => return None,
+            None if published_default_class(cx.supers).is_some() => return None,
+            None => format!(
+                "the claim names no StorageClass and no published StorageClass (label {LABEL_SUPER_PUBLIC}=true) is the default"
+            ),
+        };
+        Some((
+            REASON_STORAGE_CLASS_NOT_PUBLISHED,
+            format!("{why}; the claim is not synced (use a StorageClass this cluster lists)"),
+        ))
+    }
+
+    fn quota_usage(super_object: &Self) -> Option<crate::quota::ObjectUsage> {
+        Some(crate::quota::claim_usage(super_object.spec.as_ref()))
     }
 
     fn view(object: &Self) -> Value {
@@ -391,6 +428,43 @@ impl Downward for PersistentVolumeClaim {
             "volumeMode": spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
             "selector": spec.selector,
         })
+    }
+}
+
+/// Reason of the event on a tenant claim whose StorageClass is not published.
+pub const REASON_STORAGE_CLASS_NOT_PUBLISHED: &str = "StorageClassNotPublished";
+
+/// Annotation marking a StorageClass as the default.
+const ANNOTATION_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+fn is_published_class(supers: &SuperStores, name: &str) -> bool {
+    supers
+        .storage_classes
+        .get(&ObjectRef::new(name))
+        .is_some_and(|class| super::public::is_published(&class.metadata))
+}
+
+/// The published StorageClass marked default, when exactly one is (the apiserver's own rule picks the
+/// newest of several; the syncer does not guess).
+fn published_default_class(supers: &SuperStores) -> Option<String> {
+    let defaults: Vec<String> = supers
+        .storage_classes
+        .state()
+        .iter()
+        .filter(|class| super::public::is_published(&class.metadata))
+        .filter(|class| {
+            class
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DEFAULT_CLASS))
+                .is_some_and(|v| v == "true")
+        })
+        .map(|class| class.name_any())
+        .collect();
+    match defaults.as_slice() {
+        [only] => Some(only.clone()),
+        _ => None,
     }
 }
 
@@ -625,6 +699,143 @@ mod tests {
             ))));
             assert!(!needs_node_ports(Some(&spec(json!({"type": "ClusterIP"})))));
             assert!(!needs_node_ports(None));
+        }
+    }
+
+    /// Claims and Services the syncer must not write: a refused class or a quota exceeded gives an event on
+    /// the tenant object and not one request to the super cluster.
+    mod refusals {
+        use k8s_openapi::{api::storage::v1::StorageClass, apimachinery::pkg::api::resource::Quantity};
+
+        use super::*;
+        use crate::{
+            context::testing::{self, from_json, put},
+            items::{DownItem, Kind},
+            resources::{Outcome, sync_down},
+            settings::TenantSettings,
+        };
+
+        fn claim(name: &str, class: Value) -> PersistentVolumeClaim {
+            let mut claim = json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("{name}-uid")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+            if !class.is_null() {
+                claim["spec"]["storageClassName"] = class;
+            }
+            from_json(claim)
+        }
+
+        async fn refused_with_event(
+            sync: impl std::future::Future<Output = crate::Result<Outcome>>,
+            tenants: &mut testing::ApiServer,
+            reason: &str,
+            says: &str,
+        ) {
+            let (outcome, ()) = tokio::join!(sync, async {
+                let event = tenants
+                    .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                    .await;
+                assert_eq!(event.body["reason"], reason);
+                let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+                assert!(note.contains(says), "{note}");
+                event.echo();
+            });
+            assert!(
+                matches!(outcome.expect("synced"), Outcome::Waiting { .. }),
+                "not refused"
+            );
+        }
+
+        #[tokio::test]
+        async fn claims_of_unpublished_classes_are_not_written() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, mut super_caches) = testing::context(super_client);
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+            // The cache lists only published classes; one that lost its label meanwhile does not count.
+            put(
+                &mut super_caches.storage_classes,
+                from_json::<StorageClass>(json!({"metadata": {"name": "stale"}, "provisioner": "x"})),
+            );
+            for (name, class, says) in [
+                (
+                    "private",
+                    json!("private"),
+                    "StorageClass \"private\" is not published",
+                ),
+                ("stale", json!("stale"), "StorageClass \"stale\" is not published"),
+                ("premade", json!(""), "binds pre-made volumes"),
+                ("default", Value::Null, "no published StorageClass"),
+            ] {
+                put(&mut caches.claims, claim(name, class));
+                let item = DownItem::new(Kind::PersistentVolumeClaim, "shop", name);
+                refused_with_event(
+                    sync_down::<PersistentVolumeClaim>(&ctx, &tenant, &item),
+                    &mut tenants,
+                    REASON_STORAGE_CLASS_NOT_PUBLISHED,
+                    says,
+                )
+                .await;
+            }
+            supers.idle().await;
+            tenants.idle().await;
+
+            // A published default class is named explicitly on a claim without one.
+            put(
+                &mut super_caches.storage_classes,
+                from_json::<StorageClass>(json!({"metadata": {"name": "shared",
+                    "labels": {LABEL_SUPER_PUBLIC: "true"},
+                    "annotations": {ANNOTATION_DEFAULT_CLASS: "true"}}, "provisioner": "x"})),
+            );
+            let cx = Conversion {
+                tenant: &tenant,
+                supers: &ctx.supers,
+                opaque_prefixes: &[],
+                super_namespace: "team-abc123-vc-shop",
+            };
+            let desired = PersistentVolumeClaim::to_super(&claim("default", Value::Null), &cx)
+                .expect("converted")
+                .expect("synced");
+            assert_eq!(
+                desired.spec.and_then(|s| s.storage_class_name).as_deref(),
+                Some("shared")
+            );
+            assert_eq!(
+                PersistentVolumeClaim::refusal(&claim("default", Value::Null), &cx),
+                None
+            );
+        }
+
+        #[tokio::test]
+        async fn a_service_over_the_object_quota_is_not_written() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, _) = testing::context(super_client);
+            let settings = TenantSettings {
+                quota: Some(crds::TenantQuota {
+                    services_load_balancers: Some(Quantity("0".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, settings);
+            put(
+                &mut caches.services,
+                from_json(
+                    json!({"metadata": {"name": "lb", "namespace": "shop", "uid": "lb-uid"},
+                    "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+                ),
+            );
+            let item = DownItem::new(Kind::Service, "shop", "lb");
+            refused_with_event(
+                sync_down::<Service>(&ctx, &tenant, &item),
+                &mut tenants,
+                crate::resources::pod::REASON_QUOTA_EXCEEDED,
+                "tenant quota services.loadbalancers exceeded: 0 in use, 1 asked for, limit 0",
+            )
+            .await;
+            assert_eq!(ctx.quota.used_objects(&tenant.id), Default::default());
+            supers.idle().await;
+            tenants.idle().await;
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::{
     events,
     identity::{self, TenantIdentity},
     items::{DownItem, Kind, UpItem},
+    quota::ObjectUsage,
     super_stores::SuperStores,
     tenant::{Tenant, TenantStores},
 };
@@ -71,6 +72,8 @@ impl Outcome {
 pub struct Conversion<'a> {
     /// The tenant.
     pub tenant: &'a Tenant,
+    /// The super cluster's caches (published classes).
+    pub supers: &'a SuperStores,
     /// Super-owned prefixes.
     pub opaque_prefixes: &'a [String],
     /// Super namespace of the object.
@@ -132,6 +135,17 @@ pub trait Downward:
     /// When the super cluster refused a creation because of its hints: reason and message of an event for
     /// the tenant object, which is then created without them.
     fn refused_hints(_error: &Error) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// Why a tenant object may not get a super copy: reason and message of a Warning event on it. Asked
+    /// only before a copy is created; an existing copy is never deleted for it (nothing is lost).
+    fn refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// What the super object counts against the tenant's object quotas, if anything.
+    fn quota_usage(_super_object: &Self) -> Option<ObjectUsage> {
         None
     }
 
@@ -257,6 +271,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let cx = Conversion {
         tenant,
+        supers: &ctx.supers,
         opaque_prefixes: &opaque,
         super_namespace: &super_namespace,
     };
@@ -265,6 +280,9 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
         None => None,
     };
 
+    if live.is_none() {
+        ctx.quota.stop_waiting_object(&tenant.id, item);
+    }
     match (desired, super_object) {
         (None, None) => Ok(Outcome::InSync),
         (None, Some(existing)) => {
@@ -283,39 +301,122 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                 }
                 Some(existing) if in_sync(&desired, &existing) => Ok(Outcome::InSync),
                 Some(existing) => {
-                    apply(ctx, &api, desired, existing.uid()).await?;
+                    if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
+                        return Ok(held);
+                    }
+                    let applied = apply(ctx, &api, desired, existing.uid()).await;
+                    if applied.is_err() {
+                        ctx.quota.release_object(&tenant.id, item);
+                    }
+                    applied?;
                     Ok(Outcome::Updated { writes: 1 })
                 }
                 None => {
-                    let namespace_writes = match namespace::ensure(ctx, tenant, &item.namespace).await? {
-                        Ok(writes) => writes,
-                        Err(outcome) => return Ok(outcome),
-                    };
-                    let hinted = live.as_ref().and_then(|o| K::with_creation_hints(o, &desired));
-                    let writes = match hinted {
-                        None => {
-                            apply(ctx, &api, desired, None).await?;
-                            1
-                        }
-                        Some(hinted) => match apply(ctx, &api, hinted, None).await {
-                            Ok(_) => 1,
-                            Err(error) => {
-                                let Some((reason, message)) = K::refused_hints(&error) else {
-                                    return Err(error);
-                                };
-                                if let Some(object) = &live {
-                                    events::normal(tenant, &object.object_ref(&()), reason, &message).await;
-                                }
-                                apply(ctx, &api, desired, None).await?;
-                                2
-                            }
-                        },
-                    };
-                    Ok(Outcome::Created {
-                        writes: writes + namespace_writes,
-                    })
+                    if let Some(object) = &live
+                        && let Some((reason, message)) = K::refusal(object, &cx)
+                    {
+                        tracing::warn!(
+                            tenant = %tenant.identity.vc_ref(),
+                            kind = %K::KIND,
+                            namespace = %item.namespace,
+                            name = %item.name,
+                            reason,
+                            "{message}"
+                        );
+                        ctx.metrics.refused(kind_label::<K>(), reason);
+                        events::warn(tenant, &object.object_ref(&()), reason, &message).await;
+                        return Ok(Outcome::Waiting {
+                            reason: message,
+                            retry_after: None,
+                        });
+                    }
+                    if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
+                        return Ok(held);
+                    }
+                    let created = create_down(ctx, tenant, item, &api, desired, live.as_deref()).await;
+                    if !matches!(created, Ok(Outcome::Created { .. })) {
+                        ctx.quota.release_object(&tenant.id, item);
+                    }
+                    created
                 }
             }
         }
     }
+}
+
+/// Reserves what `desired` counts against the tenant's object quotas; when it does not fit, a Warning
+/// `TenantQuotaExceeded` event on the tenant object and the outcome to return (nothing is written).
+async fn admit_to_quota<K: Downward>(
+    ctx: &Context,
+    tenant: &Tenant,
+    item: &DownItem,
+    desired: &K,
+    tenant_object: Option<&K>,
+) -> Option<Outcome> {
+    let usage = K::quota_usage(desired)?;
+    let settings = tenant.settings();
+    let exceeded = ctx
+        .quota
+        .admit_object(&tenant.id, settings.quota.as_ref(), item, usage)
+        .err()?;
+    let message = format!("{exceeded}; the change is not synced until usage drops or the quota is raised");
+    tracing::warn!(
+        tenant = %tenant.identity.vc_ref(),
+        kind = %K::KIND,
+        namespace = %item.namespace,
+        name = %item.name,
+        "{message}"
+    );
+    ctx.metrics.refused(kind_label::<K>(), pod::REASON_QUOTA_EXCEEDED);
+    if let Some(object) = tenant_object {
+        events::warn(
+            tenant,
+            &object.object_ref(&()),
+            pod::REASON_QUOTA_EXCEEDED,
+            &message,
+        )
+        .await;
+    }
+    Some(Outcome::Waiting {
+        reason: message,
+        retry_after: None,
+    })
+}
+
+/// Creates the super copy of a tenant object, with its creation hints when it has any.
+async fn create_down<K: Downward>(
+    ctx: &Context,
+    tenant: &Tenant,
+    item: &DownItem,
+    api: &Api<K>,
+    desired: K,
+    live: Option<&K>,
+) -> Result<Outcome> {
+    let namespace_writes = match namespace::ensure(ctx, tenant, &item.namespace).await? {
+        Ok(writes) => writes,
+        Err(outcome) => return Ok(outcome),
+    };
+    let hinted = live.and_then(|o| K::with_creation_hints(o, &desired));
+    let writes = match hinted {
+        None => {
+            apply(ctx, api, desired, None).await?;
+            1
+        }
+        Some(hinted) => match apply(ctx, api, hinted, None).await {
+            Ok(_) => 1,
+            Err(error) => {
+                let Some((reason, message)) = K::refused_hints(&error) else {
+                    return Err(error);
+                };
+                if let Some(object) = live {
+                    events::normal(tenant, &object.object_ref(&()), reason, &message).await;
+                }
+                apply(ctx, api, desired, None).await?;
+                2
+            }
+        },
+    };
+    Ok(Outcome::Created {
+        writes: writes + namespace_writes,
+    })
 }

@@ -21,6 +21,7 @@ use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::Obje
 
 use super::{Outcome, apply, delete};
 use crate::{
+    config::POD_SECURITY_PREFIX,
     context::Context,
     error::{Result, on_super},
     events, identity,
@@ -36,6 +37,11 @@ fn desired(ctx: &Context, tenant: &Tenant, namespace: &Namespace) -> Namespace {
         metadata: identity::super_namespace_metadata(&namespace.metadata, &tenant.identity, &opaque),
         ..Default::default()
     };
+    // The platform's Pod Security labels, never the tenant's: the super apiserver's own admission then
+    // holds pods to the platform's level whatever a VirtualCluster's podPolicy allows.
+    let labels = desired.metadata.labels.get_or_insert_with(Default::default);
+    labels.retain(|key, _| !key.starts_with(POD_SECURITY_PREFIX));
+    labels.extend(ctx.config.pod_security.labels());
     identity::stamp(&mut desired, |n| n.meta_mut());
     desired
 }
@@ -55,9 +61,20 @@ fn claim(desired: &Namespace) -> Namespace {
     Namespace {
         metadata: ObjectMeta {
             name: desired.metadata.name.clone(),
-            labels: pick(
-                &desired.metadata.labels,
-                &[LABEL_VC_NAME, LABEL_VC_NAMESPACE, LABEL_CLUSTER],
+            // The Pod Security labels come with the claim, so that no pod lands in the namespace before
+            // they are there.
+            labels: Some(
+                desired
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .filter(|(k, _)| {
+                        [LABEL_VC_NAME, LABEL_VC_NAMESPACE, LABEL_CLUSTER].contains(&k.as_str())
+                            || k.starts_with(POD_SECURITY_PREFIX)
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
             ),
             annotations: pick(
                 &desired.metadata.annotations,
@@ -392,7 +409,16 @@ mod tests {
         let (ctx, _) = testing::context(super_client);
         let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
         let mut namespace = tenant_namespace("prod");
-        namespace.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+        namespace.metadata.labels = Some(
+            [
+                ("team".to_owned(), "a".to_owned()),
+                (
+                    "pod-security.kubernetes.io/enforce".to_owned(),
+                    "privileged".to_owned(),
+                ),
+            ]
+            .into(),
+        );
         put(&mut caches.namespaces, namespace);
         let item = DownItem::namespace("prod");
         let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
@@ -409,6 +435,12 @@ mod tests {
             // Only the claim: what the tenant may change later is applied, so that it can be removed later.
             assert!(annotations.get("tenancy.x-k8s.io/sync-hash").is_none());
             assert!(created.body["metadata"]["labels"].get("team").is_none());
+            // The platform's Pod Security labels come with the claim; the tenant's never.
+            let labels = &created.body["metadata"]["labels"];
+            assert_eq!(labels["pod-security.kubernetes.io/enforce"], "baseline");
+            assert_eq!(labels["pod-security.kubernetes.io/enforce-version"], "latest");
+            assert_eq!(labels["pod-security.kubernetes.io/warn"], "restricted");
+            assert!(labels.get("pod-security.kubernetes.io/audit").is_none());
             assert!(created.uri.contains("fieldManager=vc-syncer"), "{}", created.uri);
             created.echo();
             let applied = supers
@@ -416,6 +448,10 @@ mod tests {
                 .await;
             assert_eq!(applied.body["metadata"]["uid"], "uid-of-object");
             assert_eq!(applied.body["metadata"]["labels"]["team"], "a");
+            assert_eq!(
+                applied.body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+                "baseline"
+            );
             applied.echo();
         });
         assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 2 });

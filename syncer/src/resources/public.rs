@@ -26,6 +26,16 @@ use crate::{
     tenant::{LABEL_SYNCED_FROM_SUPER, Tenant},
 };
 
+/// Whether a super StorageClass or PriorityClass is published to tenants: labelled
+/// `tenancy.x-k8s.io/super.public=true`. The caches list only those, but a class can lose its label
+/// between the list and a look-up, so look-ups check again.
+pub fn is_published(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(crds::wellknown::LABEL_SUPER_PUBLIC))
+        .is_some_and(|v| v == "true")
+}
+
 /// Metadata of a tenant copy of a super object: same name, marked as the syncer's.
 fn copy_metadata(source: &ObjectMeta) -> ObjectMeta {
     let mut labels = source.labels.clone().unwrap_or_default();

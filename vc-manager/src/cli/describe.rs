@@ -136,6 +136,11 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
             ("requests.memory", &q.requests_memory),
             ("limits.cpu", &q.limits_cpu),
             ("limits.memory", &q.limits_memory),
+            ("services", &q.services),
+            ("services.nodeports", &q.services_node_ports),
+            ("services.loadbalancers", &q.services_load_balancers),
+            ("persistentvolumeclaims", &q.persistentvolumeclaims),
+            ("requests.storage", &q.requests_storage),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", v.0)))
@@ -147,16 +152,29 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
         .as_ref()
         .map(|r| format!("{} writes/s, burst {}", r.qps, r.effective_burst()));
     let pod_policy = spec.pod_policy.as_ref().map(|p| {
-        let allowed: Vec<&str> = [
+        let mut allowed: Vec<String> = [
             (p.host_network, "hostNetwork"),
             (p.host_pid, "hostPID"),
             (p.host_ipc, "hostIPC"),
             (p.privileged, "privileged"),
             (p.host_path, "hostPath"),
+            (p.host_ports, "hostPorts"),
+            (p.unconfined, "unconfined profiles"),
+            (p.localhost_profiles, "Localhost profiles"),
         ]
         .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| name.to_owned())
         .collect();
+        for (what, list) in [
+            ("capabilities", &p.capabilities),
+            ("taints", &p.allowed_taints),
+            ("node labels", &p.allowed_node_labels),
+        ] {
+            if !list.is_empty() {
+                allowed.push(format!("{what} {}", list.join(" ")));
+            }
+        }
         allowed.join(", ")
     });
     let created = vc
@@ -179,9 +197,10 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
         ("Runtime class", or_none(spec.runtime_class_name.clone())),
         (
             "Pod policy",
-            pod_policy
-                .filter(|p| !p.is_empty())
-                .map_or_else(|| "no host access allowed".into(), |p| format!("allows {p}")),
+            pod_policy.filter(|p| !p.is_empty()).map_or_else(
+                || "nothing beyond the platform's defaults".into(),
+                |p| format!("allows {p}"),
+            ),
         ),
     ]);
 
@@ -362,6 +381,7 @@ mod tests {
                 rate_limit: Some(RateLimit { qps: 50, burst: None }),
                 pod_policy: Some(PodPolicy {
                     host_network: true,
+                    allowed_taints: vec!["dedicated=team".into()],
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -500,7 +520,7 @@ mod tests {
             "Quota:              pods=10, requests.cpu=2\n",
             "Rate limit:         50 writes/s, burst 50\n",
             "Runtime class:      <none>\n",
-            "Pod policy:         allows hostNetwork\n",
+            "Pod policy:         allows hostNetwork, taints dedicated=team\n",
             "  TYPE       STATUS   REASON                      SINCE   MESSAGE\n  PKIReady   True     CertificatesValid           120m    12 Secrets\n  Ready      True     TenantControlPlaneRunning   60m     ready\n",
             "  pods              2       10      20%\n",
             "  requests.cpu      1500m   2       75%\n",

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     cached::{CachedPodSpec, ContainerImage},
+    config::PlatformPodPolicy,
     identity::{self, TenantIdentity},
 };
 
@@ -39,8 +40,12 @@ pub struct PodConversion<'a> {
     pub cluster_domain: &'a str,
     /// RuntimeClass to force.
     pub runtime_class_name: Option<&'a str>,
-    /// Allowed host access.
+    /// The VirtualCluster's `podPolicy`.
     pub pod_policy: &'a PodPolicy,
+    /// What the platform allows every tenant.
+    pub platform_policy: &'a PlatformPodPolicy,
+    /// Whether a PriorityClass is published to tenants.
+    pub published_priority_class: &'a dyn Fn(&str) -> bool,
     /// Tenant services as seen from the super cluster.
     pub endpoints: &'a TenantEndpoints,
     /// `ndots` for pod DNS.
@@ -77,8 +82,8 @@ pub struct Converted {
 pub enum Refusal {
     /// `spec.nodeName` was set by the tenant.
     NodeNameSet(String),
-    /// Host access beyond the VirtualCluster's `podPolicy`.
-    HostAccess(Vec<String>),
+    /// Host access, placement or security profiles beyond the pod policy (see [`super::policy`]).
+    Policy(Vec<String>),
 }
 
 impl std::fmt::Display for Refusal {
@@ -88,10 +93,10 @@ impl std::fmt::Display for Refusal {
                 f,
                 "spec.nodeName is set to {node:?}: pods are placed by the super cluster's scheduler, so a pod with a node name is not synced"
             ),
-            Refusal::HostAccess(violations) => write!(
+            Refusal::Policy(violations) => write!(
                 f,
-                "the VirtualCluster's podPolicy does not allow {}; the pod is not synced",
-                violations.join(", ")
+                "the pod policy does not allow {}; the pod is not synced",
+                violations.join("; ")
             ),
         }
     }
@@ -106,48 +111,21 @@ pub const KEY_UID: &str = "uid";
 /// The default token.
 pub const KEY_TOKEN: &str = "token";
 
-/// Host access a pod asks for that `policy` does not allow.
-pub fn host_access_violations(spec: &PodSpec, policy: &PodPolicy) -> Vec<String> {
-    let mut violations = Vec::new();
-    if spec.host_network == Some(true) && !policy.host_network {
-        violations.push("hostNetwork".to_owned());
-    }
-    if spec.host_pid == Some(true) && !policy.host_pid {
-        violations.push("hostPID".to_owned());
-    }
-    if spec.host_ipc == Some(true) && !policy.host_ipc {
-        violations.push("hostIPC".to_owned());
-    }
-    if !policy.privileged {
-        let privileged = spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .filter(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(true))
-            .map(|c| format!("privileged container {:?}", c.name));
-        violations.extend(privileged);
-    }
-    if !policy.host_path {
-        let host_paths = spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter(|v| v.host_path.is_some())
-            .map(|v| format!("hostPath volume {:?}", v.name));
-        violations.extend(host_paths);
-    }
-    violations
-}
-
 /// The super pod for a tenant pod.
 pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refusal> {
     let mut spec = tenant.spec.clone().unwrap_or_default();
     if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
         return Err(Refusal::NodeNameSet(node.clone()));
     }
-    let violations = host_access_violations(&spec, cx.pod_policy);
+    let input = super::policy::PolicyInput {
+        tenant: cx.pod_policy,
+        platform: cx.platform_policy,
+        forced_runtime_class: cx.runtime_class_name,
+        published_priority_class: cx.published_priority_class,
+    };
+    let violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
     if !violations.is_empty() {
-        return Err(Refusal::HostAccess(violations));
+        return Err(Refusal::Policy(violations));
     }
     let tenant_namespace = tenant.metadata.namespace.clone().unwrap_or_default();
     let tenant_uid = tenant.metadata.uid.clone().unwrap_or_default();
@@ -614,6 +592,7 @@ mod tests {
 
     fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<Converted, Refusal> {
         let identity = identity();
+        let platform = PlatformPodPolicy::default();
         let cx = PodConversion {
             identity: &identity,
             opaque_prefixes: &[],
@@ -621,6 +600,8 @@ mod tests {
             cluster_domain: "cluster.local",
             runtime_class_name: Some("kata"),
             pod_policy: policy,
+            platform_policy: &platform,
+            published_priority_class: &|_| false,
             endpoints,
             ndots: 5,
             token_secret: "web-1.vc-token",
@@ -775,7 +756,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let Refusal::HostAccess(violations) =
+        let Refusal::Policy(violations) =
             convert(&pod, &PodPolicy::default(), &endpoints()).expect_err("refused")
         else {
             panic!("wrong refusal")

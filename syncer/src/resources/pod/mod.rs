@@ -2,6 +2,7 @@
 //! fields, tokens, and deletion in both directions.
 
 pub mod convert;
+pub mod policy;
 pub mod token;
 
 use std::time::Duration;
@@ -17,7 +18,7 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::{Outcome, apply, delete, namespace};
+use super::{Outcome, apply, delete, namespace, public};
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
@@ -27,6 +28,30 @@ use crate::{
     tenant::Tenant,
 };
 use convert::{Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed};
+
+/// Reason of the event on a tenant pod the pod policy refuses.
+pub const REASON_POLICY_VIOLATION: &str = "PodPolicyViolation";
+
+/// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
+pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";
+
+/// The container resources a quota limits, for messages.
+fn limited_dimensions(quota: Option<&crds::TenantQuota>) -> String {
+    let Some(quota) = quota else {
+        return String::new();
+    };
+    [
+        (quota.requests_cpu.is_some(), "requests.cpu"),
+        (quota.requests_memory.is_some(), "requests.memory"),
+        (quota.limits_cpu.is_some(), "limits.cpu"),
+        (quota.limits_memory.is_some(), "limits.memory"),
+    ]
+    .into_iter()
+    .filter(|(set, _)| *set)
+    .map(|(_, name)| name)
+    .collect::<Vec<_>>()
+    .join(", ")
+}
 
 /// Reason on the tenant pod's PodScheduled condition while its quota holds it back.
 pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
@@ -93,6 +118,12 @@ fn convert(
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
     let token_secret = token::secret_name(&pod.name_any());
+    let published_priority_class = |name: &str| {
+        ctx.supers
+            .priority_classes
+            .get(&ObjectRef::new(name))
+            .is_some_and(|class| public::is_published(class.meta()))
+    };
     let cx = PodConversion {
         identity: &tenant.identity,
         opaque_prefixes: &opaque,
@@ -100,6 +131,8 @@ fn convert(
         cluster_domain: &settings.cluster_domain,
         runtime_class_name: settings.runtime_class_name.as_deref(),
         pod_policy: &settings.pod_policy,
+        platform_policy: &ctx.config.pod_policy,
+        published_priority_class: &published_priority_class,
         endpoints,
         ndots: ctx.config.dns_ndots,
         token_secret: &token_secret,
@@ -302,8 +335,10 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
         Err(refusal) => {
             let reason = match refusal {
                 Refusal::NodeNameSet(_) => "NotSupported",
-                Refusal::HostAccess(_) => "PodPolicyViolation",
+                Refusal::Policy(_) => REASON_POLICY_VIOLATION,
             };
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{refusal}");
+            ctx.metrics.refused("pod", reason);
             events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
                 reason: refusal.to_string(),
@@ -311,8 +346,30 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             });
         }
     };
-    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     let settings = tenant.settings();
+    // A container that leaves out a resource the quota limits would not count against it.
+    let unstated = crate::quota::unstated_resources(settings.quota.as_ref(), &tenant_pod);
+    if !unstated.is_empty() {
+        let message = format!(
+            "the VirtualCluster's quota limits {}, so every container must state it; missing: {}; the pod is not synced",
+            limited_dimensions(settings.quota.as_ref()),
+            unstated.join(", ")
+        );
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
+        ctx.metrics.refused("pod", REASON_RESOURCES_REQUIRED);
+        events::warn(
+            tenant,
+            &cached.object_ref(&()),
+            REASON_RESOURCES_REQUIRED,
+            &message,
+        )
+        .await;
+        return Ok(Outcome::Waiting {
+            reason: message,
+            retry_after: None,
+        });
+    }
+    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     if let Err(exceeded) = ctx
         .quota
         .admit(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
@@ -378,7 +435,32 @@ async fn create_admitted(
             token::needs_annotation(&converted.tokens),
         );
     }
-    let created = apply(ctx, api, pod, None).await?;
+    let created = match apply(ctx, api, pod, None).await {
+        Ok(created) => created,
+        // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
+        Err(error)
+            if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
+        {
+            let message = format!(
+                "the super cluster's Pod Security admission refused the pod ({}); the pod is not synced",
+                error.status_message().unwrap_or_default()
+            );
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
+            ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+            events::warn(
+                tenant,
+                &tenant_pod.object_ref(&()),
+                REASON_POLICY_VIOLATION,
+                &message,
+            )
+            .await;
+            return Ok(Outcome::Waiting {
+                reason: message,
+                retry_after: None,
+            });
+        }
+        Err(error) => return Err(error),
+    };
     writes += 1;
     if let Some(minted) = minted {
         write_token_secret(
@@ -677,7 +759,7 @@ mod tests {
         settings::TenantSettings,
     };
 
-    const HELD: &str = "tenant quota pods exceeded: 1 in use, pod asks for 1, limit 1";
+    const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
 
     fn pod_json() -> serde_json::Value {
         json!({
