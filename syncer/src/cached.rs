@@ -160,6 +160,22 @@ struct PhaseOnly {
     phase: Option<String>,
 }
 
+/// The addresses in a super pod's status, read without parsing it all.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AddressesOnly {
+    #[serde(default)]
+    pod_ip: Option<String>,
+    #[serde(default)]
+    pod_ips: Vec<AddressOnly>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct AddressOnly {
+    #[serde(default)]
+    ip: String,
+}
+
 /// A pod in the super cluster, as cached. Its status is kept as JSON: it is only read to be copied up.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct SuperPod {
@@ -177,6 +193,21 @@ impl SuperPod {
     /// The full status.
     pub fn parsed_status(&self) -> Option<PodStatus> {
         serde_json::from_str(self.status.as_ref()?.get()).ok()
+    }
+
+    /// The pod's addresses in the super cluster.
+    pub fn addresses(&self) -> Vec<String> {
+        let Some(status) = self
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::from_str::<AddressesOnly>(s.get()).ok())
+        else {
+            return Vec::new();
+        };
+        let mut addresses: Vec<String> = status.pod_ips.into_iter().map(|a| a.ip).collect();
+        addresses.extend(status.pod_ip);
+        addresses.retain(|a| !a.is_empty());
+        addresses
     }
 
     /// The phase.

@@ -2,6 +2,55 @@
 
 use std::time::Duration;
 
+use ipnet::IpNet;
+
+/// Whether tenants' ExternalName Services reach the super cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExternalNameServices {
+    /// Not synced: a Warning `ExternalNameRefused` event on the tenant Service. Super-cluster ingress
+    /// controllers and gateways follow ExternalName Services with their own network position, so one
+    /// would let a tenant aim them at any name, the super apiserver and other namespaces' Services
+    /// included (CVE-2021-25740).
+    #[default]
+    Refused,
+    /// Synced like any other Service.
+    Allowed,
+}
+
+/// The NetworkPolicy the syncer keeps in every super namespace of a tenant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkIsolation {
+    /// Whether it is kept at all (when not, existing ones are deleted).
+    pub enabled: bool,
+    /// Namespaces (label `key=value`) whose pods may reach every tenant's pods.
+    pub allow_namespaces: Vec<(String, String)>,
+    /// Addresses that may reach every tenant's pods.
+    pub allow_cidrs: Vec<IpNet>,
+}
+
+impl Default for NetworkIsolation {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_namespaces: Vec::new(),
+            allow_cidrs: Vec::new(),
+        }
+    }
+}
+
+fn cidrs(flag: &str, values: Vec<String>) -> Result<Vec<IpNet>, String> {
+    values
+        .into_iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.trim()
+                .parse::<IpNet>()
+                .map(|net| net.trunc())
+                .map_err(|e| format!("{flag}: {v:?} is not a CIDR ({e})"))
+        })
+        .collect()
+}
+
 /// Where vNodes say their kubelet (vn-agent) is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VNodeAddresses {
@@ -74,8 +123,27 @@ pub struct SyncerArgs {
     pub token_ttl_seconds: i64,
     /// Label and annotation prefixes that are super-owned for every tenant, besides each VirtualCluster's
     /// `opaqueMetaPrefixes`.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "OPAQUE_META_PREFIXES", value_delimiter = ',')]
     pub opaque_meta_prefixes: Vec<String>,
+    /// CIDRs tenants may name in selector-less Endpoints (besides their own pods' addresses) and in
+    /// NetworkPolicy ipBlocks; anything else is refused. Default: none.
+    #[arg(long, env = "TENANT_ALLOWED_CIDRS", value_delimiter = ',')]
+    pub tenant_allowed_cidrs: Vec<String>,
+    /// Whether tenants' ExternalName Services are synced (`refused` or `allowed`).
+    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::Refused)]
+    pub external_name_services: ExternalNameServices,
+    /// Keep a NetworkPolicy in every super namespace of a tenant that lets in only that tenant's pods and
+    /// what the two flags below list (`false` deletes them).
+    #[arg(long, env = "NETWORK_ISOLATION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub network_isolation: bool,
+    /// Namespaces whose pods may reach every tenant's pods despite the isolation, as `key=value` labels
+    /// (each one selector), e.g. `kubernetes.io/metadata.name=ingress-nginx`. Tenants cannot copy these
+    /// labels onto their namespaces.
+    #[arg(long, env = "NETWORK_ISOLATION_ALLOW_NAMESPACES", value_delimiter = ',')]
+    pub network_isolation_allow_namespaces: Vec<String>,
+    /// Addresses (CIDRs) that may reach every tenant's pods despite the isolation, e.g. the nodes'.
+    #[arg(long, env = "NETWORK_ISOLATION_ALLOW_CIDRS", value_delimiter = ',')]
+    pub network_isolation_allow_cidrs: Vec<String>,
 }
 
 /// The syncer's settings.
@@ -103,6 +171,12 @@ pub struct SyncerConfig {
     pub token_ttl_seconds: i64,
     /// Super-owned prefixes for every tenant.
     pub opaque_meta_prefixes: Vec<String>,
+    /// CIDRs tenants may name in selector-less Endpoints and NetworkPolicy ipBlocks.
+    pub tenant_allowed_cidrs: Vec<IpNet>,
+    /// ExternalName Services.
+    pub external_name_services: ExternalNameServices,
+    /// The isolating NetworkPolicy.
+    pub network_isolation: NetworkIsolation,
 }
 
 impl Default for SyncerConfig {
@@ -119,6 +193,9 @@ impl Default for SyncerConfig {
             dns_ndots: 5,
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
+            tenant_allowed_cidrs: Vec::new(),
+            external_name_services: ExternalNameServices::Refused,
+            network_isolation: NetworkIsolation::default(),
         }
     }
 }
@@ -146,7 +223,29 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         if args.token_ttl_seconds < 600 {
             return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
         }
+        let allow_namespaces = args
+            .network_isolation_allow_namespaces
+            .iter()
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.split_once('=') {
+                Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+                _ => Err(format!(
+                    "--network-isolation-allow-namespaces: {v:?} is not a key=value label"
+                )),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let network_isolation = NetworkIsolation {
+            enabled: args.network_isolation,
+            allow_namespaces,
+            allow_cidrs: cidrs(
+                "--network-isolation-allow-cidrs",
+                args.network_isolation_allow_cidrs,
+            )?,
+        };
         Ok(Self {
+            tenant_allowed_cidrs: cidrs("--tenant-allowed-cidrs", args.tenant_allowed_cidrs)?,
+            external_name_services: args.external_name_services,
+            network_isolation,
             vn_agent_port: args.vn_agent_port,
             vnode_addresses,
             vnode_grace: Duration::from_secs(args.vnode_grace_seconds),

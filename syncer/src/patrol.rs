@@ -182,6 +182,7 @@ fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
         let name = object.name_any();
         let super_namespace = tenant.identity.super_namespace(&namespace);
         let cx = Conversion {
+            ctx,
             tenant,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,
@@ -414,6 +415,7 @@ mod tests {
         let super_namespace = tenant.identity.super_namespace("shop");
         let opaque = ctx.opaque_prefixes(&[]);
         let cx = Conversion {
+            ctx: &ctx,
             tenant: &tenant,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,

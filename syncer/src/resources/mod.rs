@@ -12,7 +12,7 @@ pub mod vnode;
 
 use std::fmt::Debug;
 
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{NamespaceResourceScope, api::core::v1::ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -69,6 +69,8 @@ impl Outcome {
 
 /// What conversions may consult.
 pub struct Conversion<'a> {
+    /// The syncer's flags and super-cluster caches.
+    pub ctx: &'a Context,
     /// The tenant.
     pub tenant: &'a Tenant,
     /// Super-owned prefixes.
@@ -135,6 +137,12 @@ pub trait Downward:
         None
     }
 
+    /// What [`Downward::to_super`] refuses of the tenant object, if anything: reason and message of a
+    /// Warning event on it. Refused parts are never synced; the rest is, when it means anything alone.
+    fn refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        None
+    }
+
     /// The upward item that brings state of the super object to the tenant, when the tenant object lacks
     /// it (the patrol queues it; the watches normally do).
     fn pending_up(_tenant: &Self, _super_object: &Self) -> Option<UpItem> {
@@ -150,19 +158,32 @@ pub fn in_sync<K: Downward>(desired: &K, actual: &K) -> bool {
 }
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.
-pub async fn apply<K>(ctx: &Context, api: &Api<K>, mut desired: K, uid: Option<String>) -> Result<K>
+/// Used for objects the syncer builds whole (pods, token Secrets); copies of tenant objects go through
+/// [`apply_copy`], which never forces.
+pub async fn apply<K>(ctx: &Context, api: &Api<K>, desired: K, uid: Option<String>) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    apply_with(ctx, api, desired, uid, true).await
+}
+
+async fn apply_with<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    mut desired: K,
+    uid: Option<String>,
+    force: bool,
+) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
     desired.meta_mut().uid = uid;
     let name = desired.name_any();
     let resource = K::plural(&()).into_owned();
+    let mut params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER);
+    params.force = force;
     let result = api
-        .patch(
-            &name,
-            &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
-            &Patch::Apply(&desired),
-        )
+        .patch(&name, &params, &Patch::Apply(&desired))
         .await
         .map_err(on_super(format!(
             "applying {resource} {}/{name}",
@@ -170,6 +191,86 @@ where
         )));
     ctx.metrics.super_write(kind_label::<K>(), "apply");
     result
+}
+
+/// Reason of the event on a tenant object some of whose labels or annotations another field manager of
+/// the super cluster owns on its copy.
+pub const REASON_METADATA_WITHHELD: &str = "MetadataWithheld";
+/// Reason of the event on a tenant object whose copy's fields another field manager owns.
+pub const REASON_APPLY_CONFLICT: &str = "ApplyConflict";
+
+/// Server-side applies the super copy of a tenant object without forcing: what another field manager of
+/// the super cluster owns stays its own. Labels and annotations the tenant wants but another manager owns
+/// are withheld (left off, recorded in [`identity::ANNOTATION_WITHHELD`]) and the rest is applied, with a
+/// `MetadataWithheld` event on the tenant object; a conflict on any other field is an error, with an
+/// `ApplyConflict` event, retried with backoff.
+pub async fn apply_copy<K>(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_object: Option<&ObjectReference>,
+    api: &Api<K>,
+    desired: K,
+    uid: Option<String>,
+) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let error = match apply_with(ctx, api, desired.clone(), uid.clone(), false).await {
+        Ok(applied) => return Ok(applied),
+        Err(error) => error,
+    };
+    let Some(conflicts) = error.apply_conflicts() else {
+        return Err(error);
+    };
+    let kind = K::kind(&());
+    let name = format!(
+        "{}/{}",
+        desired.namespace().unwrap_or_default(),
+        desired.name_any()
+    );
+    let described: Vec<String> = conflicts
+        .iter()
+        .map(|(field, manager)| format!("{field} ({manager})"))
+        .collect();
+    let withheld: Option<Vec<String>> = conflicts
+        .iter()
+        .map(|(field, _)| identity::withholdable_key(field))
+        .collect();
+    let Some(withheld) = withheld else {
+        tracing::warn!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %kind,
+            object = %name,
+            conflicts = %described.join(", "),
+            "ApplyConflict: another field manager owns fields of the super copy; not forcing them"
+        );
+        if let Some(reference) = tenant_object {
+            let message = format!(
+                "the super cluster's copy has fields another manager owns, which the syncer does not take over: {}",
+                described.join(", ")
+            );
+            events::warn(tenant, reference, REASON_APPLY_CONFLICT, &message).await;
+        }
+        return Err(error);
+    };
+    tracing::warn!(
+        tenant = %tenant.identity.vc_ref(),
+        kind = %kind,
+        object = %name,
+        withheld = %withheld.join(","),
+        conflicts = %described.join(", "),
+        "MetadataWithheld: labels or annotations another field manager owns are left as they are"
+    );
+    if let Some(reference) = tenant_object {
+        let message = format!(
+            "not copied to the super cluster, where another manager owns them: {}",
+            described.join(", ")
+        );
+        events::warn(tenant, reference, REASON_METADATA_WITHHELD, &message).await;
+    }
+    let mut rest = desired;
+    identity::withhold(rest.meta_mut(), &withheld);
+    apply_with(ctx, api, rest, uid, false).await
 }
 
 /// Deletes a super object, only if it still has `uid`.
@@ -256,6 +357,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
     let settings = tenant.settings();
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let cx = Conversion {
+        ctx,
         tenant,
         opaque_prefixes: &opaque,
         super_namespace: &super_namespace,
@@ -264,6 +366,32 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
         Some(object) => K::to_super(object, &cx)?,
         None => None,
     };
+    let reference = live.as_ref().map(|o| o.object_ref(&()));
+    let refusal = live.as_ref().and_then(|o| K::refusal(o, &cx));
+    if let (Some((reason, message)), Some(reference)) = (&refusal, &reference) {
+        // Said whenever the tenant object is synced, which is when it changed: the patrol does not queue
+        // objects whose refused parts are all that differs.
+        let in_sync = match (&desired, &super_object) {
+            (Some(desired), Some(existing)) => {
+                let mut stamped = desired.clone();
+                identity::stamp(&mut stamped, |o| o.meta_mut());
+                in_sync(&stamped, existing)
+            }
+            _ => false,
+        };
+        if !in_sync {
+            tracing::warn!(
+                tenant = %tenant.identity.vc_ref(),
+                kind = %K::KIND,
+                namespace = %item.namespace,
+                name = %item.name,
+                reason,
+                message = %message,
+                "refused part of a tenant object"
+            );
+            events::warn(tenant, reference, reason, message).await;
+        }
+    }
 
     match (desired, super_object) {
         (None, None) => Ok(Outcome::InSync),
@@ -283,7 +411,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                 }
                 Some(existing) if in_sync(&desired, &existing) => Ok(Outcome::InSync),
                 Some(existing) => {
-                    apply(ctx, &api, desired, existing.uid()).await?;
+                    apply_copy(ctx, tenant, reference.as_ref(), &api, desired, existing.uid()).await?;
                     Ok(Outcome::Updated { writes: 1 })
                 }
                 None => {
@@ -294,10 +422,12 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     let hinted = live.as_ref().and_then(|o| K::with_creation_hints(o, &desired));
                     let writes = match hinted {
                         None => {
-                            apply(ctx, &api, desired, None).await?;
+                            apply_copy(ctx, tenant, reference.as_ref(), &api, desired, None).await?;
                             1
                         }
-                        Some(hinted) => match apply(ctx, &api, hinted, None).await {
+                        Some(hinted) => match apply_copy(ctx, tenant, reference.as_ref(), &api, hinted, None)
+                            .await
+                        {
                             Ok(_) => 1,
                             Err(error) => {
                                 let Some((reason, message)) = K::refused_hints(&error) else {
@@ -306,7 +436,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                                 if let Some(object) = &live {
                                     events::normal(tenant, &object.object_ref(&()), reason, &message).await;
                                 }
-                                apply(ctx, &api, desired, None).await?;
+                                apply_copy(ctx, tenant, reference.as_ref(), &api, desired, None).await?;
                                 2
                             }
                         },

@@ -19,7 +19,7 @@ use crds::wellknown::{
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 
-use super::{Outcome, apply, delete};
+use super::{Outcome, apply_copy, delete};
 use crate::{
     context::Context,
     error::{Result, on_super},
@@ -192,7 +192,8 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
                     Ok(Outcome::InSync)
                 }
                 Some(existing) => {
-                    apply(ctx, &api, desired, existing.uid()).await?;
+                    let reference = namespace.object_ref(&());
+                    apply_copy(ctx, tenant, Some(&reference), &api, desired, existing.uid()).await?;
                     Ok(Outcome::Updated { writes: 1 })
                 }
                 None => create(ctx, tenant, &namespace, desired).await,
@@ -228,7 +229,15 @@ async fn create(
                     retry_after: Some(std::time::Duration::from_secs(1)),
                 });
             }
-            apply(ctx, &api, desired, found.uid()).await?;
+            apply_copy(
+                ctx,
+                tenant,
+                Some(&namespace.object_ref(&())),
+                &api,
+                desired,
+                found.uid(),
+            )
+            .await?;
             return Ok(Outcome::Updated { writes: 1 });
         }
         Some(found) => {
@@ -253,7 +262,7 @@ async fn create(
             }
         }
     };
-    apply(ctx, &api, desired, uid).await?;
+    apply_copy(ctx, tenant, Some(&namespace.object_ref(&())), &api, desired, uid).await?;
     Ok(Outcome::Created { writes: 2 })
 }
 
