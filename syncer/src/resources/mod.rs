@@ -5,6 +5,7 @@
 
 pub mod kinds;
 pub mod namespace;
+pub mod network;
 pub mod pod;
 pub mod public;
 pub mod up;
@@ -316,6 +317,7 @@ pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
         "ServiceAccount" => "serviceaccount",
         "PersistentVolumeClaim" => "persistentvolumeclaim",
         "Ingress" => "ingress",
+        "NetworkPolicy" => "networkpolicy",
         "Node" => "node",
         "PersistentVolume" => "persistentvolume",
         "StorageClass" => "storageclass",
