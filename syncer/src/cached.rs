@@ -162,11 +162,10 @@ struct PhaseOnly {
 
 /// The addresses in a super pod's status, read without parsing it all.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct AddressesOnly {
-    #[serde(default)]
+    #[serde(default, rename = "podIP")]
     pod_ip: Option<String>,
-    #[serde(default)]
+    #[serde(default, rename = "podIPs")]
     pod_ips: Vec<AddressOnly>,
 }
 
@@ -257,6 +256,19 @@ pub fn trim_meta(meta: &mut ObjectMeta) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn super_pod_addresses_are_read_from_the_status() {
+        let pod: SuperPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "podIP": "10.1.0.7", "podIPs": [{"ip": "10.1.0.7"}, {"ip": "fd00::7"}]}
+        }))
+        .expect("pod");
+        let mut addresses = pod.addresses();
+        addresses.sort();
+        addresses.dedup();
+        assert_eq!(addresses, ["10.1.0.7", "fd00::7"]);
+    }
 
     const POD: &str = r#"{
         "apiVersion": "v1", "kind": "Pod",

@@ -395,6 +395,11 @@ impl Downward for Endpoints {
                     }
                     subset
                 })
+                // A subset left without addresses is invalid, and means nothing.
+                .filter(|subset| {
+                    subset.addresses.as_ref().is_some_and(|a| !a.is_empty())
+                        || subset.not_ready_addresses.as_ref().is_some_and(|a| !a.is_empty())
+                })
                 .collect()
         });
         Ok(Some(Endpoints {
