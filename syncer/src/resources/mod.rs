@@ -159,8 +159,8 @@ pub fn in_sync<K: Downward>(desired: &K, actual: &K) -> bool {
 }
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.
-/// Used for objects the syncer builds whole (pods, token Secrets); copies of tenant objects go through
-/// [`apply_copy`], which never forces.
+/// Forced: for objects the syncer builds whole (pods, token Secrets, isolating NetworkPolicies); copies
+/// of tenant objects go through [`apply_copy`], which never forces labels and annotations.
 pub async fn apply<K>(ctx: &Context, api: &Api<K>, desired: K, uid: Option<String>) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
@@ -197,14 +197,12 @@ where
 /// Reason of the event on a tenant object some of whose labels or annotations another field manager of
 /// the super cluster owns on its copy.
 pub const REASON_METADATA_WITHHELD: &str = "MetadataWithheld";
-/// Reason of the event on a tenant object whose copy's fields another field manager owns.
-pub const REASON_APPLY_CONFLICT: &str = "ApplyConflict";
 
-/// Server-side applies the super copy of a tenant object without forcing: what another field manager of
-/// the super cluster owns stays its own. Labels and annotations the tenant wants but another manager owns
-/// are withheld (left off, recorded in [`identity::ANNOTATION_WITHHELD`]) and the rest is applied, with a
-/// `MetadataWithheld` event on the tenant object; a conflict on any other field is an error, with an
-/// `ApplyConflict` event, retried with backoff.
+/// Server-side applies the super copy of a tenant object without forcing first: labels and annotations
+/// the tenant chose that another field manager of the super cluster owns stay that manager's. They are
+/// withheld (left off, recorded in [`identity::ANNOTATION_WITHHELD`]) with a `MetadataWithheld` event on
+/// the tenant object, and the rest is applied. Every other field of the copy is the tenant's desired
+/// state, which the syncer repairs: a conflict there (someone edited the copy) is forced.
 pub async fn apply_copy<K>(
     ctx: &Context,
     tenant: &Tenant,
@@ -223,55 +221,49 @@ where
     let Some(conflicts) = error.apply_conflicts() else {
         return Err(error);
     };
-    let kind = K::kind(&());
+    let (withheld, repaired): (Vec<_>, Vec<_>) = conflicts
+        .iter()
+        .map(|(field, manager)| (identity::withholdable_key(field), field, manager))
+        .partition(|(key, _, _)| key.is_some());
     let name = format!(
         "{}/{}",
         desired.namespace().unwrap_or_default(),
         desired.name_any()
     );
-    let described: Vec<String> = conflicts
-        .iter()
-        .map(|(field, manager)| format!("{field} ({manager})"))
-        .collect();
-    let withheld: Option<Vec<String>> = conflicts
-        .iter()
-        .map(|(field, _)| identity::withholdable_key(field))
-        .collect();
-    let Some(withheld) = withheld else {
+    let mut rest = desired;
+    if !withheld.is_empty() {
+        let keys: Vec<String> = withheld.iter().filter_map(|(key, _, _)| key.clone()).collect();
+        let described: Vec<String> = withheld
+            .iter()
+            .map(|(_, field, manager)| format!("{field} ({manager})"))
+            .collect();
         tracing::warn!(
             tenant = %tenant.identity.vc_ref(),
-            kind = %kind,
+            kind = %K::kind(&()),
             object = %name,
+            withheld = %keys.join(","),
             conflicts = %described.join(", "),
-            "ApplyConflict: another field manager owns fields of the super copy; not forcing them"
+            "MetadataWithheld: labels or annotations another field manager owns are left as they are"
         );
         if let Some(reference) = tenant_object {
             let message = format!(
-                "the super cluster's copy has fields another manager owns, which the syncer does not take over: {}",
+                "not copied to the super cluster, where another manager owns them: {}",
                 described.join(", ")
             );
-            events::warn(tenant, reference, REASON_APPLY_CONFLICT, &message).await;
+            events::warn(tenant, reference, REASON_METADATA_WITHHELD, &message).await;
         }
-        return Err(error);
-    };
-    tracing::warn!(
-        tenant = %tenant.identity.vc_ref(),
-        kind = %kind,
-        object = %name,
-        withheld = %withheld.join(","),
-        conflicts = %described.join(", "),
-        "MetadataWithheld: labels or annotations another field manager owns are left as they are"
-    );
-    if let Some(reference) = tenant_object {
-        let message = format!(
-            "not copied to the super cluster, where another manager owns them: {}",
-            described.join(", ")
-        );
-        events::warn(tenant, reference, REASON_METADATA_WITHHELD, &message).await;
+        identity::withhold(rest.meta_mut(), &keys);
     }
-    let mut rest = desired;
-    identity::withhold(rest.meta_mut(), &withheld);
-    apply_with(ctx, api, rest, uid, false).await
+    if !repaired.is_empty() {
+        tracing::info!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %K::kind(&()),
+            object = %name,
+            fields = %repaired.iter().map(|(_, f, m)| format!("{f} ({m})")).collect::<Vec<_>>().join(", "),
+            "taking back fields of a super copy that someone else changed"
+        );
+    }
+    apply_with(ctx, api, rest, uid, !repaired.is_empty()).await
 }
 
 /// Deletes a super object, only if it still has `uid`.
