@@ -58,8 +58,8 @@ const ISOLATION_POLICY: &str = "vc-tenant-isolation";
 const PLATFORM_INGRESS_LABEL: &str = "platform.example/ingress";
 
 /// The syncer's settings from flags, as a platform would pass them.
-fn syncer_config(flags: &[&str]) -> SyncerConfig {
-    let args = Args::parse_from(
+fn syncer_config(flags: &[&str]) -> anyhow::Result<SyncerConfig> {
+    let args = Args::try_parse_from(
         [
             "syncer",
             "--patrol-interval-seconds=2",
@@ -71,8 +71,8 @@ fn syncer_config(flags: &[&str]) -> SyncerConfig {
         ]
         .iter()
         .chain(flags),
-    );
-    SyncerConfig::try_from(args.syncer).expect("valid flags")
+    )?;
+    SyncerConfig::try_from(args.syncer).map_err(anyhow::Error::msg)
 }
 
 async fn start(options: TenancyOptions, flags: &[&str]) -> anyhow::Result<(Tenancy, Syncer)> {
@@ -80,7 +80,7 @@ async fn start(options: TenancyOptions, flags: &[&str]) -> anyhow::Result<(Tenan
     let tenancy = Tenancy::start(options).await?;
     let syncer = Syncer::start(
         tenancy.super_client(),
-        syncer_config(flags),
+        syncer_config(flags)?,
         Arc::new(Metrics::default()),
         Health::new(),
     )
