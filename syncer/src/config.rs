@@ -264,3 +264,56 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
+        let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
+        SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn isolation_and_service_settings_default_to_the_safe_side() {
+        let config = parse(&[]).expect("defaults");
+        assert!(config.network_isolation.enabled);
+        assert!(config.network_isolation.allow_namespaces.is_empty());
+        assert!(config.tenant_allowed_cidrs.is_empty());
+        assert_eq!(config.external_name_services, ExternalNameServices::Refused);
+    }
+
+    #[test]
+    fn isolation_and_service_settings_parse_or_are_refused() {
+        let config = parse(&[
+            "--network-isolation=false",
+            "--network-isolation-allow-namespaces=kubernetes.io/metadata.name=ingress-nginx,team=platform",
+            "--network-isolation-allow-cidrs=10.0.0.7/24",
+            "--tenant-allowed-cidrs=203.0.113.0/24,2001:db8::/32",
+            "--external-name-services=allowed",
+        ])
+        .expect("valid");
+        assert!(!config.network_isolation.enabled);
+        assert_eq!(
+            config.network_isolation.allow_namespaces,
+            [
+                (
+                    "kubernetes.io/metadata.name".to_owned(),
+                    "ingress-nginx".to_owned()
+                ),
+                ("team".to_owned(), "platform".to_owned())
+            ]
+        );
+        // Host bits are cleared, so that the policy names the network.
+        assert_eq!(config.network_isolation.allow_cidrs[0].to_string(), "10.0.0.0/24");
+        assert_eq!(config.tenant_allowed_cidrs.len(), 2);
+        assert_eq!(config.external_name_services, ExternalNameServices::Allowed);
+
+        let error = parse(&["--tenant-allowed-cidrs=10.0.0.300/8"]).expect_err("not a CIDR");
+        assert!(error.contains("--tenant-allowed-cidrs"), "{error}");
+        let error = parse(&["--network-isolation-allow-namespaces=ingress"]).expect_err("no value");
+        assert!(error.contains("key=value"), "{error}");
+    }
+}

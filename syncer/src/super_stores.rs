@@ -345,6 +345,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<Service>,
     /// Tenant pods.
     pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
+    /// NetworkPolicies.
+    pub network_policies: kube::runtime::reflector::store::Writer<NetworkPolicy>,
 }
 
 #[cfg(test)]
@@ -355,6 +357,7 @@ impl SuperStores {
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
         let (pods, pods_writer) = store();
+        let (network_policies, network_policies_writer) = store();
         let stores = Self {
             namespaces,
             pods,
@@ -366,7 +369,7 @@ impl SuperStores {
             service_accounts: store().0,
             claims: store().0,
             ingresses: None,
-            network_policies: store().0,
+            network_policies,
             nodes: store().0,
             volumes: store().0,
             storage_classes: store().0,
@@ -377,6 +380,7 @@ impl SuperStores {
             namespaces: namespaces_writer,
             services: services_writer,
             pods: pods_writer,
+            network_policies: network_policies_writer,
         };
         (stores, writers)
     }

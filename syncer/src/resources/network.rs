@@ -470,6 +470,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn isolation_turned_off_removes_the_policies_and_nothing_else() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (mut ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let mut policy = isolation_policy(&ctx, &tenant, "shop");
+        policy.metadata.uid = Some("policy-uid".into());
+        testing::put(&mut super_caches.network_policies, policy.clone());
+        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("in sync"), 0);
+
+        ctx.config.network_isolation.enabled = false;
+        let super_namespace = tenant.identity.super_namespace("shop");
+        let (writes, ()) = tokio::join!(ensure_isolation(&ctx, &tenant, "shop"), async {
+            let call = supers
+                .expect(
+                    "DELETE",
+                    &format!(
+                        "/apis/networking.k8s.io/v1/namespaces/{super_namespace}/networkpolicies/{ISOLATION_POLICY_NAME}?"
+                    ),
+                )
+                .await;
+            assert_eq!(call.body["preconditions"]["uid"], "policy-uid");
+            call.echo();
+        });
+        assert_eq!(writes.expect("deleted"), 1);
+
+        // A tenant's own policy of that name (never synced, but say it were there) is not the syncer's.
+        let mut foreign = policy;
+        foreign.metadata.annotations = None;
+        testing::put(&mut super_caches.network_policies, foreign);
+        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("nothing"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
     async fn the_isolating_policy_admits_the_tenant_and_what_the_platform_lists() {
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
