@@ -13,6 +13,7 @@ mod chart;
 mod download;
 mod harness;
 mod hostile;
+mod hostile_meta;
 mod hostile_pods;
 mod hostile_shared;
 mod kubectl_vc;

@@ -41,6 +41,8 @@ fn config() -> SyncerConfig {
         upward_workers: 8,
         token_ttl_seconds: 600,
         sync_ingresses: true,
+        // The external database the tenants' selector-less `database` Service leads to.
+        tenant_allowed_cidrs: vec!["10.20.30.0/24".parse().expect("CIDR")],
         ..Default::default()
     }
 }

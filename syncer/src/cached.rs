@@ -160,6 +160,21 @@ struct PhaseOnly {
     phase: Option<String>,
 }
 
+/// The addresses in a super pod's status, read without parsing it all.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct AddressesOnly {
+    #[serde(default, rename = "podIP")]
+    pod_ip: Option<String>,
+    #[serde(default, rename = "podIPs")]
+    pod_ips: Vec<AddressOnly>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct AddressOnly {
+    #[serde(default)]
+    ip: String,
+}
+
 /// A pod in the super cluster, as cached. Its status is kept as JSON: it is only read to be copied up.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct SuperPod {
@@ -177,6 +192,21 @@ impl SuperPod {
     /// The full status.
     pub fn parsed_status(&self) -> Option<PodStatus> {
         serde_json::from_str(self.status.as_ref()?.get()).ok()
+    }
+
+    /// The pod's addresses in the super cluster.
+    pub fn addresses(&self) -> Vec<String> {
+        let Some(status) = self
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::from_str::<AddressesOnly>(s.get()).ok())
+        else {
+            return Vec::new();
+        };
+        let mut addresses: Vec<String> = status.pod_ips.into_iter().map(|a| a.ip).collect();
+        addresses.extend(status.pod_ip);
+        addresses.retain(|a| !a.is_empty());
+        addresses
     }
 
     /// The phase.
@@ -226,6 +256,19 @@ pub fn trim_meta(meta: &mut ObjectMeta) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn super_pod_addresses_are_read_from_the_status() {
+        let pod: SuperPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "podIP": "10.1.0.7", "podIPs": [{"ip": "10.1.0.7"}, {"ip": "fd00::7"}]}
+        }))
+        .expect("pod");
+        let mut addresses = pod.addresses();
+        addresses.sort();
+        addresses.dedup();
+        assert_eq!(addresses, ["10.1.0.7", "fd00::7"]);
+    }
 
     const POD: &str = r#"{
         "apiVersion": "v1", "kind": "Pod",

@@ -3,6 +3,54 @@
 use std::time::Duration;
 
 use crate::budget::CacheLimits;
+use ipnet::IpNet;
+
+/// Whether tenants' ExternalName Services reach the super cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExternalNameServices {
+    /// Not synced: a Warning `ExternalNameRefused` event on the tenant Service. Super-cluster ingress
+    /// controllers and gateways follow ExternalName Services with their own network position, so one
+    /// would let a tenant aim them at any name, the super apiserver and other namespaces' Services
+    /// included (CVE-2021-25740).
+    #[default]
+    Refused,
+    /// Synced like any other Service.
+    Allowed,
+}
+
+/// The NetworkPolicy the syncer keeps in every super namespace of a tenant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkIsolation {
+    /// Whether it is kept at all (when not, existing ones are deleted).
+    pub enabled: bool,
+    /// Namespaces (label `key=value`) whose pods may reach every tenant's pods.
+    pub allow_namespaces: Vec<(String, String)>,
+    /// Addresses that may reach every tenant's pods.
+    pub allow_cidrs: Vec<IpNet>,
+}
+
+impl Default for NetworkIsolation {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_namespaces: Vec::new(),
+            allow_cidrs: Vec::new(),
+        }
+    }
+}
+
+fn cidrs(flag: &str, values: Vec<String>) -> Result<Vec<IpNet>, String> {
+    values
+        .into_iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.trim()
+                .parse::<IpNet>()
+                .map(|net| net.trunc())
+                .map_err(|e| format!("{flag}: {v:?} is not a CIDR ({e})"))
+        })
+        .collect()
+}
 
 /// Where vNodes say their kubelet (vn-agent) is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +124,7 @@ pub struct SyncerArgs {
     pub token_ttl_seconds: i64,
     /// Label and annotation prefixes that are super-owned for every tenant, besides each VirtualCluster's
     /// `opaqueMetaPrefixes`.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "OPAQUE_META_PREFIXES", value_delimiter = ',')]
     pub opaque_meta_prefixes: Vec<String>,
     /// Most objects the syncer caches of one tenant (over every kind); a tenant with more is detached with
     /// `TenantLimitExceeded` until it fits.
@@ -126,6 +174,25 @@ pub struct SyncerArgs {
     /// allows). A VirtualCluster's `podPolicy.capabilities` adds more.
     #[arg(long, env = "POD_ALLOWED_CAPABILITIES", value_delimiter = ',', default_values_t = default_allowed_capabilities())]
     pub pod_allowed_capabilities: Vec<String>,
+    /// CIDRs tenants may name in selector-less Endpoints (besides their own pods' addresses) and in
+    /// NetworkPolicy ipBlocks; anything else is refused. Default: none.
+    #[arg(long, env = "TENANT_ALLOWED_CIDRS", value_delimiter = ',')]
+    pub tenant_allowed_cidrs: Vec<String>,
+    /// Whether tenants' ExternalName Services are synced (`refused` or `allowed`).
+    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::Refused)]
+    pub external_name_services: ExternalNameServices,
+    /// Keep a NetworkPolicy in every super namespace of a tenant that lets in only that tenant's pods and
+    /// what the two flags below list (`false` deletes them).
+    #[arg(long, env = "NETWORK_ISOLATION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub network_isolation: bool,
+    /// Namespaces whose pods may reach every tenant's pods despite the isolation, as `key=value` labels
+    /// (each one selector), e.g. `kubernetes.io/metadata.name=ingress-nginx`. Tenants cannot copy these
+    /// labels onto their namespaces.
+    #[arg(long, env = "NETWORK_ISOLATION_ALLOW_NAMESPACES", value_delimiter = ',')]
+    pub network_isolation_allow_namespaces: Vec<String>,
+    /// Addresses (CIDRs) that may reach every tenant's pods despite the isolation, e.g. the nodes'.
+    #[arg(long, env = "NETWORK_ISOLATION_ALLOW_CIDRS", value_delimiter = ',')]
+    pub network_isolation_allow_cidrs: Vec<String>,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -307,6 +374,12 @@ pub struct SyncerConfig {
     pub pod_security: PodSecurityLabels,
     /// What every tenant's pods may do.
     pub pod_policy: PlatformPodPolicy,
+    /// CIDRs tenants may name in selector-less Endpoints and NetworkPolicy ipBlocks.
+    pub tenant_allowed_cidrs: Vec<IpNet>,
+    /// ExternalName Services.
+    pub external_name_services: ExternalNameServices,
+    /// The isolating NetworkPolicy.
+    pub network_isolation: NetworkIsolation,
 }
 
 impl Default for SyncerConfig {
@@ -326,6 +399,9 @@ impl Default for SyncerConfig {
             tenant_cache_limits: CacheLimits::default(),
             pod_security: PodSecurityLabels::default(),
             pod_policy: PlatformPodPolicy::default(),
+            tenant_allowed_cidrs: Vec::new(),
+            external_name_services: ExternalNameServices::Refused,
+            network_isolation: NetworkIsolation::default(),
         }
     }
 }
@@ -377,9 +453,31 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             allowed_schedulers: non_empty(args.pod_allowed_schedulers),
             allowed_capabilities: non_empty(args.pod_allowed_capabilities),
         };
+        let allow_namespaces = args
+            .network_isolation_allow_namespaces
+            .iter()
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.split_once('=') {
+                Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+                _ => Err(format!(
+                    "--network-isolation-allow-namespaces: {v:?} is not a key=value label"
+                )),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let network_isolation = NetworkIsolation {
+            enabled: args.network_isolation,
+            allow_namespaces,
+            allow_cidrs: cidrs(
+                "--network-isolation-allow-cidrs",
+                args.network_isolation_allow_cidrs,
+            )?,
+        };
         Ok(Self {
             pod_security,
             pod_policy,
+            tenant_allowed_cidrs: cidrs("--tenant-allowed-cidrs", args.tenant_allowed_cidrs)?,
+            external_name_services: args.external_name_services,
+            network_isolation,
             vn_agent_port: args.vn_agent_port,
             vnode_addresses,
             vnode_grace: Duration::from_secs(args.vnode_grace_seconds),
@@ -446,5 +544,46 @@ mod tests {
         for bad in ["--pod-security-enforce=none", "--pod-security-version=1.30"] {
             assert!(parse(&[bad]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn isolation_and_service_settings_default_to_the_safe_side() {
+        let config = parse(&[]).expect("defaults");
+        assert!(config.network_isolation.enabled);
+        assert!(config.network_isolation.allow_namespaces.is_empty());
+        assert!(config.tenant_allowed_cidrs.is_empty());
+        assert_eq!(config.external_name_services, ExternalNameServices::Refused);
+    }
+
+    #[test]
+    fn isolation_and_service_settings_parse_or_are_refused() {
+        let config = parse(&[
+            "--network-isolation=false",
+            "--network-isolation-allow-namespaces=kubernetes.io/metadata.name=ingress-nginx,team=platform",
+            "--network-isolation-allow-cidrs=10.0.0.7/24",
+            "--tenant-allowed-cidrs=203.0.113.0/24,2001:db8::/32",
+            "--external-name-services=allowed",
+        ])
+        .expect("valid");
+        assert!(!config.network_isolation.enabled);
+        assert_eq!(
+            config.network_isolation.allow_namespaces,
+            [
+                (
+                    "kubernetes.io/metadata.name".to_owned(),
+                    "ingress-nginx".to_owned()
+                ),
+                ("team".to_owned(), "platform".to_owned())
+            ]
+        );
+        // Host bits are cleared, so that the policy names the network.
+        assert_eq!(config.network_isolation.allow_cidrs[0].to_string(), "10.0.0.0/24");
+        assert_eq!(config.tenant_allowed_cidrs.len(), 2);
+        assert_eq!(config.external_name_services, ExternalNameServices::Allowed);
+
+        let error = parse(&["--tenant-allowed-cidrs=10.0.0.300/8"]).expect_err("not a CIDR");
+        assert!(error.contains("--tenant-allowed-cidrs"), "{error}");
+        let error = parse(&["--network-isolation-allow-namespaces=ingress"]).expect_err("no value");
+        assert!(error.contains("key=value"), "{error}");
     }
 }

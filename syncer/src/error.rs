@@ -81,6 +81,30 @@ impl Error {
         }
     }
 
+    /// The fields of a server-side apply that other field managers own, when the super cluster refused
+    /// the apply for them: `(field path, "conflict with \"manager\"")`.
+    pub fn apply_conflicts(&self) -> Option<Vec<(String, String)>> {
+        let Self::Super {
+            source: kube::Error::Api(status),
+            ..
+        } = self
+        else {
+            return None;
+        };
+        if status.code != 409 {
+            return None;
+        }
+        let causes: Vec<(String, String)> = status
+            .details
+            .as_ref()?
+            .causes
+            .iter()
+            .filter(|c| c.reason == "FieldManagerConflict")
+            .map(|c| (c.field.clone(), c.message.clone()))
+            .collect();
+        (!causes.is_empty()).then_some(causes)
+    }
+
     /// Whether the apiserver answered with this HTTP status.
     pub fn is_status(&self, code: u16) -> bool {
         matches!(self, Self::Super { source: kube::Error::Api(s), .. } | Self::Tenant { source: kube::Error::Api(s), .. } if s.code == code)

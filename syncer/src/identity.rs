@@ -22,6 +22,45 @@ pub const ANNOTATION_SYNC_HASH: &str = "tenancy.x-k8s.io/sync-hash";
 /// Key prefixes a tenant may not set on super objects: they carry identity.
 const RESERVED_PREFIXES: &[&str] = &["tenancy.x-k8s.io/", "transparency.tenancy.x-k8s.io/"];
 
+/// Label and annotation prefixes the platform owns: never copied down from a tenant, whatever the flags
+/// and VirtualClusters add. Each names something a super-cluster controller acts on with the super
+/// cluster's authority: ingress and load-balancer controllers (configuration snippets run in a shared
+/// proxy, annotations pick addresses, subnets and certificates), DNS controllers (records in the
+/// platform's zones), the scheduler's namespace node selectors and default tolerations, and Pod Security
+/// admission.
+pub const DEFAULT_OPAQUE_PREFIXES: &[&str] = &[
+    "nginx.ingress.kubernetes.io/",
+    "ingress.kubernetes.io/",
+    "alb.ingress.kubernetes.io/",
+    "traefik.ingress.kubernetes.io/",
+    "haproxy.org/",
+    "konghq.com/",
+    "projectcontour.io/",
+    "service.beta.kubernetes.io/",
+    "service.kubernetes.io/",
+    "cloud.google.com/",
+    "networking.gke.io/",
+    "metallb.universe.tf/",
+    "metallb.io/",
+    "external-dns.alpha.kubernetes.io/",
+    "scheduler.alpha.kubernetes.io/",
+    "pod-security.kubernetes.io/",
+];
+
+/// Values of `app.kubernetes.io/managed-by` that claim an object for our components; a tenant's object
+/// claiming one would look like ours to whoever selects on it.
+const OUR_MANAGERS: &[&str] = &[
+    crds::wellknown::FIELD_MANAGER_SYNCER,
+    crds::wellknown::FIELD_MANAGER_VC_MANAGER,
+    "vn-agent",
+    "virtualcluster",
+];
+
+/// Annotation on a super object: the tenant's labels and annotations left off it because another field
+/// manager of the super cluster owns them (`label:KEY` and `annotation:KEY`, comma-separated). The
+/// syncer never forces them, and counts the object in sync without them until the tenant object changes.
+pub const ANNOTATION_WITHHELD: &str = "tenancy.x-k8s.io/withheld-keys";
+
 /// Label every namespace carries with its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
@@ -68,7 +107,15 @@ fn has_prefix(key: &str, prefixes: &[String]) -> bool {
 }
 
 fn is_reserved(key: &str) -> bool {
-    RESERVED_PREFIXES.iter().any(|p| key.starts_with(p))
+    RESERVED_PREFIXES
+        .iter()
+        .chain(DEFAULT_OPAQUE_PREFIXES)
+        .any(|p| key.starts_with(p))
+}
+
+/// Whether a tenant label claims the object for one of our components.
+fn claims_our_component(key: &str, value: &str) -> bool {
+    key == crds::wellknown::LABEL_MANAGED_BY && OUR_MANAGERS.contains(&value)
 }
 
 /// The metadata of the super copy of a tenant object: same name, mapped namespace, the tenant's labels and
@@ -85,7 +132,7 @@ pub fn super_metadata(
         .labels
         .iter()
         .flatten()
-        .filter(|(k, _)| keep(k) && !DROPPED_LABELS.contains(&k.as_str()))
+        .filter(|(k, v)| keep(k) && !DROPPED_LABELS.contains(&k.as_str()) && !claims_our_component(k, v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     labels.insert(LABEL_VC_NAME.to_owned(), identity.vc_name.clone());
@@ -195,15 +242,59 @@ pub fn stamp<T: Serialize>(object: &mut T, meta: impl Fn(&mut T) -> &mut ObjectM
     hash
 }
 
-/// Whether every label and annotation of `desired` is on `actual` with the same value. Extra keys on
-/// `actual` (added by super-cluster controllers) are fine; keys the tenant removed change the sync hash.
+/// Whether every label and annotation of `desired` is on `actual` with the same value, except those
+/// `actual` records as withheld ([`ANNOTATION_WITHHELD`]). Extra keys on `actual` (added by super-cluster
+/// controllers) are fine; keys the tenant removed change the sync hash.
 pub fn metadata_covers(desired: &ObjectMeta, actual: &ObjectMeta) -> bool {
-    let covers = |want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
-        want.iter()
-            .flatten()
-            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-    };
-    covers(&desired.labels, &actual.labels) && covers(&desired.annotations, &actual.annotations)
+    let withheld = withheld_keys(actual);
+    let covers =
+        |kind: &str, want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
+            want.iter().flatten().all(|(k, v)| {
+                have.as_ref().and_then(|h| h.get(k)) == Some(v) || withheld.contains(&format!("{kind}:{k}"))
+            })
+        };
+    covers("label", &desired.labels, &actual.labels)
+        && covers("annotation", &desired.annotations, &actual.annotations)
+}
+
+/// The keys a super object records as withheld, as `label:KEY` and `annotation:KEY`.
+pub fn withheld_keys(meta: &ObjectMeta) -> Vec<String> {
+    annotation(meta, ANNOTATION_WITHHELD)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The withheld-key form (`label:KEY` / `annotation:KEY`) of a field path of an apply conflict, when the
+/// field is a label or annotation the tenant chose; `None` for any other field, identity keys included.
+pub fn withholdable_key(field: &str) -> Option<String> {
+    if let Some(key) = field.strip_prefix(".metadata.labels.") {
+        return (!is_reserved(key)).then(|| format!("label:{key}"));
+    }
+    let key = field.strip_prefix(".metadata.annotations.")?;
+    (!is_reserved(key)).then(|| format!("annotation:{key}"))
+}
+
+/// Takes the given labels and annotations (as `label:KEY` / `annotation:KEY`) off metadata to apply and
+/// records them as withheld; the sync hash stays that of the full object, so the object counts as in sync
+/// until the tenant changes it.
+pub fn withhold(meta: &mut ObjectMeta, keys: &[String]) {
+    for key in keys {
+        if let Some(label) = key.strip_prefix("label:") {
+            if let Some(labels) = meta.labels.as_mut() {
+                labels.remove(label);
+            }
+        } else if let Some(annotation) = key.strip_prefix("annotation:")
+            && let Some(annotations) = meta.annotations.as_mut()
+        {
+            annotations.remove(annotation);
+        }
+    }
+    meta.annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_WITHHELD.to_owned(), keys.join(","));
 }
 
 /// Labels and annotations of a super object that the tenant should see: those under its transparent
@@ -244,6 +335,104 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn platform_owned_keys_are_never_copied_down() {
+        let tenant = ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("shop".into()),
+            labels: map(&[
+                ("app.kubernetes.io/managed-by", "vc-manager"),
+                ("team", "a"),
+                ("pod-security.kubernetes.io/enforce", "privileged"),
+            ]),
+            annotations: map(&[
+                ("nginx.ingress.kubernetes.io/configuration-snippet", "lua..."),
+                ("service.beta.kubernetes.io/aws-load-balancer-internal", "true"),
+                ("scheduler.alpha.kubernetes.io/node-selector", "pool=platform"),
+                (
+                    "external-dns.alpha.kubernetes.io/hostname",
+                    "api.platform.example",
+                ),
+                ("note", "kept"),
+            ]),
+            ..Default::default()
+        };
+        let meta = super_metadata(&tenant, &identity(), &[], Some("ns".into()), false);
+        let labels = meta.labels.expect("labels");
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert!(!labels.contains_key("app.kubernetes.io/managed-by"));
+        assert!(!labels.contains_key("pod-security.kubernetes.io/enforce"));
+        let annotations = meta.annotations.expect("annotations");
+        assert_eq!(annotations.get("note").map(String::as_str), Some("kept"));
+        for key in tenant
+            .annotations
+            .expect("annotations")
+            .keys()
+            .filter(|k| *k != "note")
+        {
+            assert!(!annotations.contains_key(key), "{key} copied down");
+        }
+        // Other managed-by values are the tenant's to set.
+        let helm = ObjectMeta {
+            labels: map(&[("app.kubernetes.io/managed-by", "Helm")]),
+            ..tenant_meta()
+        };
+        let labels = super_metadata(&helm, &identity(), &[], None, false)
+            .labels
+            .expect("labels");
+        assert_eq!(
+            labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+            Some("Helm")
+        );
+    }
+
+    fn tenant_meta() -> ObjectMeta {
+        ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("shop".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn withheld_keys_count_as_covered_and_identity_keys_are_never_withheld() {
+        assert_eq!(
+            withholdable_key(".metadata.labels.team").as_deref(),
+            Some("label:team")
+        );
+        assert_eq!(
+            withholdable_key(".metadata.annotations.example.com/owner").as_deref(),
+            Some("annotation:example.com/owner")
+        );
+        assert_eq!(
+            withholdable_key(".metadata.annotations.tenancy.x-k8s.io/uid"),
+            None
+        );
+        assert_eq!(withholdable_key(".spec.selector"), None);
+
+        let desired = ObjectMeta {
+            labels: map(&[("team", "tenant-value"), ("app", "web")]),
+            ..Default::default()
+        };
+        let mut applied = desired.clone();
+        withhold(&mut applied, &["label:team".to_owned()]);
+        assert!(!applied.labels.as_ref().expect("labels").contains_key("team"));
+        // The super object keeps the platform's value for the withheld key.
+        let mut actual = applied.clone();
+        actual
+            .labels
+            .as_mut()
+            .expect("labels")
+            .insert("team".into(), "platform-value".into());
+        assert!(metadata_covers(&desired, &actual));
+        actual
+            .annotations
+            .as_mut()
+            .expect("annotations")
+            .remove(ANNOTATION_WITHHELD);
+        assert!(!metadata_covers(&desired, &actual));
     }
 
     #[test]

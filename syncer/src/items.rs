@@ -23,11 +23,13 @@ pub enum Kind {
     PersistentVolumeClaim,
     /// Ingresses (by flag).
     Ingress,
+    /// NetworkPolicies, their namespace selectors confined to the tenant.
+    NetworkPolicy,
 }
 
 impl Kind {
     /// Every kind, in the order a tenant's objects are first synced (namespaces first).
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Namespace,
         Kind::ServiceAccount,
         Kind::ConfigMap,
@@ -36,6 +38,7 @@ impl Kind {
         Kind::Endpoints,
         Kind::PersistentVolumeClaim,
         Kind::Ingress,
+        Kind::NetworkPolicy,
         Kind::Pod,
     ];
 
@@ -51,6 +54,7 @@ impl Kind {
             Kind::ServiceAccount => "serviceaccount",
             Kind::PersistentVolumeClaim => "persistentvolumeclaim",
             Kind::Ingress => "ingress",
+            Kind::NetworkPolicy => "networkpolicy",
         }
     }
 }

@@ -280,7 +280,7 @@ impl Metrics {
 
     /// Writes to the super cluster so far, by resource and verb (non-zero only).
     pub fn super_write_counts(&self) -> Vec<(&'static str, &'static str, u64)> {
-        const RESOURCES: [&str; 9] = [
+        const RESOURCES: [&str; 10] = [
             "namespace",
             "pod",
             "service",
@@ -290,6 +290,7 @@ impl Metrics {
             "serviceaccount",
             "persistentvolumeclaim",
             "ingress",
+            "networkpolicy",
         ];
         let mut counts = Vec::new();
         for resource in RESOURCES {

@@ -6,7 +6,7 @@ use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount},
-    networking::v1::Ingress,
+    networking::v1::{Ingress, NetworkPolicy},
 };
 use kube::{Api, Resource, ResourceExt};
 
@@ -16,7 +16,7 @@ use crate::{
     identity,
     items::{DownItem, Kind, UpItem},
     metrics::PatrolLabels,
-    resources::{Conversion, Downward, in_sync, pod::token},
+    resources::{Conversion, Downward, in_sync, network, pod::token},
     tenant::Tenant,
 };
 
@@ -92,6 +92,7 @@ pub async fn scan(ctx: &Context) -> Findings {
         if ctx.config.sync_ingresses {
             findings += scan_kind::<Ingress>(ctx, &tenant);
         }
+        findings += scan_kind::<NetworkPolicy>(ctx, &tenant);
         findings += scan_pods(ctx, &tenant);
         findings += scan_vnodes(ctx, &tenant);
     }
@@ -143,6 +144,11 @@ fn scan_namespaces(ctx: &Context, tenant: &Tenant) -> Findings {
                 found(ctx, "namespace", "drifted");
                 ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
             }
+            Some(_) if live && isolation_drifted(ctx, tenant, &name) => {
+                findings.drifted += 1;
+                found(ctx, "networkpolicy", "drifted");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
             _ => {}
         }
     }
@@ -154,6 +160,23 @@ fn scan_namespaces(ctx: &Context, tenant: &Tenant) -> Findings {
         }
     }
     findings
+}
+
+/// Whether the isolating NetworkPolicy of a tenant namespace's super namespace is missing, changed, or
+/// there although isolation is off.
+fn isolation_drifted(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> bool {
+    let super_namespace = tenant.identity.super_namespace(tenant_namespace);
+    let existing = ctx.supers.network_policies.get(
+        &kube::runtime::reflector::ObjectRef::new(network::ISOLATION_POLICY_NAME).within(&super_namespace),
+    );
+    match (ctx.config.network_isolation.enabled, existing) {
+        (true, None) => true,
+        (true, Some(existing)) => !network::isolation_in_sync(
+            &network::isolation_policy(ctx, tenant, tenant_namespace),
+            &existing,
+        ),
+        (false, existing) => existing.is_some_and(|e| network::isolates(e.meta()).is_some()),
+    }
 }
 
 fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
@@ -182,8 +205,8 @@ fn scan_kind<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
         let name = object.name_any();
         let super_namespace = tenant.identity.super_namespace(&namespace);
         let cx = Conversion {
+            ctx,
             tenant,
-            supers: &ctx.supers,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,
         };
@@ -415,8 +438,8 @@ mod tests {
         let super_namespace = tenant.identity.super_namespace("shop");
         let opaque = ctx.opaque_prefixes(&[]);
         let cx = Conversion {
+            ctx: &ctx,
             tenant: &tenant,
-            supers: &ctx.supers,
             opaque_prefixes: &opaque,
             super_namespace: &super_namespace,
         };

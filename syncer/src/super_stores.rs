@@ -8,7 +8,7 @@ use k8s_openapi::api::{
         ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
         ServiceAccount,
     },
-    networking::v1::Ingress,
+    networking::v1::{Ingress, NetworkPolicy},
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -51,6 +51,8 @@ pub struct SuperStores {
     pub claims: Store<PersistentVolumeClaim>,
     /// Tenant Ingresses, when synced.
     pub ingresses: Option<Store<Ingress>>,
+    /// Tenant NetworkPolicies and the isolating ones the syncer keeps.
+    pub network_policies: Store<NetworkPolicy>,
     /// Every node.
     pub nodes: Store<Node>,
     /// Every PersistentVolume.
@@ -208,6 +210,23 @@ impl SuperStores {
             |namespace, name| UpItem::PersistentVolumeClaim { namespace, name }
         );
         let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
+        let network_policies = {
+            let queue = queues.down.clone();
+            let (store, task) = reflect(
+                Api::<NetworkPolicy>::all(client.clone()),
+                ours.clone(),
+                move |policy: &NetworkPolicy| {
+                    // An isolating policy is part of its namespace: repairing it means syncing that.
+                    if let Some((tenant, namespace)) = crate::resources::network::isolates(policy.meta()) {
+                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
+                    } else if let Some((tenant, namespace, name)) = tenant_key(policy) {
+                        queue.add(&tenant, DownItem::new(Kind::NetworkPolicy, &namespace, &name));
+                    }
+                },
+            );
+            tasks.push(task);
+            store
+        };
 
         let nodes = {
             let (queue, tenants) = (queues.up.clone(), tenants.clone());
@@ -293,6 +312,7 @@ impl SuperStores {
             service_accounts,
             claims,
             ingresses,
+            network_policies,
             nodes,
             volumes,
             storage_classes,
@@ -313,6 +333,7 @@ impl SuperStores {
             self.tokens.wait_until_ready(),
             self.service_accounts.wait_until_ready(),
             self.claims.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
             self.nodes.wait_until_ready(),
             self.volumes.wait_until_ready(),
             self.storage_classes.wait_until_ready(),
@@ -353,6 +374,8 @@ pub(crate) struct Writers {
     pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
     /// Public StorageClasses.
     pub storage_classes: kube::runtime::reflector::store::Writer<StorageClass>,
+    /// NetworkPolicies.
+    pub network_policies: kube::runtime::reflector::store::Writer<NetworkPolicy>,
 }
 
 #[cfg(test)]
@@ -364,6 +387,7 @@ impl SuperStores {
         let (services, services_writer) = store();
         let (pods, pods_writer) = store();
         let (storage_classes, storage_classes_writer) = store();
+        let (network_policies, network_policies_writer) = store();
         let stores = Self {
             namespaces,
             pods,
@@ -375,6 +399,7 @@ impl SuperStores {
             service_accounts: store().0,
             claims: store().0,
             ingresses: None,
+            network_policies,
             nodes: store().0,
             volumes: store().0,
             storage_classes,
@@ -386,6 +411,7 @@ impl SuperStores {
             services: services_writer,
             pods: pods_writer,
             storage_classes: storage_classes_writer,
+            network_policies: network_policies_writer,
         };
         (stores, writers)
     }

@@ -7,7 +7,7 @@ use k8s_openapi::api::{
         ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
         ServiceAccount,
     },
-    networking::v1::Ingress,
+    networking::v1::{Ingress, NetworkPolicy},
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -58,6 +58,8 @@ pub struct TenantStores {
     pub claims: Store<PersistentVolumeClaim>,
     /// Ingresses, when synced.
     pub ingresses: Option<Store<Ingress>>,
+    /// NetworkPolicies.
+    pub network_policies: Store<NetworkPolicy>,
     /// vNodes.
     pub vnodes: Store<Node>,
     /// PersistentVolumes the syncer made.
@@ -307,6 +309,7 @@ impl Tenant {
         let service_accounts = downward!(Kind::ServiceAccount);
         let claims = downward!(Kind::PersistentVolumeClaim);
         let ingresses = sync_ingresses.then(|| downward!(Kind::Ingress));
+        let network_policies = downward!(Kind::NetworkPolicy);
 
         macro_rules! upward {
             ($type:ty, $kind:expr, $selector:expr, $item:expr) => {{
@@ -364,6 +367,7 @@ impl Tenant {
                 service_accounts,
                 claims,
                 ingresses,
+                network_policies,
                 vnodes,
                 volumes,
                 storage_classes,
@@ -426,6 +430,7 @@ impl Tenant {
             s.secrets.wait_until_ready(),
             s.service_accounts.wait_until_ready(),
             s.claims.wait_until_ready(),
+            s.network_policies.wait_until_ready(),
             s.vnodes.wait_until_ready(),
             s.volumes.wait_until_ready(),
             s.storage_classes.wait_until_ready(),
@@ -550,6 +555,7 @@ impl Tenant {
                 service_accounts: store().0,
                 claims,
                 ingresses: None,
+                network_policies: store().0,
                 vnodes,
                 volumes: store().0,
                 storage_classes: store().0,

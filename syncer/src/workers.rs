@@ -8,7 +8,7 @@ use std::{
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, PersistentVolumeClaim, Secret, Service, ServiceAccount},
-    networking::v1::Ingress,
+    networking::v1::{Ingress, NetworkPolicy},
 };
 
 use crate::{
@@ -81,6 +81,7 @@ async fn sync_down_item(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Resu
         Kind::ServiceAccount => sync_down::<ServiceAccount>(ctx, tenant, item).await,
         Kind::PersistentVolumeClaim => sync_down::<PersistentVolumeClaim>(ctx, tenant, item).await,
         Kind::Ingress => sync_down::<Ingress>(ctx, tenant, item).await,
+        Kind::NetworkPolicy => sync_down::<NetworkPolicy>(ctx, tenant, item).await,
     }
 }
 

@@ -15,6 +15,7 @@ use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use serde_json::{Value, json};
 
 use super::{Conversion, Downward};
+use crate::config::ExternalNameServices;
 use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
 
 /// The ConfigMap every namespace gets from the controller-manager; the super cluster publishes its own
@@ -148,6 +149,9 @@ impl Downward for Service {
     }
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
+        if is_external_name(tenant) && cx.ctx.config.external_name_services == ExternalNameServices::Refused {
+            return Ok(None);
+        }
         let mut metadata = cx.metadata(&tenant.metadata);
         let spec = tenant.spec.clone().unwrap_or_default();
         let headless = spec.cluster_ip.as_deref() == Some("None");
@@ -217,6 +221,20 @@ impl Downward for Service {
         Some(crate::quota::service_usage(super_object.spec.as_ref()))
     }
 
+    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        (is_external_name(tenant) && cx.ctx.config.external_name_services == ExternalNameServices::Refused)
+            .then(|| {
+                (
+                    REASON_EXTERNAL_NAME_REFUSED,
+                    format!(
+                        "ExternalName Services are not synced on this platform; {} is not reachable from the super cluster as {:?}",
+                        tenant.name_any(),
+                        tenant.spec.as_ref().and_then(|s| s.external_name.as_deref()).unwrap_or_default()
+                    ),
+                )
+            })
+    }
+
     fn with_creation_hints(tenant: &Self, desired: &Self) -> Option<Self> {
         let spec = tenant.spec.as_ref();
         if !needs_node_ports(spec) {
@@ -277,6 +295,63 @@ pub fn needs_node_ports(spec: Option<&ServiceSpec>) -> bool {
     })
 }
 
+/// Reason of the event on a tenant ExternalName Service that the platform does not sync.
+pub const REASON_EXTERNAL_NAME_REFUSED: &str = "ExternalNameRefused";
+/// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
+pub const REASON_ENDPOINTS_REFUSED: &str = "EndpointsRefused";
+
+fn is_external_name(service: &Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName")
+}
+
+/// Whether `ip` lies in one of `cidrs`.
+pub fn within(ip: &str, cidrs: &[ipnet::IpNet]) -> bool {
+    ip.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| cidrs.iter().any(|net| net.contains(&ip)))
+}
+
+/// The addresses a tenant's selector-less Endpoints may lead to: its own pods' super addresses, read from
+/// the super cluster (a tenant writes its own pods' status, so their tenant copies prove nothing).
+fn tenant_pod_addresses(cx: &Conversion<'_>) -> std::collections::HashSet<String> {
+    cx.ctx
+        .supers
+        .pods
+        .state()
+        .iter()
+        .filter(|pod| crate::identity::belongs_to(&pod.metadata, &cx.tenant.identity.cluster_key))
+        .flat_map(|pod| pod.addresses())
+        .collect()
+}
+
+/// The addresses of tenant Endpoints that lead outside the tenant: neither its pods' nor in the
+/// platform's allowed CIDRs.
+fn foreign_addresses(tenant: &Endpoints, cx: &Conversion<'_>) -> Vec<String> {
+    let mut addresses = tenant
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| {
+            s.addresses
+                .iter()
+                .flatten()
+                .chain(s.not_ready_addresses.iter().flatten())
+        })
+        .map(|a| a.ip.clone())
+        .filter(|ip| routable(ip))
+        .peekable();
+    if addresses.peek().is_none() {
+        return Vec::new();
+    }
+    let own = tenant_pod_addresses(cx);
+    let allowed = &cx.ctx.config.tenant_allowed_cidrs;
+    let mut foreign: Vec<String> = addresses
+        .filter(|ip| !own.contains(ip) && !within(ip, allowed))
+        .collect();
+    foreign.sort();
+    foreign.dedup();
+    foreign
+}
+
 impl Downward for Endpoints {
     const KIND: Kind = Kind::Endpoints;
 
@@ -305,6 +380,7 @@ impl Downward for Endpoints {
         if !selector_less {
             return Ok(None);
         }
+        let foreign = foreign_addresses(tenant, cx);
         let subsets = tenant.subsets.clone().map(|subsets| {
             subsets
                 .into_iter()
@@ -315,7 +391,7 @@ impl Downward for Endpoints {
                     {
                         // Loopback and link-local addresses are refused by the super apiserver and
                         // unreachable from super pods anyway.
-                        addresses.retain(|a| routable(&a.ip));
+                        addresses.retain(|a| routable(&a.ip) && !foreign.contains(&a.ip));
                         for address in addresses.iter_mut() {
                             // Tenant object references mean nothing in the super cluster.
                             address.target_ref = None;
@@ -323,12 +399,30 @@ impl Downward for Endpoints {
                     }
                     subset
                 })
+                // A subset left without addresses is invalid, and means nothing.
+                .filter(|subset| {
+                    subset.addresses.as_ref().is_some_and(|a| !a.is_empty())
+                        || subset.not_ready_addresses.as_ref().is_some_and(|a| !a.is_empty())
+                })
                 .collect()
         });
         Ok(Some(Endpoints {
             metadata: cx.metadata(&tenant.metadata),
             subsets,
         }))
+    }
+
+    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        let foreign = foreign_addresses(tenant, cx);
+        (!foreign.is_empty()).then(|| {
+            (
+                REASON_ENDPOINTS_REFUSED,
+                format!(
+                    "addresses {} are neither this tenant's pods nor in the platform's allowed CIDRs; they are not synced",
+                    foreign.join(", ")
+                ),
+            )
+        })
     }
 
     fn view(object: &Self) -> Value {
@@ -379,7 +473,7 @@ impl Downward for PersistentVolumeClaim {
         let storage_class_name = spec
             .storage_class_name
             .clone()
-            .or_else(|| published_default_class(cx.supers));
+            .or_else(|| published_default_class(&cx.ctx.supers));
         // Binding happens in the super cluster: the tenant's volume name refers to a tenant PV.
         let spec = PersistentVolumeClaimSpec {
             volume_name: None,
@@ -393,18 +487,18 @@ impl Downward for PersistentVolumeClaim {
         }))
     }
 
-    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+    fn creation_refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
         let class = tenant.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
         let why = match class {
             Some("") => {
                 "storageClassName \"\" binds pre-made volumes without a class, which belong to the platform"
                     .to_owned()
             }
-            Some(class) if !is_published_class(cx.supers, class) => format!(
+            Some(class) if !is_published_class(&cx.ctx.supers, class) => format!(
                 "StorageClass {class:?} is not published to tenants (label {LABEL_SUPER_PUBLIC}=true)"
             ),
             Some(_) => return None,
-            None if published_default_class(cx.supers).is_some() => return None,
+            None if published_default_class(&cx.ctx.supers).is_some() => return None,
             None => format!(
                 "the claim names no StorageClass and no published StorageClass (label {LABEL_SUPER_PUBLIC}=true) is the default"
             ),
@@ -553,8 +647,7 @@ mod tests {
             settings::TenantSettings,
         };
 
-        const APPLY: &str =
-            "/api/v1/namespaces/team-abc123-vc-shop/services/web?&force=true&fieldManager=vc-syncer";
+        const APPLY: &str = "/api/v1/namespaces/team-abc123-vc-shop/services/web?&fieldManager=vc-syncer";
 
         fn tenant_service(node_port: i32) -> Service {
             from_json(json!({
@@ -788,7 +881,7 @@ mod tests {
             );
             let cx = Conversion {
                 tenant: &tenant,
-                supers: &ctx.supers,
+                ctx: &ctx,
                 opaque_prefixes: &[],
                 super_namespace: "team-abc123-vc-shop",
             };

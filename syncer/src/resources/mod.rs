@@ -5,6 +5,7 @@
 
 pub mod kinds;
 pub mod namespace;
+pub mod network;
 pub mod pod;
 pub mod public;
 pub mod up;
@@ -12,7 +13,7 @@ pub mod vnode;
 
 use std::fmt::Debug;
 
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{NamespaceResourceScope, api::core::v1::ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -70,10 +71,10 @@ impl Outcome {
 
 /// What conversions may consult.
 pub struct Conversion<'a> {
+    /// The syncer's flags and super-cluster caches.
+    pub ctx: &'a Context,
     /// The tenant.
     pub tenant: &'a Tenant,
-    /// The super cluster's caches (published classes).
-    pub supers: &'a SuperStores,
     /// Super-owned prefixes.
     pub opaque_prefixes: &'a [String],
     /// Super namespace of the object.
@@ -138,9 +139,15 @@ pub trait Downward:
         None
     }
 
+    /// What [`Downward::to_super`] refuses of the tenant object, if anything: reason and message of a
+    /// Warning event on it. Refused parts are never synced; the rest is, when it means anything alone.
+    fn refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        None
+    }
+
     /// Why a tenant object may not get a super copy: reason and message of a Warning event on it. Asked
     /// only before a copy is created; an existing copy is never deleted for it (nothing is lost).
-    fn refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+    fn creation_refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
         None
     }
 
@@ -164,19 +171,32 @@ pub fn in_sync<K: Downward>(desired: &K, actual: &K) -> bool {
 }
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.
-pub async fn apply<K>(ctx: &Context, api: &Api<K>, mut desired: K, uid: Option<String>) -> Result<K>
+/// Forced: for objects the syncer builds whole (pods, token Secrets, isolating NetworkPolicies); copies
+/// of tenant objects go through [`apply_copy`], which never forces labels and annotations.
+pub async fn apply<K>(ctx: &Context, api: &Api<K>, desired: K, uid: Option<String>) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    apply_with(ctx, api, desired, uid, true).await
+}
+
+async fn apply_with<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    mut desired: K,
+    uid: Option<String>,
+    force: bool,
+) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
     desired.meta_mut().uid = uid;
     let name = desired.name_any();
     let resource = K::plural(&()).into_owned();
+    let mut params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER);
+    params.force = force;
     let result = api
-        .patch(
-            &name,
-            &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
-            &Patch::Apply(&desired),
-        )
+        .patch(&name, &params, &Patch::Apply(&desired))
         .await
         .map_err(on_super(format!(
             "applying {resource} {}/{name}",
@@ -184,6 +204,78 @@ where
         )));
     ctx.metrics.super_write(kind_label::<K>(), "apply");
     result
+}
+
+/// Reason of the event on a tenant object some of whose labels or annotations another field manager of
+/// the super cluster owns on its copy.
+pub const REASON_METADATA_WITHHELD: &str = "MetadataWithheld";
+
+/// Server-side applies the super copy of a tenant object without forcing first: labels and annotations
+/// the tenant chose that another field manager of the super cluster owns stay that manager's. They are
+/// withheld (left off, recorded in [`identity::ANNOTATION_WITHHELD`]) with a `MetadataWithheld` event on
+/// the tenant object, and the rest is applied. Every other field of the copy is the tenant's desired
+/// state, which the syncer repairs: a conflict there (someone edited the copy) is forced.
+pub async fn apply_copy<K>(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_object: Option<&ObjectReference>,
+    api: &Api<K>,
+    desired: K,
+    uid: Option<String>,
+) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let error = match apply_with(ctx, api, desired.clone(), uid.clone(), false).await {
+        Ok(applied) => return Ok(applied),
+        Err(error) => error,
+    };
+    let Some(conflicts) = error.apply_conflicts() else {
+        return Err(error);
+    };
+    let (withheld, repaired): (Vec<_>, Vec<_>) = conflicts
+        .iter()
+        .map(|(field, manager)| (identity::withholdable_key(field), field, manager))
+        .partition(|(key, _, _)| key.is_some());
+    let name = format!(
+        "{}/{}",
+        desired.namespace().unwrap_or_default(),
+        desired.name_any()
+    );
+    let mut rest = desired;
+    if !withheld.is_empty() {
+        let keys: Vec<String> = withheld.iter().filter_map(|(key, _, _)| key.clone()).collect();
+        let described: Vec<String> = withheld
+            .iter()
+            .map(|(_, field, manager)| format!("{field} ({manager})"))
+            .collect();
+        tracing::warn!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %K::kind(&()),
+            object = %name,
+            withheld = %keys.join(","),
+            conflicts = %described.join(", "),
+            "MetadataWithheld: labels or annotations another field manager owns are left as they are"
+        );
+        if let Some(reference) = tenant_object {
+            let message = format!(
+                "not copied to the super cluster, where another manager owns them: {}",
+                described.join(", ")
+            );
+            events::warn(tenant, reference, REASON_METADATA_WITHHELD, &message).await;
+        }
+        identity::withhold(rest.meta_mut(), &keys);
+    }
+    if !repaired.is_empty() {
+        tracing::info!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %K::kind(&()),
+            object = %name,
+            fields = %repaired.iter().map(|(_, f, m)| format!("{f} ({m})")).collect::<Vec<_>>().join(", "),
+            "taking back fields of a super copy that someone else changed"
+        );
+    }
+    apply_with(ctx, api, rest, uid, !repaired.is_empty()).await
 }
 
 /// Deletes a super object, only if it still has `uid`.
@@ -229,6 +321,7 @@ pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
         "ServiceAccount" => "serviceaccount",
         "PersistentVolumeClaim" => "persistentvolumeclaim",
         "Ingress" => "ingress",
+        "NetworkPolicy" => "networkpolicy",
         "Node" => "node",
         "PersistentVolume" => "persistentvolume",
         "StorageClass" => "storageclass",
@@ -270,8 +363,8 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
     let settings = tenant.settings();
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let cx = Conversion {
+        ctx,
         tenant,
-        supers: &ctx.supers,
         opaque_prefixes: &opaque,
         super_namespace: &super_namespace,
     };
@@ -279,6 +372,32 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
         Some(object) => K::to_super(object, &cx)?,
         None => None,
     };
+    let reference = live.as_ref().map(|o| o.object_ref(&()));
+    let refusal = live.as_ref().and_then(|o| K::refusal(o, &cx));
+    if let (Some((reason, message)), Some(reference)) = (&refusal, &reference) {
+        // Said whenever the tenant object is synced, which is when it changed: the patrol does not queue
+        // objects whose refused parts are all that differs.
+        let in_sync = match (&desired, &super_object) {
+            (Some(desired), Some(existing)) => {
+                let mut stamped = desired.clone();
+                identity::stamp(&mut stamped, |o| o.meta_mut());
+                in_sync(&stamped, existing)
+            }
+            _ => false,
+        };
+        if !in_sync {
+            tracing::warn!(
+                tenant = %tenant.identity.vc_ref(),
+                kind = %K::KIND,
+                namespace = %item.namespace,
+                name = %item.name,
+                reason,
+                message = %message,
+                "refused part of a tenant object"
+            );
+            events::warn(tenant, reference, reason, message).await;
+        }
+    }
 
     if live.is_none() {
         ctx.quota.stop_waiting_object(&tenant.id, item);
@@ -304,7 +423,8 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
                         return Ok(held);
                     }
-                    let applied = apply(ctx, &api, desired, existing.uid()).await;
+                    let applied =
+                        apply_copy(ctx, tenant, reference.as_ref(), &api, desired, existing.uid()).await;
                     if applied.is_err() {
                         ctx.quota.release_object(&tenant.id, item);
                     }
@@ -313,7 +433,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                 }
                 None => {
                     if let Some(object) = &live
-                        && let Some((reason, message)) = K::refusal(object, &cx)
+                        && let Some((reason, message)) = K::creation_refusal(object, &cx)
                     {
                         tracing::warn!(
                             tenant = %tenant.identity.vc_ref(),
@@ -333,7 +453,16 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
                         return Ok(held);
                     }
-                    let created = create_down(ctx, tenant, item, &api, desired, live.as_deref()).await;
+                    let created = create_down(
+                        ctx,
+                        tenant,
+                        item,
+                        reference.as_ref(),
+                        &api,
+                        desired,
+                        live.as_deref(),
+                    )
+                    .await;
                     if !matches!(created, Ok(Outcome::Created { .. })) {
                         ctx.quota.release_object(&tenant.id, item);
                     }
@@ -388,6 +517,7 @@ async fn create_down<K: Downward>(
     ctx: &Context,
     tenant: &Tenant,
     item: &DownItem,
+    reference: Option<&ObjectReference>,
     api: &Api<K>,
     desired: K,
     live: Option<&K>,
@@ -399,10 +529,10 @@ async fn create_down<K: Downward>(
     let hinted = live.and_then(|o| K::with_creation_hints(o, &desired));
     let writes = match hinted {
         None => {
-            apply(ctx, api, desired, None).await?;
+            apply_copy(ctx, tenant, reference, api, desired, None).await?;
             1
         }
-        Some(hinted) => match apply(ctx, api, hinted, None).await {
+        Some(hinted) => match apply_copy(ctx, tenant, reference, api, hinted, None).await {
             Ok(_) => 1,
             Err(error) => {
                 let Some((reason, message)) = K::refused_hints(&error) else {
@@ -411,7 +541,7 @@ async fn create_down<K: Downward>(
                 if let Some(object) = live {
                     events::normal(tenant, &object.object_ref(&()), reason, &message).await;
                 }
-                apply(ctx, api, desired, None).await?;
+                apply_copy(ctx, tenant, reference, api, desired, None).await?;
                 2
             }
         },

@@ -19,7 +19,7 @@ use crds::wellknown::{
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 
-use super::{Outcome, apply, delete};
+use super::{Outcome, apply_copy, delete, network};
 use crate::{
     config::POD_SECURITY_PREFIX,
     context::Context,
@@ -42,6 +42,13 @@ fn desired(ctx: &Context, tenant: &Tenant, namespace: &Namespace) -> Namespace {
     let labels = desired.metadata.labels.get_or_insert_with(Default::default);
     labels.retain(|key, _| !key.starts_with(POD_SECURITY_PREFIX));
     labels.extend(ctx.config.pod_security.labels());
+    // The labels the isolating NetworkPolicies admit platform namespaces by: a tenant namespace carrying
+    // one would be let into every tenant.
+    if let Some(labels) = desired.metadata.labels.as_mut() {
+        for (key, _) in &ctx.config.network_isolation.allow_namespaces {
+            labels.remove(key);
+        }
+    }
     identity::stamp(&mut desired, |n| n.meta_mut());
     desired
 }
@@ -206,11 +213,18 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
                         == identity::recorded_hash(desired.meta())
                         && identity::metadata_covers(desired.meta(), existing.meta()) =>
                 {
-                    Ok(Outcome::InSync)
+                    Ok(match network::ensure_isolation(ctx, tenant, &item.name).await? {
+                        0 => Outcome::InSync,
+                        writes => Outcome::Updated { writes },
+                    })
                 }
                 Some(existing) => {
-                    apply(ctx, &api, desired, existing.uid()).await?;
-                    Ok(Outcome::Updated { writes: 1 })
+                    let reference = namespace.object_ref(&());
+                    apply_copy(ctx, tenant, Some(&reference), &api, desired, existing.uid()).await?;
+                    let isolation = network::ensure_isolation(ctx, tenant, &item.name).await?;
+                    Ok(Outcome::Updated {
+                        writes: 1 + isolation,
+                    })
                 }
                 None => create(ctx, tenant, &namespace, desired).await,
             }
@@ -245,8 +259,19 @@ async fn create(
                     retry_after: Some(std::time::Duration::from_secs(1)),
                 });
             }
-            apply(ctx, &api, desired, found.uid()).await?;
-            return Ok(Outcome::Updated { writes: 1 });
+            apply_copy(
+                ctx,
+                tenant,
+                Some(&namespace.object_ref(&())),
+                &api,
+                desired,
+                found.uid(),
+            )
+            .await?;
+            let isolation = network::ensure_isolation(ctx, tenant, &name).await?;
+            return Ok(Outcome::Updated {
+                writes: 1 + isolation,
+            });
         }
         Some(found) => {
             return Ok(collision(tenant, Some(namespace), &name, &super_name, &holder(found.meta())).await);
@@ -270,8 +295,12 @@ async fn create(
             }
         }
     };
-    apply(ctx, &api, desired, uid).await?;
-    Ok(Outcome::Created { writes: 2 })
+    apply_copy(ctx, tenant, Some(&namespace.object_ref(&())), &api, desired, uid).await?;
+    // Before anything runs in the namespace: its pods are never reachable from other tenants.
+    let isolation = network::ensure_isolation(ctx, tenant, &name).await?;
+    Ok(Outcome::Created {
+        writes: 2 + isolation,
+    })
 }
 
 /// Whether the super namespace of `tenant_namespace`, as the cache shows it, serves something else: then
@@ -453,8 +482,23 @@ mod tests {
                 "baseline"
             );
             applied.echo();
+            // The namespace is isolated before anything can run in it.
+            let isolation = supers
+                .expect(
+                    "PATCH",
+                    &format!(
+                        "/apis/networking.k8s.io/v1/namespaces/{KEY}-prod/networkpolicies/{}?&force=true&fieldManager=vc-syncer",
+                        network::ISOLATION_POLICY_NAME
+                    ),
+                )
+                .await;
+            assert_eq!(
+                isolation.body["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["tenancy.x-k8s.io/cluster"],
+                KEY
+            );
+            isolation.echo();
         });
-        assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 2 });
+        assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 3 });
         supers.idle().await;
         tenants.idle().await;
     }

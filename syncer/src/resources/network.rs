@@ -1,0 +1,539 @@
+//! Network isolation between tenants.
+//!
+//! Every super namespace of a tenant holds an isolating NetworkPolicy the syncer keeps
+//! ([`ISOLATION_POLICY_NAME`]): its pods accept traffic only from pods in the same tenant's super
+//! namespaces (selected by the `tenancy.x-k8s.io/cluster` label, which only the syncer sets on
+//! namespaces), and from what the platform lists (`--network-isolation-allow-namespaces`,
+//! `--network-isolation-allow-cidrs`). Only ingress is isolated: a tenant's pods reach DNS, their
+//! apiserver and the outside as before, and reach no other tenant's pods, because those accept nothing
+//! from them. The policy is repaired whenever it changes (the super watch queues its namespace) and by the
+//! patrol.
+//!
+//! Tenant NetworkPolicies are copied down with every namespace selector confined to the tenant's own super
+//! namespaces (the cluster label is added to it, and `kubernetes.io/metadata.name` values are mapped to
+//! super names), so that no selector of a tenant ever matches another tenant's or the platform's
+//! namespaces. Rules with an ipBlock outside `--tenant-allowed-cidrs` are refused (left out, with an
+//! event); leaving a rule out only ever allows less.
+//!
+//! Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the e2e harness's
+//! bridge plugin among them), these objects exist and change nothing.
+
+use std::collections::BTreeMap;
+
+use crds::wellknown::{LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+use k8s_openapi::{
+    api::networking::v1::{
+        IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+        NetworkPolicyPort, NetworkPolicySpec,
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
+};
+use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
+use serde_json::Value;
+
+use super::{Conversion, Downward, apply, delete};
+use crate::{
+    context::Context, error::Result, identity, items::Kind, super_stores::SuperStores, tenant::Tenant,
+    tenant::TenantStores,
+};
+
+/// Name of the isolating NetworkPolicy in every super namespace of a tenant. A tenant NetworkPolicy of
+/// this name is not synced.
+pub const ISOLATION_POLICY_NAME: &str = "vc-tenant-isolation";
+/// Annotation on an isolating NetworkPolicy: the cluster key of the tenant it isolates. Deliberately not
+/// `tenancy.x-k8s.io/cluster`: the policy is no copy of a tenant object, and the downward sync must
+/// never take it for one.
+pub const ANNOTATION_ISOLATES_CLUSTER: &str = "tenancy.x-k8s.io/isolates-cluster";
+/// Annotation on an isolating NetworkPolicy: the tenant namespace whose super namespace it isolates.
+pub const ANNOTATION_ISOLATES_NAMESPACE: &str = "tenancy.x-k8s.io/isolates-namespace";
+/// Reason of the event on a tenant NetworkPolicy some of whose rules are not synced.
+pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
+
+/// Label the apiserver sets on every namespace to its own name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The tenant and tenant namespace an isolating NetworkPolicy serves, by its annotations.
+pub fn isolates(meta: &ObjectMeta) -> Option<(&str, &str)> {
+    let annotations = meta.annotations.as_ref()?;
+    Some((
+        annotations.get(ANNOTATION_ISOLATES_CLUSTER)?.as_str(),
+        annotations.get(ANNOTATION_ISOLATES_NAMESPACE)?.as_str(),
+    ))
+}
+
+/// The isolating NetworkPolicy of a tenant's super namespace, stamped with its hash.
+pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> NetworkPolicy {
+    let identity = &tenant.identity;
+    let isolation = &ctx.config.network_isolation;
+    let own = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some([(LABEL_CLUSTER.to_owned(), identity.cluster_key.clone())].into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut platform: Vec<NetworkPolicyPeer> = isolation
+        .allow_namespaces
+        .iter()
+        .map(|(key, value)| NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some([(key.clone(), value.clone())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    platform.extend(isolation.allow_cidrs.iter().map(|cidr| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.to_string(),
+            except: None,
+        }),
+        ..Default::default()
+    }));
+    let mut ingress = vec![NetworkPolicyIngressRule {
+        from: Some(vec![own]),
+        ports: None,
+    }];
+    if !platform.is_empty() {
+        ingress.push(NetworkPolicyIngressRule {
+            from: Some(platform),
+            ports: None,
+        });
+    }
+    let mut policy = NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(ISOLATION_POLICY_NAME.to_owned()),
+            namespace: Some(identity.super_namespace(tenant_namespace)),
+            labels: Some(
+                [
+                    (LABEL_VC_NAME.to_owned(), identity.vc_name.clone()),
+                    (LABEL_VC_NAMESPACE.to_owned(), identity.vc_namespace.clone()),
+                ]
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    (
+                        ANNOTATION_ISOLATES_CLUSTER.to_owned(),
+                        identity.cluster_key.clone(),
+                    ),
+                    (
+                        ANNOTATION_ISOLATES_NAMESPACE.to_owned(),
+                        tenant_namespace.to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".to_owned()]),
+            ingress: Some(ingress),
+            egress: None,
+        }),
+    };
+    identity::stamp(&mut policy, |p| p.meta_mut());
+    policy
+}
+
+/// Brings the isolating NetworkPolicy of a tenant namespace's super namespace in line with the flags:
+/// there and as desired when isolation is on, gone when it is off. Returns the writes made.
+pub async fn ensure_isolation(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
+    let super_namespace = tenant.identity.super_namespace(tenant_namespace);
+    let existing = ctx
+        .supers
+        .network_policies
+        .get(&ObjectRef::new(ISOLATION_POLICY_NAME).within(&super_namespace));
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
+    if !ctx.config.network_isolation.enabled {
+        return match existing {
+            Some(existing) if isolates(existing.meta()).is_some() => {
+                delete(ctx, &api, ISOLATION_POLICY_NAME, existing.uid(), None).await?;
+                Ok(1)
+            }
+            _ => Ok(0),
+        };
+    }
+    let desired = isolation_policy(ctx, tenant, tenant_namespace);
+    if existing
+        .as_ref()
+        .is_some_and(|existing| isolation_in_sync(&desired, existing))
+    {
+        return Ok(0);
+    }
+    // Forced: the policy is the syncer's alone, and whoever changed it is overruled.
+    apply(ctx, &api, desired, None).await?;
+    Ok(1)
+}
+
+/// Whether the isolating policy as cached is the desired one.
+pub fn isolation_in_sync(desired: &NetworkPolicy, existing: &NetworkPolicy) -> bool {
+    isolates(existing.meta()) == isolates(desired.meta())
+        && identity::recorded_hash(existing.meta()) == identity::recorded_hash(desired.meta())
+        && identity::metadata_covers(desired.meta(), existing.meta())
+        && NetworkPolicy::view(desired) == NetworkPolicy::view(existing)
+}
+
+/// A namespace selector of a tenant, confined to that tenant's super namespaces.
+fn confine(selector: &LabelSelector, cx: &Conversion<'_>) -> LabelSelector {
+    let identity = cx.identity();
+    let mut confined = selector.clone();
+    let labels = confined.match_labels.get_or_insert_with(BTreeMap::new);
+    if let Some(name) = labels.get_mut(NAMESPACE_NAME_LABEL) {
+        *name = identity.super_namespace(name);
+    }
+    // Whatever the tenant said about this key, only its own namespaces carry this value.
+    labels.insert(LABEL_CLUSTER.to_owned(), identity.cluster_key.clone());
+    for expression in confined.match_expressions.iter_mut().flatten() {
+        if expression.key == NAMESPACE_NAME_LABEL {
+            for value in expression.values.iter_mut().flatten() {
+                *value = identity.super_namespace(value);
+            }
+        }
+    }
+    confined
+}
+
+/// A peer of a tenant rule as the super cluster gets it, or `Err(cidr)` for an ipBlock the platform does
+/// not allow.
+fn peer(peer: &NetworkPolicyPeer, cx: &Conversion<'_>) -> std::result::Result<NetworkPolicyPeer, String> {
+    if let Some(block) = &peer.ip_block {
+        let allowed = block.cidr.parse::<ipnet::IpNet>().is_ok_and(|net| {
+            cx.ctx
+                .config
+                .tenant_allowed_cidrs
+                .iter()
+                .any(|a| a.contains(&net))
+        });
+        if !allowed {
+            return Err(block.cidr.clone());
+        }
+    }
+    Ok(NetworkPolicyPeer {
+        ip_block: peer.ip_block.clone(),
+        namespace_selector: peer.namespace_selector.as_ref().map(|s| confine(s, cx)),
+        pod_selector: peer.pod_selector.clone(),
+    })
+}
+
+fn peers(
+    list: &Option<Vec<NetworkPolicyPeer>>,
+    cx: &Conversion<'_>,
+) -> std::result::Result<Option<Vec<NetworkPolicyPeer>>, String> {
+    list.as_ref()
+        .map(|peers| peers.iter().map(|p| peer(p, cx)).collect())
+        .transpose()
+}
+
+/// Ports with the protocol the apiserver would default, so that copies compare equal.
+fn ports(list: &Option<Vec<NetworkPolicyPort>>) -> Option<Vec<NetworkPolicyPort>> {
+    list.as_ref().map(|ports| {
+        ports
+            .iter()
+            .map(|p| NetworkPolicyPort {
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".to_owned())),
+                ..p.clone()
+            })
+            .collect()
+    })
+}
+
+/// The super spec of a tenant NetworkPolicy, and the ipBlocks of the rules left out.
+fn translate(spec: &NetworkPolicySpec, cx: &Conversion<'_>) -> (NetworkPolicySpec, Vec<String>) {
+    let mut refused = Vec::new();
+    let ingress = spec.ingress.as_ref().map(|rules| {
+        rules
+            .iter()
+            .filter_map(|rule| match peers(&rule.from, cx) {
+                Ok(from) => Some(NetworkPolicyIngressRule {
+                    from,
+                    ports: ports(&rule.ports),
+                }),
+                Err(cidr) => {
+                    refused.push(cidr);
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    let egress = spec.egress.as_ref().map(|rules| {
+        rules
+            .iter()
+            .filter_map(|rule| match peers(&rule.to, cx) {
+                Ok(to) => Some(NetworkPolicyEgressRule {
+                    to,
+                    ports: ports(&rule.ports),
+                }),
+                Err(cidr) => {
+                    refused.push(cidr);
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    // Spelled out: the apiserver derives policy types from which rules are there, and a policy whose only
+    // egress rules were left out must still isolate egress.
+    let policy_types = spec.policy_types.clone().unwrap_or_else(|| {
+        let mut types = vec!["Ingress".to_owned()];
+        if spec.egress.as_ref().is_some_and(|e| !e.is_empty()) {
+            types.push("Egress".to_owned());
+        }
+        types
+    });
+    (
+        NetworkPolicySpec {
+            pod_selector: Some(spec.pod_selector.clone().unwrap_or_default()),
+            policy_types: Some(policy_types),
+            ingress,
+            egress,
+        },
+        refused,
+    )
+}
+
+/// JSON without empty objects and arrays: an empty selector or rule list means the same whether the
+/// apiserver keeps it or drops it, once policy types are spelled out.
+fn pruned(value: Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::Object(map) => {
+            let map: serde_json::Map<String, Value> = map
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, pruned(v)?)))
+                .collect();
+            (!map.is_empty()).then_some(Value::Object(map))
+        }
+        Value::Array(items) => {
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|v| pruned(v).unwrap_or_else(|| Value::Object(Default::default())))
+                .collect();
+            (!items.is_empty()).then_some(Value::Array(items))
+        }
+        other => Some(other),
+    }
+}
+
+impl Downward for NetworkPolicy {
+    const KIND: Kind = Kind::NetworkPolicy;
+
+    fn tenant_store(stores: &TenantStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+        Some(&stores.network_policies)
+    }
+
+    fn super_store(stores: &SuperStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+        Some(&stores.network_policies)
+    }
+
+    fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
+        if tenant.name_any() == ISOLATION_POLICY_NAME {
+            return Ok(None);
+        }
+        let (spec, _) = translate(&tenant.spec.clone().unwrap_or_default(), cx);
+        Ok(Some(NetworkPolicy {
+            metadata: cx.metadata(&tenant.metadata),
+            spec: Some(spec),
+        }))
+    }
+
+    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        if tenant.name_any() == ISOLATION_POLICY_NAME {
+            return Some((
+                REASON_NETWORK_POLICY_REFUSED,
+                format!(
+                    "the name {ISOLATION_POLICY_NAME} is the platform's isolating policy; rename this policy"
+                ),
+            ));
+        }
+        let (_, refused) = translate(&tenant.spec.clone().unwrap_or_default(), cx);
+        (!refused.is_empty()).then(|| {
+            (
+                REASON_NETWORK_POLICY_REFUSED,
+                format!(
+                    "rules with ipBlock {} are not synced: the platform allows ipBlocks only within its allowed CIDRs",
+                    refused.join(", ")
+                ),
+            )
+        })
+    }
+
+    fn view(object: &Self) -> Value {
+        let spec = serde_json::to_value(&object.spec).unwrap_or(Value::Null);
+        pruned(spec).unwrap_or(Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json},
+        resources::kinds::within,
+        settings::TenantSettings,
+    };
+
+    fn convert(ctx: &Context, tenant: &Tenant, policy: Value) -> (Option<NetworkPolicy>, Option<String>) {
+        let policy: NetworkPolicy = from_json(policy);
+        let super_namespace = tenant.identity.super_namespace("shop");
+        let cx = Conversion {
+            ctx,
+            tenant,
+            opaque_prefixes: &[],
+            super_namespace: &super_namespace,
+        };
+        (
+            NetworkPolicy::to_super(&policy, &cx).expect("convert"),
+            NetworkPolicy::refusal(&policy, &cx).map(|(_, m)| m),
+        )
+    }
+
+    #[tokio::test]
+    async fn namespace_selectors_are_confined_to_the_tenant() {
+        let (super_client, _supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let key = tenant.identity.cluster_key.clone();
+        let (copy, refusal) = convert(
+            &ctx,
+            &tenant,
+            json!({"metadata": {"name": "allow", "namespace": "shop"}, "spec": {
+                "podSelector": {"matchLabels": {"app": "web"}},
+                "ingress": [
+                    {"from": [{"namespaceSelector": {}}]},
+                    {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system",
+                        "tenancy.x-k8s.io/cluster": "someone-else"}}}]},
+                    {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                        "operator": "In", "values": ["db"]}]}, "podSelector": {"matchLabels": {"role": "client"}}}]},
+                    {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": 80}]}
+                ]
+            }}),
+        );
+        assert_eq!(refusal, None);
+        let spec = serde_json::to_value(copy.expect("synced").spec).expect("json");
+        let rules = &spec["ingress"];
+        assert_eq!(
+            rules[0]["from"][0]["namespaceSelector"]["matchLabels"][LABEL_CLUSTER],
+            key
+        );
+        let named = &rules[1]["from"][0]["namespaceSelector"]["matchLabels"];
+        assert_eq!(named[LABEL_CLUSTER], key);
+        assert_eq!(
+            named[NAMESPACE_NAME_LABEL],
+            tenant.identity.super_namespace("kube-system")
+        );
+        let expression = &rules[2]["from"][0]["namespaceSelector"];
+        assert_eq!(expression["matchLabels"][LABEL_CLUSTER], key);
+        assert_eq!(
+            expression["matchExpressions"][0]["values"][0],
+            tenant.identity.super_namespace("db")
+        );
+        assert_eq!(
+            rules[2]["from"][0]["podSelector"]["matchLabels"]["role"],
+            "client"
+        );
+        // A pod selector alone means the policy's own namespace: kept as it is.
+        assert!(rules[3]["from"][0].get("namespaceSelector").is_none());
+        assert_eq!(rules[3]["ports"][0]["protocol"], "TCP");
+        assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+    }
+
+    #[tokio::test]
+    async fn ip_blocks_outside_the_allowed_cidrs_are_left_out() {
+        let (super_client, _supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (mut ctx, _) = testing::context(super_client);
+        ctx.config.tenant_allowed_cidrs = vec!["203.0.113.0/24".parse().expect("cidr")];
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let (copy, refusal) = convert(
+            &ctx,
+            &tenant,
+            json!({"metadata": {"name": "out", "namespace": "shop"}, "spec": {
+                "podSelector": {},
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+                    {"to": [{"ipBlock": {"cidr": "203.0.113.8/29"}}]}
+                ]
+            }}),
+        );
+        assert!(refusal.expect("refused").contains("0.0.0.0/0"));
+        let spec = serde_json::to_value(copy.expect("synced").spec).expect("json");
+        assert_eq!(spec["egress"].as_array().map(Vec::len), Some(1));
+        assert_eq!(spec["egress"][0]["to"][0]["ipBlock"]["cidr"], "203.0.113.8/29");
+        // Egress stays isolated although a rule was left out.
+        assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+        assert!(within("203.0.113.9", &ctx.config.tenant_allowed_cidrs));
+        assert!(!within("10.0.0.1", &ctx.config.tenant_allowed_cidrs));
+    }
+
+    #[tokio::test]
+    async fn isolation_turned_off_removes_the_policies_and_nothing_else() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (mut ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let mut policy = isolation_policy(&ctx, &tenant, "shop");
+        policy.metadata.uid = Some("policy-uid".into());
+        testing::put(&mut super_caches.network_policies, policy.clone());
+        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("in sync"), 0);
+
+        ctx.config.network_isolation.enabled = false;
+        let super_namespace = tenant.identity.super_namespace("shop");
+        let (writes, ()) = tokio::join!(ensure_isolation(&ctx, &tenant, "shop"), async {
+            let call = supers
+                .expect(
+                    "DELETE",
+                    &format!(
+                        "/apis/networking.k8s.io/v1/namespaces/{super_namespace}/networkpolicies/{ISOLATION_POLICY_NAME}?"
+                    ),
+                )
+                .await;
+            assert_eq!(call.body["preconditions"]["uid"], "policy-uid");
+            call.echo();
+        });
+        assert_eq!(writes.expect("deleted"), 1);
+
+        // A tenant's own policy of that name (never synced, but say it were there) is not the syncer's.
+        let mut foreign = policy;
+        foreign.metadata.annotations = None;
+        testing::put(&mut super_caches.network_policies, foreign);
+        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("nothing"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn the_isolating_policy_admits_the_tenant_and_what_the_platform_lists() {
+        let (super_client, _supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (mut ctx, _) = testing::context(super_client);
+        ctx.config.network_isolation.allow_namespaces =
+            vec![("kubernetes.io/metadata.name".into(), "ingress-nginx".into())];
+        ctx.config.network_isolation.allow_cidrs = vec!["10.0.0.0/24".parse().expect("cidr")];
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let policy = isolation_policy(&ctx, &tenant, "shop");
+        assert_eq!(
+            isolates(&policy.metadata),
+            Some((tenant.identity.cluster_key.as_str(), "shop"))
+        );
+        assert!(!identity::belongs_to(
+            &policy.metadata,
+            &tenant.identity.cluster_key
+        ));
+        let spec = serde_json::to_value(&policy.spec).expect("json");
+        assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+        assert_eq!(
+            spec["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"][LABEL_CLUSTER],
+            tenant.identity.cluster_key
+        );
+        assert_eq!(
+            spec["ingress"][1]["from"],
+            json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+                   {"ipBlock": {"cidr": "10.0.0.0/24"}}])
+        );
+        assert!(isolation_in_sync(&policy, &policy));
+    }
+}
