@@ -36,6 +36,7 @@ use k8s_openapi::{
         ConfigMap, Event as CoreEvent, Namespace, PersistentVolume, PersistentVolumeClaim, Pod,
         ServiceAccount,
     },
+    api::storage::v1::StorageClass,
     apimachinery::pkg::apis::meta::v1::Condition,
 };
 use kube::{
@@ -369,10 +370,18 @@ async fn a_tenant_sees_no_storage_details_of_its_volumes() -> anyhow::Result<()>
     let client = tenancy.super_client();
     let attacker = tenancy.tenant("tenant-0");
     tenant_namespace(attacker, "data").await?;
+    // Claims may only name classes the platform published.
+    create(
+        &Api::<StorageClass>::all(client.clone()),
+        &from_json(json!({"metadata": {"name": "standard",
+                "labels": {"tenancy.x-k8s.io/super.public": "true"}},
+            "provisioner": "example.com/block", "volumeBindingMode": "Immediate"})),
+    )
+    .await?;
     create(
         &Api::<PersistentVolumeClaim>::namespaced(attacker.client(), "data"),
         &from_json(json!({"metadata": {"name": "db"}, "spec": {
-            "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
             "resources": {"requests": {"storage": "1Gi"}}
         }})),
     )
@@ -387,7 +396,7 @@ async fn a_tenant_sees_no_storage_details_of_its_volumes() -> anyhow::Result<()>
         &Api::<PersistentVolume>::all(client.clone()),
         &from_json(
             json!({"metadata": {"name": "pv-db", "labels": {"rack.example.com/name": "r7"}}, "spec": {
-                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
                 "volumeMode": "Filesystem", "persistentVolumeReclaimPolicy": "Delete",
                 "mountOptions": ["nfsvers=4.1"],
                 "csi": {"driver": "nfs.csi.k8s.io", "volumeHandle": "10.9.8.7#exports#team-a",
