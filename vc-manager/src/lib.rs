@@ -36,7 +36,7 @@ pub mod virtual_cluster;
 
 pub use context::{Context, NativeReadiness, Settings};
 pub use error::{Error, Result};
-pub use run::{LeaderElection, Manager};
+pub use run::{LEASE_NAME, LeaderElection, Manager};
 
 #[cfg(test)]
 mod mock_tests;
