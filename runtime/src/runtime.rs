@@ -333,12 +333,9 @@ mod tests {
 
     use super::*;
 
+    /// A client nothing answers (these tests make no API call).
     fn client() -> Client {
-        let (service, _handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        Client::new(service, "default")
+        mock_apiserver::pair().0
     }
 
     async fn get(address: SocketAddr, path: &str) -> Option<u16> {

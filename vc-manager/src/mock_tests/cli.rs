@@ -6,8 +6,7 @@ use std::time::Duration;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use clap::Parser;
 use crds::{VirtualCluster, VirtualClusterSpec};
-use http::{Request, Response};
-use kube::{Client, client::Body};
+use kube::Client;
 use serde_json::{Value, json};
 
 use super::{ApiServer, Call, VC_NAME, VC_NAMESPACE, native_vc, network, root, running, stored_secrets};
@@ -21,8 +20,7 @@ const VCS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/team/virtualcluste
 
 /// A client on a scripted apiserver whose kubeconfig context namespace is `team`.
 fn mock() -> (Client, ApiServer) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    (Client::new(service, VC_NAMESPACE), ApiServer(handle))
+    mock_apiserver::pair_in(VC_NAMESPACE)
 }
 
 /// What a command printed and returned.
