@@ -185,9 +185,9 @@ async fn event(client: &Client, namespace: &str, regarding: &str, reason: &str) 
 
 /// `kubectl vc <args>` in process, as the plugin binary runs it: its error, as one line.
 async fn kubectl_vc(client: Client, args: &[&str]) -> anyhow::Result<Result<String, String>> {
-    let args = vc_manager::cli::Args::try_parse_from(["kubectl-vc", "-n", VC_NAMESPACE].iter().chain(args))?;
+    let args = kubectl_vc::Args::try_parse_from(["kubectl-vc", "-n", VC_NAMESPACE].iter().chain(args))?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = vc_manager::cli::run(&args, client, &mut out, &mut err).await;
+    let result = kubectl_vc::run(&args, client, &mut out, &mut err).await;
     Ok(match result {
         Ok(()) => Ok(String::from_utf8(out)?),
         Err(error) => Err(error.one_line()),

@@ -15,7 +15,7 @@ use e2e::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use vc_manager::cli::{self, Args};
+use kubectl_vc::{self as cli, Args};
 
 /// What one `kubectl vc` run printed, and its error as the binary would print it.
 struct Ran {

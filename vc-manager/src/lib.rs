@@ -8,7 +8,10 @@
 //!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
 //! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches, controllers, leader
 //!   election, admin endpoint), [`args`] (flags of the binary).
-//! - [`cli`]: `kubectl vc`, the kubectl plugin (binary `kubectl-vc`).
+//! - [`fixtures`] (tests, and feature `fixtures`): the test tenant of the mocked-apiserver tests.
+//!
+//! `kubectl vc`, the kubectl plugin, is the `kubectl-vc` crate; it uses [`pki`], [`kubeconfig`] and
+//! [`adopt::read_kubeconfig`] from here.
 
 pub mod adopt;
 pub mod args;
@@ -16,11 +19,12 @@ pub mod backoff;
 pub mod ca_bundle;
 pub mod cached;
 pub mod cleanup;
-pub mod cli;
 pub mod cluster_version;
 pub mod context;
 pub mod error;
 pub mod finalizer;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod identity;
 pub mod kubeconfig;
 pub mod legacy;
