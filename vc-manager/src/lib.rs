@@ -6,9 +6,9 @@
 //!   failures; [`cluster_version`] guards ClusterVersions in use.
 //! - Pure logic: [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets), [`render`] (ClusterVersion
 //!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
-//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches, controllers, leader
-//!   election, admin endpoint), [`args`] (flags of the binary).
-//! - [`fixtures`] (tests, and feature `fixtures`): the test tenant of the mocked-apiserver tests.
+//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches and controllers on
+//!   the shared [`vc_runtime::Runtime`], and what they do with its Lease), [`args`] (flags of the binary).
+//! - `fixtures` (tests, and feature `fixtures`): the test tenant of the mocked-apiserver tests.
 //!
 //! `kubectl vc`, the kubectl plugin, is the `kubectl-vc` crate; it uses [`pki`], [`kubeconfig`] and
 //! [`adopt::read_kubeconfig`] from here.

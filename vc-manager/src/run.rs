@@ -17,8 +17,7 @@ use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
-        controller::{self, Action},
+        Controller, WatchStreamExt, controller,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -325,19 +324,6 @@ impl Manager {
             outcome
         };
         runtime.run(work).await
-    }
-}
-
-/// Runs a reconcile as its own task, so that its calls (client, TLS, certificate generation) start from
-/// the scheduler's stack instead of below the controller's stream machinery. A panic is passed on.
-pub(crate) async fn on_own_stack(
-    reconcile: impl Future<Output = Result<Action>> + Send + 'static,
-) -> Result<Action> {
-    match tokio::spawn(reconcile).await {
-        Ok(result) => result,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        // Cancelled: the runtime is shutting down.
-        Err(_) => Ok(Action::await_change()),
     }
 }
 
