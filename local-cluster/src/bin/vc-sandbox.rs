@@ -207,7 +207,9 @@ fn print_welcome(sandbox: &Sandbox, started: Instant) {
     println!("\nAs the platform team:");
     println!("  export KUBECONFIG={super_kubeconfig}");
     println!("  kubectl get virtualclusters -A");
-    println!("  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release)");
+    println!(
+        "  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release -p kubectl-vc)"
+    );
     if sandbox.has_real_nodes() {
         println!(
             "  # a native tenant from the sandbox's ClusterVersion ({}; its images are built from your binaries):",
