@@ -92,7 +92,8 @@ impl Manager {
         self.metrics.clone()
     }
 
-    /// Liveness and readiness (shared with the running manager).
+    /// Liveness and readiness (shared with the manager [`run`](Self::run) starts; [`run_in`](Self::run_in)
+    /// reports through the runtime's).
     pub fn health(&self) -> Health {
         self.health.clone()
     }
