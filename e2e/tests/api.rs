@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use crds::{ClusterVersion, VirtualCluster};
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, apply};
 use kube::{Api, Client, api::PostParams};
+use local_cluster::{Binary, ControlPlane, ControlPlaneOptions, apply};
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
 
@@ -21,13 +21,13 @@ fn read(path: &str) -> String {
 
 async fn apiserver_with_crds(name: &str) -> anyhow::Result<ControlPlane> {
     let cluster = ControlPlane::start(ControlPlaneOptions::bare(name)).await?;
-    e2e::install_crds(&cluster.client()).await?;
+    local_cluster::install_crds(&cluster.client()).await?;
     Ok(cluster)
 }
 
 #[tokio::test]
 async fn crds_install_and_examples_apply() -> anyhow::Result<()> {
-    if !e2e::require("crds_install_and_examples_apply", NEEDS) {
+    if !local_cluster::require("crds_install_and_examples_apply", NEEDS) {
         return Ok(());
     }
     let cluster = apiserver_with_crds("api-examples").await?;
@@ -132,7 +132,7 @@ const ORIGINAL_SAMPLE: &str = "e2e/fixtures/original-clusterversion-v1-nodeport.
 
 #[tokio::test]
 async fn the_original_sample_applies_unchanged_with_embedded_type_meta_defaulted() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "the_original_sample_applies_unchanged_with_embedded_type_meta_defaulted",
         NEEDS,
     ) {
@@ -337,7 +337,7 @@ const INVALID: &[(&str, &str, &[&str])] = &[
 
 #[tokio::test]
 async fn invalid_virtual_clusters_are_rejected_with_clear_messages() -> anyhow::Result<()> {
-    if !e2e::require("invalid_virtual_clusters_are_rejected_with_clear_messages", NEEDS) {
+    if !local_cluster::require("invalid_virtual_clusters_are_rejected_with_clear_messages", NEEDS) {
         return Ok(());
     }
     let cluster = apiserver_with_crds("api-invalid").await?;
@@ -428,7 +428,7 @@ async fn invalid_virtual_clusters_are_rejected_with_clear_messages() -> anyhow::
 }
 
 /// The apiserver's message, with the harness's context.
-fn error_message(error: &e2e::Error) -> String {
+fn error_message(error: &local_cluster::Error) -> String {
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

@@ -20,7 +20,6 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser as _;
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, apply};
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment},
@@ -35,6 +34,7 @@ use kube::{
     core::GroupVersionKind,
     discovery::{self, Scope},
 };
+use local_cluster::{Binary, ControlPlane, ControlPlaneOptions, apply};
 use serde::de::DeserializeOwned;
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
@@ -46,7 +46,7 @@ fn workspace_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
 
-/// `helm` on PATH, or one line saying the test is skipped, written to stderr as `e2e::require` does.
+/// `helm` on PATH, or one line saying the test is skipped, written to stderr as `local_cluster::require` does.
 fn helm(test: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
@@ -615,7 +615,7 @@ async fn install_crd(client: &Client, crd: &CustomResourceDefinition) -> anyhow:
         .map(|v| v.name.clone())
         .unwrap_or_default();
     let gvk = GroupVersionKind::gvk(&crd.spec.group, &version, &crd.spec.names.kind);
-    e2e::wait::until(Duration::from_secs(30), &format!("{crd_name} served"), || {
+    local_cluster::wait::until(Duration::from_secs(30), &format!("{crd_name} served"), || {
         let client = client.clone();
         let gvk = gvk.clone();
         async move { discovery::pinned_kind(&client, &gvk).await.ok() }
@@ -627,7 +627,7 @@ async fn install_crd(client: &Client, crd: &CustomResourceDefinition) -> anyhow:
 #[tokio::test]
 async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
     let test = "rendered_chart_applies_to_a_real_apiserver";
-    if !e2e::require(test, NEEDS) {
+    if !local_cluster::require(test, NEEDS) {
         return Ok(());
     }
     let Some(helm) = helm(test) else {
@@ -738,12 +738,12 @@ fn service_account_of(objects: &[DynamicObject], component: &str) -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     let test = "components_work_under_the_charts_rbac";
-    let needs: Vec<Binary> = e2e::sandbox::NEEDS
+    let needs: Vec<Binary> = local_cluster::sandbox::NEEDS
         .iter()
         .copied()
         .chain([Binary::Kubectl])
         .collect();
-    if !e2e::require(test, &needs) {
+    if !local_cluster::require(test, &needs) {
         return Ok(());
     }
     let Some(helm) = helm(test) else {
@@ -764,7 +764,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
             })
             .cloned(),
     );
-    let accounts = e2e::sandbox::ComponentAccounts {
+    let accounts = local_cluster::sandbox::ComponentAccounts {
         namespace: NAMESPACE.to_owned(),
         vc_manager: service_account_of(&rendered, "vc-manager")?,
         syncer: service_account_of(&rendered, "syncer")?,
@@ -781,7 +781,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         "the default values render vn-agent's tenant-pods role"
     );
     eprintln!("running as {accounts:?}");
-    let sandbox = e2e::sandbox::Sandbox::start(e2e::sandbox::SandboxOptions {
+    let sandbox = local_cluster::sandbox::Sandbox::start(local_cluster::sandbox::SandboxOptions {
         tenants: vec!["alpha".into()],
         setup,
         accounts: Some(accounts),
@@ -797,7 +797,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     let kubectl = |args: &'static [&'static str]| {
         let kubeconfig = kubeconfig.clone();
         async move {
-            let binary = e2e::locate(Binary::Kubectl)?;
+            let binary = local_cluster::locate(Binary::Kubectl)?;
             let output = tokio::process::Command::new(binary)
                 .arg("--kubeconfig")
                 .arg(&kubeconfig)
@@ -814,7 +814,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     };
     kubectl(&["run", "web", "--image=registry.k8s.io/pause:3.9"]).await?;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(alpha.client(), "default");
-    e2e::wait::until_true(Duration::from_secs(60), "alpha's pod Running", || {
+    local_cluster::wait::until_true(Duration::from_secs(60), "alpha's pod Running", || {
         let pods = pods.clone();
         async move {
             pods.get_opt("web")
@@ -843,7 +843,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     );
     assert_eq!(
         logs.lines().collect::<Vec<_>>(),
-        e2e::nodes::expected_log_lines(&super_namespace, "web", "web")
+        local_cluster::nodes::expected_log_lines(&super_namespace, "web", "web")
     );
 
     // vc-manager: a native tenant provisioned to Running, then deleted with everything it made.
@@ -857,7 +857,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         apply::apply_yaml(&super_client, &yaml, "default").await?;
     }
     let vcs: Api<crds::VirtualCluster> = Api::namespaced(super_client.clone(), "default");
-    let team_a = e2e::wait::until(Duration::from_secs(120), "team-a Running", || {
+    let team_a = local_cluster::wait::until(Duration::from_secs(120), "team-a Running", || {
         let vcs = vcs.clone();
         async move {
             let vc = vcs.get_opt("team-a").await.ok().flatten()?;
@@ -871,7 +871,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         .context("root namespace")?;
     vcs.delete("team-a", &Default::default()).await?;
     let namespaces: Api<Namespace> = Api::all(super_client.clone());
-    e2e::wait::until_true(
+    local_cluster::wait::until_true(
         Duration::from_secs(120),
         "team-a and its root namespace gone",
         || {

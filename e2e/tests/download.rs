@@ -1,4 +1,4 @@
-//! `e2e::download` against a loopback HTTP server serving a small fake Kubernetes release: a few bytes per
+//! `local_cluster::download` against a loopback HTTP server serving a small fake Kubernetes release: a few bytes per
 //! "binary" and their `.sha256` files, some right and some wrong. Needs no Kubernetes binaries.
 
 use std::{
@@ -16,7 +16,7 @@ use axum::{
     http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
-use e2e::download::{
+use local_cluster::download::{
     BINARIES, DownloadError, DownloadOptions, Outcome, Progress, download_missing, parse_sha256,
 };
 use sha2::{Digest, Sha256};

@@ -3,11 +3,6 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use e2e::{
-    Binary, ControlPlane, ControlPlaneOptions, Etcd, NodeSimulator, NodeSimulatorOptions,
-    nodes::{expected_log_lines, wait_pods_running},
-    wait,
-};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Namespace, Node, Pod},
@@ -16,10 +11,15 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, LogParams, PostParams},
 };
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, Etcd, NodeSimulator, NodeSimulatorOptions,
+    nodes::{expected_log_lines, wait_pods_running},
+    wait,
+};
 
 #[tokio::test]
 async fn apiservers_sharing_an_etcd_stay_apart() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "apiservers_sharing_an_etcd_stay_apart",
         &[Binary::Etcd, Binary::KubeApiserver],
     ) {
@@ -71,7 +71,7 @@ async fn apiservers_sharing_an_etcd_stay_apart() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn simulated_nodes_run_pods_and_serve_the_kubelet_api() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "simulated_nodes_run_pods_and_serve_the_kubelet_api",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
     ) {
@@ -198,11 +198,13 @@ async fn simulated_nodes_run_pods_and_serve_the_kubelet_api() -> anyhow::Result<
 
     // The kubelet API answers /pods and /stats/summary to a client with a certificate from a trusted CA.
     let kubelet = simulator.kubelet().context("kubelet API")?;
-    let identity = cluster
-        .apiserver()
-        .ca()
-        .issue("test-client", &[], &[], e2e::pki::Usage::Client)?;
-    let https = e2e::http_client::HttpsClient::new(cluster.apiserver().ca().cert_pem(), Some(&identity))?;
+    let identity =
+        cluster
+            .apiserver()
+            .ca()
+            .issue("test-client", &[], &[], local_cluster::pki::Usage::Client)?;
+    let https =
+        local_cluster::http_client::HttpsClient::new(cluster.apiserver().ca().cert_pem(), Some(&identity))?;
     let (code, body) = https.get(&format!("{}/pods", kubelet.url())).await?;
     assert_eq!(code, 200);
     let listed: serde_json::Value = serde_json::from_str(&body)?;
@@ -219,10 +221,10 @@ async fn simulated_nodes_run_pods_and_serve_the_kubelet_api() -> anyhow::Result<
         .context("pod stats")?;
     assert_eq!(
         stats["cpu"]["usageNanoCores"].as_u64(),
-        Some(e2e::nodes::pod_usage(&uid).0)
+        Some(local_cluster::nodes::pod_usage(&uid).0)
     );
     // A client without a certificate is turned away at the handshake.
-    let anonymous = e2e::http_client::HttpsClient::new(cluster.apiserver().ca().cert_pem(), None)?;
+    let anonymous = local_cluster::http_client::HttpsClient::new(cluster.apiserver().ca().cert_pem(), None)?;
     assert!(anonymous.get(&format!("{}/pods", kubelet.url())).await.is_err());
 
     // Deleting pods completes as a kubelet would, and the Deployment replaces them.
@@ -239,7 +241,7 @@ async fn simulated_nodes_run_pods_and_serve_the_kubelet_api() -> anyhow::Result<
 
 #[test]
 fn no_process_or_folder_survives_a_panicking_test() {
-    if !e2e::require(
+    if !local_cluster::require(
         "no_process_or_folder_survives_a_panicking_test",
         &[Binary::Etcd, Binary::KubeApiserver],
     ) {

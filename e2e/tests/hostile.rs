@@ -34,11 +34,6 @@ use crds::{
     KubeconfigSecretRef, VirtualCluster, VirtualClusterSpec,
     wellknown::{self, CONDITION_APISERVER_READY, CONDITION_TENANT_SYNCED},
 };
-use e2e::{
-    Binary, ControlPlane, ControlPlaneOptions, Etcd,
-    tenancy::{Tenancy, TenancyOptions, TenantMaster, VC_NAMESPACE},
-    wait,
-};
 use k8s_openapi::{
     ByteString,
     api::{
@@ -50,6 +45,11 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, Etcd,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster, VC_NAMESPACE},
+    wait,
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig};
@@ -96,7 +96,7 @@ async fn start_syncer(client: Client) -> anyhow::Result<Syncer> {
 async fn super_cluster() -> anyhow::Result<(Arc<Etcd>, ControlPlane)> {
     let etcd = Arc::new(Etcd::start().await?);
     let super_cluster = ControlPlane::start_on(etcd.clone(), ControlPlaneOptions::bare("super")).await?;
-    e2e::install_crds(&super_cluster.client()).await?;
+    local_cluster::install_crds(&super_cluster.client()).await?;
     Ok((etcd, super_cluster))
 }
 
@@ -185,9 +185,9 @@ async fn event(client: &Client, namespace: &str, regarding: &str, reason: &str) 
 
 /// `kubectl vc <args>` in process, as the plugin binary runs it: its error, as one line.
 async fn kubectl_vc(client: Client, args: &[&str]) -> anyhow::Result<Result<String, String>> {
-    let args = vc_manager::cli::Args::try_parse_from(["kubectl-vc", "-n", VC_NAMESPACE].iter().chain(args))?;
+    let args = kubectl_vc::Args::try_parse_from(["kubectl-vc", "-n", VC_NAMESPACE].iter().chain(args))?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = vc_manager::cli::run(&args, client, &mut out, &mut err).await;
+    let result = kubectl_vc::run(&args, client, &mut out, &mut err).await;
     Ok(match result {
         Ok(()) => Ok(String::from_utf8(out)?),
         Err(error) => Err(error.one_line()),
@@ -226,7 +226,7 @@ current-context: attacker
 /// to read a local file as a CA, or to go through the attacker's proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_adopted_kubeconfig_is_data_not_a_recipe() -> anyhow::Result<()> {
-    if !e2e::require("an_adopted_kubeconfig_is_data_not_a_recipe", NEEDS) {
+    if !local_cluster::require("an_adopted_kubeconfig_is_data_not_a_recipe", NEEDS) {
         return Ok(());
     }
     init_logging();
@@ -321,7 +321,7 @@ async fn an_adopted_kubeconfig_is_data_not_a_recipe() -> anyhow::Result<()> {
 /// pointing at a cluster the attacker runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adopt_annotations_cannot_switch_a_provisioned_virtual_cluster() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "adopt_annotations_cannot_switch_a_provisioned_virtual_cluster",
         NEEDS,
     ) {
@@ -400,7 +400,7 @@ async fn adopt_annotations_cannot_switch_a_provisioned_virtual_cluster() -> anyh
 /// tenant's cluster as theirs (and `kubectl vc kubeconfig` prints its admin kubeconfig).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_admin_kubeconfig_is_found_by_identity_not_by_status() -> anyhow::Result<()> {
-    if !e2e::require("the_admin_kubeconfig_is_found_by_identity_not_by_status", NEEDS) {
+    if !local_cluster::require("the_admin_kubeconfig_is_found_by_identity_not_by_status", NEEDS) {
         return Ok(());
     }
     init_logging();
@@ -523,7 +523,7 @@ fn annotations(namespace: &Namespace) -> BTreeMap<String, String> {
 /// namespaces after shortening.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_cannot_take_over_super_namespaces_it_does_not_own() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "a_tenant_cannot_take_over_super_namespaces_it_does_not_own",
         NEEDS,
     ) {
@@ -726,7 +726,7 @@ async fn still_there(client: &Client, super_namespace: &str) -> anyhow::Result<(
 /// wiped behind the same address. Neither may delete what the tenant runs in the super cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_replaced_behind_its_kubeconfig_keeps_its_super_objects() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "a_tenant_replaced_behind_its_kubeconfig_keeps_its_super_objects",
         NEEDS,
     ) {

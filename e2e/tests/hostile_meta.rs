@@ -29,11 +29,6 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
-use e2e::{
-    Binary,
-    tenancy::{Tenancy, TenancyOptions, TenantMaster},
-    wait,
-};
 use k8s_openapi::api::{
     core::v1::{Endpoints, Namespace, Pod, Service, ServiceAccount},
     events::v1::Event,
@@ -42,6 +37,11 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster},
+    wait,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -201,7 +201,7 @@ const HOSTILE_ANNOTATIONS: &[(&str, &str)] = &[
 /// the super cluster's controllers act on them with the platform's authority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn platform_owned_metadata_is_not_copied_down() -> anyhow::Result<()> {
-    if !e2e::require("platform_owned_metadata_is_not_copied_down", NEEDS) {
+    if !local_cluster::require("platform_owned_metadata_is_not_copied_down", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;
@@ -261,7 +261,7 @@ async fn platform_owned_metadata_is_not_copied_down() -> anyhow::Result<()> {
 /// tenant sets the same label on its own Service to move its bill, expecting the syncer to force it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_cannot_take_over_a_key_another_manager_owns() -> anyhow::Result<()> {
-    if !e2e::require("a_tenant_cannot_take_over_a_key_another_manager_owns", NEEDS) {
+    if !local_cluster::require("a_tenant_cannot_take_over_a_key_another_manager_owns", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;
@@ -357,7 +357,7 @@ async fn run_pod(tenant: &TenantMaster, namespace: &str, name: &str) -> anyhow::
 /// Service" (or a super ingress controller routing to it) lands outside the tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn selector_less_endpoints_lead_only_to_the_tenants_own_pods() -> anyhow::Result<()> {
-    if !e2e::require("selector_less_endpoints_lead_only_to_the_tenants_own_pods", NEEDS) {
+    if !local_cluster::require("selector_less_endpoints_lead_only_to_the_tenants_own_pods", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;
@@ -413,7 +413,7 @@ async fn selector_less_endpoints_lead_only_to_the_tenants_own_pods() -> anyhow::
 /// to proxy to with their network position (CVE-2021-25740).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn external_name_services_are_refused() -> anyhow::Result<()> {
-    if !e2e::require("external_name_services_are_refused", NEEDS) {
+    if !local_cluster::require("external_name_services_are_refused", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;
@@ -461,7 +461,7 @@ fn admits_only(policy: &NetworkPolicy, cluster_key: &str) -> bool {
 /// deletes A's policy and loosens another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn other_tenants_cannot_reach_a_tenants_pods() -> anyhow::Result<()> {
-    if !e2e::require("other_tenants_cannot_reach_a_tenants_pods", NEEDS) {
+    if !local_cluster::require("other_tenants_cannot_reach_a_tenants_pods", NEEDS) {
         return Ok(());
     }
     let flags = [&*format!(
@@ -521,7 +521,7 @@ async fn other_tenants_cannot_reach_a_tenants_pods() -> anyhow::Result<()> {
 /// literally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenant_network_policies_cannot_select_outside_the_tenant() -> anyhow::Result<()> {
-    if !e2e::require("tenant_network_policies_cannot_select_outside_the_tenant", NEEDS) {
+    if !local_cluster::require("tenant_network_policies_cannot_select_outside_the_tenant", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;

@@ -24,11 +24,6 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use crds::{VirtualClusterSpec, wellknown};
-use e2e::{
-    Binary,
-    tenancy::{Tenancy, TenancyOptions, TenantMaster},
-    wait,
-};
 use k8s_openapi::api::{
     core::v1::{Namespace, PersistentVolumeClaim, Pod, Service, ServiceAccount},
     events::v1::Event,
@@ -39,6 +34,11 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster},
+    wait,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -81,7 +81,8 @@ async fn tenancy(spec: serde_json::Value) -> anyhow::Result<(Tenancy, Syncer)> {
         Health::new(),
     )
     .await?;
-    let vcs: Api<crds::VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let vcs: Api<crds::VirtualCluster> =
+        Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     until(&vcs, "attacker", "attacker TenantSynced=True", |vc| {
         vc.and_then(|vc| vc.status.as_ref()).is_some_and(|s| {
             s.conditions
@@ -222,7 +223,7 @@ async fn settle() {
 /// The attack: every way a pod spec reaches past the tenant's share of the super cluster's nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_pod_cannot_ask_for_more_than_the_pod_policy_allows() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "a_tenant_pod_cannot_ask_for_more_than_the_pod_policy_allows",
         NEEDS,
     ) {
@@ -358,7 +359,7 @@ async fn a_tenant_pod_cannot_ask_for_more_than_the_pod_policy_allows() -> anyhow
 /// VirtualCluster's editor allows privileged pods; the platform's level still holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn super_namespaces_hold_the_platform_pod_security_level() -> anyhow::Result<()> {
-    if !e2e::require("super_namespaces_hold_the_platform_pod_security_level", NEEDS) {
+    if !local_cluster::require("super_namespaces_hold_the_platform_pod_security_level", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = tenancy(json!({"podPolicy": {"privileged": true, "hostPath": true}})).await?;
@@ -417,7 +418,7 @@ async fn super_namespaces_hold_the_platform_pod_security_level() -> anyhow::Resu
 /// empty class that binds pre-made volumes, or the super cluster's own default class.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claims_use_only_published_storage_classes() -> anyhow::Result<()> {
-    if !e2e::require("claims_use_only_published_storage_classes", NEEDS) {
+    if !local_cluster::require("claims_use_only_published_storage_classes", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = tenancy(json!({})).await?;
@@ -489,7 +490,7 @@ async fn claims_use_only_published_storage_classes() -> anyhow::Result<()> {
 /// Services and claims past the object quotas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn quotas_cannot_be_escaped() -> anyhow::Result<()> {
-    if !e2e::require("quotas_cannot_be_escaped", NEEDS) {
+    if !local_cluster::require("quotas_cannot_be_escaped", NEEDS) {
         return Ok(());
     }
     let (tenancy, _syncer) = tenancy(json!({"quota": {

@@ -29,11 +29,6 @@ use std::{sync::Arc, time::Duration};
 use crate::vc_manager_support::{condition, init_logging, wait_vc};
 use anyhow::Context as _;
 use crds::{VirtualCluster, wellknown::CONDITION_TENANT_SYNCED};
-use e2e::{
-    Binary,
-    tenancy::{Tenancy, TenancyOptions, TenantMaster, VC_NAMESPACE},
-    wait,
-};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::core::v1::{
@@ -50,6 +45,11 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, PostParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster, VC_NAMESPACE},
+    wait,
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig, budget::CacheLimits};
@@ -170,7 +170,7 @@ async fn tenant_synced(
 /// the defaults are 50 000 objects and 128 MiB per tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_flooding_the_syncer_is_stopped_at_its_limit() -> anyhow::Result<()> {
-    if !e2e::require("a_tenant_flooding_the_syncer_is_stopped_at_its_limit", NEEDS) {
+    if !local_cluster::require("a_tenant_flooding_the_syncer_is_stopped_at_its_limit", NEEDS) {
         return Ok(());
     }
     init_logging();
@@ -305,7 +305,7 @@ fn super_event(super_namespace: &str, pod: &str, name: &str) -> CoreEvent {
 /// (The test writes the super events itself, as the nodes would.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_storm_waits_behind_its_own_tenant() -> anyhow::Result<()> {
-    if !e2e::require("an_event_storm_waits_behind_its_own_tenant", NEEDS) {
+    if !local_cluster::require("an_event_storm_waits_behind_its_own_tenant", NEEDS) {
         return Ok(());
     }
     init_logging();
@@ -370,7 +370,7 @@ async fn an_event_storm_waits_behind_its_own_tenant() -> anyhow::Result<()> {
 /// for the storage system's addresses, credentials and volume identifiers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_sees_no_storage_details_of_its_volumes() -> anyhow::Result<()> {
-    if !e2e::require("a_tenant_sees_no_storage_details_of_its_volumes", NEEDS) {
+    if !local_cluster::require("a_tenant_sees_no_storage_details_of_its_volumes", NEEDS) {
         return Ok(());
     }
     init_logging();
@@ -473,7 +473,7 @@ async fn may(
 /// pod rights in each tenant super namespace, never cluster-wide, and takes back a binding someone widens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vn_agent_may_act_on_tenant_pods_only() -> anyhow::Result<()> {
-    if !e2e::require("vn_agent_may_act_on_tenant_pods_only", NEEDS) {
+    if !local_cluster::require("vn_agent_may_act_on_tenant_pods_only", NEEDS) {
         return Ok(());
     }
     init_logging();

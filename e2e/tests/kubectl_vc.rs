@@ -8,14 +8,14 @@ use crate::kubectl_support::Kubectl;
 use anyhow::Context as _;
 use clap::Parser;
 use crds::VirtualCluster;
-use e2e::{
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kubectl_vc::{self as cli, Args};
+use local_cluster::{
     Binary,
     sandbox::{NEEDS, Sandbox, SandboxOptions},
     wait,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use vc_manager::cli::{self, Args};
 
 /// What one `kubectl vc` run printed, and its error as the binary would print it.
 struct Ran {
@@ -64,7 +64,7 @@ async fn kubectl_vc(super_kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Ra
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubectl_vc_manages_tenants_in_the_sandbox() -> anyhow::Result<()> {
     let needs: Vec<Binary> = NEEDS.iter().copied().chain([Binary::Kubectl]).collect();
-    if !e2e::require("kubectl_vc_manages_tenants_in_the_sandbox", &needs) {
+    if !local_cluster::require("kubectl_vc_manages_tenants_in_the_sandbox", &needs) {
         return Ok(());
     }
     let sandbox = Sandbox::start(SandboxOptions {

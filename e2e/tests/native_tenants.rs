@@ -6,13 +6,13 @@
 use std::{path::Path, process::Stdio, time::Duration};
 
 use anyhow::Context;
-use e2e::{
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use local_cluster::{
     Binary, realnodes,
     sandbox::{NodeKind, Sandbox, SandboxOptions},
     wait,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 const NEEDS: &[Binary] = &[
@@ -27,7 +27,7 @@ const NEEDS: &[Binary] = &[
 /// under `~/.kube/cache` is keyed by host and port, and native tenants of earlier runs had the same
 /// cluster IPs.
 fn kubectl_command(kubeconfig: &Path) -> anyhow::Result<tokio::process::Command> {
-    let mut command = tokio::process::Command::new(e2e::locate(Binary::Kubectl)?);
+    let mut command = tokio::process::Command::new(local_cluster::locate(Binary::Kubectl)?);
     command
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!(
@@ -160,7 +160,7 @@ async fn kubelet_call_after_rotation(kubeconfig: &Path, args: &[&str]) -> anyhow
 }
 
 async fn tenant_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
-    Ok(e2e::client_from_kubeconfig_file(kubeconfig).await?)
+    Ok(local_cluster::client_from_kubeconfig_file(kubeconfig).await?)
 }
 
 async fn wait_running(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
@@ -189,7 +189,7 @@ async fn wait_running(client: &kube::Client, namespace: &str, name: &str) -> any
 #[tokio::test]
 async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyhow::Result<()> {
     const TEST: &str = "a_native_tenant_boots_on_real_nodes_and_runs_real_containers";
-    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
         return Ok(());
     }
     let sandbox = Sandbox::start(SandboxOptions {
@@ -285,7 +285,7 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
     drop(attach);
 
     // port-forward to the container's httpd.
-    let port = e2e::free_port()?;
+    let port = local_cluster::free_port()?;
     let mut forward = kubectl_command(&kubeconfig)?
         .args(["port-forward", "pod/web", &format!("{port}:8080")])
         .stdout(Stdio::piped())
@@ -370,7 +370,7 @@ async fn a_native_tenant_boots_on_real_nodes_and_runs_real_containers() -> anyho
 #[tokio::test]
 async fn two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_deleted() -> anyhow::Result<()> {
     const TEST: &str = "two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_deleted";
-    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
         return Ok(());
     }
     let sandbox = Sandbox::start(SandboxOptions {
@@ -472,7 +472,7 @@ async fn two_native_tenants_share_real_nodes_apart_and_leave_nothing_when_delete
 async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs() -> anyhow::Result<()>
 {
     const TEST: &str = "upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubeconfigs";
-    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
         return Ok(());
     }
     let sandbox = Sandbox::start(SandboxOptions {
@@ -500,11 +500,11 @@ async fn upgrading_a_native_tenant_on_real_nodes_keeps_its_data_tokens_and_kubec
         images.kube_apiserver.context("apiserver image")?,
         images.kube_apiserver_rebuild.context("rebuilt apiserver image")?,
     );
-    let upgraded =
-        e2e::sandbox::cluster_version_yaml()?.replace(&format!("image: {from}"), &format!("image: {to}"));
+    let upgraded = local_cluster::sandbox::cluster_version_yaml()?
+        .replace(&format!("image: {from}"), &format!("image: {to}"));
     assert!(upgraded.contains(&to));
     let object: kube::api::DynamicObject = serde_saphyr::from_str(&upgraded)?;
-    e2e::apply::apply_object(&sandbox.super_client(), object, "default").await?;
+    local_cluster::apply::apply_object(&sandbox.super_client(), object, "default").await?;
 
     // vc-manager rolls the apiserver: Updating, then Running with the new image.
     let vcs: Api<crds::VirtualCluster> = Api::namespaced(sandbox.super_client(), "default");
@@ -578,7 +578,7 @@ async fn certificates_renew_on_real_nodes_without_clients_noticing() -> anyhow::
     const TEST: &str = "certificates_renew_on_real_nodes_without_clients_noticing";
     // Renewal starts when a fifth remains (36 s): the e2e kubelets sync pod volumes every 10 s.
     const LIFETIME: Duration = Duration::from_secs(180);
-    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
         return Ok(());
     }
     let mut sandbox = Sandbox::start(SandboxOptions {
@@ -721,7 +721,7 @@ async fn certificates_renew_on_real_nodes_without_clients_noticing() -> anyhow::
 #[tokio::test]
 async fn the_original_projects_sample_cluster_version_provisions_a_working_tenant() -> anyhow::Result<()> {
     const TEST: &str = "the_original_projects_sample_cluster_version_provisions_a_working_tenant";
-    if !e2e::require(TEST, NEEDS) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
         return Ok(());
     }
     let mut sandbox = Sandbox::start(SandboxOptions {
@@ -734,8 +734,8 @@ async fn the_original_projects_sample_cluster_version_provisions_a_working_tenan
     // The original project's sample, unchanged but for its images (the fixture's header says which).
     let fixture = include_str!("../fixtures/original-clusterversion-v1-nodeport.yaml");
     let object: kube::api::DynamicObject =
-        serde_saphyr::from_str(&e2e::sandbox::with_local_images(fixture)?)?;
-    e2e::apply::apply_object(&sandbox.super_client(), object, "default").await?;
+        serde_saphyr::from_str(&local_cluster::sandbox::with_local_images(fixture)?)?;
+    local_cluster::apply::apply_object(&sandbox.super_client(), object, "default").await?;
 
     // vc-manager says what it adapts.
     let versions: Api<crds::ClusterVersion> = Api::all(sandbox.super_client());

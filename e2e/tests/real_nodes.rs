@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, RealNodeOptions, RealNodes, realnodes, wait};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::{
     Api,
     api::{AttachParams, LogParams, PostParams},
 };
+use local_cluster::{Binary, ControlPlane, ControlPlaneOptions, RealNodeOptions, RealNodes, realnodes, wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEST: &str = "real_nodes_run_pods_across_nodes_services_and_dns";
@@ -74,7 +74,7 @@ async fn http_get(address: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn real_nodes_run_pods_across_nodes_services_and_dns() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         TEST,
         &[
             Binary::Etcd,

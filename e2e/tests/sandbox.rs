@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use crate::kubectl_support::Kubectl;
 use anyhow::Context as _;
-use e2e::{
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, ResourceExt};
+use local_cluster::{
     Binary,
     nodes::expected_log_lines,
     sandbox::{NEEDS, Sandbox, SandboxOptions},
     wait,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::{Api, ResourceExt};
 
 /// Waits until the tenant's pod `default/web` is bound and Running.
 async fn running(client: &kube::Client, tenant: &str) -> anyhow::Result<Pod> {
@@ -35,7 +35,7 @@ async fn running(client: &kube::Client, tenant: &str) -> anyhow::Result<Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenants_run_pods_on_vnodes_and_read_their_logs() -> anyhow::Result<()> {
     let needs: Vec<Binary> = NEEDS.iter().copied().chain([Binary::Kubectl]).collect();
-    if !e2e::require("tenants_run_pods_on_vnodes_and_read_their_logs", &needs) {
+    if !local_cluster::require("tenants_run_pods_on_vnodes_and_read_their_logs", &needs) {
         return Ok(());
     }
     let started = std::time::Instant::now();

@@ -5,11 +5,6 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, bail};
 use crds::{VirtualCluster, wellknown};
-use e2e::{
-    Binary,
-    tenancy::{Tenancy, TenancyOptions, TenantMaster},
-    wait,
-};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     authentication::v1::{TokenReview, TokenReviewSpec},
@@ -23,6 +18,11 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions, TenantMaster},
+    wait,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -104,7 +104,8 @@ where
 }
 
 async fn tenant_synced(tenancy: &Tenancy, name: &str, status: &str) -> anyhow::Result<VirtualCluster> {
-    let api: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let api: Api<VirtualCluster> =
+        Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     let vc = until(&api, name, &format!("{name} TenantSynced={status}"), |vc| {
         vc.and_then(|vc| vc.status.as_ref()).is_some_and(|s| {
             s.conditions
@@ -191,7 +192,7 @@ fn pod_json(name: &str, labels: serde_json::Value, image: &str) -> serde_json::V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()> {
-    if !e2e::require("every_kind_syncs_down_and_up_without_collisions", NEEDS) {
+    if !local_cluster::require("every_kind_syncs_down_and_up_without_collisions", NEEDS) {
         return Ok(());
     }
     let tenancy = Tenancy::start(TenancyOptions::default()).await?;
@@ -742,7 +743,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drift_is_repaired_and_lost_pods_are_replaced() -> anyhow::Result<()> {
-    if !e2e::require("drift_is_repaired_and_lost_pods_are_replaced", NEEDS) {
+    if !local_cluster::require("drift_is_repaired_and_lost_pods_are_replaced", NEEDS) {
         return Ok(());
     }
     let tenancy = Tenancy::start(TenancyOptions {
@@ -849,7 +850,7 @@ async fn drift_is_repaired_and_lost_pods_are_replaced() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
-    if !e2e::require("tenant_policies_are_enforced", NEEDS) {
+    if !local_cluster::require("tenant_policies_are_enforced", NEEDS) {
         return Ok(());
     }
     let mut tenancy = Tenancy::start(TenancyOptions {
@@ -967,7 +968,8 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
                     .any(|c| c.reason.as_deref() == Some("TenantQuotaExceeded"))
             })
     };
-    let vcs: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let vcs: Api<VirtualCluster> =
+        Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     for (pod, quota) in [("q-4", json!({"pods": "3"})), ("q-5", serde_json::Value::Null)] {
         create::<Pod>(&client, Some("jobs"), pod_json(pod, json!({}), "busybox")).await?;
         until(&tenant_pods, pod, "pod held by the quota", held).await?;
@@ -1028,7 +1030,7 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Result<()> {
-    if !e2e::require("provisioned_tenants_keep_syncing_while_they_roll_out", NEEDS) {
+    if !local_cluster::require("provisioned_tenants_keep_syncing_while_they_roll_out", NEEDS) {
         return Ok(());
     }
     let mut tenancy = Tenancy::start(TenancyOptions {
@@ -1040,14 +1042,15 @@ async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Resul
     // admin kubeconfig in the root namespace, and the phase in the status, which this test sets as
     // vc-manager would during a rollout. (The master comes with an adopted VirtualCluster, removed first.)
     let super_client = tenancy.super_client();
-    let vcs: Api<VirtualCluster> = Api::namespaced(super_client.clone(), e2e::tenancy::VC_NAMESPACE);
+    let vcs: Api<VirtualCluster> =
+        Api::namespaced(super_client.clone(), local_cluster::tenancy::VC_NAMESPACE);
     tenancy.add_tenant("master", Default::default()).await?;
     vcs.delete("master", &DeleteParams::default()).await?;
     until(&vcs, "master", "adopted VirtualCluster gone", |vc| vc.is_none()).await?;
     let master = tenancy.tenant("master");
     let vc = create::<VirtualCluster>(
         &super_client,
-        Some(e2e::tenancy::VC_NAMESPACE),
+        Some(local_cluster::tenancy::VC_NAMESPACE),
         json!({"metadata": {"name": "rolling"}, "spec": {"clusterVersionName": "v1"}}),
     )
     .await?;
@@ -1135,7 +1138,7 @@ async fn provisioned_tenants_keep_syncing_while_they_roll_out() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
-    if !e2e::require("restarts_outages_and_deletion_lose_nothing", NEEDS) {
+    if !local_cluster::require("restarts_outages_and_deletion_lose_nothing", NEEDS) {
         return Ok(());
     }
     let mut tenancy = Tenancy::start(TenancyOptions::default()).await?;
@@ -1318,7 +1321,7 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
 
     // Deleting a VirtualCluster removes all of its super objects.
     let key = tenancy.tenant("tenant-0").cluster_key.clone();
-    Api::<VirtualCluster>::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE)
+    Api::<VirtualCluster>::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE)
         .delete("tenant-0", &DeleteParams::default())
         .await?;
     wait::until_true(PATIENCE, "tenant-0's super namespaces gone", || {
@@ -1357,7 +1360,7 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unusable_kubeconfig_is_reported_and_recovers() -> anyhow::Result<()> {
-    if !e2e::require("an_unusable_kubeconfig_is_reported_and_recovers", NEEDS) {
+    if !local_cluster::require("an_unusable_kubeconfig_is_reported_and_recovers", NEEDS) {
         return Ok(());
     }
     let tenancy = Tenancy::start(TenancyOptions {
@@ -1370,9 +1373,14 @@ async fn an_unusable_kubeconfig_is_reported_and_recovers() -> anyhow::Result<()>
     let good = tenant.control_plane.apiserver().admin_kubeconfig();
     // A client certificate from a CA the tenant does not trust: the apiserver treats the caller as
     // anonymous, who may not list anything.
-    let stranger = e2e::pki::CertificateAuthority::new("stranger")?;
-    let intruder = stranger.issue("intruder", &["system:masters"], &[], e2e::pki::Usage::Client)?;
-    let wrong = e2e::kubeconfig_yaml(
+    let stranger = local_cluster::pki::CertificateAuthority::new("stranger")?;
+    let intruder = stranger.issue(
+        "intruder",
+        &["system:masters"],
+        &[],
+        local_cluster::pki::Usage::Client,
+    )?;
+    let wrong = local_cluster::kubeconfig_yaml(
         "wrong",
         tenant.control_plane.apiserver().url(),
         tenant.control_plane.apiserver().ca().cert_pem(),
@@ -1398,14 +1406,15 @@ async fn an_unusable_kubeconfig_is_reported_and_recovers() -> anyhow::Result<()>
 
     // A missing key is named.
     tenancy.write_kubeconfig("tenant-0-kubeconfig", "").await?;
-    let api: Api<Secret> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let api: Api<Secret> = Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     api.patch(
         "tenant-0-kubeconfig",
         &PatchParams::default(),
         &Patch::Merge(json!({"data": {"value": null, "other": "eA=="}})),
     )
     .await?;
-    let vcs: Api<VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let vcs: Api<VirtualCluster> =
+        Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     until(&vcs, "tenant-0", "missing key reported", |vc| {
         vc.and_then(|v| v.status.as_ref()).is_some_and(|s| {
             s.conditions.iter().any(|c| {

@@ -18,7 +18,6 @@ use crds::{
         CONDITION_PKI_READY, CONDITION_READY,
     },
 };
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, apply, wait};
 use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
@@ -30,6 +29,9 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
+};
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, apply, wait,
 };
 use vc_manager::LeaderElection;
 
@@ -260,7 +262,7 @@ fn container_args(sts: &StatefulSet) -> Vec<String> {
 
 #[tokio::test]
 async fn native_tenant_runs_heals_upgrades_and_leaves_nothing_behind() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "native_tenant_runs_heals_upgrades_and_leaves_nothing_behind",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
     ) {
@@ -275,7 +277,7 @@ async fn native_lifecycle() -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let cluster = ControlPlane::start(ControlPlaneOptions::super_cluster()).await?;
     let client = cluster.client();
-    e2e::install_crds(&client).await?;
+    local_cluster::install_crds(&client).await?;
     let _nodes = NodeSimulator::start(
         &cluster,
         NodeSimulatorOptions {
@@ -755,7 +757,7 @@ async fn native_lifecycle() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_fail_over() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "two_replicas_elect_one_leader_and_fail_over",
         &[Binary::Etcd, Binary::KubeApiserver],
     ) {
@@ -768,7 +770,7 @@ async fn leader_election() -> anyhow::Result<()> {
     init_logging();
     let cluster = ControlPlane::start(ControlPlaneOptions::bare("leader-election")).await?;
     let client = cluster.client();
-    e2e::install_crds(&client).await?;
+    local_cluster::install_crds(&client).await?;
     let election = |identity: &str| LeaderElection {
         namespace: "default".into(),
         lease_duration: Duration::from_secs(3),

@@ -12,7 +12,6 @@ use crds::{
     ClusterPhase, KubeconfigSecretRef, VirtualCluster, VirtualClusterSpec,
     wellknown::{CONDITION_APISERVER_READY, CONDITION_PKI_READY, CONDITION_READY},
 };
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, Etcd, pki::CertifiedKey, wait};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Namespace, Secret},
@@ -21,6 +20,7 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
+use local_cluster::{Binary, ControlPlane, ControlPlaneOptions, Etcd, pki::CertifiedKey, wait};
 
 const NAMESPACE: &str = "default";
 const SECRET: &str = "beta-kubeconfig";
@@ -79,7 +79,7 @@ async fn wait_reason(
 
 #[tokio::test]
 async fn adopted_tenant_follows_its_kubeconfig() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "adopted_tenant_follows_its_kubeconfig",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
     ) {
@@ -99,7 +99,7 @@ async fn adoption() -> anyhow::Result<()> {
         ControlPlane::start_on(etcd.clone(), ControlPlaneOptions::bare("adopted")),
     )?;
     let client = super_cluster.client();
-    e2e::install_crds(&client).await?;
+    local_cluster::install_crds(&client).await?;
     let manager = RunningManager::start(client.clone(), fast_settings(), None).await?;
     let vcs: Api<VirtualCluster> = Api::namespaced(client.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);

@@ -17,13 +17,6 @@ use crds::{
         LABEL_KUBELET_CLIENT, LABEL_VC_NAME, LABEL_VC_NAMESPACE, LABEL_VIRTUAL_NODE, SECRET_KUBELET_CLIENT,
     },
 };
-use e2e::{
-    Binary, ControlPlane, ControlPlaneOptions, Etcd, NodeSimulator, NodeSimulatorOptions, WorkDir,
-    http_client::{HttpsClient, client_tls},
-    nodes::{expected_log_lines, pod_usage},
-    pki::{CertificateAuthority, CertifiedKey, Usage},
-    wait,
-};
 use futures::StreamExt;
 use http_body_util::Full;
 use k8s_openapi::{
@@ -33,6 +26,13 @@ use k8s_openapi::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, Etcd, NodeSimulator, NodeSimulatorOptions, WorkDir,
+    http_client::{HttpsClient, client_tls},
+    nodes::{expected_log_lines, pod_usage},
+    pki::{CertificateAuthority, CertifiedKey, Usage},
+    wait,
 };
 use serde_json::json;
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
@@ -416,7 +416,7 @@ fn top_figures(super_uid: &str) -> (String, String) {
 
 #[tokio::test]
 async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "tenants_reach_their_own_pods_through_vn_agent",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl],
     ) {
@@ -426,7 +426,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
     let etcd = Arc::new(Etcd::start().await?);
     let super_cluster = ControlPlane::start_on(etcd.clone(), ControlPlaneOptions::bare("super")).await?;
     let super_client = super_cluster.client();
-    e2e::install_crds(&super_client).await?;
+    local_cluster::install_crds(&super_client).await?;
     let pki = AgentPki::new()?;
     let simulator = NodeSimulator::start(
         &super_cluster,
@@ -1066,7 +1066,7 @@ async fn tenants_reach_their_own_pods_through_vn_agent() -> anyhow::Result<()> {
 /// The super-apiserver backend with only the RBAC the operator guide lists.
 #[tokio::test]
 async fn the_super_apiserver_backend_serves_the_same_requests() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "the_super_apiserver_backend_serves_the_same_requests",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl],
     ) {
@@ -1075,7 +1075,7 @@ async fn the_super_apiserver_backend_serves_the_same_requests() -> anyhow::Resul
     let etcd = Arc::new(Etcd::start().await?);
     let super_cluster = ControlPlane::start_on(etcd.clone(), ControlPlaneOptions::bare("super")).await?;
     let super_client = super_cluster.client();
-    e2e::install_crds(&super_client).await?;
+    local_cluster::install_crds(&super_client).await?;
     let simulator = NodeSimulator::start(
         &super_cluster,
         NodeSimulatorOptions {
@@ -1089,7 +1089,7 @@ async fn the_super_apiserver_backend_serves_the_same_requests() -> anyhow::Resul
     let other_node = simulator.nodes()[1].clone();
 
     // vn-agent's identity in the super cluster, with the ClusterRole from docs/vn-agent.md.
-    e2e::apply::apply_yaml(
+    local_cluster::apply::apply_yaml(
         &super_client,
         r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -1162,7 +1162,7 @@ subjects:
     let agent_kubeconfig = super_cluster
         .apiserver()
         .write_file("vn-agent.kubeconfig", &agent_kubeconfig)?;
-    let agent_client_super = e2e::client_from_kubeconfig_file(&agent_kubeconfig).await?;
+    let agent_client_super = local_cluster::client_from_kubeconfig_file(&agent_kubeconfig).await?;
 
     let (vc, key, ca, client) = create_virtual_cluster(&super_client, "gamma").await?;
     let pki = AgentPki::new()?;
@@ -1217,7 +1217,7 @@ subjects:
         .run(&[&team[..], &["logs", "web", "--tail=3"]].concat(), None)
         .await?;
     assert_ne!(out.code, Some(0), "{out:?}");
-    e2e::apply::apply_yaml(
+    local_cluster::apply::apply_yaml(
         &super_client,
         &format!(
             r#"

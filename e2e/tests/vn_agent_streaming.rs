@@ -4,15 +4,15 @@
 use std::time::Duration;
 
 use crate::kubectl_support::Kubectl;
-use e2e::{
-    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, nodes::wait_pods_running,
-};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::{Api, api::PostParams};
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, nodes::wait_pods_running,
+};
 
 #[tokio::test]
 async fn simulated_kubelet_streams_exec_attach_and_port_forward_to_kubectl() -> anyhow::Result<()> {
-    if !e2e::require(
+    if !local_cluster::require(
         "simulated_kubelet_streams_exec_attach_and_port_forward_to_kubectl",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl],
     ) {

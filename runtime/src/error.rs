@@ -63,4 +63,10 @@ pub enum Error {
         /// Lease name.
         name: String,
     },
+    /// The admin endpoint stopped serving while the component still ran.
+    #[error("the admin endpoint stopped")]
+    AdminStopped,
+    /// A task of the runtime panicked or was cancelled.
+    #[error("runtime task: {0}")]
+    Task(String),
 }

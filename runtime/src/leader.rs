@@ -22,6 +22,29 @@ pub struct LeaderElectionArgs {
     pub lease_duration_seconds: u64,
 }
 
+impl LeaderElectionArgs {
+    /// Leader election as the flags ask, `None` when it is off.
+    pub fn leader_election(&self) -> Option<LeaderElection> {
+        self.leader_elect.then(|| LeaderElection {
+            namespace: self.lease_namespace.clone(),
+            lease_duration: Duration::from_secs(self.lease_duration_seconds),
+            identity: None,
+        })
+    }
+}
+
+/// Leader election settings (the Lease's name is the component's: see
+/// [`Builder::with_leader_election`](crate::Builder::with_leader_election)).
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// How long a leader holds the Lease without renewing it.
+    pub lease_duration: Duration,
+    /// This replica's identity in the Lease (default: [`identity`]).
+    pub identity: Option<String>,
+}
+
 /// This process's identity in the Lease: the pod name when set, else host name and pid.
 pub fn identity() -> String {
     std::env::var("POD_NAME")

@@ -1,5 +1,7 @@
 //! Process plumbing shared by vc-manager, syncer and vn-agent.
 //!
+//! - [`runtime`]: the one shape of every component's `main` ([`Runtime::builder`]): logging, the
+//!   super-cluster client, the admin endpoint, leader election and shutdown on signals, wired once.
 //! - [`logging`]: tracing setup (text or JSON, `RUST_LOG` filter).
 //! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease.
@@ -12,8 +14,10 @@ pub mod clients;
 pub mod kubeconfig;
 pub mod leader;
 pub mod logging;
+pub mod runtime;
 pub mod shutdown;
 
 mod error;
 
 pub use error::Error;
+pub use runtime::{Builder, Lease, Runtime, Shutdown};

@@ -26,7 +26,7 @@ pub mod super_stores;
 pub mod tenant;
 pub mod workers;
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use crds::VirtualCluster;
 use kube::{
@@ -35,7 +35,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use tokio::task::JoinHandle;
-use vc_runtime::admin::Health;
+use vc_runtime::{Runtime, admin::Health};
 
 pub use config::{Args, SyncerArgs, SyncerConfig};
 pub use context::Context;
@@ -147,17 +147,43 @@ impl Drop for Syncer {
     }
 }
 
-/// Runs the syncer until `shutdown` resolves.
-pub async fn run(
-    client: Client,
-    config: SyncerConfig,
-    metrics: Arc<Metrics>,
-    health: Health,
-    shutdown: impl Future<Output = ()>,
-) -> Result<()> {
-    let mut syncer = Syncer::start(client, config, metrics, health.clone()).await?;
-    shutdown.await;
-    health.set_ready(false);
-    syncer.stop();
-    Ok(())
+/// Name of the syncer's leader-election Lease.
+pub const LEASE_NAME: &str = "vc-syncer";
+
+/// Runs the syncer on `runtime` until it is asked to stop. With leader election, the syncer starts once
+/// this replica holds the Lease and stops (cleanly, like on a signal) when it loses it.
+pub async fn run(mut runtime: Runtime, config: SyncerConfig) -> Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    metrics.register(runtime.registry_mut());
+    let (client, health, shutdown, lease) = (
+        runtime.client(),
+        runtime.health(),
+        runtime.shutdown(),
+        runtime.lease(),
+    );
+    runtime
+        .run(async move {
+            let mut leadership = match lease {
+                Some(lease) => tokio::select! {
+                    acquired = lease.acquire() => Some(acquired?),
+                    () = shutdown.requested() => return Ok(()),
+                },
+                None => None,
+            };
+            let mut syncer = Syncer::start(client, config, metrics, health.clone()).await?;
+            match leadership.as_mut() {
+                Some(leadership) => tokio::select! {
+                    () = shutdown.requested() => {}
+                    error = leadership.lost() => tracing::error!(
+                        error = &error as &dyn std::error::Error,
+                        "stopping: leadership lost"
+                    ),
+                },
+                None => shutdown.requested().await,
+            }
+            health.set_ready(false);
+            syncer.stop();
+            Ok(())
+        })
+        .await
 }

@@ -92,11 +92,7 @@ impl Args {
 
     /// Leader election, unless disabled.
     pub fn leader_election(&self) -> Option<LeaderElection> {
-        self.leader_election.leader_elect.then(|| LeaderElection {
-            namespace: self.leader_election.lease_namespace.clone(),
-            lease_duration: Duration::from_secs(self.leader_election.lease_duration_seconds),
-            identity: None,
-        })
+        self.leader_election.leader_election()
     }
 }
 

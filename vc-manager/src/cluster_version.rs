@@ -94,7 +94,7 @@ pub async fn reconcile(cv: Arc<ClusterVersion>, ctx: Arc<Context>) -> Result<Act
     }
     ctx.caches_ready().await;
     let started = Instant::now();
-    let result = crate::run::on_own_stack(reconcile_one_owned(cv.clone(), ctx.clone())).await;
+    let result = crate::steps::on_own_stack(reconcile_one_owned(cv.clone(), ctx.clone())).await;
     let label = match &result {
         Ok(_) => {
             ctx.backoff.reset(&format!("ClusterVersion/{}", cv.name_any()));

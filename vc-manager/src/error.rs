@@ -259,6 +259,13 @@ pub enum Error {
     Runtime(#[source] vc_runtime::Error),
 }
 
+impl From<vc_runtime::Error> for Error {
+    /// What the runtime reports of its own (the admin endpoint could not listen) ends the run.
+    fn from(source: vc_runtime::Error) -> Self {
+        Self::Runtime(source)
+    }
+}
+
 impl Error {
     /// A stable CamelCase word for this failure: the reason of conditions and events, the `result` label of
     /// metrics.

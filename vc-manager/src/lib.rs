@@ -6,9 +6,12 @@
 //!   failures; [`cluster_version`] guards ClusterVersions in use.
 //! - Pure logic: [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets), [`render`] (ClusterVersion
 //!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
-//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches, controllers, leader
-//!   election, admin endpoint), [`args`] (flags of the binary).
-//! - [`cli`]: `kubectl vc`, the kubectl plugin (binary `kubectl-vc`).
+//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches and controllers on
+//!   the shared [`vc_runtime::Runtime`], and what they do with its Lease), [`args`] (flags of the binary).
+//! - `fixtures` (tests, and feature `fixtures`): the test tenant of the mocked-apiserver tests.
+//!
+//! `kubectl vc`, the kubectl plugin, is the `kubectl-vc` crate; it uses [`pki`], [`kubeconfig`] and
+//! [`adopt::read_kubeconfig`] from here.
 
 pub mod adopt;
 pub mod args;
@@ -16,11 +19,12 @@ pub mod backoff;
 pub mod ca_bundle;
 pub mod cached;
 pub mod cleanup;
-pub mod cli;
 pub mod cluster_version;
 pub mod context;
 pub mod error;
 pub mod finalizer;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod identity;
 pub mod kubeconfig;
 pub mod legacy;
@@ -36,7 +40,7 @@ pub mod virtual_cluster;
 
 pub use context::{Context, NativeReadiness, Settings};
 pub use error::{Error, Result};
-pub use run::{LeaderElection, Manager};
+pub use run::{LEASE_NAME, LeaderElection, Manager};
 
 #[cfg(test)]
 mod mock_tests;

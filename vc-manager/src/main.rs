@@ -1,23 +1,22 @@
-//! The vc-manager binary: flags, logging, then the library's [`vc_manager::Manager`].
+//! The vc-manager binary: flags, then the library's [`vc_manager::Manager`] on the shared runtime.
 
 use anyhow::Context as _;
 use clap::Parser;
-use vc_manager::{Manager, args::Args};
+use vc_manager::{LEASE_NAME, Manager, args::Args};
+use vc_runtime::Runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    vc_runtime::logging::init(args.log_format);
-    let client = vc_runtime::clients::super_cluster()
+    let runtime = Runtime::builder()
+        .with_log(args.log_format)
+        .with_admin(args.admin_address)
+        .with_leader_election(LEASE_NAME, args.leader_election())
+        .build()
         .await
         .context("connecting to the super cluster")?;
-    let mut manager = Manager::new(client, args.settings()).with_admin_endpoint(args.admin_address);
-    if let Some(election) = args.leader_election() {
-        manager = manager.with_leader_election(election);
-    }
-    manager
-        .run(vc_runtime::shutdown::signal())
+    Manager::new(runtime.client(), args.settings())
+        .run_in(runtime)
         .await
-        .context("vc-manager stopped")?;
-    Ok(())
+        .context("vc-manager stopped")
 }

@@ -1,10 +1,11 @@
-//! Wiring: watches and caches, the two controllers, leader election, the admin endpoint.
+//! Wiring: watches and caches, the two controllers, and what they do with the runtime's Lease.
 //!
-//! Every replica keeps its caches warm (so `/readyz` means "caches synced" on standbys too); only the
-//! replica holding the `vc-manager` Lease reconciles. On becoming leader it reconciles everything; on
-//! losing the Lease it stops, and the binary exits so that Kubernetes restarts it as a standby.
+//! The process plumbing (admin endpoint, signals, client, logging) is [`vc_runtime::Runtime`]'s. Every
+//! replica keeps its caches warm (so `/readyz` means "caches synced" on standbys too); only the replica
+//! holding the `vc-manager` Lease reconciles. On becoming leader it reconciles everything; on losing the
+//! Lease it stops with an error, and the binary exits so that Kubernetes restarts it as a standby.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use crds::{ClusterVersion, VirtualCluster, v1alpha1::Adoption, wellknown::LABEL_VC_NAME};
 use futures::{StreamExt, stream};
@@ -16,15 +17,15 @@ use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
-        controller::{self, Action},
+        Controller, WatchStreamExt, controller,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
-use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use vc_runtime::admin::Health;
+use vc_runtime::{Runtime, admin::Health};
+
+pub use vc_runtime::leader::LeaderElection;
 
 use crate::{
     Error, Result,
@@ -40,16 +41,8 @@ use crate::{
 /// Name of the leader-election Lease.
 pub const LEASE_NAME: &str = "vc-manager";
 
-/// Leader election settings.
-#[derive(Clone, Debug)]
-pub struct LeaderElection {
-    /// Namespace of the Lease.
-    pub namespace: String,
-    /// How long a leader holds the Lease without renewing it.
-    pub lease_duration: Duration,
-    /// This replica's identity in the Lease (default: the pod name, else host name and pid).
-    pub identity: Option<String>,
-}
+/// Prefix of vc-manager's metric names.
+const METRICS_PREFIX: &str = "vc_manager";
 
 /// A configured vc-manager, ready to run.
 pub struct Manager {
@@ -79,14 +72,15 @@ impl Manager {
         }
     }
 
-    /// Elect a leader among replicas through the `vc-manager` Lease.
+    /// Elect a leader among replicas through the `vc-manager` Lease (for [`run`](Self::run); with
+    /// [`run_in`](Self::run_in) the runtime's Lease decides).
     #[must_use]
     pub fn with_leader_election(mut self, election: LeaderElection) -> Self {
         self.leader_election = Some(election);
         self
     }
 
-    /// Serve `/metrics`, `/healthz` and `/readyz` on `address`.
+    /// Serve `/metrics`, `/healthz` and `/readyz` on `address` (for [`run`](Self::run)).
     #[must_use]
     pub fn with_admin_endpoint(mut self, address: SocketAddr) -> Self {
         self.admin_address = Some(address);
@@ -98,31 +92,46 @@ impl Manager {
         self.metrics.clone()
     }
 
-    /// Liveness and readiness (shared with the running manager).
+    /// Liveness and readiness (shared with the manager [`run`](Self::run) starts; [`run_in`](Self::run_in)
+    /// reports through the runtime's).
     pub fn health(&self) -> Health {
         self.health.clone()
     }
 
-    /// Runs until `shutdown` resolves (then `Ok`) or leadership is lost (then an error).
+    /// Runs inside this program until `shutdown` resolves (then `Ok`) or leadership is lost (then an
+    /// error): [`run_in`](Self::run_in) on a runtime built from this manager's client, admin endpoint and
+    /// leader election.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let mut builder = Runtime::builder()
+            .with_client(self.client.clone())
+            .with_health(self.health.clone())
+            .with_leader_election(LEASE_NAME, self.leader_election.clone())
+            .with_shutdown_on(shutdown);
+        if let Some(address) = self.admin_address {
+            builder = builder.with_admin(address);
+        }
+        let runtime = builder.build().await.map_err(Error::Runtime)?;
+        self.run_in(runtime).await
+    }
+
+    /// Runs on `runtime` (its client, admin endpoint, Lease and shutdown) until it is asked to stop (then
+    /// `Ok`, once the controllers have finished what they were doing) or leadership is lost (then an
+    /// error).
+    pub async fn run_in(self, mut runtime: Runtime) -> Result<()> {
         let Self {
-            client,
             settings,
-            leader_election,
-            admin_address,
             probe,
             metrics,
-            health,
+            ..
         } = self;
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let shutdown_signal = move || {
-            let mut rx = shutdown_rx.clone();
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }
-        };
+        let (client, health, shutdown, lease) = (
+            runtime.client(),
+            runtime.health(),
+            runtime.shutdown(),
+            runtime.lease(),
+        );
 
-        let leader = match leader_election {
+        let leader = match lease {
             Some(_) => LeaderFlag::default(),
             None => LeaderFlag::always(),
         };
@@ -202,7 +211,7 @@ impl Manager {
                 tenant_namespace_owner,
             )
             .reconcile_all_on(leadership_stream(became_leader_rx.clone()))
-            .graceful_shutdown_on(shutdown_signal());
+            .graceful_shutdown_on(shutdown.requested());
         let cv_controller = cv_controller
             .with_config(controller::Config::default().concurrency(4))
             .watches(vc_api, watcher_config, {
@@ -210,23 +219,14 @@ impl Manager {
                 move |vc: VirtualCluster| versions_of(&cvs, &vc)
             })
             .reconcile_all_on(leadership_stream(became_leader_rx))
-            .graceful_shutdown_on(shutdown_signal());
+            .graceful_shutdown_on(shutdown.requested());
 
-        let mut registry = Registry::with_prefix("vc_manager");
-        metrics.register(&mut registry, vc_store.clone());
-        let registry = Arc::new(registry);
+        metrics.register(
+            runtime.registry_mut().sub_registry_with_prefix(METRICS_PREFIX),
+            vc_store.clone(),
+        );
 
         let mut tasks = tokio::task::JoinSet::new();
-        if let Some(address) = admin_address {
-            let registry = registry.clone();
-            let health = health.clone();
-            let stop = shutdown_signal();
-            tasks.spawn(async move {
-                vc_runtime::admin::serve(address, registry, health, stop)
-                    .await
-                    .map_err(Error::Runtime)
-            });
-        }
         {
             let health = health.clone();
             let (vcs, cvs, sts) = (vc_store.clone(), cv_store.clone(), sts_store.clone());
@@ -240,30 +240,17 @@ impl Manager {
             });
         }
         if let Some(reference) = settings.kubelet_client_ca_bundle.clone() {
-            let (client, leader, stop) = (client.clone(), leader.clone(), shutdown_signal());
+            let (client, leader, stop) = (client.clone(), leader.clone(), shutdown.requested());
             tasks.spawn(async move {
                 crate::ca_bundle::maintain(client, reference, leader, stop).await;
                 Ok(())
             });
         }
-        if let Some(election) = leader_election {
-            let client = client.clone();
+        if let Some(lease) = lease {
             let leader = leader.clone();
             let metrics = metrics.clone();
             tasks.spawn(async move {
-                let identity = election
-                    .identity
-                    .clone()
-                    .unwrap_or_else(vc_runtime::leader::identity);
-                let mut leadership = vc_runtime::leader::Leadership::acquire_as(
-                    client,
-                    &election.namespace,
-                    LEASE_NAME,
-                    election.lease_duration,
-                    identity,
-                )
-                .await
-                .map_err(Error::Runtime)?;
+                let mut leadership = lease.acquire().await.map_err(Error::Runtime)?;
                 leader.set(true);
                 metrics.set_leader(true);
                 became_leader_tx.send_modify(|n| *n += 1);
@@ -310,48 +297,34 @@ impl Manager {
                 }
             })
         };
-        let mut controllers = controllers;
-        let shutdown = async move {
-            shutdown.await;
-            let _ = shutdown_tx.send(true);
-        };
-        tokio::pin!(shutdown);
 
-        let outcome = loop {
-            tokio::select! {
-                () = &mut shutdown => {
-                    // Let the controllers finish what they are doing.
-                    (&mut controllers).await;
-                    break Ok(());
-                }
-                () = &mut controllers => break Ok(()),
-                Some(finished) = tasks.join_next() => match finished {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(error)) => break Err(error),
-                    Err(join_error) => {
-                        tracing::error!(error = %join_error, "vc-manager task panicked");
-                        health.set_dead();
-                        continue;
+        let work = async move {
+            let mut controllers = controllers;
+            let stop = shutdown.requested();
+            tokio::pin!(stop);
+            let outcome = loop {
+                tokio::select! {
+                    () = &mut stop => {
+                        // Let the controllers finish what they are doing.
+                        (&mut controllers).await;
+                        break Ok(());
                     }
-                },
-            }
+                    () = &mut controllers => break Ok(()),
+                    Some(finished) = tasks.join_next() => match finished {
+                        Ok(Ok(())) => continue,
+                        Ok(Err(error)) => break Err(error),
+                        Err(join_error) => {
+                            tracing::error!(error = %join_error, "vc-manager task panicked");
+                            health.set_dead();
+                            continue;
+                        }
+                    },
+                }
+            };
+            tasks.abort_all();
+            outcome
         };
-        health.set_ready(false);
-        tasks.abort_all();
-        outcome
-    }
-}
-
-/// Runs a reconcile as its own task, so that its calls (client, TLS, certificate generation) start from
-/// the scheduler's stack instead of below the controller's stream machinery. A panic is passed on.
-pub(crate) async fn on_own_stack(
-    reconcile: impl Future<Output = Result<Action>> + Send + 'static,
-) -> Result<Action> {
-    match tokio::spawn(reconcile).await {
-        Ok(result) => result,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        // Cancelled: the runtime is shutting down.
-        Err(_) => Ok(Action::await_change()),
+        runtime.run(work).await
     }
 }
 

@@ -15,7 +15,7 @@ use k8s_openapi::{
 use kube::{
     Api, Resource, ResourceExt,
     api::{ListParams, Patch, PatchParams},
-    runtime::{events::EventType, reflector::ObjectRef},
+    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
 };
 
 use crate::{
@@ -281,5 +281,18 @@ async fn announce_status(vc: &VirtualCluster, desired: &DesiredStatus, ctx: &Con
             format!("phase {}: {}", desired.phase, desired.message),
         )
         .await;
+    }
+}
+
+/// Runs a reconcile as its own task, so that its calls (client, TLS, certificate generation) start from
+/// the scheduler's stack instead of below the controller's stream machinery. A panic is passed on.
+pub(crate) async fn on_own_stack(
+    reconcile: impl std::future::Future<Output = Result<Action>> + Send + 'static,
+) -> Result<Action> {
+    match tokio::spawn(reconcile).await {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Cancelled: the runtime is shutting down.
+        Err(_) => Ok(Action::await_change()),
     }
 }

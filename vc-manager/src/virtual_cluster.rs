@@ -34,7 +34,7 @@ pub async fn reconcile(vc: Arc<VirtualCluster>, ctx: Arc<Context>) -> Result<Act
     }
     ctx.caches_ready().await;
     let started = Instant::now();
-    let result = crate::run::on_own_stack(reconcile_one_owned(vc.clone(), ctx.clone())).await;
+    let result = crate::steps::on_own_stack(reconcile_one_owned(vc.clone(), ctx.clone())).await;
     let result_label = match &result {
         Ok(_) => {
             ctx.backoff.reset(&key(&vc));

@@ -105,6 +105,12 @@ pub enum Error {
     /// The proxy task ended with a panic or was aborted.
     #[error("the proxy task ended abnormally")]
     Task(#[source] tokio::task::JoinError),
+    /// The proxy or its caches stopped while nothing asked them to.
+    #[error("{0}")]
+    Stopped(&'static str),
+    /// The shared runtime (admin endpoint, client) failed.
+    #[error(transparent)]
+    Runtime(#[from] vc_runtime::Error),
 }
 
 /// Results of vn-agent.

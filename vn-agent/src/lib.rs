@@ -13,7 +13,8 @@
 //!   `/metrics/resource` cut down to the caller's pods and translated back.
 //! - [`backend`]: the node's kubelet or the super apiserver.
 //! - [`proxy`]: one request end to end, streams spliced without buffering; [`server`]: connections and
-//!   graceful shutdown; [`tls`]: certificates; [`metrics`]; [`settings`]: flags.
+//!   graceful shutdown; [`tls`]: certificates; [`metrics`]; [`settings`]: flags; [`run`]: the binary's
+//!   component on the shared runtime.
 
 pub mod backend;
 pub mod caches;
@@ -34,6 +35,7 @@ use std::{net::SocketAddr, sync::Arc};
 use rustls_pki_types::CertificateDer;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use vc_runtime::Runtime;
 
 pub use error::{Error, Result};
 pub use metrics::Metrics;
@@ -162,4 +164,43 @@ impl Agent {
         self.stopped.cancel();
         result
     }
+}
+
+/// Runs vn-agent on `runtime` until it is asked to stop: `/readyz` answers once the caches are synced; a
+/// stop lets open requests and streams finish within the grace period. A proxy or caches that stop on
+/// their own make `/healthz` fail and end the run with an error.
+pub async fn run(mut runtime: Runtime, settings: Settings) -> Result<()> {
+    let metrics = Metrics::register(runtime.registry_mut());
+    let (client, health, shutdown) = (runtime.client(), runtime.health(), runtime.shutdown());
+    runtime
+        .run(async move {
+            let agent = Agent::start(settings, client, metrics).await?;
+            let ready = async {
+                match agent.wait_ready().await {
+                    Ok(()) => {
+                        health.set_ready(true);
+                        std::future::pending::<()>().await;
+                    }
+                    Err(error) => {
+                        tracing::error!(error = &error as &dyn std::error::Error, "caches never synced")
+                    }
+                }
+            };
+            tokio::select! {
+                () = shutdown.requested() => {}
+                () = agent.stopped() => {
+                    health.set_dead();
+                    return Err(Error::Stopped("the proxy stopped on its own"));
+                }
+                () = ready => {
+                    health.set_dead();
+                    return Err(Error::Stopped("the caches stopped before they synced"));
+                }
+            }
+            health.set_ready(false);
+            agent.shutdown().await?;
+            tracing::info!("vn-agent stopped");
+            Ok(())
+        })
+        .await
 }

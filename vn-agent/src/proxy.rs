@@ -694,8 +694,7 @@ async fn resource_metrics(ctx: &Context, tenant: &Tenant, query: Option<&str>) -
 mod tests {
     use http_body_util::Full;
     use k8s_openapi::api::core::v1::Pod;
-    use kube::client::Body as KubeBody;
-    use tower_test::mock::Handle;
+    use mock_apiserver::ApiServer;
 
     use super::*;
     use crate::{
@@ -710,8 +709,6 @@ mod tests {
     const A: &str = "team-a-1a2b3c-dev";
     const B: &str = "team-b-4d5e6f-dev";
 
-    type ApiHandle = Handle<Request<KubeBody>, Response<KubeBody>>;
-
     fn tenant(key: &str) -> Tenant {
         Tenant {
             cluster_key: key.into(),
@@ -722,9 +719,8 @@ mod tests {
     }
 
     /// A context whose super-apiserver backend and caches' client are a mocked apiserver.
-    fn context(pods: Vec<Pod>, nodes: NodeScope) -> (Context, ApiHandle) {
-        let (mock, handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
-        let client = kube::Client::new(mock, "default");
+    fn context(pods: Vec<Pod>, nodes: NodeScope) -> (Context, ApiServer) {
+        let (client, api) = mock_apiserver::pair();
         let caches = Caches::filled(client.clone(), nodes, pods, TrustSet::empty());
         let ctx = Context {
             caches,
@@ -739,20 +735,7 @@ mod tests {
             streams: TaskTracker::new(),
             cut_streams: CancellationToken::new(),
         };
-        (ctx, handle)
-    }
-
-    fn respond(
-        send: tower_test::mock::SendResponse<Response<KubeBody>>,
-        status: u16,
-        body: &serde_json::Value,
-    ) {
-        let response = Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(KubeBody::from(body.to_string().into_bytes()))
-            .expect("response");
-        send.send_response(response);
+        (ctx, api)
     }
 
     async fn within_a_second<T>(future: impl std::future::Future<Output = T>) -> T {
@@ -788,16 +771,14 @@ mod tests {
             super_pod(A, "web", "nginx", "a-1", "node-1"),
             super_pod(B, "web", "nginx", "b-1", "node-1"),
         ];
-        let (ctx, mut handle) = context(pods, NodeScope::Named(vec!["node-1".into()]));
+        let (ctx, mut api) = context(pods, NodeScope::Named(vec!["node-1".into()]));
         let verifier = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("request");
-            assert_eq!(request.method(), Method::GET);
-            assert_eq!(
-                request.uri().to_string(),
-                "/api/v1/nodes/node-1/proxy/stats/summary?only_cpu_and_memory=true"
-            );
-            respond(
-                send,
+            api.expect(
+                "GET",
+                "/api/v1/nodes/node-1/proxy/stats/summary?only_cpu_and_memory=true",
+            )
+            .await
+            .respond(
                 200,
                 &serde_json::json!({
                     "node": {"nodeName": "node-1", "cpu": {"time": "t", "usageNanoCores": 1000}},
@@ -827,7 +808,7 @@ mod tests {
             super_pod(A, "web", "nginx", "a-1", "node-1"),
             super_pod(B, "web", "nginx", "b-1", "node-1"),
         ];
-        let (ctx, _handle) = context(pods, NodeScope::Named(vec!["node-1".into()]));
+        let (ctx, _api) = context(pods, NodeScope::Named(vec!["node-1".into()]));
         // No request reaches the mocked apiserver: it would never answer, and this would time out.
         let list = body_json(handled(within_a_second(super::pods(&ctx, &tenant(B))).await)).await;
         assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
@@ -837,17 +818,16 @@ mod tests {
     #[tokio::test]
     async fn super_apiserver_exec_is_a_pods_exec_request_with_translated_parameters() {
         let pods = vec![super_pod(A, "web", "nginx", "a-1", "node-1")];
-        let (ctx, mut handle) = context(pods, NodeScope::All);
+        let (ctx, mut api) = context(pods, NodeScope::All);
         let verifier = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("request");
-            assert_eq!(request.method(), Method::POST);
-            assert_eq!(
-                request.uri().to_string(),
-                format!(
+            let call = api.expect(
+                "POST",
+                &format!(
                     "/api/v1/namespaces/{A}-web/pods/nginx/exec?container=app&command=sh&command=-c&command=echo+hi&stdin=true&stdout=true&stderr=false&tty=true"
-                )
-            );
-            let headers = request.headers();
+                ),
+            )
+            .await;
+            let headers = &call.headers;
             assert_eq!(
                 headers.get(header::UPGRADE).map(|v| v.as_bytes()),
                 Some(&b"SPDY/3.1"[..])
@@ -862,8 +842,7 @@ mod tests {
                 "the tenant's credentials stay behind"
             );
             assert!(headers.get("impersonate-user").is_none());
-            respond(
-                send,
+            call.respond(
                 403,
                 &serde_json::json!({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403}),
             );
@@ -903,7 +882,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pod_missing_from_the_cache_is_read_and_must_be_on_a_served_node() {
-        let (ctx, mut handle) = context(Vec::new(), NodeScope::Named(vec!["node-1".into()]));
+        let (ctx, mut api) = context(Vec::new(), NodeScope::Named(vec!["node-1".into()]));
         let target = PodTarget {
             namespace: "web".into(),
             name: "nginx".into(),
@@ -911,18 +890,16 @@ mod tests {
         };
         let verifier = tokio::spawn(async move {
             for (node, status) in [("node-2", 200), ("node-1", 200), ("node-1", 404)] {
-                let (request, send) = handle.next_request().await.expect("request");
-                assert_eq!(
-                    request.uri().to_string(),
-                    format!("/api/v1/namespaces/{A}-web/pods/nginx")
-                );
+                let call = api
+                    .expect("GET", &format!("/api/v1/namespaces/{A}-web/pods/nginx"))
+                    .await;
                 let body = match status {
                     200 => serde_json::to_value(super_pod(A, "web", "nginx", "a-1", node)).expect("pod"),
                     _ => {
                         serde_json::json!({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
                     }
                 };
-                respond(send, status, &body);
+                call.respond(status, &body);
             }
         });
         let tenant = tenant(A);
@@ -952,8 +929,7 @@ mod tests {
         let key_b = crds::naming::cluster_key_of(&vc_b).expect("key");
         let (both, _) = TrustSet::build(1, [&vc_a, &vc_b], &secrets, &provider());
         let (only_a, _) = TrustSet::build(2, [&vc_a], &secrets, &provider());
-        let (mock, _handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
-        let client = kube::Client::new(mock, "default");
+        let (client, _api) = mock_apiserver::pair();
         let caches = Caches::filled(client, NodeScope::All, Vec::new(), both);
         let peer = Peer::new("127.0.0.1:1".parse().expect("addr"), vec![ca_b.client(&key_b)]);
         assert_eq!(peer.authenticate(&caches).expect("B").cluster_key, key_b);
@@ -972,13 +948,8 @@ mod tests {
         let trusting = |generation, ca: &TestCa| {
             TrustSet::build(generation, [&vc], &[bundle_entry(&vc, &ca.pem)], &provider()).0
         };
-        let (mock, _handle) = tower_test::mock::pair::<Request<KubeBody>, Response<KubeBody>>();
-        let caches = Caches::filled(
-            kube::Client::new(mock, "default"),
-            NodeScope::All,
-            Vec::new(),
-            trusting(1, &old_ca),
-        );
+        let (client, _api) = mock_apiserver::pair();
+        let caches = Caches::filled(client, NodeScope::All, Vec::new(), trusting(1, &old_ca));
         let open = Duration::from_millis(100);
         let old_peer = Peer::new("127.0.0.1:1".parse().expect("addr"), vec![old_ca.client(&key)]);
         let mut stream = std::pin::pin!(revoked(&caches, &old_peer, &key));

@@ -19,17 +19,17 @@ use std::{
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use e2e::{
-    Binary, ManagedProcess, WorkDir, free_port,
-    tenancy::{Tenancy, TenancyOptions},
-    wait,
-};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
     runtime::{WatchStreamExt, watcher},
+};
+use local_cluster::{
+    Binary, ManagedProcess, WorkDir, free_port,
+    tenancy::{Tenancy, TenancyOptions},
+    wait,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -343,15 +343,19 @@ impl SyncerProcess {
 
     /// Sum and count of the downward queue wait of `tenants` (VirtualCluster names in the harness's
     /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
-    async fn queue_wait(&self, tenants: &[&e2e::tenancy::TenantMaster]) -> (f64, f64) {
+    async fn queue_wait(&self, tenants: &[&local_cluster::tenancy::TenantMaster]) -> (f64, f64) {
         let Some(body) = http_get(self.admin_port, "/metrics").await else {
             return (f64::NAN, f64::NAN);
         };
         let ours = |line: &&str| {
             line.contains("direction=\"Down\"")
-                && tenants
-                    .iter()
-                    .any(|t| line.contains(&format!("tenant=\"{}/{}\"", e2e::tenancy::VC_NAMESPACE, t.name)))
+                && tenants.iter().any(|t| {
+                    line.contains(&format!(
+                        "tenant=\"{}/{}\"",
+                        local_cluster::tenancy::VC_NAMESPACE,
+                        t.name
+                    ))
+                })
         };
         let total = |series: &str| -> f64 {
             body.lines()
@@ -483,7 +487,7 @@ fn syncer_binary(args: &Args) -> anyhow::Result<PathBuf> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if !e2e::require(
+    if !local_cluster::require(
         "bench_syncer",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
     ) {
@@ -740,8 +744,9 @@ async fn main() -> anyhow::Result<()> {
     syncer = restarted;
 
     // 4. Fairness: regular tenants alone, then next to greedy ones.
-    let greedy: Vec<&e2e::tenancy::TenantMaster> = tenancy.tenants.iter().take(args.greedy).collect();
-    let regular: Vec<&e2e::tenancy::TenantMaster> = tenancy
+    let greedy: Vec<&local_cluster::tenancy::TenantMaster> =
+        tenancy.tenants.iter().take(args.greedy).collect();
+    let regular: Vec<&local_cluster::tenancy::TenantMaster> = tenancy
         .tenants
         .iter()
         .skip(args.greedy)
@@ -866,7 +871,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// Each regular tenant creates pods one at a time; returns create->super-pod latencies.
 async fn regular_latencies(
-    tenants: &[&e2e::tenancy::TenantMaster],
+    tenants: &[&local_cluster::tenancy::TenantMaster],
     super_seen: &Arc<Mutex<Seen>>,
     label: &str,
     count: usize,
@@ -923,7 +928,8 @@ async fn wait_for_default_accounts(client: &Client, namespaces: &[String]) -> an
 }
 
 async fn wait_attached(tenancy: &Tenancy) -> anyhow::Result<()> {
-    let api: Api<crds::VirtualCluster> = Api::namespaced(tenancy.super_client(), e2e::tenancy::VC_NAMESPACE);
+    let api: Api<crds::VirtualCluster> =
+        Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     for name in tenancy.names() {
         wait::until_true(Duration::from_secs(120), &format!("{name} attached"), || {
             let api = api.clone();

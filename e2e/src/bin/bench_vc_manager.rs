@@ -16,7 +16,6 @@ use std::{
 };
 
 use crds::{ClusterPhase, VirtualCluster, VirtualClusterSpec};
-use e2e::{Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, apply};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
@@ -26,6 +25,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, ObjectMeta, PostParams},
 };
+use local_cluster::{Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, apply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vc_manager::{Manager, Settings};
 
@@ -173,7 +173,7 @@ fn cpu_seconds() -> f64 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let options = options()?;
-    if !e2e::require(
+    if !local_cluster::require(
         "bench_vc_manager",
         &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager],
     ) {
@@ -181,7 +181,7 @@ async fn main() -> Result<()> {
     }
     let cluster = ControlPlane::start(ControlPlaneOptions::super_cluster()).await?;
     let client = cluster.client();
-    e2e::install_crds(&client).await?;
+    local_cluster::install_crds(&client).await?;
     let _nodes = NodeSimulator::start(
         &cluster,
         NodeSimulatorOptions {
@@ -207,7 +207,7 @@ async fn main() -> Result<()> {
         )
         .await?;
 
-    let admin: SocketAddr = format!("127.0.0.1:{}", e2e::free_port()?).parse()?;
+    let admin: SocketAddr = format!("127.0.0.1:{}", local_cluster::free_port()?).parse()?;
     let settings = Settings {
         concurrency: options.concurrency,
         debounce: options.debounce,

@@ -20,12 +20,6 @@ use crds::{
         LABEL_KUBELET_CLIENT, SECRET_KUBELET_CLIENT,
     },
 };
-use e2e::{
-    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, WorkDir,
-    http_client::{HttpsClient, client_tls},
-    pki::{CertificateAuthority, CertifiedKey, Usage},
-    wait,
-};
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::{
     ByteString,
@@ -34,6 +28,12 @@ use k8s_openapi::{
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, WorkDir,
+    http_client::{HttpsClient, client_tls},
+    pki::{CertificateAuthority, CertifiedKey, Usage},
+    wait,
 };
 use rustls_pki_types::{CertificateDer, UnixTime, pem::PemObject};
 
@@ -306,12 +306,12 @@ fn authentication(tenants: usize) -> Res<()> {
 #[tokio::main]
 async fn main() -> Res<()> {
     let options = options()?;
-    if !e2e::require("vn_agent_bench", &[Binary::Etcd, Binary::KubeApiserver]) {
+    if !local_cluster::require("vn_agent_bench", &[Binary::Etcd, Binary::KubeApiserver]) {
         return Ok(());
     }
     let super_cluster = ControlPlane::start(ControlPlaneOptions::bare("bench")).await?;
     let client = super_cluster.client();
-    e2e::install_crds(&client).await?;
+    local_cluster::install_crds(&client).await?;
     let client_ca = CertificateAuthority::new("vn-agent client CA")?;
     let simulator = NodeSimulator::start(
         &super_cluster,
@@ -375,7 +375,7 @@ async fn main() -> Res<()> {
             )
             .await?;
     }
-    e2e::nodes::wait_pods_running(
+    local_cluster::nodes::wait_pods_running(
         &client,
         &super_ns,
         options.pods.div_ceil(2),

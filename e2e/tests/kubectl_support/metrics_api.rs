@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 #[derive(Clone)]
 struct Scraper {
     tenant: Client,
-    kubelets: e2e::http_client::HttpsClient,
+    kubelets: local_cluster::http_client::HttpsClient,
 }
 
 /// The aggregated API server; stops when dropped.
@@ -50,18 +50,18 @@ impl MetricsApi {
     pub async fn start(
         tenant: Client,
         kubelet_ca: &str,
-        identity: &e2e::pki::CertifiedKey,
+        identity: &local_cluster::pki::CertifiedKey,
     ) -> anyhow::Result<Self> {
         let scraper = Scraper {
             tenant,
-            kubelets: e2e::http_client::HttpsClient::new(kubelet_ca, Some(identity))?,
+            kubelets: local_cluster::http_client::HttpsClient::new(kubelet_ca, Some(identity))?,
         };
-        let ca = e2e::pki::CertificateAuthority::new("metrics-api")?;
+        let ca = local_cluster::pki::CertificateAuthority::new("metrics-api")?;
         let serving = ca.issue(
             "metrics-server",
             &[],
             &["localhost", "127.0.0.1"],
-            e2e::pki::Usage::Server,
+            local_cluster::pki::Usage::Server,
         )?;
         let certs =
             CertificateDer::pem_slice_iter(serving.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
@@ -108,7 +108,7 @@ impl MetricsApi {
             "metadata": {"name": "metrics-server", "namespace": "kube-system"},
             "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": self.port}]}
         });
-        e2e::apply::apply_yaml(tenant, &serde_json::to_string(&service)?, "kube-system").await?;
+        local_cluster::apply::apply_yaml(tenant, &serde_json::to_string(&service)?, "kube-system").await?;
         let api_service = json!({
             "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
             "metadata": {"name": "v1beta1.metrics.k8s.io"},
@@ -119,8 +119,8 @@ impl MetricsApi {
                 "groupPriorityMinimum": 100, "versionPriority": 100
             }
         });
-        e2e::apply::apply_yaml(tenant, &serde_json::to_string(&api_service)?, "").await?;
-        e2e::wait::until_true(Duration::from_secs(60), "metrics API available", || {
+        local_cluster::apply::apply_yaml(tenant, &serde_json::to_string(&api_service)?, "").await?;
+        local_cluster::wait::until_true(Duration::from_secs(60), "metrics API available", || {
             let tenant = tenant.clone();
             async move {
                 // kubectl top looks for the group in discovery (`/apis`), which the aggregator updates

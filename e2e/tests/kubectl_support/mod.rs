@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use e2e::Binary;
+use local_cluster::Binary;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
@@ -61,7 +61,7 @@ impl Kubectl {
     /// kubectl (from the harness's binary folders) using `kubeconfig`.
     pub fn new(kubeconfig: &Path) -> anyhow::Result<Self> {
         Ok(Self {
-            binary: e2e::locate(Binary::Kubectl)?,
+            binary: local_cluster::locate(Binary::Kubectl)?,
             kubeconfig: kubeconfig.to_owned(),
             cache: Arc::new(
                 tempfile::Builder::new()

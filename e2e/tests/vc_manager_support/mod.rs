@@ -65,7 +65,7 @@ impl RunningManager {
         settings: Settings,
         election: Option<LeaderElection>,
     ) -> anyhow::Result<Self> {
-        let admin: SocketAddr = format!("127.0.0.1:{}", e2e::free_port()?).parse()?;
+        let admin: SocketAddr = format!("127.0.0.1:{}", local_cluster::free_port()?).parse()?;
         let mut manager = Manager::new(client, settings).with_admin_endpoint(admin);
         if let Some(election) = election {
             manager = manager.with_leader_election(election);

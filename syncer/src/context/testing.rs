@@ -1,18 +1,16 @@
-//! Test support: a [`Context`] and tenants on scripted apiservers (`tower_test`), with caches the test
-//! fills by hand. A test answers each request it expects, in order; an unexpected request finds no answer
-//! and times the test out, and [`ApiServer::idle`] checks that nothing more was asked.
+//! Test support: a [`Context`] and tenants on scripted apiservers ([`mock_apiserver`], shared by every
+//! crate), with caches the test fills by hand. A test answers each request it expects, in order; an
+//! unexpected request finds no answer and times the test out, and [`ApiServer::idle`] checks that nothing
+//! more was asked.
 
 use std::{sync::Arc, time::Duration};
 
-use http::{Request, Response};
-use http_body_util::BodyExt;
 use kube::{
     Client, Resource,
-    client::Body,
     runtime::{reflector::store::Writer, watcher},
 };
-use serde_json::{Value, json};
-use tower_test::mock::{Handle, SendResponse};
+pub use mock_apiserver::ApiServer;
+use serde_json::Value;
 
 use super::Context;
 use crate::{
@@ -37,101 +35,16 @@ pub fn identity() -> TenantIdentity {
     }
 }
 
-/// A scripted apiserver.
-pub struct ApiServer(Handle<Request<Body>, Response<Body>>);
-
-/// A client of a scripted apiserver.
+/// A client of a scripted apiserver (the shared [`mock_apiserver`]), whose scripts name URIs by prefix
+/// and which panics after five seconds without an expected request.
 pub fn mock() -> (Client, ApiServer) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    (Client::new(service, "default"), ApiServer(handle))
-}
-
-/// One request, waiting for its answer.
-pub struct Call {
-    /// Method.
-    pub method: String,
-    /// Path and query.
-    pub uri: String,
-    /// Body as JSON (`Null` when empty).
-    pub body: Value,
-    send: SendResponse<Response<Body>>,
-}
-
-impl Call {
-    /// Answers with `status` and a JSON body.
-    pub fn respond(self, status: u16, body: &Value) {
-        let response = Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Body::from(serde_json::to_vec(body).expect("json")))
-            .expect("response");
-        self.send.send_response(response);
-    }
-
-    /// Answers with the request body, completed as the apiserver would.
-    pub fn echo(self) -> Value {
-        let mut body = self.body.clone();
-        if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.entry("uid").or_insert(json!("uid-of-object"));
-            meta.insert("resourceVersion".into(), json!("200"));
-        }
-        self.respond(200, &body);
-        body
-    }
-
-    /// Answers with a Kubernetes `Status` error.
-    pub fn fail(self, code: u16, reason: &str, message: &str) {
-        self.respond(
-            code,
-            &json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "message": message, "reason": reason, "code": code}),
-        );
-    }
-}
-
-impl ApiServer {
-    /// The next request (panics after a few seconds without one).
-    pub async fn next(&mut self) -> Call {
-        let (request, send) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
-            .await
-            .expect("another request was expected")
-            .expect("the client is gone");
-        let method = request.method().to_string();
-        let uri = request.uri().to_string();
-        let bytes = request.into_body().collect().await.expect("body").to_bytes();
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).expect("JSON body")
-        };
-        Call {
-            method,
-            uri,
-            body,
-            send,
-        }
-    }
-
-    /// The next request, which must be `method` on a URI starting with `uri`.
-    pub async fn expect(&mut self, method: &str, uri: &str) -> Call {
-        let call = self.next().await;
-        assert_eq!(
-            (call.method.as_str(), call.uri.starts_with(uri)),
-            (method, true),
-            "expected {method} {uri}, got {} {}",
-            call.method,
-            call.uri
-        );
-        call
-    }
-
-    /// Checks that no request is made for a while.
-    pub async fn idle(&mut self) {
-        if let Ok(Some((request, _))) =
-            tokio::time::timeout(Duration::from_millis(200), self.0.next_request()).await
-        {
-            panic!("unexpected request {} {}", request.method(), request.uri());
-        }
-    }
+    let (client, apiserver) = mock_apiserver::pair();
+    (
+        client,
+        apiserver
+            .matching_uri_prefixes()
+            .with_patience(Duration::from_secs(5)),
+    )
 }
 
 /// A syncer context on a scripted super apiserver, with empty caches.

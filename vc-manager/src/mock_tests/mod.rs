@@ -1,33 +1,28 @@
-//! Reconciles against a scripted apiserver (`tower_test`): each test lists the requests the reconcile
+//! Reconciles against a scripted apiserver (the shared [`mock_apiserver`]): each test lists the requests the reconcile
 //! must make, in order, with method, full URI and body, and what the apiserver answers. A missing request
 //! times the script out; an extra one finds the mock closed and fails the reconcile.
 
 mod adopt;
 mod cleanup;
-mod cli;
 mod cluster_version;
 mod native;
 
 use std::{collections::BTreeMap, future::Future, sync::Arc, time::Duration};
 
-use crds::{ClusterPhase, ClusterVersion, VirtualCluster, VirtualClusterSpec, VirtualClusterStatus};
-use http::{Request, Response};
-use http_body_util::BodyExt;
+use crds::{ClusterVersion, VirtualCluster, VirtualClusterStatus};
 use k8s_openapi::{
     api::{apps::v1::StatefulSet, core::v1::Secret},
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
 use kube::{
-    Client, ResourceExt,
-    client::Body,
+    ResourceExt,
     runtime::{
         reflector::{self, store::Writer},
         watcher,
     },
 };
 use serde_json::{Value, json};
-use tower_test::mock::{Handle, SendResponse};
 
 use crate::{
     Context, Settings,
@@ -36,111 +31,10 @@ use crate::{
     context::LeaderFlag,
     identity::TenantIdentity,
     metrics::Metrics,
-    tenant_pki::{self, Lifetimes, Network, PkiInput, Scope},
+    tenant_pki::{self, Lifetimes, PkiInput},
 };
 
-/// Namespace of the test VirtualCluster.
-pub const VC_NAMESPACE: &str = "team";
-/// Name of the test VirtualCluster.
-pub const VC_NAME: &str = "vc-1";
-/// Uid of the test VirtualCluster.
-pub const VC_UID: &str = "0b5c7f59-1111-4a4a-9c9c-123456789abc";
-/// The ClusterVersion the test VirtualCluster uses.
-pub const CV_NAME: &str = "cv-v1-33-clusterip";
-
-/// The cluster key (root namespace) of the test VirtualCluster.
-pub fn root() -> String {
-    crds::naming::cluster_key(VC_NAMESPACE, VC_UID, VC_NAME)
-}
-
-/// The test VirtualCluster (native), with finalizer, generation 2.
-pub fn native_vc() -> VirtualCluster {
-    let mut vc = VirtualCluster::new(
-        VC_NAME,
-        VirtualClusterSpec {
-            cluster_version_name: Some(CV_NAME.into()),
-            service_cidr: Some("10.32.0.0/16".into()),
-            ..Default::default()
-        },
-    );
-    vc.metadata.namespace = Some(VC_NAMESPACE.into());
-    vc.metadata.uid = Some(VC_UID.into());
-    vc.metadata.generation = Some(2);
-    vc.metadata.resource_version = Some("100".into());
-    vc.metadata.finalizers = Some(vec![crds::wellknown::FINALIZER_VIRTUAL_CLUSTER.into()]);
-    vc
-}
-
-/// The VirtualCluster as it is once Running with every condition true.
-pub fn running(mut vc: VirtualCluster) -> VirtualCluster {
-    let conditions = crate::status::owned_conditions(&vc)
-        .iter()
-        .map(|type_| Condition {
-            type_: (*type_).into(),
-            status: "True".into(),
-            reason: "Fine".into(),
-            message: "fine".into(),
-            observed_generation: Some(2),
-            last_transition_time: Time(Timestamp::from_second(1_700_000_000).expect("time")),
-        })
-        .collect();
-    vc.status = Some(VirtualClusterStatus {
-        phase: Some(ClusterPhase::Running),
-        cluster_namespace: Some(root()),
-        conditions,
-        observed_generation: Some(2),
-        ..Default::default()
-    });
-    vc
-}
-
-/// The ClusterVersion example with the ClusterIP apiserver.
-pub fn cluster_version() -> ClusterVersion {
-    let path = format!(
-        "{}/../examples/clusterversion-clusterip.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let mut cv: ClusterVersion =
-        serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("ClusterVersion");
-    cv.metadata.generation = Some(1);
-    cv.metadata.resource_version = Some("7".into());
-    cv.metadata.uid = Some("cv-uid".into());
-    cv
-}
-
-/// A complete, valid set of Secrets for the test VirtualCluster (as a previous reconcile left them).
-pub fn stored_secrets(scope: &Scope) -> Vec<Secret> {
-    let identity = TenantIdentity::of(&native_vc()).expect("identity");
-    let plan = tenant_pki::plan(
-        &BTreeMap::new(),
-        &PkiInput {
-            identity: &identity,
-            lifetimes: Lifetimes::for_days(365),
-            now: crate::steps::now(),
-            scope,
-        },
-    )
-    .expect("plan");
-    plan.secrets.into_iter().map(|p| p.secret).collect()
-}
-
-/// The network the test ClusterVersion gives when the apiserver Service gets `10.96.0.50`.
-pub fn network() -> Network {
-    Network {
-        apiserver: crate::render::ApiServerEndpoint {
-            service: "apiserver-svc".into(),
-            port: 6443,
-        },
-        apiserver_ips: vec!["10.96.0.50".parse().expect("ip")],
-        apiserver_hostnames: vec![],
-        etcd_service: "etcd".into(),
-        etcd_peer_service: "etcd".into(),
-        etcd_members: vec!["etcd-0".into()],
-        cluster_domain: "cluster.local".into(),
-        super_cluster_domain: "cluster.local".into(),
-        tenant_service_ips: vec!["10.32.0.1".parse().expect("ip")],
-    }
-}
+pub use crate::fixtures::*;
 
 /// A probe answering from a closure.
 pub struct FakeProbe(pub Box<dyn Fn(String, String) -> crate::Result<ProbeReport> + Send + Sync>);
@@ -176,8 +70,7 @@ where
 
 /// A context on a mocked apiserver, with synced empty caches, and the apiserver's handle.
 pub fn context(probe: Arc<dyn TenantProbe>) -> (Arc<Context>, Caches, ApiServer) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(service, "default");
+    let (client, apiserver) = mock_apiserver::pair();
     let (vcs, mut vc_writer) = reflector::store::<VirtualCluster>();
     let (cvs, mut cv_writer) = reflector::store::<CachedClusterVersion>();
     let (sts, mut sts_writer) = reflector::store::<StatefulSet>();
@@ -207,7 +100,7 @@ pub fn context(probe: Arc<dyn TenantProbe>) -> (Arc<Context>, Caches, ApiServer)
             _cluster_versions: cv_writer,
             statefulsets: sts_writer,
         },
-        ApiServer(handle),
+        apiserver,
     )
 }
 
@@ -231,128 +124,32 @@ impl Caches {
     }
 }
 
-/// The scripted apiserver.
-pub struct ApiServer(Handle<Request<Body>, Response<Body>>);
-
-/// One request, waiting for its answer.
-pub struct Call {
-    /// Method.
-    pub method: String,
-    /// Path and query.
-    pub uri: String,
-    /// Body as JSON (`Null` when empty).
-    pub body: Value,
-    /// Content type.
-    pub content_type: String,
-    send: SendResponse<Response<Body>>,
-}
-
-impl Call {
-    /// Answers with `status` and a JSON body.
-    pub fn respond(self, status: u16, body: Value) {
-        let response = Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Body::from(serde_json::to_vec(&body).expect("json")))
-            .expect("response");
-        self.send.send_response(response);
-    }
-
-    /// Answers with `status` and `body` as it is (e.g. a watch's stream of events).
-    pub fn respond_bytes(self, status: u16, body: Vec<u8>) {
-        let response = Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Body::from(body))
-            .expect("response");
-        self.send.send_response(response);
-    }
-
-    /// Answers 200 with `body`.
-    pub fn ok(self, body: Value) {
-        self.respond(200, body);
-    }
-
-    /// Answers with the request body, completed as the apiserver would (uid, resourceVersion, generation).
-    pub fn echo(self) -> Value {
-        let mut body = self.body.clone();
-        if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.entry("uid").or_insert(json!("uid-of-object"));
-            meta.entry("resourceVersion").or_insert(json!("200"));
-            meta.entry("generation").or_insert(json!(1));
-        }
-        self.ok(body.clone());
-        body
-    }
-
-    /// Answers with a Kubernetes `Status` error.
-    pub fn fail(self, code: u16, reason: &str, message: &str) {
-        self.respond(
-            code,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Status",
-                "status": "Failure",
-                "message": message,
-                "reason": reason,
-                "code": code,
-            }),
-        );
-    }
-
-    /// Answers 404 for `kind` `name`.
-    pub fn not_found(self, kind: &str, name: &str) {
-        self.fail(404, "NotFound", &format!("{kind} \"{name}\" not found"));
-    }
-}
+pub use mock_apiserver::{ApiServer, Call, run};
 
 /// `?&force=true&fieldManager=vc-manager`: server-side apply under vc-manager's manager.
 pub const APPLY: &str = "?&force=true&fieldManager=vc-manager";
 /// `?&fieldManager=vc-manager`: a merge patch attributed to vc-manager.
 pub const MERGE: &str = "?&fieldManager=vc-manager";
 
-impl ApiServer {
-    /// The next request.
-    pub async fn next(&mut self) -> Call {
-        let (request, send) = self.0.next_request().await.expect("another request was expected");
-        let method = request.method().to_string();
-        let uri = request.uri().to_string();
-        let content_type = request
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let bytes = request.into_body().collect().await.expect("body").to_bytes();
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).expect("JSON body")
-        };
-        Call {
-            method,
-            uri,
-            body,
-            content_type,
-            send,
-        }
-    }
-
-    /// The next request, which must be `method uri`.
-    pub async fn expect(&mut self, method: &str, uri: &str) -> Call {
-        let call = self.next().await;
-        assert_eq!(
-            (call.method.as_str(), call.uri.as_str()),
-            (method, uri),
-            "unexpected request (body {})",
-            call.body
-        );
-        call
-    }
-
+/// Requests only vc-manager makes, scripted on the shared [`ApiServer`].
+pub trait Script {
     /// `names.len()` concurrent PATCHes of objects under `collection` (a path ending in `/`), in any order;
     /// checks they are exactly `names` and returns them by name, unanswered.
-    pub async fn concurrent(&mut self, collection: &str, names: &[&str]) -> BTreeMap<String, Call> {
+    fn concurrent(
+        &mut self,
+        collection: &str,
+        names: &[&str],
+    ) -> impl Future<Output = BTreeMap<String, Call>>;
+    /// An event about the test VirtualCluster with `reason`; answers 201. Returns the note.
+    fn event(&mut self, reason: &str) -> impl Future<Output = String>;
+    /// An event in `namespace` with `reason`.
+    fn event_in(&mut self, namespace: &str, reason: &str) -> impl Future<Output = String>;
+    /// The status of the test VirtualCluster is applied; answers with it and returns the status.
+    fn vc_status(&mut self) -> impl Future<Output = Value>;
+}
+
+impl Script for ApiServer {
+    async fn concurrent(&mut self, collection: &str, names: &[&str]) -> BTreeMap<String, Call> {
         let mut calls = BTreeMap::new();
         for _ in names {
             let call = self.next().await;
@@ -371,13 +168,11 @@ impl ApiServer {
         calls
     }
 
-    /// An event about the test VirtualCluster with `reason`; answers 201. Returns the note.
-    pub async fn event(&mut self, reason: &str) -> String {
+    async fn event(&mut self, reason: &str) -> String {
         self.event_in(VC_NAMESPACE, reason).await
     }
 
-    /// An event in `namespace` with `reason`.
-    pub async fn event_in(&mut self, namespace: &str, reason: &str) -> String {
+    async fn event_in(&mut self, namespace: &str, reason: &str) -> String {
         let call = self
             .expect(
                 "POST",
@@ -387,12 +182,11 @@ impl ApiServer {
         assert_eq!(call.body["reason"], reason, "event {}", call.body);
         let note = call.body["note"].as_str().unwrap_or_default().to_owned();
         let body = call.body.clone();
-        call.respond(201, body);
+        call.respond(201, &body);
         note
     }
 
-    /// The status of the test VirtualCluster is applied; answers with it and returns the status.
-    pub async fn vc_status(&mut self) -> Value {
+    async fn vc_status(&mut self) -> Value {
         let call = self
             .expect(
                 "PATCH",
@@ -406,20 +200,6 @@ impl ApiServer {
         call.ok(object);
         status
     }
-}
-
-/// Runs `reconcile` against `script`; fails if the script does not finish within a second of it.
-pub async fn run<T, S>(script: S, reconcile: impl Future<Output = T>) -> T
-where
-    S: Future<Output = ()> + Send + 'static,
-{
-    let script = tokio::spawn(script);
-    let result = reconcile.await;
-    tokio::time::timeout(Duration::from_secs(1), script)
-        .await
-        .expect("the apiserver script did not finish: a request is missing")
-        .expect("the apiserver script failed");
-    result
 }
 
 /// A condition of a status JSON.
@@ -472,12 +252,12 @@ pub fn cached_statefulset(component: crate::render::Component, ready: bool) -> S
 #[tokio::test]
 async fn queued_events_do_not_hold_up_the_reconcile() {
     use kube::{Resource, runtime::events::EventType};
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (client, mut api) = mock_apiserver::pair();
     let (vcs, _vc_writer) = reflector::store::<VirtualCluster>();
     let (cvs, _cv_writer) = reflector::store::<CachedClusterVersion>();
     let (sts, _sts_writer) = reflector::store::<StatefulSet>();
     let ctx = Context::new(
-        Client::new(service, "default"),
+        client,
         Settings::default(),
         vcs,
         cvs,
@@ -501,7 +281,6 @@ async fn queued_events_do_not_hold_up_the_reconcile() {
     )
     .await
     .expect("publishing does not wait for the apiserver");
-    let mut api = ApiServer(handle);
     let note = tokio::time::timeout(Duration::from_secs(1), api.event("Queued"))
         .await
         .expect("the event is published");

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Error, Result, args::Format};
+use crate::{Error, Result, args::Format};
 
 /// `value` as YAML or pretty JSON (with a final newline).
 pub fn serialize<T: Serialize>(value: &T, format: Format, what: &str) -> Result<String> {

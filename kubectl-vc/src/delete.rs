@@ -6,7 +6,7 @@ use std::io::Write;
 use crds::VirtualCluster;
 use kube::{Api, Client, ResourceExt, api::DeleteParams};
 
-use super::{Error, Result, args::DeleteArgs, manifest::Kind, progress};
+use crate::{Error, Result, args::DeleteArgs, manifest::Kind, progress};
 
 /// `kubectl vc delete`.
 pub async fn command(

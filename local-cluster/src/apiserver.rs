@@ -5,7 +5,7 @@ use kube::Client;
 use crate::{
     Binary, Etcd, ManagedProcess, Result, WorkDir, client_from_kubeconfig_file, free_port, kubeconfig_yaml,
     locate,
-    pki::{CertificateAuthority, CertifiedKey, ServiceAccountKey, Usage},
+    pki::{CertificateAuthority, CertifiedKey, Usage},
 };
 
 /// How to start a kube-apiserver.
@@ -91,7 +91,7 @@ impl ApiServer {
                 Usage::Client,
             )?,
         };
-        let service_account = ServiceAccountKey::generate()?;
+        let service_account = crate::pki::service_account_key()?;
 
         let ca_path = dir.write("ca.crt", ca.cert_pem())?;
         dir.write("ca.key", ca.key_pem())?;

@@ -1,19 +1,19 @@
 //! `vc-sandbox`: virtualcluster-rs on one machine, for trying it out.
 //!
-//! Starts a real super cluster on loopback (etcd, kube-apiserver, kube-controller-manager from the e2e
+//! Starts a real super cluster on loopback (etcd, kube-apiserver, kube-controller-manager from the
 //! harness's binaries) with real nodes (kubelet, containerd, kube-proxy) when their parts are on the machine
 //! and simulated ones otherwise, installs the CRDs, runs vc-manager, the syncer and vn-agent, creates the
 //! tenants, adopted and native, and prints the kubeconfig of each. Ctrl-C tears everything down.
 //!
 //! ```sh
-//! cargo run --release -p e2e --bin vc-sandbox -- [--tenants N | --tenant NAME ...] [--native NAME ...]
+//! cargo run --release -p local-cluster --bin vc-sandbox -- [--tenants N | --tenant NAME ...] [--native NAME ...]
 //!     [--nodes N] [--simulated-nodes] [--download] [--dir PATH]
 //! ```
 
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use clap::Parser;
-use e2e::{
+use local_cluster::{
     download::{DownloadOptions, Progress},
     realnodes,
     sandbox::{NEEDS, NodeKind, Sandbox, SandboxOptions},
@@ -53,7 +53,7 @@ struct Args {
 
 /// Fetches the missing Kubernetes binaries into the download cache, which the harness searches last.
 async fn download() -> Result<(), String> {
-    let options = DownloadOptions::pinned().map_err(|e| e2e::error_chain(&e))?;
+    let options = DownloadOptions::pinned().map_err(|e| local_cluster::error_chain(&e))?;
     eprintln!(
         "vc-sandbox: fetching missing Kubernetes {} binaries into {}",
         options.version,
@@ -61,23 +61,23 @@ async fn download() -> Result<(), String> {
     );
     let found = |name: &str| {
         let binary = match name {
-            "kube-apiserver" => e2e::Binary::KubeApiserver,
-            "kube-controller-manager" => e2e::Binary::KubeControllerManager,
-            "kube-scheduler" => e2e::Binary::KubeScheduler,
-            "kubectl" => e2e::Binary::Kubectl,
-            "kubelet" => e2e::Binary::Kubelet,
-            "kube-proxy" => e2e::Binary::KubeProxy,
+            "kube-apiserver" => local_cluster::Binary::KubeApiserver,
+            "kube-controller-manager" => local_cluster::Binary::KubeControllerManager,
+            "kube-scheduler" => local_cluster::Binary::KubeScheduler,
+            "kubectl" => local_cluster::Binary::Kubectl,
+            "kubelet" => local_cluster::Binary::Kubelet,
+            "kube-proxy" => local_cluster::Binary::KubeProxy,
             _ => return false,
         };
-        e2e::locate(binary).is_ok()
+        local_cluster::locate(binary).is_ok()
     };
-    e2e::download::download_missing(&options, found, |progress| match progress {
+    local_cluster::download::download_missing(&options, found, |progress| match progress {
         Progress::Downloading { binary, url } => eprintln!("vc-sandbox: downloading {binary} from {url}"),
         Progress::Done(outcome) => eprintln!("vc-sandbox: {outcome}"),
     })
     .await
     .map(|_| ())
-    .map_err(|e| e2e::error_chain(&e))
+    .map_err(|e| local_cluster::error_chain(&e))
 }
 
 #[tokio::main]
@@ -96,7 +96,7 @@ async fn main() -> ExitCode {
 
     let missing: Vec<String> = NEEDS
         .iter()
-        .filter_map(|binary| e2e::locate(*binary).err())
+        .filter_map(|binary| local_cluster::locate(*binary).err())
         .map(|error| error.to_string())
         .collect();
     if !missing.is_empty() {
@@ -160,7 +160,7 @@ async fn main() -> ExitCode {
     {
         Ok(sandbox) => sandbox,
         Err(error) => {
-            eprintln!("vc-sandbox: {}", e2e::error_chain(&error));
+            eprintln!("vc-sandbox: {}", local_cluster::error_chain(&error));
             return ExitCode::FAILURE;
         }
     };
@@ -207,15 +207,17 @@ fn print_welcome(sandbox: &Sandbox, started: Instant) {
     println!("\nAs the platform team:");
     println!("  export KUBECONFIG={super_kubeconfig}");
     println!("  kubectl get virtualclusters -A");
-    println!("  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release)");
+    println!(
+        "  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release -p kubectl-vc)"
+    );
     if sandbox.has_real_nodes() {
         println!(
             "  # a native tenant from the sandbox's ClusterVersion ({}; its images are built from your binaries):",
-            e2e::sandbox::CLUSTER_VERSION
+            local_cluster::sandbox::CLUSTER_VERSION
         );
         println!(
             "  kubectl apply -f - <<< '{{\"apiVersion\":\"tenancy.x-k8s.io/v1alpha1\",\"kind\":\"VirtualCluster\",\"metadata\":{{\"name\":\"mine\"}},\"spec\":{{\"clusterVersionName\":\"{}\"}}}}'",
-            e2e::sandbox::CLUSTER_VERSION
+            local_cluster::sandbox::CLUSTER_VERSION
         );
     } else {
         println!("  kubectl vc create -f examples/virtualcluster-native.yaml --wait");

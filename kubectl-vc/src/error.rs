@@ -134,7 +134,7 @@ pub enum Error {
     },
     /// vc-manager's own error, e.g. reading an adopted tenant's kubeconfig or issuing a certificate.
     #[error("{}", .0.full_message())]
-    Manager(Box<crate::Error>),
+    Manager(Box<vc_manager::Error>),
     /// A flag has an unusable value.
     #[error("{flag}: {problem}")]
     InvalidArgument {
@@ -163,7 +163,7 @@ pub enum Error {
         vc: String,
     },
     /// `--wait` ran out of time.
-    #[error("timed out after {} waiting for {what}; last seen: {last}", crate::cli::duration::format(*after))]
+    #[error("timed out after {} waiting for {what}; last seen: {last}", crate::duration::format(*after))]
     Timeout {
         /// What was waited for.
         what: String,
@@ -211,8 +211,8 @@ pub fn api_message(error: &kube::Error) -> String {
     }
 }
 
-impl From<crate::Error> for Error {
-    fn from(error: crate::Error) -> Self {
+impl From<vc_manager::Error> for Error {
+    fn from(error: vc_manager::Error) -> Self {
         Self::Manager(Box::new(error))
     }
 }

@@ -1,10 +1,10 @@
 //! `kubectl-vc`, the kubectl plugin (`kubectl vc ...`): flags, a client for the super cluster, then
-//! [`vc_manager::cli::run`]. Every failure is one line on stderr and exit status 1.
+//! [`kubectl_vc::run`]. Every failure is one line on stderr and exit status 1.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use vc_manager::cli::{self, Args};
+use kubectl_vc::{self as cli, Args};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {

@@ -33,9 +33,9 @@ pub enum Error {
     Pki {
         /// What was being generated.
         what: String,
-        /// The rcgen error.
+        /// vc-manager's PKI error.
         #[source]
-        source: rcgen::Error,
+        source: Box<vc_manager::Error>,
     },
     /// A Kubernetes API call failed.
     #[error("{context}")]
@@ -124,11 +124,6 @@ impl Error {
     pub(crate) fn kube(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
         let context = context.into();
         move |source| Self::Kube { context, source }
-    }
-
-    pub(crate) fn pki(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> Self {
-        let what = what.into();
-        move |source| Self::Pki { what, source }
     }
 }
 

@@ -1,11 +1,11 @@
 //! `kubectl vc kubeconfig`: a tenant kubeconfig with a server address that works where kubectl runs.
 //!
 //! - Provisioned tenants: the admin kubeconfig vc-manager keeps in Secret `admin-kubeconfig` of the root
-//!   namespace (or, with `--user`, a certificate minted by [`super::certs`]), with the server moved from the
+//!   namespace (or, with `--user`, a certificate minted by [`crate::certs`]), with the server moved from the
 //!   apiserver Service's in-cluster name to a load-balancer address or a node port, unless `--server` says
 //!   where. The tenant CA stays; when the address is not a name in the apiserver's certificate,
 //!   `tls-server-name` names one that is (never `insecure-skip-tls-verify`).
-//! - Adopted tenants: the kubeconfig vc-manager adopted (read by [`crate::adopt::read_kubeconfig`]), its
+//! - Adopted tenants: the kubeconfig vc-manager adopted (read by [`vc_manager::adopt::read_kubeconfig`]), its
 //!   current context only, renamed.
 
 use std::{collections::BTreeSet, io::Write, net::IpAddr, time::Duration};
@@ -20,12 +20,12 @@ use kube::{
     config::{AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext},
 };
 
-use super::{
+use crate::{
     Error, Result,
     args::{Format, KubeconfigArgs},
     certs, output,
 };
-use crate::{
+use vc_manager::{
     adopt,
     pki::CertifiedKey,
     tenant_pki::{SECRET_APISERVER, SECRET_ROOT_CA},
@@ -296,7 +296,7 @@ pub struct CertNames {
 impl CertNames {
     /// The subject alternative names of a PEM certificate.
     pub fn from_pem(cert_pem: &str) -> Option<Self> {
-        let info = crate::pki::inspect(cert_pem).ok()?;
+        let info = vc_manager::pki::inspect(cert_pem).ok()?;
         Some(Self {
             dns: info.dns_names,
             ips: info.ip_addresses,
@@ -517,8 +517,8 @@ fn mint_user(
     args: &KubeconfigArgs,
 ) -> Result<certs::Minted> {
     let ttl = args.ttl.unwrap_or(DEFAULT_USER_TTL);
-    certs::mint(ca_cert, ca_key, user, &args.groups, ttl, crate::steps::now()).map_err(
-        |problem| match problem {
+    certs::mint(ca_cert, ca_key, user, &args.groups, ttl, vc_manager::steps::now()).map_err(|problem| {
+        match problem {
             certs::MintError::Authority(problem) => Error::BadSecret {
                 namespace: root.to_owned(),
                 name: secret.to_owned(),
@@ -526,8 +526,8 @@ fn mint_user(
             },
             certs::MintError::Argument { flag, problem } => Error::InvalidArgument { flag, problem },
             certs::MintError::Issue(error) => Error::Manager(error),
-        },
-    )
+        }
+    })
 }
 
 /// The kubeconfig as YAML or JSON.
@@ -638,7 +638,7 @@ async fn native_server(
                         "reading Service {}/{}: {}",
                         endpoint.namespace,
                         endpoint.service,
-                        super::error::api_message(&error)
+                        crate::error::api_message(&error)
                     ));
                     None
                 }
@@ -650,7 +650,7 @@ async fn native_server(
                         Err(error) => {
                             warnings.push(format!(
                                 "listing nodes for the apiserver's node port: {}",
-                                super::error::api_message(&error)
+                                crate::error::api_message(&error)
                             ));
                             Vec::new()
                         }
@@ -795,7 +795,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::pki::{CertificateAuthority, LeafSpec, Usage};
+    use vc_manager::pki::{CertificateAuthority, LeafSpec, Usage};
 
     const URL: &str = "https://apiserver-svc.team-0b5c7f-vc-1.svc:6443";
 
@@ -1027,7 +1027,8 @@ mod tests {
             cert_pem: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(),
             key_pem: "-----BEGIN PRIVATE KEY-----\nBBBB\n-----END PRIVATE KEY-----\n".into(),
         };
-        let yaml = crate::kubeconfig::render("team-0b5c7f-vc-1", URL, "CA PEM", "kubernetes-admin", &client);
+        let yaml =
+            vc_manager::kubeconfig::render("team-0b5c7f-vc-1", URL, "CA PEM", "kubernetes-admin", &client);
         if insecure {
             yaml.replace("    server: ", "    insecure-skip-tls-verify: true\n    server: ")
         } else {
@@ -1063,7 +1064,7 @@ mod tests {
             cluster.certificate_authority_data.as_deref(),
             Some(STANDARD.encode("CA PEM").as_str())
         );
-        let certificate = crate::kubeconfig::client_certificate(&yaml).expect("client certificate kept");
+        let certificate = vc_manager::kubeconfig::client_certificate(&yaml).expect("client certificate kept");
         assert!(certificate.cert_pem.contains("AAAA"));
         // kube builds a client configuration from it.
         let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())

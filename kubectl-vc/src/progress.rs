@@ -16,7 +16,7 @@ use kube::{
     api::{WatchEvent, WatchParams},
 };
 
-use super::{Error, Result, table};
+use crate::{Error, Result, table};
 
 /// Condition types in the order they come true while a control plane starts.
 const ORDER: [&str; 5] = [
@@ -313,7 +313,7 @@ pub async fn wait_running(
             writeln!(
                 out,
                 "{vc_ref} is Running ({} after applying)",
-                super::duration::age(started.elapsed().as_secs() as i64)
+                crate::duration::age(started.elapsed().as_secs() as i64)
             )?;
             Ok(())
         }

@@ -15,7 +15,7 @@ use k8s_openapi::{
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
 
-use super::{
+use crate::{
     Error, Result, duration,
     kubeconfig::get_virtual_cluster,
     list::{self, super_namespaces},
@@ -210,7 +210,7 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
     } else {
         let mut conditions = status.conditions.clone();
         conditions.sort_by_key(|c| {
-            crate::status::NATIVE_CONDITIONS
+            vc_manager::status::NATIVE_CONDITIONS
                 .iter()
                 .position(|t| *t == c.type_)
                 .unwrap_or(usize::MAX)

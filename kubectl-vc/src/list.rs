@@ -20,7 +20,7 @@ use k8s_openapi::{
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
 
-use super::{
+use crate::{
     Error, Result,
     args::{Format, ListArgs},
     duration, output, table,

@@ -1,4 +1,4 @@
-//! `kubectl vc` against the scripted apiserver: the requests each command makes, in order, and what it
+//! `kubectl vc` against the scripted apiserver ([`mock_apiserver`]): the requests each command makes, in order, and what it
 //! prints.
 
 use std::time::Duration;
@@ -6,23 +6,23 @@ use std::time::Duration;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use clap::Parser;
 use crds::{VirtualCluster, VirtualClusterSpec};
-use http::{Request, Response};
-use kube::{Client, client::Body};
+use kube::Client;
 use serde_json::{Value, json};
 
-use super::{ApiServer, Call, VC_NAME, VC_NAMESPACE, native_vc, network, root, running, stored_secrets};
-use crate::{
-    cli::{self, Args, Error},
+use mock_apiserver::{ApiServer, Call};
+use vc_manager::{
+    fixtures::{CV_NAME, VC_NAME, VC_NAMESPACE, VC_UID, native_vc, network, root, running, stored_secrets},
     pki::{CertificateAuthority, inspect, is_signed_by},
     tenant_pki::Scope,
 };
+
+use crate::{self as cli, Args, Error};
 
 const VCS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/team/virtualclusters";
 
 /// A client on a scripted apiserver whose kubeconfig context namespace is `team`.
 fn mock() -> (Client, ApiServer) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    (Client::new(service, VC_NAMESPACE), ApiServer(handle))
+    mock_apiserver::pair_in(VC_NAMESPACE)
 }
 
 /// What a command printed and returned.
@@ -41,7 +41,7 @@ where
         .expect("arguments");
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let result = super::run(script, cli::run(&args, client, &mut out, &mut err)).await;
+    let result = mock_apiserver::run(script, cli::run(&args, client, &mut out, &mut err)).await;
     Ran {
         out: String::from_utf8(out).expect("utf-8"),
         err: String::from_utf8(err).expect("utf-8"),
@@ -166,9 +166,10 @@ async fn native_kubeconfig_points_at_a_node_port_and_keeps_the_tenant_ca() {
     .expect("pem");
     assert_eq!(ca, secret_key("root-ca", "tls.crt"));
     // The admin's own certificate, unchanged.
-    let stored = crate::kubeconfig::client_certificate(&secret_key("admin-kubeconfig", "admin-kubeconfig"))
-        .expect("stored certificate");
-    assert_eq!(crate::kubeconfig::client_certificate(&ran.out), Some(stored));
+    let stored =
+        vc_manager::kubeconfig::client_certificate(&secret_key("admin-kubeconfig", "admin-kubeconfig"))
+            .expect("stored certificate");
+    assert_eq!(vc_manager::kubeconfig::client_certificate(&ran.out), Some(stored));
 }
 
 #[tokio::test]
@@ -245,16 +246,16 @@ async fn user_kubeconfigs_carry_a_certificate_minted_by_the_tenant_ca() {
         cluster.tls_server_name.as_deref(),
         Some(format!("apiserver-svc.{}.svc", root()).as_str())
     );
-    let minted = crate::kubeconfig::client_certificate(&ran.out).expect("certificate");
+    let minted = vc_manager::kubeconfig::client_certificate(&ran.out).expect("certificate");
     let ca = secret_key("root-ca", "tls.crt");
     assert!(is_signed_by(&minted.cert_pem, &ca));
     let info = inspect(&minted.cert_pem).expect("readable");
     assert_eq!(info.common_name.as_deref(), Some("alice"));
     assert_eq!(info.organizations, ["dev".to_owned(), "ops".to_owned()].into());
-    let lifetime = info.not_after - crate::steps::now();
+    let lifetime = info.not_after - vc_manager::steps::now();
     assert!((90 * 60 - 5..=90 * 60).contains(&lifetime), "{lifetime}");
     // The tenant CA can load its own key: the certificate came from it, not from a new CA.
-    CertificateAuthority::load(&ca, &secret_key("root-ca", "tls.key"), crate::steps::now()).expect("CA");
+    CertificateAuthority::load(&ca, &secret_key("root-ca", "tls.key"), vc_manager::steps::now()).expect("CA");
 }
 
 fn adopted_kubeconfig() -> String {
@@ -352,7 +353,7 @@ async fn adopted_tenants_get_user_certificates_from_a_handed_over_client_ca() {
         "adopted client CA",
         "adopted",
         Duration::from_secs(3600 * 24),
-        crate::steps::now(),
+        vc_manager::steps::now(),
     )
     .expect("CA");
     let (ca_cert, ca_key) = (ca.pem().cert_pem.clone(), ca.pem().key_pem.clone());
@@ -399,7 +400,7 @@ async fn adopted_tenants_get_user_certificates_from_a_handed_over_client_ca() {
     let info = inspect(&cert).expect("certificate");
     assert_eq!(info.common_name.as_deref(), Some("alice"));
     assert_eq!(info.organizations.iter().collect::<Vec<_>>(), ["dev"]);
-    let left = info.not_after - crate::steps::now();
+    let left = info.not_after - vc_manager::steps::now();
     assert!((2 * 3600 - 60..=2 * 3600 + 60).contains(&left), "{left}s left");
 }
 
@@ -531,7 +532,7 @@ async fn list_counts_tenant_namespaces_and_pods() {
         ["NAME", "PHASE", "VERSION", "AGE", "TENANT NAMESPACES", "PODS"]
     );
     // No creation time in the mock: the AGE column is empty.
-    assert_eq!(lines[1], ["vc-1", "Running", super::CV_NAME, "2", "3"]);
+    assert_eq!(lines[1], ["vc-1", "Running", CV_NAME, "2", "3"]);
     assert_eq!(lines[2], ["vc-2", "Running", "adopted", "0", "0"]);
 }
 
@@ -693,7 +694,7 @@ async fn create_applies_and_follows_the_virtual_cluster_until_running() {
                 "phase": phase,
                 "reason": reason,
                 "message": format!("{reason} message"),
-                "clusterNamespace": super::root(),
+                "clusterNamespace": root(),
                 "conditions": conditions,
                 "observedGeneration": observed,
             });
@@ -809,7 +810,7 @@ async fn describe_reads_namespaces_pods_and_events_of_this_virtual_cluster() {
             &mut api,
             &format!(
                 "/api/v1/namespaces/team/events?&fieldSelector=involvedObject.kind%3DVirtualCluster%2CinvolvedObject.name%3Dvc-1%2CinvolvedObject.uid%3D{}",
-                super::VC_UID
+                VC_UID
             ),
         )
         .await
@@ -832,7 +833,7 @@ async fn describe_reads_namespaces_pods_and_events_of_this_virtual_cluster() {
     ran.result.expect("succeeds");
     for expected in [
         "Name:               vc-1\n",
-        &format!("Cluster version:    {}\n", super::CV_NAME),
+        &format!("Cluster version:    {}\n", CV_NAME),
         "  requests.cpu      250m   -\n",
         "Running   ",
         "phase changed to Running\n",

@@ -11,7 +11,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{Error, Result, args::CreateArgs, progress};
+use crate::{Error, Result, args::CreateArgs, progress};
 
 /// The field manager of `kubectl vc create`.
 pub const FIELD_MANAGER: &str = "kubectl-vc";

@@ -1,4 +1,6 @@
-//! `kubectl vc`, the kubectl plugin for VirtualClusters (binary `kubectl-vc`).
+//! `kubectl vc`, the kubectl plugin for VirtualClusters (binary `kubectl-vc`). It reads and writes the
+//! super cluster's VirtualClusters, ClusterVersions and tenant Secrets; certificates and kubeconfigs go
+//! through vc-manager's own [`vc_manager::pki`] and [`vc_manager::kubeconfig`].
 //!
 //! The binary parses [`Args`], connects with [`client`] and calls [`run`]; tests call the same two with a
 //! client of their own and buffers for stdout and stderr.
@@ -21,6 +23,9 @@ pub mod output;
 pub mod progress;
 pub mod table;
 pub mod usage;
+
+#[cfg(test)]
+mod mock_tests;
 
 use std::io::Write;
 

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use super::duration;
+use crate::duration;
 
 /// `kubectl vc`: create, inspect and hand out access to VirtualClusters.
 #[derive(Parser, Clone, Debug)]

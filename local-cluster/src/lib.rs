@@ -1,10 +1,11 @@
-//! End-to-end harness for virtualcluster-rs, used by the e2e tests and benchmarks of every component.
+//! virtualcluster-rs on one machine: the harness of the e2e suite and benchmarks (`e2e/`), and of the
+//! [`sandbox`] (`vc-sandbox`).
 //!
 //! It runs **real** control planes as local processes on loopback, the way envtest and
 //! `kwokctl --runtime binary` do:
 //!
 //! - [`Etcd`]: one etcd process; several apiservers can share it through distinct `--etcd-prefix`es.
-//! - [`ControlPlane`]: a kube-apiserver with PKI generated in Rust, RBAC on, service-account signing keys,
+//! - [`ControlPlane`]: a kube-apiserver with PKI issued by vc-manager's [`pki`] module, RBAC on, service-account signing keys,
 //!   and optionally kube-controller-manager and kube-scheduler; it hands back a kube [`kube::Client`] and an
 //!   admin kubeconfig file.
 //! - [`NodeSimulator`]: Ready nodes with heartbeats, pod binding and status (as kwok does), and a kubelet
