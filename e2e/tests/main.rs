@@ -25,3 +25,4 @@ mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;
 mod vn_agent_streaming;
+mod vnodes;

@@ -89,6 +89,7 @@ impl SuperStores {
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
         sync_ingresses: bool,
+        vnode_mode: crate::config::VNodeMode,
     ) -> Self {
         let ours = watcher::Config::default().labels(LABEL_VC_NAME);
         let _span = tracing::info_span!("super").entered();
@@ -272,6 +273,8 @@ impl SuperStores {
 
         let nodes = {
             let (queue, tenants) = (queues.up.clone(), tenants.clone());
+            // Outside `pods` mode every tenant may see every node: each looks at every node's changes.
+            let every_tenant = vnode_mode != crate::config::VNodeMode::Pods;
             let (store, task) = reflect_with(
                 Api::<Node>::all(client.clone()),
                 watcher::Config::default(),
@@ -284,7 +287,7 @@ impl SuperStores {
                             .vnodes
                             .get(&kube::runtime::reflector::ObjectRef::new(&name))
                             .is_some();
-                        if has_vnode {
+                        if has_vnode || every_tenant {
                             queue.add(&tenant.id, UpItem::Node { name: name.clone() });
                         }
                     }
