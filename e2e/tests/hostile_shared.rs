@@ -510,10 +510,20 @@ async fn vn_agent_may_act_on_tenant_pods_only() -> anyhow::Result<()> {
             ("get", "attach"),
             ("create", "portforward"),
         ] {
-            assert!(
-                may(&client, agent, verb, subresource, namespace).await?,
-                "vn-agent may not {verb} pods/{subresource} in {namespace}"
-            );
+            // The authorizer reads bindings from its own cache, a moment behind the store.
+            wait::until_true(
+                PATIENCE,
+                &format!("vn-agent may {verb} pods/{subresource} in {namespace}"),
+                || {
+                    let client = client.clone();
+                    async move {
+                        may(&client, agent, verb, subresource, namespace)
+                            .await
+                            .unwrap_or(false)
+                    }
+                },
+            )
+            .await?;
         }
     }
     for namespace in ["kube-system", "default", &a.cluster_key] {
@@ -552,15 +562,21 @@ async fn vn_agent_may_act_on_tenant_pods_only() -> anyhow::Result<()> {
         }
     })
     .await?;
-    assert!(
-        !may(
-            &client,
-            "system:serviceaccount:default:intruder",
-            "create",
-            "exec",
-            &tenant_namespaces[0]
-        )
-        .await?
-    );
+    wait::until_true(PATIENCE, "the intruder refused again", || {
+        let client = client.clone();
+        let namespace = tenant_namespaces[0].clone();
+        async move {
+            may(
+                &client,
+                "system:serviceaccount:default:intruder",
+                "create",
+                "exec",
+                &namespace,
+            )
+            .await
+            .is_ok_and(|allowed| !allowed)
+        }
+    })
+    .await?;
     Ok(())
 }
