@@ -171,6 +171,11 @@ pub struct SyncerArgs {
     /// Also sync Ingresses down.
     #[arg(long, default_value_t = false)]
     pub sync_ingresses: bool,
+    /// Copy tenants' PodDisruptionBudgets to the super cluster, so that evictions there (node drains)
+    /// respect them. `false` keeps them in the tenants (and removes the copies): a tenant can then not hold
+    /// up a drain with a budget that allows no disruption.
+    #[arg(long, env = "SYNC_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub sync_disruption_budgets: bool,
     /// `ndots` of the DNS config given to tenant pods.
     #[arg(long, default_value_t = 5)]
     pub dns_ndots: u32,
@@ -464,6 +469,8 @@ pub struct SyncerConfig {
     pub upward_workers: usize,
     /// Sync Ingresses.
     pub sync_ingresses: bool,
+    /// Copy PodDisruptionBudgets down.
+    pub sync_disruption_budgets: bool,
     /// DNS ndots.
     pub dns_ndots: u32,
     /// Token lifetime in seconds.
@@ -498,6 +505,7 @@ impl Default for SyncerConfig {
             downward_workers: 32,
             upward_workers: 32,
             sync_ingresses: false,
+            sync_disruption_budgets: true,
             dns_ndots: 5,
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
@@ -598,6 +606,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
             sync_ingresses: args.sync_ingresses,
+            sync_disruption_budgets: args.sync_disruption_budgets,
             dns_ndots: args.dns_ndots,
             token_ttl_seconds: args.token_ttl_seconds,
             opaque_meta_prefixes: args

@@ -7,6 +7,7 @@ use std::{collections::HashMap, sync::Arc, time::Instant};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount},
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
 };
 use kube::{Api, Resource, ResourceExt};
 
@@ -93,6 +94,7 @@ pub async fn scan(ctx: &Context) -> Findings {
             findings += scan_kind::<Ingress>(ctx, &tenant);
         }
         findings += scan_kind::<NetworkPolicy>(ctx, &tenant);
+        findings += scan_kind::<PodDisruptionBudget>(ctx, &tenant);
         findings += scan_pods(ctx, &tenant);
         findings += scan_vnodes(ctx, &tenant);
     }

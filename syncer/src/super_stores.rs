@@ -12,6 +12,7 @@ use k8s_openapi::api::{
         ServiceAccount,
     },
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
     rbac::v1::RoleBinding,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
@@ -60,6 +61,8 @@ pub struct SuperStores {
     pub ingresses: Option<Store<Ingress>>,
     /// Tenant NetworkPolicies and the isolating ones the syncer keeps.
     pub network_policies: Store<NetworkPolicy>,
+    /// Tenant PodDisruptionBudgets.
+    pub disruption_budgets: Store<PodDisruptionBudget>,
     /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
     pub role_bindings: Store<RoleBinding>,
     /// Every node.
@@ -238,6 +241,7 @@ impl SuperStores {
             |namespace, name| UpItem::PersistentVolumeClaim { namespace, name }
         );
         let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
+        let disruption_budgets = downward!(PodDisruptionBudget, Kind::PodDisruptionBudget);
         let network_policies = {
             let queue = queues.down.clone();
             let (store, task) = reflect(
@@ -359,6 +363,7 @@ impl SuperStores {
             claims,
             ingresses,
             network_policies,
+            disruption_budgets,
             role_bindings,
             nodes,
             volumes,
@@ -382,6 +387,7 @@ impl SuperStores {
             self.service_accounts.wait_until_ready(),
             self.claims.wait_until_ready(),
             self.network_policies.wait_until_ready(),
+            self.disruption_budgets.wait_until_ready(),
             self.role_bindings.wait_until_ready(),
             self.nodes.wait_until_ready(),
             self.volumes.wait_until_ready(),
@@ -456,6 +462,7 @@ impl SuperStores {
             claims: store().0,
             ingresses: None,
             network_policies,
+            disruption_budgets: store().0,
             role_bindings,
             nodes: store().0,
             volumes: store().0,

@@ -186,9 +186,15 @@ fn taints(vnode: &Node, super_node: &Node) -> Option<Vec<Taint>> {
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
     let mut desired = from_super.clone();
-    desired.extend(current.iter().cloned().filter(|taint| {
-        !taint.key.starts_with(CONDITION_TAINT_PREFIX) && !from_super.iter().any(|s| s.key == taint.key)
-    }));
+    desired.extend(
+        current
+            .iter()
+            .filter(|taint| {
+                !taint.key.starts_with(CONDITION_TAINT_PREFIX)
+                    && !from_super.iter().any(|s| s.key == taint.key)
+            })
+            .cloned(),
+    );
     let view = |taints: &[Taint]| {
         let mut view: Vec<(String, Option<String>, String)> = taints
             .iter()
