@@ -10,6 +10,7 @@ mod vc_manager_support;
 
 mod api;
 mod chart;
+mod disruption;
 mod download;
 mod harness;
 mod hostile;
@@ -25,3 +26,4 @@ mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;
 mod vn_agent_streaming;
+mod vnodes;

@@ -81,6 +81,8 @@ pub struct SandboxOptions {
     pub accounts: Option<ComponentAccounts>,
     /// vc-manager's `--max-certificate-lifetime-seconds`: how long tenants' leaf certificates live.
     pub max_certificate_lifetime: Option<Duration>,
+    /// The syncer's `--vnode-mode`: which super nodes tenants see.
+    pub vnode_mode: syncer::config::VNodeMode,
 }
 
 impl Default for SandboxOptions {
@@ -94,6 +96,7 @@ impl Default for SandboxOptions {
             setup: Vec::new(),
             accounts: None,
             max_certificate_lifetime: None,
+            vnode_mode: syncer::config::VNodeMode::Pods,
         }
     }
 }
@@ -304,6 +307,7 @@ impl Sandbox {
                 tenant_health_period: Duration::from_secs(2),
                 downward_workers: 8,
                 upward_workers: 8,
+                vnode_mode: options.vnode_mode.clone(),
                 vn_agent_access: options.accounts.as_ref().and_then(|accounts| {
                     Some(syncer::config::VnAgentAccess {
                         namespace: accounts.namespace.clone(),

@@ -682,6 +682,17 @@ async fn attach_or_check(
     if let Some(previous) = ctx.tenants.insert(tenant.clone()) {
         previous.stop();
     }
+    // Outside `pods` mode the tenant sees its nodes from the start.
+    if ctx.config.vnode_mode != crate::config::VNodeMode::Pods {
+        for node in ctx.supers.nodes.state() {
+            ctx.queues.up.add(
+                &tenant.id,
+                UpItem::Node {
+                    name: node.name_any(),
+                },
+            );
+        }
+    }
     // Public classes only change rarely; a new tenant needs the current set.
     for class in ctx.supers.storage_classes.state() {
         ctx.queues.up.add(

@@ -66,6 +66,56 @@ pub enum VNodeAddresses {
     },
 }
 
+/// Which super nodes a tenant sees as vNodes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum VNodeMode {
+    /// Only those its pods run on, unschedulable, removed a grace period after its last pod left (the
+    /// original project's behaviour: fewest objects).
+    #[default]
+    Pods,
+    /// Every super node its pods may use (each NoSchedule/NoExecute taint one the tenant may tolerate),
+    /// from attach on, schedulable: a tenant sees ready nodes before it runs anything, and DaemonSets get
+    /// one pod per node.
+    Usable,
+    /// The usable super nodes that carry these labels (`key=value`, all of them).
+    Selected(Vec<(String, String)>),
+}
+
+impl std::str::FromStr for VNodeMode {
+    type Err = String;
+
+    /// `pods`, `usable`, or `selected:key=value[,key=value...]`.
+    fn from_str(value: &str) -> Result<Self, String> {
+        vnode_mode(value)
+    }
+}
+
+fn vnode_mode(value: &str) -> Result<VNodeMode, String> {
+    match value.trim() {
+        "pods" => Ok(VNodeMode::Pods),
+        "usable" => Ok(VNodeMode::Usable),
+        other => {
+            let Some(labels) = other.strip_prefix("selected:") else {
+                return Err(format!(
+                    "--vnode-mode must be pods, usable or selected:key=value[,key=value], got {other:?}"
+                ));
+            };
+            let labels = labels
+                .split(',')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, value)) if !key.trim().is_empty() => {
+                        Ok((key.trim().to_owned(), value.trim().to_owned()))
+                    }
+                    _ => Err(format!(
+                        "--vnode-mode selected: {pair:?} is not a key=value label"
+                    )),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(VNodeMode::Selected(labels))
+        }
+    }
+}
+
 /// Every flag of the syncer binary: sync settings, leader election, admin endpoint, logging.
 #[derive(Clone, Debug, clap::Parser)]
 #[command(
@@ -101,6 +151,11 @@ pub struct SyncerArgs {
     /// Seconds a vNode stays after its tenant's last pod left the node.
     #[arg(long, default_value_t = 120)]
     pub vnode_grace_seconds: u64,
+    /// Which super nodes tenants see: `pods` (those their pods run on, unschedulable), `usable` (every
+    /// node their pods may use, from the start, schedulable) or `selected:key=value[,...]` (the usable
+    /// nodes with those labels).
+    #[arg(long, env = "VNODE_MODE", default_value = "pods")]
+    pub vnode_mode: String,
     /// Seconds between patrols that compare tenant and super state and repair differences.
     #[arg(long, default_value_t = 60)]
     pub patrol_interval_seconds: u64,
@@ -116,6 +171,11 @@ pub struct SyncerArgs {
     /// Also sync Ingresses down.
     #[arg(long, default_value_t = false)]
     pub sync_ingresses: bool,
+    /// Copy tenants' PodDisruptionBudgets to the super cluster, so that evictions there (node drains)
+    /// respect them. `false` keeps them in the tenants (and removes the copies): a tenant can then not hold
+    /// up a drain with a budget that allows no disruption.
+    #[arg(long, env = "SYNC_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub sync_disruption_budgets: bool,
     /// `ndots` of the DNS config given to tenant pods.
     #[arg(long, default_value_t = 5)]
     pub dns_ndots: u32,
@@ -397,6 +457,8 @@ pub struct SyncerConfig {
     pub vnode_addresses: VNodeAddresses,
     /// vNode lifetime after the last pod.
     pub vnode_grace: Duration,
+    /// Which super nodes tenants see.
+    pub vnode_mode: VNodeMode,
     /// Patrol period.
     pub patrol_interval: Duration,
     /// Tenant health-check period.
@@ -407,6 +469,8 @@ pub struct SyncerConfig {
     pub upward_workers: usize,
     /// Sync Ingresses.
     pub sync_ingresses: bool,
+    /// Copy PodDisruptionBudgets down.
+    pub sync_disruption_budgets: bool,
     /// DNS ndots.
     pub dns_ndots: u32,
     /// Token lifetime in seconds.
@@ -435,11 +499,13 @@ impl Default for SyncerConfig {
             vn_agent_port: crds::wellknown::DEFAULT_VN_AGENT_PORT,
             vnode_addresses: VNodeAddresses::Node,
             vnode_grace: Duration::from_secs(120),
+            vnode_mode: VNodeMode::Pods,
             patrol_interval: Duration::from_secs(60),
             tenant_health_period: Duration::from_secs(30),
             downward_workers: 32,
             upward_workers: 32,
             sync_ingresses: false,
+            sync_disruption_budgets: true,
             dns_ndots: 5,
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
@@ -534,11 +600,13 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             vn_agent_port: args.vn_agent_port,
             vnode_addresses,
             vnode_grace: Duration::from_secs(args.vnode_grace_seconds),
+            vnode_mode: vnode_mode(&args.vnode_mode)?,
             patrol_interval: Duration::from_secs(args.patrol_interval_seconds.max(1)),
             tenant_health_period: Duration::from_secs(args.tenant_health_period_seconds.max(1)),
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
             sync_ingresses: args.sync_ingresses,
+            sync_disruption_budgets: args.sync_disruption_budgets,
             dns_ndots: args.dns_ndots,
             token_ttl_seconds: args.token_ttl_seconds,
             opaque_meta_prefixes: args
@@ -595,6 +663,31 @@ mod tests {
         assert_eq!(config.pod_policy.grantable_taints, ["dedicated", "pool"]);
 
         for bad in ["--pod-security-enforce=none", "--pod-security-version=1.30"] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn vnode_modes_parse() {
+        assert_eq!(parse(&[]).expect("default").vnode_mode, VNodeMode::Pods);
+        assert_eq!(
+            parse(&["--vnode-mode=usable"]).expect("usable").vnode_mode,
+            VNodeMode::Usable
+        );
+        assert_eq!(
+            parse(&["--vnode-mode=selected:pool=tenants,zone=a"])
+                .expect("selected")
+                .vnode_mode,
+            VNodeMode::Selected(vec![
+                ("pool".into(), "tenants".into()),
+                ("zone".into(), "a".into())
+            ])
+        );
+        for bad in [
+            "--vnode-mode=all",
+            "--vnode-mode=selected:",
+            "--vnode-mode=selected:=x",
+        ] {
             assert!(parse(&[bad]).is_err(), "{bad}");
         }
     }

@@ -25,11 +25,13 @@ pub enum Kind {
     Ingress,
     /// NetworkPolicies, their namespace selectors confined to the tenant.
     NetworkPolicy,
+    /// PodDisruptionBudgets, so that drains of super nodes respect tenant budgets.
+    PodDisruptionBudget,
 }
 
 impl Kind {
     /// Every kind, in the order a tenant's objects are first synced (namespaces first).
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Namespace,
         Kind::ServiceAccount,
         Kind::ConfigMap,
@@ -39,6 +41,7 @@ impl Kind {
         Kind::PersistentVolumeClaim,
         Kind::Ingress,
         Kind::NetworkPolicy,
+        Kind::PodDisruptionBudget,
         Kind::Pod,
     ];
 
@@ -55,6 +58,7 @@ impl Kind {
             Kind::PersistentVolumeClaim => "persistentvolumeclaim",
             Kind::Ingress => "ingress",
             Kind::NetworkPolicy => "networkpolicy",
+            Kind::PodDisruptionBudget => "poddisruptionbudget",
         }
     }
 }

@@ -86,6 +86,7 @@ impl Syncer {
             tenants.clone(),
             quota.clone(),
             config.sync_ingresses,
+            config.vnode_mode.clone(),
         );
         let (vc_store, vc_writer) = reflector::store();
         let ctx = Arc::new(Context {

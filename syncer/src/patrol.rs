@@ -7,6 +7,7 @@ use std::{collections::HashMap, sync::Arc, time::Instant};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount},
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
 };
 use kube::{Api, Resource, ResourceExt};
 
@@ -93,6 +94,7 @@ pub async fn scan(ctx: &Context) -> Findings {
             findings += scan_kind::<Ingress>(ctx, &tenant);
         }
         findings += scan_kind::<NetworkPolicy>(ctx, &tenant);
+        findings += scan_kind::<PodDisruptionBudget>(ctx, &tenant);
         findings += scan_pods(ctx, &tenant);
         findings += scan_vnodes(ctx, &tenant);
     }
@@ -311,14 +313,30 @@ fn scan_vnodes(ctx: &Context, tenant: &Tenant) -> Findings {
         .collect();
     for vnode in tenant.stores.vnodes.state() {
         let name = vnode.name_any();
-        let super_exists = ctx
+        let super_node = ctx
             .supers
             .nodes
-            .get(&kube::runtime::reflector::ObjectRef::new(&name))
-            .is_some();
-        if !super_exists || !used.contains(&name) {
+            .get(&kube::runtime::reflector::ObjectRef::new(&name));
+        let wanted = super_node
+            .as_ref()
+            .is_some_and(|node| crate::resources::vnode::wanted(ctx, tenant, node));
+        if super_node.is_none() || (!used.contains(&name) && !wanted) {
             findings.stale_vnodes += 1;
             found(ctx, "node", "stale-vnode");
+            ctx.queues.up.add(&tenant.id, UpItem::Node { name });
+        }
+    }
+    // Nodes the tenant should see but does not (outside `pods` mode).
+    for node in ctx.supers.nodes.state() {
+        let name = node.name_any();
+        let missing = tenant
+            .stores
+            .vnodes
+            .get(&kube::runtime::reflector::ObjectRef::new(&name))
+            .is_none();
+        if missing && crate::resources::vnode::wanted(ctx, tenant, &node) {
+            findings.stale_vnodes += 1;
+            found(ctx, "node", "missing-vnode");
             ctx.queues.up.add(&tenant.id, UpItem::Node { name });
         }
     }

@@ -12,6 +12,7 @@ use k8s_openapi::api::{
         ServiceAccount,
     },
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
     rbac::v1::RoleBinding,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
@@ -60,6 +61,8 @@ pub struct SuperStores {
     pub ingresses: Option<Store<Ingress>>,
     /// Tenant NetworkPolicies and the isolating ones the syncer keeps.
     pub network_policies: Store<NetworkPolicy>,
+    /// Tenant PodDisruptionBudgets.
+    pub disruption_budgets: Store<PodDisruptionBudget>,
     /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
     pub role_bindings: Store<RoleBinding>,
     /// Every node.
@@ -89,6 +92,7 @@ impl SuperStores {
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
         sync_ingresses: bool,
+        vnode_mode: crate::config::VNodeMode,
     ) -> Self {
         let ours = watcher::Config::default().labels(LABEL_VC_NAME);
         let _span = tracing::info_span!("super").entered();
@@ -237,6 +241,7 @@ impl SuperStores {
             |namespace, name| UpItem::PersistentVolumeClaim { namespace, name }
         );
         let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
+        let disruption_budgets = downward!(PodDisruptionBudget, Kind::PodDisruptionBudget);
         let network_policies = {
             let queue = queues.down.clone();
             let (store, task) = reflect(
@@ -272,6 +277,8 @@ impl SuperStores {
 
         let nodes = {
             let (queue, tenants) = (queues.up.clone(), tenants.clone());
+            // Outside `pods` mode every tenant may see every node: each looks at every node's changes.
+            let every_tenant = vnode_mode != crate::config::VNodeMode::Pods;
             let (store, task) = reflect_with(
                 Api::<Node>::all(client.clone()),
                 watcher::Config::default(),
@@ -284,7 +291,7 @@ impl SuperStores {
                             .vnodes
                             .get(&kube::runtime::reflector::ObjectRef::new(&name))
                             .is_some();
-                        if has_vnode {
+                        if has_vnode || every_tenant {
                             queue.add(&tenant.id, UpItem::Node { name: name.clone() });
                         }
                     }
@@ -356,6 +363,7 @@ impl SuperStores {
             claims,
             ingresses,
             network_policies,
+            disruption_budgets,
             role_bindings,
             nodes,
             volumes,
@@ -379,6 +387,7 @@ impl SuperStores {
             self.service_accounts.wait_until_ready(),
             self.claims.wait_until_ready(),
             self.network_policies.wait_until_ready(),
+            self.disruption_budgets.wait_until_ready(),
             self.role_bindings.wait_until_ready(),
             self.nodes.wait_until_ready(),
             self.volumes.wait_until_ready(),
@@ -453,6 +462,7 @@ impl SuperStores {
             claims: store().0,
             ingresses: None,
             network_policies,
+            disruption_budgets: store().0,
             role_bindings,
             nodes: store().0,
             volumes: store().0,

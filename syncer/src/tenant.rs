@@ -8,6 +8,7 @@ use k8s_openapi::api::{
         ServiceAccount,
     },
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -60,6 +61,8 @@ pub struct TenantStores {
     pub ingresses: Option<Store<Ingress>>,
     /// NetworkPolicies.
     pub network_policies: Store<NetworkPolicy>,
+    /// PodDisruptionBudgets.
+    pub disruption_budgets: Store<PodDisruptionBudget>,
     /// vNodes.
     pub vnodes: Store<Node>,
     /// PersistentVolumes the syncer made.
@@ -321,6 +324,7 @@ impl Tenant {
         let claims = downward!(Kind::PersistentVolumeClaim);
         let ingresses = sync_ingresses.then(|| downward!(Kind::Ingress));
         let network_policies = downward!(Kind::NetworkPolicy);
+        let disruption_budgets = downward!(Kind::PodDisruptionBudget);
 
         macro_rules! upward {
             ($type:ty, $kind:expr, $selector:expr, $item:expr) => {{
@@ -380,6 +384,7 @@ impl Tenant {
                 claims,
                 ingresses,
                 network_policies,
+                disruption_budgets,
                 vnodes,
                 volumes,
                 storage_classes,
@@ -443,6 +448,7 @@ impl Tenant {
             s.service_accounts.wait_until_ready(),
             s.claims.wait_until_ready(),
             s.network_policies.wait_until_ready(),
+            s.disruption_budgets.wait_until_ready(),
             s.vnodes.wait_until_ready(),
             s.volumes.wait_until_ready(),
             s.storage_classes.wait_until_ready(),
@@ -569,6 +575,7 @@ impl Tenant {
                 claims,
                 ingresses: None,
                 network_policies: store().0,
+                disruption_budgets: store().0,
                 vnodes,
                 volumes: store().0,
                 storage_classes: store().0,

@@ -9,6 +9,7 @@ use std::{
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, PersistentVolumeClaim, Secret, Service, ServiceAccount},
     networking::v1::{Ingress, NetworkPolicy},
+    policy::v1::PodDisruptionBudget,
 };
 
 use crate::{
@@ -82,6 +83,7 @@ async fn sync_down_item(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Resu
         Kind::PersistentVolumeClaim => sync_down::<PersistentVolumeClaim>(ctx, tenant, item).await,
         Kind::Ingress => sync_down::<Ingress>(ctx, tenant, item).await,
         Kind::NetworkPolicy => sync_down::<NetworkPolicy>(ctx, tenant, item).await,
+        Kind::PodDisruptionBudget => sync_down::<PodDisruptionBudget>(ctx, tenant, item).await,
     }
 }
 

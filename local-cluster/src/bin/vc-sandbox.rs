@@ -39,6 +39,11 @@ struct Args {
     /// Simulated nodes even when real ones could run (pods are marked Running; nothing runs).
     #[arg(long)]
     simulated_nodes: bool,
+    /// Which super nodes tenants see (the syncer's --vnode-mode): `pods` (where their pods run),
+    /// `usable` (every node they may use, from the start, schedulable: what conformance tests expect) or
+    /// `selected:key=value[,...]`.
+    #[arg(long, default_value = "usable")]
+    vnode_mode: syncer::config::VNodeMode,
     /// Download the Kubernetes binaries that are missing, for the pinned release, from the official release
     /// site into a cache folder, each checked against its published SHA-256 checksum.
     #[arg(long)]
@@ -154,6 +159,7 @@ async fn main() -> ExitCode {
         nodes: args.nodes,
         node_kind,
         dir: args.dir.clone(),
+        vnode_mode: args.vnode_mode.clone(),
         ..SandboxOptions::default()
     })
     .await

@@ -395,6 +395,28 @@ async fn heartbeat(client: Client, nodes: Vec<String>) {
     }
 }
 
+/// The node names a pod's required node affinity pins it to (`matchFields` on `metadata.name`, as the
+/// DaemonSet controller writes), if it does.
+fn pinned_nodes(pod: &Pod) -> Option<Vec<String>> {
+    let terms = &pod
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    let names: Vec<String> = terms
+        .iter()
+        .flat_map(|term| term.match_fields.iter().flatten())
+        .filter(|field| field.key == "metadata.name" && field.operator == "In")
+        .flat_map(|field| field.values.iter().flatten().cloned())
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
 fn is_terminal(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -427,7 +449,16 @@ impl Shared {
     }
 
     async fn bind(&self, pod: &Pod) -> Result<(), kube::Error> {
-        let node = &self.node_list[self.next_node.fetch_add(1, Ordering::Relaxed) % self.node_list.len()];
+        // A pod pinned to named nodes (a DaemonSet's) goes to one of them, as a scheduler would place it;
+        // one pinned only to others' nodes is left alone. Every other pod goes round-robin.
+        let pinned = pinned_nodes(pod);
+        let node = match &pinned {
+            Some(names) => match self.node_list.iter().find(|n| names.contains(n)) {
+                Some(node) => node,
+                None => return Ok(()),
+            },
+            None => &self.node_list[self.next_node.fetch_add(1, Ordering::Relaxed) % self.node_list.len()],
+        };
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);

@@ -8,6 +8,7 @@ use k8s_openapi::{
             ServiceAccount, ServicePort, ServiceSpec,
         },
         networking::v1::Ingress,
+        policy::v1::PodDisruptionBudget,
     },
     apimachinery::pkg::util::intstr::IntOrString,
 };
@@ -604,6 +605,36 @@ impl Downward for Ingress {
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
         Ok(Some(Ingress {
+            metadata: cx.metadata(&tenant.metadata),
+            spec: tenant.spec.clone(),
+            status: None,
+        }))
+    }
+
+    fn view(object: &Self) -> Value {
+        serde_json::to_value(&object.spec).unwrap_or(Value::Null)
+    }
+}
+
+impl Downward for PodDisruptionBudget {
+    const KIND: Kind = Kind::PodDisruptionBudget;
+
+    fn tenant_store(stores: &TenantStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+        Some(&stores.disruption_budgets)
+    }
+
+    fn super_store(stores: &SuperStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+        Some(&stores.disruption_budgets)
+    }
+
+    fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
+        // The selector matches the super pods as it matches the tenant's: super pods carry the tenant
+        // pods' labels, and a namespaced budget only ever selects pods of its own (super) namespace. The
+        // status is the super cluster's disruption controller's; the tenant's own computes the tenant's.
+        if !cx.ctx.config.sync_disruption_budgets {
+            return Ok(None);
+        }
+        Ok(Some(PodDisruptionBudget {
             metadata: cx.metadata(&tenant.metadata),
             spec: tenant.spec.clone(),
             status: None,

@@ -323,6 +323,7 @@ pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
         "PersistentVolumeClaim" => "persistentvolumeclaim",
         "Ingress" => "ingress",
         "NetworkPolicy" => "networkpolicy",
+        "PodDisruptionBudget" => "poddisruptionbudget",
         "Node" => "node",
         "PersistentVolume" => "persistentvolume",
         "StorageClass" => "storageclass",

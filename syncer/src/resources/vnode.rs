@@ -1,15 +1,20 @@
-//! vNodes: a tenant's view of the super nodes its pods run on.
+//! vNodes: a tenant's view of the super nodes.
 //!
-//! A vNode appears when a tenant pod is bound to a super node, carries the super node's name, capacity,
-//! conditions and addresses (or vn-agent's Service address), is unschedulable, advertises vn-agent's port
-//! as its kubelet port, follows the super node's status, and is removed a grace period after the tenant's
-//! last pod left the node.
+//! A vNode carries the super node's name, labels, taints, capacity, conditions and addresses (or vn-agent's
+//! Service address), advertises vn-agent's port as its kubelet port, and follows the super node's status.
+//! Which super nodes a tenant sees is the platform's `--vnode-mode`:
+//! - `pods`: a vNode appears when a tenant pod is bound to a super node, is unschedulable, and is removed
+//!   a grace period after the tenant's last pod left the node;
+//! - `usable` and `selected:...`: every super node the tenant's pods may use (and that carries the
+//!   selected labels) is a vNode from attach on, schedulable (the tenant may cordon it), and stays while the
+//!   super node does; a node outside that set still appears where a pod of the tenant runs, as in `pods`.
 
 use std::{collections::BTreeMap, time::Instant};
 
 use crds::wellknown::LABEL_VIRTUAL_NODE;
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, Service,
+    Taint,
 };
 use kube::{
     Api, ResourceExt,
@@ -17,9 +22,9 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::Outcome;
+use super::{Outcome, pod::policy};
 use crate::{
-    config::VNodeAddresses,
+    config::{VNodeAddresses, VNodeMode},
     context::Context,
     error::{Error, Result, on_super, on_tenant},
     tenant::Tenant,
@@ -27,6 +32,36 @@ use crate::{
 
 fn params() -> PatchParams {
     PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force()
+}
+
+/// Annotation on a vNode: `scheduled` when the tenant sees it by `--vnode-mode` (schedulable; the tenant
+/// owns `spec.unschedulable`), `pods` when only because its pods run there (the syncer keeps it
+/// unschedulable). A change of mode re-applies the vNode once, which hands `spec.unschedulable` over.
+const ANNOTATION_VNODE_KIND: &str = "tenancy.x-k8s.io/vnode";
+
+/// Whether the tenant sees `super_node` by the platform's `--vnode-mode`, pods or not: it is usable (each
+/// NoSchedule/NoExecute taint one the tenant's pods may tolerate) and, if selected, carries the labels.
+pub fn wanted(ctx: &Context, tenant: &Tenant, super_node: &Node) -> bool {
+    let selected = match &ctx.config.vnode_mode {
+        VNodeMode::Pods => return false,
+        VNodeMode::Usable => true,
+        VNodeMode::Selected(labels) => {
+            let have = super_node.labels();
+            labels.iter().all(|(k, v)| have.get(k) == Some(v))
+        }
+    };
+    if !selected || super_node.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let settings = tenant.settings();
+    super_node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|taint| matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .all(|taint| policy::may_tolerate(&ctx.config.pod_policy, &settings.pod_policy, taint))
 }
 
 /// The address vNodes advertise, per the flag.
@@ -83,21 +118,24 @@ fn conditions_view(
     view
 }
 
-/// The vNode object (metadata and spec) and status for a super node.
-async fn desired(ctx: &Context, super_node: &Node) -> Result<(Node, Node)> {
+/// The vNode object (metadata and spec) and status for a super node; `wanted`: seen by `--vnode-mode`.
+async fn desired(ctx: &Context, super_node: &Node, wanted: bool) -> Result<(Node, Node)> {
     let name = super_node.name_any();
     let mut labels: BTreeMap<String, String> = super_node.labels().clone();
     labels.insert(LABEL_VIRTUAL_NODE.to_owned(), "true".to_owned());
+    let kind = if wanted { "scheduled" } else { "pods" };
     let node = Node {
         metadata: kube::api::ObjectMeta {
             name: Some(name.clone()),
             labels: Some(labels),
+            annotations: Some([(ANNOTATION_VNODE_KIND.to_owned(), kind.to_owned())].into()),
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            // Tenants have no scheduler of their own for these nodes: pods land on them by binding only.
-            unschedulable: Some(true),
-            taints: super_node.spec.as_ref().and_then(|s| s.taints.clone()),
+            // A node seen only for the pods bound to it takes no other: unschedulable. One the platform lets
+            // the tenant see is schedulable, and the tenant may cordon it (the field is then its own).
+            unschedulable: (!wanted).then_some(true),
+            // Taints are kept by `taints`, not applied: see there.
             ..Default::default()
         }),
         status: None,
@@ -127,6 +165,72 @@ async fn desired(ctx: &Context, super_node: &Node) -> Result<(Node, Node)> {
     Ok((node, status))
 }
 
+/// Prefix of the taints Kubernetes itself sets for node conditions (`not-ready`, `unreachable`,
+/// `unschedulable`, pressure taints).
+const CONDITION_TAINT_PREFIX: &str = "node.kubernetes.io/";
+
+/// The taints a vNode should carry, when they differ from what it carries: the super node's, plus the
+/// tenant's own (any other key). The tenant apiserver's `TaintNodesByCondition` admission gives every new
+/// node `node.kubernetes.io/not-ready`, which only a node lifecycle controller would take off again, and
+/// tenants run none for vNodes: condition taints follow the super node alone. Set by a merge patch that
+/// replaces the list, since a server-side apply could not take off what admission added.
+fn taints(vnode: &Node, super_node: &Node) -> Option<Vec<Taint>> {
+    let from_super: Vec<Taint> = super_node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let current: Vec<Taint> = vnode
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let mut desired = from_super.clone();
+    desired.extend(
+        current
+            .iter()
+            .filter(|taint| {
+                !taint.key.starts_with(CONDITION_TAINT_PREFIX)
+                    && !from_super.iter().any(|s| s.key == taint.key)
+            })
+            .cloned(),
+    );
+    let view = |taints: &[Taint]| {
+        let mut view: Vec<(String, Option<String>, String)> = taints
+            .iter()
+            .map(|t| (t.key.clone(), t.value.clone(), t.effect.clone()))
+            .collect();
+        view.sort();
+        view
+    };
+    (view(&desired) != view(&current)).then_some(desired)
+}
+
+/// Brings a vNode's taints in line (see [`taints`]); returns the writes made.
+async fn sync_taints(ctx: &Context, tenant: &Tenant, vnode: &Node, super_node: &Node) -> Result<u32> {
+    let Some(desired) = taints(vnode, super_node) else {
+        return Ok(0);
+    };
+    let name = vnode.name_any();
+    let patch = serde_json::json!({"spec": {"taints": desired}});
+    Api::<Node>::all(tenant.client.clone())
+        .patch(
+            &name,
+            &PatchParams {
+                field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(on_tenant(
+            &tenant.identity.cluster_key,
+            format!("updating the taints of vNode {name}"),
+        ))?;
+    ctx.metrics.tenant_write("node", "patch");
+    Ok(1)
+}
+
 /// Makes sure the tenant has a vNode for `node` before a pod is bound to it; returns the writes made.
 pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
     if tenant.stores.vnodes.get(&ObjectRef::new(node)).is_some() {
@@ -137,10 +241,12 @@ pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
         .nodes
         .get(&ObjectRef::new(node))
         .ok_or_else(|| Error::Conversion(format!("super node {node} is not in the cache yet")))?;
-    let (object, status) = desired(ctx, &super_node).await?;
+    let wanted = wanted(ctx, tenant, &super_node);
+    let (object, status) = desired(ctx, &super_node, wanted).await?;
     let api: Api<Node> = Api::all(tenant.client.clone());
     let context = format!("creating vNode {node}");
-    api.patch(node, &params(), &Patch::Apply(&object))
+    let created = api
+        .patch(node, &params(), &Patch::Apply(&object))
         .await
         .map_err(on_tenant(&tenant.identity.cluster_key, &context))?;
     api.patch_status(node, &params(), &Patch::Apply(&status))
@@ -148,7 +254,7 @@ pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
         .map_err(on_tenant(&tenant.identity.cluster_key, &context))?;
     ctx.metrics.tenant_write("node", "apply");
     ctx.metrics.tenant_write("node", "status");
-    Ok(2)
+    Ok(2 + sync_taints(ctx, tenant, &created, &super_node).await?)
 }
 
 /// Whether the tenant still has pods on a node.
@@ -162,19 +268,26 @@ fn has_pods(tenant: &Tenant, node: &str) -> bool {
 /// Syncs one vNode: follows the super node, and removes it when the super node is gone or the tenant's
 /// pods have been off it for the grace period.
 pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
+    let super_node = ctx.supers.nodes.get(&ObjectRef::new(name));
+    let wanted = super_node.as_ref().is_some_and(|node| wanted(ctx, tenant, node));
     let Some(vnode) = tenant.stores.vnodes.get(&ObjectRef::new(name)) else {
         tenant
             .vnode_idle_since
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        if wanted {
+            // Seen from the start (and again after the tenant deleted it).
+            return Ok(Outcome::Created {
+                writes: ensure(ctx, tenant, name).await?,
+            });
+        }
         return Ok(Outcome::InSync);
     };
     let api: Api<Node> = Api::all(tenant.client.clone());
-    let super_node = ctx.supers.nodes.get(&ObjectRef::new(name));
     let idle_for = {
         let mut idle = tenant.vnode_idle_since.lock().unwrap_or_else(|e| e.into_inner());
-        match has_pods(tenant, name) {
+        match wanted || has_pods(tenant, name) {
             true => {
                 idle.remove(name);
                 None
@@ -202,16 +315,16 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
         return Ok(Outcome::Deleted);
     }
     let super_node = super_node.expect("checked above");
-    let (object, status) = desired(ctx, &super_node).await?;
+    let (object, status) = desired(ctx, &super_node, wanted).await?;
     let mut writes = 0;
     let current_labels = vnode.labels();
     let labels_match = object
         .labels()
         .iter()
-        .all(|(k, v)| current_labels.get(k) == Some(v));
-    let spec_match = vnode.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-        && vnode.spec.as_ref().and_then(|s| s.taints.clone())
-            == object.spec.as_ref().and_then(|s| s.taints.clone());
+        .all(|(k, v)| current_labels.get(k) == Some(v))
+        && vnode.annotations().get(ANNOTATION_VNODE_KIND) == object.annotations().get(ANNOTATION_VNODE_KIND);
+    let unschedulable_match = wanted || vnode.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    let spec_match = unschedulable_match;
     if !labels_match || !spec_match {
         api.patch(name, &params(), &Patch::Apply(&object))
             .await
@@ -230,6 +343,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
         && have.addresses == want.addresses
         && have.daemon_endpoints == want.daemon_endpoints
         && have.node_info == want.node_info;
+    writes += sync_taints(ctx, tenant, &vnode, &super_node).await?;
     if !status_match {
         api.patch_status(name, &params(), &Patch::Apply(&status))
             .await
@@ -255,4 +369,45 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(taints: serde_json::Value) -> Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}, "spec": {"taints": taints}}))
+            .expect("node")
+    }
+
+    #[test]
+    fn vnode_taints_follow_the_super_node_and_keep_the_tenants_own() {
+        let super_node = node(serde_json::json!([{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]));
+        // Admission's not-ready taint goes, the super node's comes, the tenant's own stays.
+        let vnode = node(serde_json::json!([
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+            {"key": "team", "value": "x", "effect": "PreferNoSchedule"}
+        ]));
+        let desired = taints(&vnode, &super_node).expect("a change");
+        let keys: Vec<&str> = desired.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["gpu", "team"]);
+        // In line: nothing to write, whatever the order.
+        let in_line = node(serde_json::json!([
+            {"key": "team", "value": "x", "effect": "PreferNoSchedule"},
+            {"key": "gpu", "value": "a100", "effect": "NoSchedule"}
+        ]));
+        assert!(taints(&in_line, &super_node).is_none());
+        // A super taint's value changed: the vNode follows.
+        let changed = node(serde_json::json!([{"key": "gpu", "value": "h100", "effect": "NoSchedule"}]));
+        assert_eq!(
+            taints(&changed, &super_node).expect("a change")[0]
+                .value
+                .as_deref(),
+            Some("a100")
+        );
+        // A condition taint the super node carries stays.
+        let not_ready =
+            node(serde_json::json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]));
+        assert!(taints(&not_ready, &not_ready).is_none());
+    }
 }

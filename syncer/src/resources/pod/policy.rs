@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{
-    Capabilities, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SecurityContext, Toleration,
+    Capabilities, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SecurityContext, Taint, Toleration,
 };
 
 use crate::config::PlatformPodPolicy;
@@ -331,6 +331,16 @@ fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// Whether a tenant's pods may tolerate `taint`: whether a node with it is one they may use.
+pub fn may_tolerate(platform: &PlatformPodPolicy, tenant: &PodPolicy, taint: &Taint) -> bool {
+    let allowed = Allowed::of(
+        &platform.allowed_taints,
+        &platform.grantable_taints,
+        &tenant.allowed_taints,
+    );
+    allowed.value(&taint.key, taint.value.as_deref().unwrap_or_default())
 }
 
 fn tolerable(toleration: &Toleration, allowed: &Allowed<'_>) -> bool {
