@@ -4,11 +4,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use e2e::{
-    Binary,
-    tenancy::{Tenancy, TenancyOptions},
-    wait,
-};
 use k8s_openapi::api::{
     core::v1::{Namespace, Pod, ServiceAccount},
     policy::v1::PodDisruptionBudget,
@@ -16,6 +11,11 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client,
     api::{EvictParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions},
+    wait,
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig};
@@ -48,7 +48,7 @@ async fn evict(pods: &Api<Pod>, pod: &str) -> anyhow::Result<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn node_drains_respect_tenant_disruption_budgets() -> anyhow::Result<()> {
-    if !e2e::require("node_drains_respect_tenant_disruption_budgets", NEEDS) {
+    if !local_cluster::require("node_drains_respect_tenant_disruption_budgets", NEEDS) {
         return Ok(());
     }
     let tenancy = Tenancy::start(TenancyOptions {

@@ -12,12 +12,6 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use e2e::{
-    Binary, realnodes,
-    sandbox::{NodeKind, Sandbox, SandboxOptions},
-    tenancy::{Tenancy, TenancyOptions},
-    wait,
-};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Node, Pod},
@@ -25,6 +19,12 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
+};
+use local_cluster::{
+    Binary, realnodes,
+    sandbox::{NodeKind, Sandbox, SandboxOptions},
+    tenancy::{Tenancy, TenancyOptions},
+    wait,
 };
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig, config::VNodeMode};
@@ -140,7 +140,7 @@ async fn daemon_pods(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<()> {
-    if !e2e::require("tenants_see_the_nodes_they_may_use_from_the_start", NEEDS) {
+    if !local_cluster::require("tenants_see_the_nodes_they_may_use_from_the_start", NEEDS) {
         return Ok(());
     }
     let tenancy = Tenancy::start(TenancyOptions {
@@ -277,7 +277,7 @@ async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<(
 async fn a_tenant_daemonset_runs_a_real_container_on_every_node() -> anyhow::Result<()> {
     const TEST: &str = "a_tenant_daemonset_runs_a_real_container_on_every_node";
     let needs = [NEEDS, &[Binary::KubeScheduler]].concat();
-    if !e2e::require(TEST, &needs) || !realnodes::require(TEST) {
+    if !local_cluster::require(TEST, &needs) || !realnodes::require(TEST) {
         return Ok(());
     }
     let sandbox = Sandbox::start(SandboxOptions {
