@@ -940,3 +940,487 @@ pub enum ClearKind {
     /// Pods.
     Pods,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A_KEY: &str = "default-aaaaaa-a";
+    const B_KEY: &str = "default-bbbbbb-b";
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).expect("name")
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
+    fn owner(cluster: &str, namespace: &str) -> NamespaceOwner {
+        NamespaceOwner {
+            cluster: cluster.into(),
+            tenant_namespace: namespace.into(),
+        }
+    }
+
+    fn port(name: &str, number: u16) -> Port {
+        Port {
+            name: name.into(),
+            protocol: Protocol::Tcp,
+            port: number,
+        }
+    }
+
+    /// Tenants a and b, each with namespace `shop` holding Service `web` (different super IPs), a pod,
+    /// and for a: headless `db` with two ready endpoints (one a StatefulSet pod) and one not ready.
+    fn index() -> Index {
+        let mut index = Index::new();
+        for (key, web_ip, pod_ip) in [
+            (A_KEY, "10.96.0.10", "10.244.0.5"),
+            (B_KEY, "10.96.0.20", "10.244.0.6"),
+        ] {
+            index.set_domain(key.into(), "cluster.local");
+            let namespace = crds::naming::super_namespace(key, "shop");
+            index.set_namespace(&namespace, Some(owner(key, "shop")));
+            index.set_service(
+                &namespace,
+                "web",
+                Some(ServiceRecord {
+                    owner: owner(key, "shop"),
+                    kind: ServiceKind::ClusterIp(vec![ip(web_ip)]),
+                    ports: vec![port("http", 80)],
+                }),
+            );
+            index.set_pod(
+                &namespace,
+                "client",
+                Some(PodAddresses {
+                    cluster: key.into(),
+                    addresses: vec![ip(pod_ip)],
+                }),
+            );
+        }
+        let namespace = crds::naming::super_namespace(A_KEY, "shop");
+        index.set_service(
+            &namespace,
+            "db",
+            Some(ServiceRecord {
+                owner: owner(A_KEY, "shop"),
+                kind: ServiceKind::Headless,
+                ports: vec![port("pg", 5432)],
+            }),
+        );
+        index.set_slice(
+            &namespace,
+            "db-x1",
+            Some(Slice {
+                service: "db".into(),
+                endpoints: vec![
+                    Endpoint {
+                        addresses: vec![ip("10.244.1.7")],
+                        hostname: Some("db-0".into()),
+                        ready: true,
+                    },
+                    Endpoint {
+                        addresses: vec![ip("10.244.1.8")],
+                        hostname: None,
+                        ready: true,
+                    },
+                    Endpoint {
+                        addresses: vec![ip("10.244.1.9")],
+                        hostname: Some("db-2".into()),
+                        ready: false,
+                    },
+                ],
+                ports: vec![port("pg", 15432)],
+            }),
+        );
+        index
+    }
+
+    fn addresses(resolution: &Resolution) -> Vec<String> {
+        let Resolution::Found { answers, .. } = resolution else {
+            panic!("not found: {resolution:?}")
+        };
+        let mut out: Vec<String> = answers.iter().map(|r| r.data.to_string()).collect();
+        out.sort();
+        out
+    }
+
+    fn resolve(index: &Index, key: &str, query: &str, qtype: RecordType) -> Resolution {
+        index.resolve(key, &name(query), qtype, &[name("cluster.local.")])
+    }
+
+    #[test]
+    fn two_tenants_with_the_same_service_name_get_their_own_address() {
+        let index = index();
+        let a = resolve(&index, A_KEY, "web.shop.svc.cluster.local.", RecordType::A);
+        let b = resolve(&index, B_KEY, "web.shop.svc.cluster.local.", RecordType::A);
+        assert_eq!(addresses(&a), ["10.96.0.10"]);
+        assert_eq!(addresses(&b), ["10.96.0.20"]);
+        // No AAAA: the name exists without data of that type.
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "web.shop.svc.cluster.local.",
+                RecordType::AAAA
+            )),
+            Vec::<String>::new()
+        );
+        // Case does not matter.
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "WEB.Shop.SVC.cluster.local.",
+                RecordType::A
+            )),
+            ["10.96.0.10"]
+        );
+    }
+
+    #[test]
+    fn other_tenants_and_the_super_clusters_names_do_not_exist() {
+        let index = index();
+        // b has no `db`: a's does not leak.
+        assert!(matches!(
+            resolve(&index, B_KEY, "db.shop.svc.cluster.local.", RecordType::A),
+            Resolution::NxDomain { .. }
+        ));
+        // The super namespace's name as a tenant namespace, the super apiserver's Service, kube-dns.
+        let super_namespace = crds::naming::super_namespace(B_KEY, "shop");
+        for query in [
+            format!("web.{super_namespace}.svc.cluster.local."),
+            "kubernetes.default.svc.cluster.local.".to_owned(),
+            "kube-dns.kube-system.svc.cluster.local.".to_owned(),
+            "web.shop.svc.cluster.local.shop.svc.cluster.local.".to_owned(),
+            "shop.svc.cluster.local.".to_owned(),
+        ] {
+            assert!(
+                matches!(
+                    resolve(&index, A_KEY, &query, RecordType::A),
+                    Resolution::NxDomain { .. }
+                ),
+                "{query}"
+            );
+        }
+        // An unknown tenant has no names at all.
+        assert!(matches!(
+            resolve(&index, "nobody", "web.shop.svc.cluster.local.", RecordType::A),
+            Resolution::NxDomain { .. }
+        ));
+    }
+
+    #[test]
+    fn a_service_whose_annotations_name_another_tenant_is_not_answered() {
+        let mut index = index();
+        // A Service in a's super namespace that claims to be b's (or another namespace's) is nobody's.
+        let namespace = crds::naming::super_namespace(A_KEY, "shop");
+        index.set_service(
+            &namespace,
+            "stray",
+            Some(ServiceRecord {
+                owner: owner(B_KEY, "shop"),
+                kind: ServiceKind::ClusterIp(vec![ip("10.96.0.99")]),
+                ports: Vec::new(),
+            }),
+        );
+        for key in [A_KEY, B_KEY] {
+            assert!(matches!(
+                resolve(&index, key, "stray.shop.svc.cluster.local.", RecordType::A),
+                Resolution::NxDomain { .. }
+            ));
+        }
+        // A namespace whose annotations name another tenant namespace serves none.
+        index.set_namespace(&namespace, Some(owner(A_KEY, "other")));
+        assert!(matches!(
+            resolve(&index, A_KEY, "web.shop.svc.cluster.local.", RecordType::A),
+            Resolution::NxDomain { .. }
+        ));
+    }
+
+    #[test]
+    fn headless_services_answer_ready_endpoints_and_statefulset_hostnames() {
+        let index = index();
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "db.shop.svc.cluster.local.",
+                RecordType::A
+            )),
+            ["10.244.1.7", "10.244.1.8"]
+        );
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "db-0.db.shop.svc.cluster.local.",
+                RecordType::A
+            )),
+            ["10.244.1.7"]
+        );
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "10-244-1-8.db.shop.svc.cluster.local.",
+                RecordType::A
+            )),
+            ["10.244.1.8"]
+        );
+        // Not ready: no record.
+        assert!(matches!(
+            resolve(&index, A_KEY, "db-2.db.shop.svc.cluster.local.", RecordType::A),
+            Resolution::NxDomain { .. }
+        ));
+        // Endpoint names exist only under headless Services.
+        assert!(matches!(
+            resolve(&index, A_KEY, "x.web.shop.svc.cluster.local.", RecordType::A),
+            Resolution::NxDomain { .. }
+        ));
+    }
+
+    #[test]
+    fn srv_records_name_the_ports_and_their_targets() {
+        let index = index();
+        let Resolution::Found {
+            answers, additionals, ..
+        } = resolve(
+            &index,
+            A_KEY,
+            "_http._tcp.web.shop.svc.cluster.local.",
+            RecordType::SRV,
+        )
+        else {
+            panic!("no SRV")
+        };
+        assert_eq!(answers.len(), 1);
+        assert_eq!(
+            answers[0].data.to_string(),
+            "0 100 80 web.shop.svc.cluster.local."
+        );
+        assert_eq!(additionals[0].data.to_string(), "10.96.0.10");
+        // Headless: one per ready endpoint, at the endpoints' port.
+        let Resolution::Found {
+            answers, additionals, ..
+        } = resolve(
+            &index,
+            A_KEY,
+            "_pg._tcp.db.shop.svc.cluster.local.",
+            RecordType::SRV,
+        )
+        else {
+            panic!("no SRV")
+        };
+        let mut targets: Vec<String> = answers.iter().map(|r| r.data.to_string()).collect();
+        targets.sort();
+        assert_eq!(
+            targets,
+            [
+                "0 100 15432 10-244-1-8.db.shop.svc.cluster.local.",
+                "0 100 15432 db-0.db.shop.svc.cluster.local."
+            ]
+        );
+        assert_eq!(additionals.len(), 2);
+        // The bare Service name lists every named port.
+        let Resolution::Found { answers, .. } =
+            resolve(&index, A_KEY, "web.shop.svc.cluster.local.", RecordType::SRV)
+        else {
+            panic!("no SRV")
+        };
+        assert_eq!(
+            answers[0].name.to_ascii(),
+            "_http._tcp.web.shop.svc.cluster.local."
+        );
+        // Unknown port or protocol.
+        for query in [
+            "_https._tcp.web.shop.svc.cluster.local.",
+            "_http._udp.web.shop.svc.cluster.local.",
+        ] {
+            assert!(
+                matches!(
+                    resolve(&index, A_KEY, query, RecordType::SRV),
+                    Resolution::NxDomain { .. }
+                ),
+                "{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn external_names_are_cnames_chased_inside_the_zone_or_upstream() {
+        let mut index = index();
+        let namespace = crds::naming::super_namespace(A_KEY, "shop");
+        for (service, target) in [
+            ("ext", "db.example.com."),
+            ("alias", "web.shop.svc.cluster.local."),
+        ] {
+            index.set_service(
+                &namespace,
+                service,
+                Some(ServiceRecord {
+                    owner: owner(A_KEY, "shop"),
+                    kind: ServiceKind::ExternalName(name(target)),
+                    ports: Vec::new(),
+                }),
+            );
+        }
+        match resolve(&index, A_KEY, "ext.shop.svc.cluster.local.", RecordType::A) {
+            Resolution::Cname { answers, target } => {
+                assert_eq!(target.to_ascii(), "db.example.com.");
+                assert_eq!(answers[0].data.to_string(), "db.example.com.");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "alias.shop.svc.cluster.local.",
+                RecordType::A
+            )),
+            ["10.96.0.10", "web.shop.svc.cluster.local."]
+        );
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "ext.shop.svc.cluster.local.",
+                RecordType::CNAME
+            )),
+            ["db.example.com."]
+        );
+    }
+
+    #[test]
+    fn reverse_names_only_for_the_tenants_own_addresses() {
+        let index = index();
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "10.0.96.10.in-addr.arpa.",
+                RecordType::PTR
+            )),
+            ["web.shop.svc.cluster.local."]
+        );
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "7.1.244.10.in-addr.arpa.",
+                RecordType::PTR
+            )),
+            ["db-0.db.shop.svc.cluster.local."]
+        );
+        // b's Service address, from a: not found, and never forwarded (a private range).
+        assert!(matches!(
+            resolve(&index, A_KEY, "20.0.96.10.in-addr.arpa.", RecordType::PTR),
+            Resolution::NxDomain { .. }
+        ));
+        // A public address is the upstream's.
+        assert_eq!(
+            resolve(&index, A_KEY, "8.8.8.8.in-addr.arpa.", RecordType::PTR),
+            Resolution::Forward
+        );
+        assert_eq!(
+            reverse_address(&name(
+                "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa."
+            )),
+            Some(ip("fd00::1"))
+        );
+    }
+
+    #[test]
+    fn names_outside_the_zone_are_forwarded_except_the_super_clusters() {
+        let mut index = index();
+        assert_eq!(
+            resolve(&index, A_KEY, "example.com.", RecordType::A),
+            Resolution::Forward
+        );
+        // A tenant with its own domain: cluster.local is the super cluster's and never forwarded.
+        index.set_domain(B_KEY.into(), "tenant-b.local");
+        assert!(matches!(
+            resolve(
+                &index,
+                B_KEY,
+                "kubernetes.default.svc.cluster.local.",
+                RecordType::A
+            ),
+            Resolution::NxDomain { .. }
+        ));
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                B_KEY,
+                "web.shop.svc.tenant-b.local.",
+                RecordType::A
+            )),
+            ["10.96.0.20"]
+        );
+    }
+
+    #[test]
+    fn the_source_address_names_the_tenant_only_when_unambiguous() {
+        let mut index = index();
+        assert_eq!(index.tenant_of(ip("10.244.0.5")).as_deref(), Some(A_KEY));
+        assert_eq!(index.tenant_of(ip("10.244.0.6")).as_deref(), Some(B_KEY));
+        // A Service address or an endpoint is no pod: not a tenant.
+        assert_eq!(index.tenant_of(ip("10.96.0.10")), None);
+        assert_eq!(index.tenant_of(ip("192.0.2.1")), None);
+        // An address two tenants' pods claim (one going, one coming): nobody's.
+        let namespace = crds::naming::super_namespace(B_KEY, "shop");
+        index.set_pod(
+            &namespace,
+            "new",
+            Some(PodAddresses {
+                cluster: B_KEY.into(),
+                addresses: vec![ip("10.244.0.5")],
+            }),
+        );
+        assert_eq!(index.tenant_of(ip("10.244.0.5")), None);
+        index.set_pod(&namespace, "new", None);
+        assert_eq!(index.tenant_of(ip("10.244.0.5")).as_deref(), Some(A_KEY));
+        // A pod whose label names a tenant, in a namespace that is not that tenant's: nobody's.
+        index.set_pod(
+            &namespace,
+            "forged",
+            Some(PodAddresses {
+                cluster: A_KEY.into(),
+                addresses: vec![ip("10.244.9.9")],
+            }),
+        );
+        assert_eq!(index.tenant_of(ip("10.244.9.9")), None);
+    }
+
+    #[test]
+    fn updates_and_relists_keep_the_counts_and_reverse_entries_right() {
+        let mut index = index();
+        let before = index.records();
+        let namespace = crds::naming::super_namespace(A_KEY, "shop");
+        index.set_service(&namespace, "web", None);
+        assert_eq!(index.records(), before - 1);
+        assert!(matches!(
+            resolve(&index, A_KEY, "10.0.96.10.in-addr.arpa.", RecordType::PTR),
+            Resolution::NxDomain { .. }
+        ));
+        index.clear(ClearKind::Slices);
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "db.shop.svc.cluster.local.",
+                RecordType::A
+            )),
+            Vec::<String>::new()
+        );
+        index.clear(ClearKind::Pods);
+        index.clear(ClearKind::Services);
+        index.clear(ClearKind::Namespaces);
+        assert_eq!(index.records(), 0);
+        assert!(index.namespaces.is_empty());
+        assert!(index.addresses.is_empty());
+    }
+}

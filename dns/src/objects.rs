@@ -266,3 +266,115 @@ pub fn tenant_domain(vc: &crds::VirtualCluster) -> Option<(Key, String)> {
     let key = crds::naming::cluster_key_of(vc)?;
     Some((Key::from(key.as_str()), vc.spec.cluster_domain.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn meta(extra: serde_json::Value) -> serde_json::Value {
+        let mut meta = json!({
+            "name": "web", "namespace": "default-aaaaaa-a-shop",
+            "labels": {"tenancy.x-k8s.io/vcname": "a", "tenancy.x-k8s.io/cluster": "default-aaaaaa-a"},
+            "annotations": {"tenancy.x-k8s.io/cluster": "default-aaaaaa-a", "tenancy.x-k8s.io/namespace": "shop"}
+        });
+        if let (Some(meta), Some(extra)) = (meta.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+        meta
+    }
+
+    #[test]
+    fn services_become_records_and_hostile_values_are_left_out() {
+        let service: Service = serde_json::from_value(json!({
+            "metadata": meta(json!({})),
+            "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00::10"], "ports": [
+                {"name": "http", "port": 80}, {"port": 81}, {"name": "Bad.Name", "port": 82},
+                {"name": "dns", "port": 53, "protocol": "UDP"}
+            ]}
+        }))
+        .expect("service");
+        let record = service_record(&service).expect("record");
+        assert_eq!(record.owner.tenant_namespace.as_ref(), "shop");
+        assert_eq!(
+            record.kind,
+            ServiceKind::ClusterIp(vec![
+                "10.96.0.10".parse().expect("ip"),
+                "fd00::10".parse().expect("ip")
+            ])
+        );
+        let names: Vec<&str> = record.ports.iter().map(|p| &*p.name).collect();
+        assert_eq!(names, ["http", "dns"]);
+
+        for external in ["evil\\.name", "a..b", "", "x.y\u{0}z"] {
+            let service: Service = serde_json::from_value(json!({
+                "metadata": meta(json!({})),
+                "spec": {"type": "ExternalName", "externalName": external}
+            }))
+            .expect("service");
+            assert_eq!(service_record(&service), None, "{external:?}");
+        }
+        // Without the syncer's annotations: nobody's.
+        let service: Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "kube-system"},
+            "spec": {"clusterIP": "10.96.0.10"}
+        }))
+        .expect("service");
+        assert_eq!(service_record(&service), None);
+    }
+
+    #[test]
+    fn slices_keep_valid_hostnames_and_readiness() {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "db-x", "namespace": "n", "labels": {"kubernetes.io/service-name": "db"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "hostname": "db-0", "conditions": {"ready": true}},
+                {"addresses": ["10.0.0.2"], "hostname": "Evil.Host", "conditions": {"ready": false}},
+                {"addresses": ["not-an-ip"]}
+            ],
+            "ports": [{"name": "pg", "port": 5432}]
+        }))
+        .expect("slice");
+        let record = slice_record(&slice).expect("record");
+        assert_eq!(record.endpoints.len(), 2);
+        assert_eq!(record.endpoints[0].hostname.as_deref(), Some("db-0"));
+        assert_eq!(record.endpoints[1].hostname, None);
+        assert!(!record.endpoints[1].ready);
+        assert_eq!(record.ports[0].port, 5432);
+    }
+
+    #[test]
+    fn only_live_pods_off_the_host_network_with_agreeing_identity_have_addresses() {
+        let pod =
+            |spec: serde_json::Value, status: serde_json::Value, metadata: serde_json::Value| -> PodView {
+                serde_json::from_value(json!({"metadata": metadata, "spec": spec, "status": status}))
+                    .expect("pod")
+            };
+        let running = json!({"phase": "Running", "podIP": "10.244.0.5", "podIPs": [{"ip": "10.244.0.5"}]});
+        let found = pod_addresses(&pod(json!({}), running.clone(), meta(json!({})))).expect("addresses");
+        assert_eq!(found.cluster.as_ref(), "default-aaaaaa-a");
+        assert_eq!(found.addresses, vec!["10.244.0.5".parse::<IpAddr>().expect("ip")]);
+        assert_eq!(
+            pod_addresses(&pod(
+                json!({"hostNetwork": true}),
+                running.clone(),
+                meta(json!({}))
+            )),
+            None
+        );
+        assert_eq!(
+            pod_addresses(&pod(
+                json!({}),
+                json!({"phase": "Succeeded", "podIP": "10.244.0.5"}),
+                meta(json!({}))
+            )),
+            None
+        );
+        let disagreeing = meta(json!({"labels": {"tenancy.x-k8s.io/cluster": "default-bbbbbb-b"}}));
+        assert_eq!(pod_addresses(&pod(json!({}), running, disagreeing)), None);
+    }
+}
