@@ -40,6 +40,31 @@ pub use metrics::Metrics;
 pub use settings::{Args, Settings};
 use watch::SharedIndex;
 
+/// Binds UDP and TCP on the same address. With port 0 the kernel picks the UDP port, and that port may be
+/// taken for TCP: then another is tried.
+async fn bind(address: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr)> {
+    let listen = |protocol: &'static str| {
+        move |source| Error::Listen {
+            addr: address,
+            protocol,
+            source,
+        }
+    };
+    let mut attempts = 0;
+    loop {
+        let udp = UdpSocket::bind(address).await.map_err(listen("udp"))?;
+        let local = udp.local_addr().map_err(listen("udp"))?;
+        match TcpListener::bind(local).await {
+            Ok(tcp) => return Ok((udp, tcp, local)),
+            Err(error) if address.port() == 0 && attempts < 20 => {
+                attempts += 1;
+                tracing::debug!(%error, port = local.port(), "TCP port taken; another");
+            }
+            Err(error) => return Err(listen("tcp")(error)),
+        }
+    }
+}
+
 /// A running vc-dns.
 pub struct Dns {
     local_addr: SocketAddr,
@@ -82,25 +107,7 @@ impl Dns {
         watches: CancellationToken,
     ) -> Result<Self> {
         let forwarder = upstream::Forwarder::new(&settings.upstream, settings.upstream_timeout)?;
-        let udp = UdpSocket::bind(settings.listen_address)
-            .await
-            .map_err(|source| Error::Listen {
-                addr: settings.listen_address,
-                protocol: "udp",
-                source,
-            })?;
-        let local_addr = udp.local_addr().map_err(|source| Error::Listen {
-            addr: settings.listen_address,
-            protocol: "udp",
-            source,
-        })?;
-        let tcp = TcpListener::bind(local_addr)
-            .await
-            .map_err(|source| Error::Listen {
-                addr: local_addr,
-                protocol: "tcp",
-                source,
-            })?;
+        let (udp, tcp, local_addr) = bind(settings.listen_address).await?;
         let limits = limits::Limits::new(
             settings.tenant_qps,
             settings.tenant_burst,

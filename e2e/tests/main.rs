@@ -10,6 +10,7 @@ mod vc_manager_support;
 
 mod api;
 mod chart;
+mod dns;
 mod download;
 mod harness;
 mod hostile;
