@@ -137,10 +137,10 @@ pub struct PodAddresses {
 #[derive(Debug, Default)]
 struct Namespace {
     owner: Option<NamespaceOwner>,
-    services: HashMap<Box<str>, ServiceRecord>,
+    services: HashMap<Arc<str>, ServiceRecord>,
     /// Slices by Service name, then slice name.
-    slices: HashMap<Box<str>, HashMap<Box<str>, Slice>>,
-    pods: HashMap<Box<str>, PodAddresses>,
+    slices: HashMap<Arc<str>, HashMap<Arc<str>, Slice>>,
+    pods: HashMap<Arc<str>, PodAddresses>,
 }
 
 impl Namespace {
@@ -153,15 +153,15 @@ impl Namespace {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Use {
     /// A Service's cluster IP.
-    ClusterIp { namespace: Box<str>, service: Box<str> },
+    ClusterIp { namespace: Arc<str>, service: Arc<str> },
     /// An endpoint of a Service.
     Endpoint {
-        namespace: Box<str>,
-        service: Box<str>,
-        slice: Box<str>,
+        namespace: Arc<str>,
+        service: Arc<str>,
+        slice: Arc<str>,
     },
     /// A pod's address.
-    Pod { namespace: Box<str>, pod: Box<str> },
+    Pod { namespace: Arc<str>, pod: Arc<str> },
 }
 
 /// The index of every tenant's names.
@@ -169,8 +169,8 @@ enum Use {
 pub struct Index {
     /// Cluster domain (lower case, no trailing dot) of every tenant, from VirtualClusters.
     domains: HashMap<Key, Name>,
-    namespaces: HashMap<Box<str>, Namespace>,
-    addresses: HashMap<IpAddr, HashSet<Use>>,
+    namespaces: HashMap<Arc<str>, Namespace>,
+    addresses: HashMap<IpAddr, Vec<Use>>,
     records: usize,
 }
 
@@ -355,13 +355,27 @@ impl Index {
         }
     }
 
+    /// The namespace's name as the index holds it (one allocation shared by every entry that names it).
+    fn shared_namespace(&mut self, namespace: &str) -> Arc<str> {
+        if let Some((key, _)) = self.namespaces.get_key_value(namespace) {
+            return key.clone();
+        }
+        let key: Arc<str> = Arc::from(namespace);
+        self.namespaces.insert(key.clone(), Namespace::default());
+        key
+    }
+
     fn add_use(&mut self, ip: IpAddr, used: Use) {
-        self.addresses.entry(ip).or_default().insert(used);
+        // Almost every address has one use: a vector of one, not a set.
+        let uses = self.addresses.entry(ip).or_default();
+        if !uses.contains(&used) {
+            uses.push(used);
+        }
     }
 
     fn remove_use(&mut self, ip: &IpAddr, used: &Use) {
         if let Some(uses) = self.addresses.get_mut(ip) {
-            uses.remove(used);
+            uses.retain(|u| u != used);
             if uses.is_empty() {
                 self.addresses.remove(ip);
             }
@@ -380,14 +394,19 @@ impl Index {
 
     /// Records (`Some`) or forgets (`None`) a super Service.
     pub fn set_service(&mut self, namespace: &str, name: &str, service: Option<ServiceRecord>) {
-        let old = self.namespace_mut(namespace).services.remove(name);
-        if let Some(old) = &old {
+        let shared = self.shared_namespace(namespace);
+        let old = self.namespace_mut(namespace).services.remove_entry(name);
+        let key: Arc<str> = match &old {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(name),
+        };
+        let used = Use::ClusterIp {
+            namespace: shared,
+            service: key.clone(),
+        };
+        if let Some((_, old)) = &old {
             self.records -= 1;
             if let ServiceKind::ClusterIp(ips) = &old.kind {
-                let used = Use::ClusterIp {
-                    namespace: namespace.into(),
-                    service: name.into(),
-                };
                 for ip in ips {
                     self.remove_use(ip, &used);
                 }
@@ -395,18 +414,12 @@ impl Index {
         }
         if let Some(service) = service {
             if let ServiceKind::ClusterIp(ips) = &service.kind {
-                let used = Use::ClusterIp {
-                    namespace: namespace.into(),
-                    service: name.into(),
-                };
                 for ip in ips {
                     self.add_use(*ip, used.clone());
                 }
             }
             self.records += 1;
-            self.namespace_mut(namespace)
-                .services
-                .insert(name.into(), service);
+            self.namespace_mut(namespace).services.insert(key, service);
         }
         self.prune(namespace);
     }
@@ -431,12 +444,14 @@ impl Index {
                 entry.slices.remove(&service);
             }
         }
+        let shared = self.shared_namespace(namespace);
+        let slice_name: Arc<str> = Arc::from(name);
         if let Some(old) = old {
             self.records -= 1;
             let used = Use::Endpoint {
-                namespace: namespace.into(),
-                service: old.service.clone(),
-                slice: name.into(),
+                namespace: shared.clone(),
+                service: Arc::from(&*old.service),
+                slice: slice_name.clone(),
             };
             for endpoint in &old.endpoints {
                 for ip in &endpoint.addresses {
@@ -445,10 +460,11 @@ impl Index {
             }
         }
         if let Some(slice) = slice {
+            let service: Arc<str> = Arc::from(&*slice.service);
             let used = Use::Endpoint {
-                namespace: namespace.into(),
-                service: slice.service.clone(),
-                slice: name.into(),
+                namespace: shared,
+                service: service.clone(),
+                slice: slice_name.clone(),
             };
             for endpoint in &slice.endpoints {
                 for ip in &endpoint.addresses {
@@ -458,18 +474,19 @@ impl Index {
             self.records += 1;
             self.namespace_mut(namespace)
                 .slices
-                .entry(slice.service.clone())
+                .entry(service)
                 .or_default()
-                .insert(name.into(), slice);
+                .insert(slice_name, slice);
         }
         self.prune(namespace);
     }
 
     /// Records (`Some`) or forgets (`None`) a tenant pod's addresses.
     pub fn set_pod(&mut self, namespace: &str, name: &str, pod: Option<PodAddresses>) {
+        let key: Arc<str> = Arc::from(name);
         let used = Use::Pod {
-            namespace: namespace.into(),
-            pod: name.into(),
+            namespace: self.shared_namespace(namespace),
+            pod: key.clone(),
         };
         if let Some(old) = self.namespace_mut(namespace).pods.remove(name) {
             self.records -= 1;
@@ -482,14 +499,14 @@ impl Index {
                 self.add_use(*ip, used.clone());
             }
             self.records += 1;
-            self.namespace_mut(namespace).pods.insert(name.into(), pod);
+            self.namespace_mut(namespace).pods.insert(key, pod);
         }
         self.prune(namespace);
     }
 
     /// Forgets every object of a kind, before a watch relists.
     pub fn clear(&mut self, kind: ClearKind) {
-        let namespaces: Vec<Box<str>> = self.namespaces.keys().cloned().collect();
+        let namespaces: Vec<Arc<str>> = self.namespaces.keys().cloned().collect();
         for namespace in namespaces {
             let Some(entry) = self.namespaces.get(&namespace) else {
                 continue;
@@ -497,20 +514,20 @@ impl Index {
             match kind {
                 ClearKind::Namespaces => self.set_namespace(&namespace, None),
                 ClearKind::Services => {
-                    let names: Vec<Box<str>> = entry.services.keys().cloned().collect();
+                    let names: Vec<Arc<str>> = entry.services.keys().cloned().collect();
                     for name in names {
                         self.set_service(&namespace, &name, None);
                     }
                 }
                 ClearKind::Slices => {
-                    let names: Vec<Box<str>> =
+                    let names: Vec<Arc<str>> =
                         entry.slices.values().flat_map(|s| s.keys().cloned()).collect();
                     for name in names {
                         self.set_slice(&namespace, &name, None);
                     }
                 }
                 ClearKind::Pods => {
-                    let names: Vec<Box<str>> = entry.pods.keys().cloned().collect();
+                    let names: Vec<Arc<str>> = entry.pods.keys().cloned().collect();
                     for name in names {
                         self.set_pod(&namespace, &name, None);
                     }

@@ -40,6 +40,24 @@ pub use metrics::Metrics;
 pub use settings::{Args, Settings};
 use watch::SharedIndex;
 
+/// Receive buffer of the UDP socket: a burst of queries from many pods waits here rather than being dropped
+/// by the kernel (the default is a few hundred KiB; the kernel caps it at `net.core.rmem_max`).
+const UDP_RECEIVE_BUFFER: usize = 8 << 20;
+
+fn udp_socket(address: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    if let Err(error) = socket.set_recv_buffer_size(UDP_RECEIVE_BUFFER) {
+        tracing::debug!(%error, "UDP receive buffer left at the default");
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    UdpSocket::from_std(socket.into())
+}
+
 /// Binds UDP and TCP on the same address. With port 0 the kernel picks the UDP port, and that port may be
 /// taken for TCP: then another is tried.
 async fn bind(address: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr)> {
@@ -52,7 +70,7 @@ async fn bind(address: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr
     };
     let mut attempts = 0;
     loop {
-        let udp = UdpSocket::bind(address).await.map_err(listen("udp"))?;
+        let udp = udp_socket(address).map_err(listen("udp"))?;
         let local = udp.local_addr().map_err(listen("udp"))?;
         match TcpListener::bind(local).await {
             Ok(tcp) => return Ok((udp, tcp, local)),

@@ -747,6 +747,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         vc_manager: service_account_of(&rendered, "vc-manager")?,
         syncer: service_account_of(&rendered, "syncer")?,
         vn_agent: service_account_of(&rendered, "vn-agent")?,
+        dns: service_account_of(&rendered, "vc-dns")?,
         ca_bundle: ca_bundle_of(&rendered)?,
     };
     eprintln!("running as {accounts:?}");

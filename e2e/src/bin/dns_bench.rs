@@ -22,10 +22,7 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::{
-        Arc, RwLock,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, RwLock},
     time::{Duration, Instant},
 };
 
@@ -48,6 +45,9 @@ struct Options {
     /// Client pods (spread over the tenants), each a socket on its own loopback address.
     #[arg(long, default_value_t = 1000)]
     clients: usize,
+    /// Tasks sending the queries, each taking turns over its share of the client sockets.
+    #[arg(long, default_value_t = 50)]
+    senders: usize,
     /// Paced query rate.
     #[arg(long, default_value_t = 10_000)]
     qps: u64,
@@ -177,35 +177,44 @@ struct Tally {
     bad: u64,
 }
 
-/// One client: asks from its own address, `interval` apart (`None`: as fast as it is answered), until
-/// `until`.
-async fn client(
+/// One sender: asks from its clients' addresses in turn, `interval` apart (`None`: as fast as it is
+/// answered), until `until`.
+async fn sender(
     server: SocketAddr,
     index: usize,
     options: Arc<Options>,
     interval: Option<Duration>,
     start: Instant,
     until: Instant,
-    sent: Arc<AtomicU64>,
 ) -> Tally {
-    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(client_ip(index)), 0))
-        .await
-        .expect("client socket");
-    socket.connect(server).await.expect("connect");
+    let mut sockets = Vec::new();
+    for client in (index..options.clients).step_by(options.senders) {
+        let socket = tokio::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(client_ip(client)), 0))
+            .await
+            .expect("client socket");
+        socket.connect(server).await.expect("connect");
+        sockets.push(socket);
+    }
     let mut tally = Tally::default();
     let mut buffer = vec![0u8; 4096];
-    let mut next = start + interval.map_or(Duration::ZERO, |i| i.mul_f64((index % 1000) as f64 / 1000.0));
+    let mut next = start
+        + interval.map_or(Duration::ZERO, |i| {
+            i.mul_f64(index as f64 / options.senders as f64)
+        });
     let mut id: u16 = (index as u16).wrapping_mul(31);
     let mut draw = index as u64 * 7;
+    let mut turn = 0;
     loop {
         if let Some(interval) = interval {
             tokio::time::sleep_until(next.into()).await;
             next += interval;
         }
         let now = Instant::now();
-        if now >= until {
+        if now >= until || sockets.is_empty() {
             return tally;
         }
+        let socket = &sockets[turn % sockets.len()];
+        turn += 1;
         id = id.wrapping_add(1);
         draw = draw
             .wrapping_mul(6364136223846793005)
@@ -214,31 +223,34 @@ async fn client(
         message.metadata.recursion_desired = true;
         message.add_query(Query::query(query_name(&options, draw >> 33), RecordType::A));
         let bytes = message.to_vec().expect("encode");
-        sent.fetch_add(1, Ordering::Relaxed);
         if socket.send(&bytes).await.is_err() {
             tally.lost += 1;
             continue;
         }
-        match tokio::time::timeout(Duration::from_secs(1), socket.recv(&mut buffer)).await {
-            Ok(Ok(length)) => {
-                let elapsed = now.elapsed();
-                match Message::from_vec(&buffer[..length]) {
-                    Ok(reply)
-                        if reply.metadata.id == id
-                            && matches!(
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), socket.recv(&mut buffer)).await {
+                Ok(Ok(length)) => {
+                    let elapsed = now.elapsed();
+                    match Message::from_vec(&buffer[..length]) {
+                        // A late answer to an earlier query of this socket: wait for this one.
+                        Ok(reply) if reply.metadata.id != id => continue,
+                        Ok(reply)
+                            if matches!(
                                 reply.metadata.response_code,
                                 ResponseCode::NoError | ResponseCode::NXDomain
                             ) =>
-                    {
-                        tally.answered += 1;
-                        tally
-                            .latencies
-                            .push(elapsed.as_micros().min(u32::MAX as u128) as u32);
+                        {
+                            tally.answered += 1;
+                            tally
+                                .latencies
+                                .push(elapsed.as_micros().min(u32::MAX as u128) as u32);
+                        }
+                        _ => tally.bad += 1,
                     }
-                    _ => tally.bad += 1,
                 }
+                _ => tally.lost += 1,
             }
-            _ => tally.lost += 1,
+            break;
         }
     }
 }
@@ -246,23 +258,12 @@ async fn client(
 async fn run(server: SocketAddr, options: &Arc<Options>, interval: Option<Duration>, seconds: f64) -> Tally {
     let start = Instant::now() + Duration::from_millis(100);
     let until = start + Duration::from_secs_f64(seconds);
-    let sent = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..options.clients)
-        .map(|i| {
-            tokio::spawn(client(
-                server,
-                i,
-                options.clone(),
-                interval,
-                start,
-                until,
-                sent.clone(),
-            ))
-        })
+    let tasks: Vec<_> = (0..options.senders)
+        .map(|i| tokio::spawn(sender(server, i, options.clone(), interval, start, until)))
         .collect();
     let mut total = Tally::default();
     for task in tasks {
-        let tally = task.await.expect("client");
+        let tally = task.await.expect("sender");
         total.latencies.extend(tally.latencies);
         total.answered += tally.answered;
         total.lost += tally.lost;
@@ -300,51 +301,72 @@ fn main() -> anyhow::Result<()> {
         options.clients <= 65_000,
         "at most 65000 clients (one loopback address each)"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let before = rss_bytes();
-        let mut index = Index::new();
-        let filling = Instant::now();
-        let services = fill(&mut index, &options);
-        let filled = filling.elapsed();
-        let after = rss_bytes();
-        let objects = index.records();
-        println!(
-            "index: {} tenants, {services} Services (each with an EndpointSlice of 3 endpoints), {} client pods: {objects} objects, filled in {filled:?}",
-            options.tenants, options.clients
-        );
-        println!(
-            "memory: {:.1} MiB resident for the index, {:.0} bytes per Service with its endpoints, {:.0} bytes per object",
-            (after.saturating_sub(before)) as f64 / 1048576.0,
-            after.saturating_sub(before) as f64 / services as f64,
-            after.saturating_sub(before) as f64 / objects as f64,
-        );
+    anyhow::ensure!(
+        options.senders >= 1 && options.senders <= options.clients,
+        "1 to --clients senders"
+    );
+    // The server and the clients on runtimes of their own, as they would be in separate processes (they
+    // still share this machine's cores).
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dns-server")
+        .enable_all()
+        .build()?;
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dns-clients")
+        .enable_all()
+        .build()?;
+    let before = rss_bytes();
+    let mut index = Index::new();
+    let filling = Instant::now();
+    let services = fill(&mut index, &options);
+    let filled = filling.elapsed();
+    let after = rss_bytes();
+    let objects = index.records();
+    println!(
+        "index: {} tenants, {services} Services (each with an EndpointSlice of 3 endpoints), {} client pods: {objects} objects, filled in {filled:?}",
+        options.tenants, options.clients
+    );
+    println!(
+        "memory: {:.1} MiB resident for the index, {:.0} bytes per Service with its endpoints, {:.0} bytes per object",
+        (after.saturating_sub(before)) as f64 / 1048576.0,
+        after.saturating_sub(before) as f64 / services as f64,
+        after.saturating_sub(before) as f64 / objects as f64,
+    );
+    let (dns, _upstream) = server_runtime.block_on(async {
         let upstream = e2e::dns::FakeUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), &[]).await?;
         let mut settings = Settings::local(vec![upstream.address()]);
         settings.tenant_qps = 0;
         let dns = Dns::serve_index(settings, Arc::new(RwLock::new(index)), Metrics::default()).await?;
-        let server = dns.local_addr();
-
+        anyhow::Ok((dns, upstream))
+    })?;
+    let server = dns.local_addr();
+    client_runtime.block_on(async {
         // Warm up (sockets, caches).
         run(server, &options, None, 0.5).await;
-
-        let interval = Duration::from_secs_f64(options.clients as f64 / options.qps as f64);
+        let interval = Duration::from_secs_f64(options.senders as f64 / options.qps as f64);
         let seconds = options.seconds as f64;
         let paced = run(server, &options, Some(interval), seconds).await;
         report(
-            &format!("paced at {} queries/s from {} clients", options.qps, options.clients),
+            &format!(
+                "paced at {} queries/s from {} clients ({} senders)",
+                options.qps, options.clients, options.senders
+            ),
             &paced,
             seconds,
         );
         let saturation_seconds = (seconds / 3.0).max(1.0);
         let saturated = run(server, &options, None, saturation_seconds).await;
         report(
-            &format!("saturation ({} clients, one query in flight each)", options.clients),
+            &format!(
+                "saturation ({} senders, one query in flight each)",
+                options.senders
+            ),
             &saturated,
             saturation_seconds,
         );
-        dns.shutdown().await?;
-        anyhow::Ok(())
-    })?;
+    });
+    server_runtime.block_on(dns.shutdown())?;
     Ok(())
 }
