@@ -576,3 +576,136 @@ async fn changes_show_within_a_second() -> anyhow::Result<()> {
     assert!(deleted < second, "{deleted:?}");
     Ok(())
 }
+
+/// Runs `command` in a tenant pod (through the tenant apiserver and vn-agent to the real kubelet); its
+/// standard output.
+async fn exec(client: &Client, pod: &str, command: &[&str]) -> anyhow::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut attached = api
+        .exec(
+            pod,
+            command.to_vec(),
+            &kube::api::AttachParams::default().stderr(false),
+        )
+        .await
+        .with_context(|| format!("exec {command:?} in {pod}"))?;
+    let mut output = String::new();
+    if let Some(mut stdout) = attached.stdout() {
+        stdout.read_to_string(&mut output).await?;
+    }
+    attached.join().await?;
+    Ok(output)
+}
+
+/// On real nodes: a busybox pod of each of two tenants resolves Service `web` by its short name through
+/// vc-dns and fetches a page from the pod behind it through kube-proxy; the same name leads each tenant to
+/// its own pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow::Result<()> {
+    const TEST: &str = "tenant_pods_reach_their_own_services_by_name_on_real_nodes";
+    let needs = [
+        Binary::Etcd,
+        Binary::KubeApiserver,
+        Binary::KubeControllerManager,
+        Binary::KubeScheduler,
+    ];
+    if !e2e::require(TEST, &needs) || !e2e::realnodes::require(TEST) {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let sandbox = e2e::sandbox::Sandbox::start(e2e::sandbox::SandboxOptions {
+        tenants: vec!["dns-a".to_owned(), "dns-b".to_owned()],
+        node_kind: e2e::sandbox::NodeKind::Real,
+        ..Default::default()
+    })
+    .await?;
+    let mut clients = Vec::new();
+    for (tenant, kubeconfig) in sandbox.tenant_kubeconfigs() {
+        let client = e2e::client_from_kubeconfig_file(kubeconfig).await?;
+        wait::until_true(PATIENCE, &format!("{tenant}'s default service account"), || {
+            let client = client.clone();
+            async move {
+                Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client, "default")
+                    .get_opt("default")
+                    .await
+                    .is_ok_and(|a| a.is_some())
+            }
+        })
+        .await?;
+        let server = format!(
+            "mkdir -p /www && echo hello-from-{tenant} > /www/index.html && exec httpd -f -p 8080 -h /www"
+        );
+        for (name, labels, script) in [
+            ("web-1", json!({"app": "web"}), server.as_str()),
+            ("client", json!({"app": "client"}), "exec sleep 3600"),
+        ] {
+            create::<Pod>(
+                &client,
+                "default",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+                    "spec": {"terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script]}]}}),
+            )
+            .await?;
+        }
+        create::<Service>(
+            &client,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+        )
+        .await?;
+        clients.push((tenant.clone(), client));
+    }
+    for (tenant, client) in &clients {
+        let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+        for name in ["web-1", "client"] {
+            wait::until_true(
+                Duration::from_secs(180),
+                &format!("{tenant}'s pod {name} Running"),
+                || {
+                    let api = api.clone();
+                    async move {
+                        api.get(name)
+                            .await
+                            .ok()
+                            .and_then(|p| p.status?.phase)
+                            .is_some_and(|phase| phase == "Running")
+                    }
+                },
+            )
+            .await?;
+        }
+        let resolv = exec(client, "client", &["cat", "/etc/resolv.conf"]).await?;
+        eprintln!("{tenant}'s client pod resolv.conf:\n{resolv}");
+        // By short name, through the search path the syncer wrote, to vc-dns, then through kube-proxy.
+        let page = wait::until(
+            Duration::from_secs(60),
+            &format!("http://web/ from {tenant}'s client"),
+            || {
+                let client = client.clone();
+                async move {
+                    // (busybox's wget crashes on -T: the time limit comes from `timeout`.)
+                    exec(
+                        &client,
+                        "client",
+                        &["timeout", "5", "wget", "-qO-", "http://web/"],
+                    )
+                    .await
+                    .ok()
+                    .filter(|p| p.contains("hello"))
+                }
+            },
+        )
+        .await?;
+        assert_eq!(
+            page.trim(),
+            format!("hello-from-{tenant}"),
+            "{tenant} reaches its own web"
+        );
+        let lookup = exec(client, "client", &["nslookup", "web.default.svc.cluster.local"]).await?;
+        eprintln!("{tenant}: nslookup web.default.svc.cluster.local:\n{lookup}");
+    }
+    Ok(())
+}
