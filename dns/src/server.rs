@@ -89,8 +89,17 @@ impl Answer {
     }
 }
 
+/// The response code's mnemonic (RFC 1035, 2136), as dig prints it.
 fn rcode_label(code: ResponseCode) -> String {
-    code.to_string().to_ascii_uppercase().replace(' ', "_")
+    match code {
+        ResponseCode::NoError => "NOERROR".to_owned(),
+        ResponseCode::FormErr => "FORMERR".to_owned(),
+        ResponseCode::ServFail => "SERVFAIL".to_owned(),
+        ResponseCode::NXDomain => "NXDOMAIN".to_owned(),
+        ResponseCode::NotImp => "NOTIMP".to_owned(),
+        ResponseCode::Refused => "REFUSED".to_owned(),
+        other => u16::from(other).to_string(),
+    }
 }
 
 impl Handler {
