@@ -634,7 +634,7 @@ impl Index {
             return Resolution::NxDomain { zone: Name::root() };
         };
         if zone.zone_of(name) {
-            return self.in_zone(cluster, zone, name, qtype);
+            return self.in_zone(cluster, zone, name, qtype, true);
         }
         if is_reverse(name) {
             return self.reverse(cluster, zone, name, qtype);
@@ -647,7 +647,8 @@ impl Index {
         Resolution::Forward
     }
 
-    fn in_zone(&self, cluster: &str, zone: &Name, name: &Name, qtype: RecordType) -> Resolution {
+    /// `chase`: follow an ExternalName Service's CNAME inside the zone (one step: never a loop).
+    fn in_zone(&self, cluster: &str, zone: &Name, name: &Name, qtype: RecordType, chase: bool) -> Resolution {
         let nx = || Resolution::NxDomain { zone: zone.clone() };
         let found = |answers: Vec<Record>, additionals: Vec<Record>| Resolution::Found {
             answers,
@@ -670,7 +671,7 @@ impl Index {
                 let Some((entry, record)) = self.service(cluster, namespace, service) else {
                     return nx();
                 };
-                self.service_records(entry, service, record, name, qtype, zone)
+                self.service_records(entry, service, record, name, qtype, zone, chase)
             }
             [host, service, namespace, svc] if svc == "svc" => {
                 let Some((entry, record)) = self.service(cluster, namespace, service) else {
@@ -795,6 +796,7 @@ impl Index {
         (answers, additionals)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn service_records(
         &self,
         entry: &Namespace,
@@ -803,6 +805,7 @@ impl Index {
         name: &Name,
         qtype: RecordType,
         zone: &Name,
+        chase: bool,
     ) -> Resolution {
         let found = |answers: Vec<Record>, additionals: Vec<Record>| Resolution::Found {
             answers,
@@ -819,8 +822,9 @@ impl Index {
                 if zone.zone_of(target) {
                     // Inside the tenant's own zone: one more step here, never a loop.
                     let mut answers = vec![cname];
-                    if let Resolution::Found { answers: more, .. } =
-                        self.in_zone(&record.owner.cluster, zone, target, qtype)
+                    if chase
+                        && let Resolution::Found { answers: more, .. } =
+                            self.in_zone(&record.owner.cluster, zone, target, qtype, false)
                         && !more.iter().any(|r| r.record_type() == RecordType::CNAME)
                     {
                         answers.extend(more);
