@@ -240,7 +240,9 @@ impl RequestHandler for Handler {
 
         let response_edns = request.edns.as_ref().map(|edns| {
             let mut response = Edns::new();
-            response.set_max_payload(edns.max_payload().max(512));
+            // At most 1232 bytes over UDP (the DNS flag day's size: no IP fragmentation, and no large
+            // answers to a forged source); larger answers are truncated and asked again over TCP.
+            response.set_max_payload(edns.max_payload().clamp(512, 1232));
             response.set_version(0);
             response
         });
