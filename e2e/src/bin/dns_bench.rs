@@ -1,7 +1,7 @@
 //! vc-dns benchmark: many tenants' Services, queries from many tenant pods' addresses on loopback. Prints
 //! figures; asserts nothing.
 //!
-//! `cargo run -p e2e --release --bin dns_bench [-- --tenants 100 --services 100 --clients 1000 --qps 10000
+//! `cargo run -p e2e --release --bin dns_bench [-- --tenants 100 --services 100 --clients 1000 --senders 50 --qps 10000
 //! --seconds 10]`
 //!
 //! The index is filled through the same conversions the watches use (super-cluster Services,
@@ -51,6 +51,9 @@ struct Options {
     /// Paced query rate.
     #[arg(long, default_value_t = 10_000)]
     qps: u64,
+    /// Worker threads of the server's runtime (the clients have two of their own).
+    #[arg(long, default_value_t = 2)]
+    server_threads: usize,
     /// Seconds of the paced run (the saturation run takes a third of it).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
@@ -308,7 +311,7 @@ fn main() -> anyhow::Result<()> {
     // The server and the clients on runtimes of their own, as they would be in separate processes (they
     // still share this machine's cores).
     let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(options.server_threads.max(1))
         .thread_name("dns-server")
         .enable_all()
         .build()?;
