@@ -18,6 +18,13 @@ pub const LABEL_SUPER_PUBLIC: &str = "tenancy.x-k8s.io/super.public";
 pub const LABEL_EXTERNAL_APISERVER_DOMAIN: &str = "tenancy.x-k8s.io/external-apiserver-domain";
 /// Label on super-cluster objects vc-manager creates for a tenant control plane (value `vc-manager`).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`] on a tenant control plane's objects.
+pub const MANAGED_BY_VC_MANAGER: &str = "vc-manager";
+/// Label on a tenant control plane's objects: which component (`etcd`, `apiserver`,
+/// `controller-manager`). The Endpoints controller copies a Service's labels to its Endpoints.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Value of [`LABEL_COMPONENT`] on the tenant apiserver's StatefulSet, pods and Service.
+pub const COMPONENT_APISERVER: &str = "apiserver";
 
 // Annotations on super-cluster objects synced from a tenant.
 /// Annotation: the tenant's cluster key.

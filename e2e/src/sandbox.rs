@@ -113,6 +113,9 @@ pub struct ComponentAccounts {
     pub dns: String,
     /// Name of the kubelet-client CA bundle (in `namespace`) the roles grant vc-manager and vn-agent.
     pub ca_bundle: String,
+    /// The ClusterRole of vn-agent's rights on tenant pods that the syncer binds in each tenant super
+    /// namespace, if the roles have one.
+    pub vn_agent_tenant_pods: Option<String>,
 }
 
 /// The super-cluster clients of the three components.
@@ -391,6 +394,13 @@ impl Sandbox {
                 tenant_health_period: Duration::from_secs(2),
                 downward_workers: 8,
                 upward_workers: 8,
+                vn_agent_access: options.accounts.as_ref().and_then(|accounts| {
+                    Some(syncer::config::VnAgentAccess {
+                        namespace: accounts.namespace.clone(),
+                        service_account: accounts.vn_agent.clone(),
+                        cluster_role: accounts.vn_agent_tenant_pods.clone()?,
+                    })
+                }),
                 ..syncer::SyncerConfig::default()
             },
             Arc::new(syncer::Metrics::default()),

@@ -141,6 +141,19 @@ const ALLOWED_VERBS: &[&str] = &["get", "list", "watch", "create", "patch", "del
 fn check_rule(role: &str, rule: &PolicyRule) -> anyhow::Result<()> {
     let groups = rule.api_groups.clone().unwrap_or_default();
     let resources = rule.resources.clone().unwrap_or_default();
+    if rule.verbs == ["bind"] {
+        // The syncer binds vn-agent's tenant-pods role, by name, and nothing else.
+        ensure!(
+            role.ends_with("-syncer")
+                && resources == ["clusterroles"]
+                && rule
+                    .resource_names
+                    .as_ref()
+                    .is_some_and(|n| n.len() == 1 && n[0].ends_with("-vn-agent-tenant-pods")),
+            "{role} grants bind: {rule:?}"
+        );
+        return Ok(());
+    }
     ensure!(
         rule.non_resource_urls.is_none(),
         "{role} grants non-resource URLs"
@@ -316,7 +329,44 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
         // RBAC: every rule narrow; every binding to the chart's own roles and ServiceAccounts.
         let cluster_roles: Vec<ClusterRole> = typed(&objects, "ClusterRole")?;
         let roles: Vec<Role> = typed(&objects, "Role")?;
-        ensure!(cluster_roles.len() == 4, "{what}: one ClusterRole per component");
+        // Besides one per component, vn-agent's rights on tenant pods (super-apiserver backend), which
+        // the chart binds nowhere: the syncer binds it in each tenant super namespace.
+        let tenant_pods: Vec<&ClusterRole> = cluster_roles
+            .iter()
+            .filter(|r| {
+                r.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with("-vn-agent-tenant-pods"))
+            })
+            .collect();
+        let super_apiserver_backend = objects
+            .iter()
+            .filter(|o| kind(o) == "Deployment")
+            .any(|o| o.data.to_string().contains("--vn-agent-cluster-role="));
+        ensure!(
+            tenant_pods.len() == usize::from(super_apiserver_backend),
+            "{what}: the tenant-pods role exactly with the super-apiserver backend"
+        );
+        ensure!(
+            cluster_roles.len() == 4 + tenant_pods.len(),
+            "{what}: one ClusterRole per component"
+        );
+        for role in &tenant_pods {
+            for rule in role.rules.iter().flatten() {
+                ensure!(
+                    rule.resources.iter().flatten().all(|r| [
+                        "pods/log",
+                        "pods/exec",
+                        "pods/attach",
+                        "pods/portforward"
+                    ]
+                    .contains(&r.as_str())),
+                    "{what}: tenant-pods role grants {rule:?}"
+                );
+            }
+        }
+        let tenant_pods_name = tenant_pods.first().and_then(|r| r.metadata.name.clone());
         for role in &cluster_roles {
             let role_name = role.metadata.name.clone().unwrap_or_default();
             let rules = role.rules.clone().unwrap_or_default();
@@ -390,6 +440,7 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
         let role_names: BTreeSet<String> = cluster_roles
             .iter()
             .filter_map(|r| r.metadata.name.clone())
+            .filter(|name| Some(name) != tenant_pods_name.as_ref())
             .chain(roles.iter().filter_map(|r| r.metadata.name.clone()))
             .collect();
         let bindings: Vec<(String, String, Vec<k8s_openapi::api::rbac::v1::Subject>)> =
@@ -749,7 +800,16 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         vn_agent: service_account_of(&rendered, "vn-agent")?,
         dns: service_account_of(&rendered, "vc-dns")?,
         ca_bundle: ca_bundle_of(&rendered)?,
+        vn_agent_tenant_pods: rendered
+            .iter()
+            .filter(|o| kind(o) == "ClusterRole")
+            .map(name)
+            .find(|n| n.ends_with("-vn-agent-tenant-pods")),
     };
+    ensure!(
+        accounts.vn_agent_tenant_pods.is_some(),
+        "the default values render vn-agent's tenant-pods role"
+    );
     eprintln!("running as {accounts:?}");
     let sandbox = e2e::sandbox::Sandbox::start(e2e::sandbox::SandboxOptions {
         tenants: vec!["alpha".into()],
@@ -798,6 +858,19 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     .await?;
     let logs = kubectl(&["logs", "web"]).await?;
     let super_namespace = crds::naming::super_namespace(&alpha.cluster_key, "default");
+    // The syncer, under its chart role, bound vn-agent's tenant-pods role in the tenant's namespace.
+    let binding = Api::<RoleBinding>::namespaced(sandbox.super_client(), &super_namespace)
+        .get("vc-vn-agent")
+        .await
+        .context("vn-agent's RoleBinding in the tenant super namespace")?;
+    assert_eq!(
+        Some(binding.role_ref.name),
+        rendered
+            .iter()
+            .filter(|o| kind(o) == "ClusterRole")
+            .map(name)
+            .find(|n| n.ends_with("-vn-agent-tenant-pods"))
+    );
     assert_eq!(
         logs.lines().collect::<Vec<_>>(),
         e2e::nodes::expected_log_lines(&super_namespace, "web", "web")

@@ -14,6 +14,10 @@
 //!   reaches the tenant without its CSI handle, volume attributes, secret reference, mount options or node
 //!   affinity.
 //!
+//! - `vn_agent_may_act_on_tenant_pods_only`: vn-agent's rights on pods (logs, exec, attach, port-forward)
+//!   are bound by the syncer in each tenant super namespace and nowhere else, as the super apiserver's own
+//!   SubjectAccessReview answers; a binding someone widens is taken back.
+//!
 //! vn-agent's part of the section is proven where vn-agent is set up: `e2e/tests/vn_agent.rs`
 //! (`tenants_reach_their_own_pods_through_vn_agent`: an open exec is cut when its tenant's kubelet-client CA
 //! is replaced and when its VirtualCluster is deleted; `the_super_apiserver_backend_serves_the_same_requests`:
@@ -36,7 +40,11 @@ use k8s_openapi::{
         ConfigMap, Event as CoreEvent, Namespace, PersistentVolume, PersistentVolumeClaim, Pod,
         ServiceAccount,
     },
-    api::storage::v1::StorageClass,
+    api::{
+        authorization::v1::SubjectAccessReview,
+        rbac::v1::{ClusterRole, RoleBinding},
+        storage::v1::StorageClass,
+    },
     apimachinery::pkg::apis::meta::v1::Condition,
 };
 use kube::{
@@ -437,5 +445,138 @@ async fn a_tenant_sees_no_storage_details_of_its_volumes() -> anyhow::Result<()>
     ] {
         assert!(!seen.contains(detail), "the tenant sees {detail:?} in {seen}");
     }
+    Ok(())
+}
+
+/// Whether the super apiserver lets `user` do `verb` on `pods/<subresource>` in `namespace`.
+async fn may(
+    client: &Client,
+    user: &str,
+    verb: &str,
+    subresource: &str,
+    namespace: &str,
+) -> anyhow::Result<bool> {
+    let review: SubjectAccessReview = from_json(json!({"spec": {
+        "user": user,
+        "groups": ["system:serviceaccounts", "system:authenticated"],
+        "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "pods",
+            "subresource": subresource}
+    }}));
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// vn-agent (on every node) serves kubelet calls through the super apiserver. A tenant that takes over a
+/// node's vn-agent, or the vn-agent of any node, must reach its pods only: the syncer binds vn-agent's
+/// pod rights in each tenant super namespace, never cluster-wide, and takes back a binding someone widens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vn_agent_may_act_on_tenant_pods_only() -> anyhow::Result<()> {
+    if !e2e::require("vn_agent_may_act_on_tenant_pods_only", NEEDS) {
+        return Ok(());
+    }
+    init_logging();
+    let tenancy = two_tenants().await?;
+    let client = tenancy.super_client();
+    // The chart's role, bound by no ClusterRoleBinding.
+    create(
+        &Api::<ClusterRole>::all(client.clone()),
+        &from_json(json!({"metadata": {"name": "vn-agent-tenant-pods"}, "rules": [
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"],
+                "verbs": ["get", "create"]}]})),
+    )
+    .await?;
+    let (a, b) = (tenancy.tenant("tenant-0"), tenancy.tenant("tenant-1"));
+    tenant_namespace(a, "app").await?;
+    tenant_namespace(b, "web").await?;
+    let config = SyncerConfig {
+        vn_agent_access: Some(syncer::config::VnAgentAccess {
+            namespace: "vc-system".into(),
+            service_account: "vn-agent".into(),
+            cluster_role: "vn-agent-tenant-pods".into(),
+        }),
+        ..syncer_config()
+    };
+    let _syncer = start_syncer(client.clone(), config, Arc::new(Metrics::default())).await?;
+    let agent = "system:serviceaccount:vc-system:vn-agent";
+    let tenant_namespaces = [a.super_namespace("app"), b.super_namespace("web")];
+    for namespace in &tenant_namespaces {
+        synced::<RoleBinding>(&client, namespace, "vc-vn-agent", PATIENCE).await?;
+        for (verb, subresource) in [
+            ("get", "log"),
+            ("create", "exec"),
+            ("get", "attach"),
+            ("create", "portforward"),
+        ] {
+            // The authorizer reads bindings from its own cache, a moment behind the store.
+            wait::until_true(
+                PATIENCE,
+                &format!("vn-agent may {verb} pods/{subresource} in {namespace}"),
+                || {
+                    let client = client.clone();
+                    async move {
+                        may(&client, agent, verb, subresource, namespace)
+                            .await
+                            .unwrap_or(false)
+                    }
+                },
+            )
+            .await?;
+        }
+    }
+    for namespace in ["kube-system", "default", &a.cluster_key] {
+        for (verb, subresource) in [("get", "log"), ("create", "exec"), ("get", "exec")] {
+            assert!(
+                !may(&client, agent, verb, subresource, namespace).await?,
+                "vn-agent may {verb} pods/{subresource} in {namespace}"
+            );
+        }
+    }
+
+    // Someone adds a subject to a binding: the syncer takes it back.
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &tenant_namespaces[0]);
+    let mut widened = bindings.get("vc-vn-agent").await?;
+    widened.metadata.managed_fields = None;
+    widened
+        .subjects
+        .get_or_insert_with(Vec::new)
+        .push(from_json(json!(
+        {"kind": "ServiceAccount", "name": "intruder", "namespace": "default"})));
+    bindings
+        .replace("vc-vn-agent", &PostParams::default(), &widened)
+        .await?;
+    wait::until_true(PATIENCE, "the widened binding taken back", || {
+        let bindings = bindings.clone();
+        async move {
+            bindings
+                .get_opt("vc-vn-agent")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|b| {
+                    b.subjects
+                        .is_some_and(|s| s.len() == 1 && s[0].name == "vn-agent")
+                })
+        }
+    })
+    .await?;
+    wait::until_true(PATIENCE, "the intruder refused again", || {
+        let client = client.clone();
+        let namespace = tenant_namespaces[0].clone();
+        async move {
+            may(
+                &client,
+                "system:serviceaccount:default:intruder",
+                "create",
+                "exec",
+                &namespace,
+            )
+            .await
+            .is_ok_and(|allowed| !allowed)
+        }
+    })
+    .await?;
     Ok(())
 }

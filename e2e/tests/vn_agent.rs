@@ -1100,18 +1100,22 @@ rules:
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["get", "list", "watch"]
+  - apiGroups: ["tenancy.x-k8s.io"]
+    resources: ["virtualclusters"]
+    verbs: ["list", "watch"]
+---
+# Bound only in tenant super namespaces (by the syncer; here by the test).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: vn-agent-tenant-pods
+rules:
   - apiGroups: [""]
     resources: ["pods/log"]
     verbs: ["get"]
   - apiGroups: [""]
     resources: ["pods/exec", "pods/attach", "pods/portforward"]
     verbs: ["get", "create"]
-  - apiGroups: [""]
-    resources: ["nodes/proxy"]
-    verbs: ["get"]
-  - apiGroups: ["tenancy.x-k8s.io"]
-    resources: ["virtualclusters"]
-    verbs: ["list", "watch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -1208,6 +1212,33 @@ subjects:
     let super_ns = tenant.super_namespace(TENANT_NAMESPACE);
     let kubectl = &tenant.kubectl;
     let team = ["-n", TENANT_NAMESPACE];
+    // Before the syncer's binding (here the test's) vn-agent may not touch the tenant's pods either.
+    let out = kubectl
+        .run(&[&team[..], &["logs", "web", "--tail=3"]].concat(), None)
+        .await?;
+    assert_ne!(out.code, Some(0), "{out:?}");
+    e2e::apply::apply_yaml(
+        &super_client,
+        &format!(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: vc-vn-agent
+  namespace: {super_ns}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: vn-agent-tenant-pods
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: vn-agent
+"#
+        ),
+        &super_ns,
+    )
+    .await?;
 
     let out = kubectl
         .run(&[&team[..], &["logs", "web", "--tail=3"]].concat(), None)
@@ -1282,13 +1313,13 @@ subjects:
     assert_eq!(pods["items"].as_array().map(Vec::len), Some(1));
     assert_eq!(pods["items"][0]["metadata"]["namespace"], TENANT_NAMESPACE);
     assert_eq!(pods["items"][0]["metadata"]["uid"], web.uid().unwrap_or_default());
-    // Stats go to the super apiserver's nodes/{node}/proxy, which refuses loopback node addresses (every
-    // simulated node has one), so here the answer is that refusal, passed through; the filtering of a
-    // real answer is covered by vn-agent's mocked-apiserver tests.
+    // Stats go to the super apiserver's nodes/{node}/proxy, which vn-agent may not use unless the
+    // platform opts in (it reaches every endpoint of every kubelet): the refusal is passed through. The
+    // filtering of a real answer is covered by vn-agent's mocked-apiserver tests.
     for path in ["stats/summary", "metrics/resource"] {
         let (code, body) = as_tenant.get(&format!("{agent_url}/{path}")).await?;
-        assert_eq!(code, 400, "{path}: {body}");
-        assert!(body.contains("address not allowed"), "{path}: {body}");
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(body.contains("nodes/proxy"), "{path}: {body}");
     }
 
     agent.shutdown().await?;

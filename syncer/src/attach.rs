@@ -30,8 +30,13 @@ use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
 
 use crate::{
-    budget::REASON_LIMIT_EXCEEDED, context::Context, identity::TenantIdentity, items::UpItem,
-    metrics::StateLabels, settings::TenantSettings, tenant::Tenant,
+    budget::REASON_LIMIT_EXCEEDED,
+    context::Context,
+    identity::TenantIdentity,
+    items::UpItem,
+    metrics::StateLabels,
+    settings::TenantSettings,
+    tenant::{Connection, Tenant},
 };
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -189,7 +194,7 @@ pub async fn load_kubeconfig(
 async fn connect(
     kubeconfig: &str,
     native_root: Option<(&Client, &str)>,
-) -> Result<(Client, Option<String>, Answer), Failure> {
+) -> Result<(Connection, Answer), Failure> {
     // Data, never a recipe: a kubeconfig that names a file, a program or a proxy builds no client.
     let mut config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
         .await
@@ -224,9 +229,37 @@ async fn connect(
             .collect::<String>()
     });
     let server = config.cluster_url.to_string();
+    let apiserver_addresses = addresses_of(&config.cluster_url).await;
     let client = Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
     let answer = check(&client, &format!("at {server}")).await?;
-    Ok((client, ca_pem, answer))
+    let connection = Connection {
+        client,
+        ca_pem,
+        apiserver_addresses,
+    };
+    Ok((connection, answer))
+}
+
+/// The IP addresses of a server URL's host: the address itself, or what its name resolves to now (none
+/// if it does not resolve; the version check then fails anyway).
+async fn addresses_of(url: &http::Uri) -> Vec<String> {
+    let Some(host) = url.host() else {
+        return Vec::new();
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return vec![ip.to_string()];
+    }
+    let port = url.port_u16().unwrap_or(443);
+    match tokio::net::lookup_host((host, port)).await {
+        Ok(found) => {
+            let mut ips: Vec<String> = found.map(|a| a.ip().to_string()).collect();
+            ips.sort();
+            ips.dedup();
+            ips
+        }
+        Err(_) => Vec::new(),
+    }
 }
 
 /// What a tenant apiserver answered.
@@ -613,7 +646,7 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
-    let (client, ca_pem, answer) = connect(&kubeconfig, native_root).await?;
+    let (connection, answer) = connect(&kubeconfig, native_root).await?;
     if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
         // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
         // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.
@@ -635,8 +668,7 @@ async fn attach_or_check(
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");
     let tenant = Tenant::start(
         identity.clone(),
-        client,
-        ca_pem,
+        connection,
         answer.kube_system_uid,
         settings,
         &ctx.queues,

@@ -232,6 +232,15 @@ pub struct SyncerArgs {
     /// Addresses (CIDRs) that may reach every tenant's pods despite the isolation, e.g. the nodes'.
     #[arg(long, env = "NETWORK_ISOLATION_ALLOW_CIDRS", value_delimiter = ',')]
     pub network_isolation_allow_cidrs: Vec<String>,
+    /// vn-agent's ServiceAccount (`namespace/name`), bound in every super namespace of a tenant to
+    /// `--vn-agent-cluster-role`: vn-agent's super-apiserver backend may read logs of, exec into, attach
+    /// to and port-forward to tenant pods only, never the platform's. Empty binds nothing (and removes
+    /// the bindings made before).
+    #[arg(long, env = "VN_AGENT_SERVICE_ACCOUNT")]
+    pub vn_agent_service_account: Option<String>,
+    /// The ClusterRole those bindings grant (the chart's `<release>-vn-agent-tenant-pods`).
+    #[arg(long, env = "VN_AGENT_CLUSTER_ROLE")]
+    pub vn_agent_cluster_role: Option<String>,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -382,6 +391,42 @@ fn pod_security_level(flag: &str, value: &str) -> Result<Option<String>, String>
     }
 }
 
+/// Whom the syncer lets act on the pods of every tenant super namespace, by a RoleBinding there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VnAgentAccess {
+    /// Namespace of vn-agent's ServiceAccount.
+    pub namespace: String,
+    /// Name of vn-agent's ServiceAccount.
+    pub service_account: String,
+    /// The ClusterRole bound.
+    pub cluster_role: String,
+}
+
+/// `--vn-agent-service-account` and `--vn-agent-cluster-role`: both or neither.
+fn vn_agent_access(
+    service_account: Option<&str>,
+    cluster_role: Option<&str>,
+) -> Result<Option<VnAgentAccess>, String> {
+    let service_account = service_account.map(str::trim).filter(|s| !s.is_empty());
+    let cluster_role = cluster_role.map(str::trim).filter(|s| !s.is_empty());
+    match (service_account, cluster_role) {
+        (None, None) => Ok(None),
+        (Some(account), Some(role)) => match account.split_once('/') {
+            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Some(VnAgentAccess {
+                    namespace: namespace.to_owned(),
+                    service_account: name.to_owned(),
+                    cluster_role: role.to_owned(),
+                }))
+            }
+            _ => Err(format!(
+                "--vn-agent-service-account must be namespace/name, got {account:?}"
+            )),
+        },
+        _ => Err("--vn-agent-service-account and --vn-agent-cluster-role go together".into()),
+    }
+}
+
 /// The syncer's settings.
 #[derive(Clone, Debug)]
 pub struct SyncerConfig {
@@ -423,6 +468,8 @@ pub struct SyncerConfig {
     pub external_name_services: ExternalNameServices,
     /// The isolating NetworkPolicy.
     pub network_isolation: NetworkIsolation,
+    /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
+    pub vn_agent_access: Option<VnAgentAccess>,
 }
 
 impl Default for SyncerConfig {
@@ -447,6 +494,7 @@ impl Default for SyncerConfig {
             tenant_allowed_cidrs: Vec::new(),
             external_name_services: ExternalNameServices::Refused,
             network_isolation: NetworkIsolation::default(),
+            vn_agent_access: None,
         }
     }
 }
@@ -544,7 +592,12 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 args.network_isolation_allow_cidrs,
             )?,
         };
+        let vn_agent_access = vn_agent_access(
+            args.vn_agent_service_account.as_deref(),
+            args.vn_agent_cluster_role.as_deref(),
+        )?;
         Ok(Self {
+            vn_agent_access,
             pod_security,
             pod_policy,
             tenant_allowed_cidrs: cidrs("--tenant-allowed-cidrs", args.tenant_allowed_cidrs)?,

@@ -2,13 +2,17 @@
 
 use std::sync::Arc;
 
-use crds::wellknown::{LABEL_SUPER_PUBLIC, LABEL_VC_NAME};
+use crds::wellknown::{
+    COMPONENT_APISERVER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_SUPER_PUBLIC, LABEL_VC_NAME,
+    MANAGED_BY_VC_MANAGER,
+};
 use k8s_openapi::api::{
     core::v1::{
         ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
         ServiceAccount,
     },
     networking::v1::{Ingress, NetworkPolicy},
+    rbac::v1::RoleBinding,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -39,6 +43,9 @@ pub struct SuperStores {
     pub services: Store<Service>,
     /// Endpoints of tenant services.
     pub endpoints: Store<Endpoints>,
+    /// Endpoints of provisioned tenants' apiserver Services, in their root namespaces: the only
+    /// addresses besides its pods' that a tenant's `default/kubernetes` Endpoints may lead to.
+    pub apiservers: Store<Endpoints>,
     /// Tenant ConfigMaps.
     pub config_maps: Store<ConfigMap>,
     /// Tenant Secrets.
@@ -53,6 +60,8 @@ pub struct SuperStores {
     pub ingresses: Option<Store<Ingress>>,
     /// Tenant NetworkPolicies and the isolating ones the syncer keeps.
     pub network_policies: Store<NetworkPolicy>,
+    /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
+    pub role_bindings: Store<RoleBinding>,
     /// Every node.
     pub nodes: Store<Node>,
     /// Every PersistentVolume.
@@ -170,6 +179,24 @@ impl SuperStores {
             |namespace, name| UpItem::Service { namespace, name }
         );
         let endpoints = downward!(Endpoints, Kind::Endpoints);
+        let apiservers = {
+            let queue = queues.down.clone();
+            let selector = watcher::Config::default().labels(&format!(
+                "{LABEL_MANAGED_BY}={MANAGED_BY_VC_MANAGER},{LABEL_COMPONENT}={COMPONENT_APISERVER}"
+            ));
+            let (store, task) = reflect(Api::<Endpoints>::all(client.clone()), selector, move |o| {
+                // A tenant's root namespace is its cluster key. Its apiserver moved: the tenant's own
+                // record of where its apiserver is may have been refused a moment ago.
+                if let Some(root) = o.namespace() {
+                    queue.add(
+                        &Arc::from(root.as_str()),
+                        DownItem::new(Kind::Endpoints, "default", "kubernetes"),
+                    );
+                }
+            });
+            tasks.push(task);
+            store
+        };
         let config_maps = downward!(ConfigMap, Kind::ConfigMap);
         // Pod token Secrets are watched apart, metadata only: their values never need to be in memory.
         let not_tokens =
@@ -221,6 +248,21 @@ impl SuperStores {
                         queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
                     } else if let Some((tenant, namespace, name)) = tenant_key(policy) {
                         queue.add(&tenant, DownItem::new(Kind::NetworkPolicy, &namespace, &name));
+                    }
+                },
+            );
+            tasks.push(task);
+            store
+        };
+        let role_bindings = {
+            let queue = queues.down.clone();
+            let (store, task) = reflect(
+                Api::<RoleBinding>::all(client.clone()),
+                ours.clone(),
+                move |binding: &RoleBinding| {
+                    // A binding is part of its namespace: repairing it means syncing that.
+                    if let Some((tenant, namespace)) = crate::resources::access::grants(binding.meta()) {
+                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
                     }
                 },
             );
@@ -306,6 +348,7 @@ impl SuperStores {
             pods,
             services,
             endpoints,
+            apiservers,
             config_maps,
             secrets,
             tokens,
@@ -313,6 +356,7 @@ impl SuperStores {
             claims,
             ingresses,
             network_policies,
+            role_bindings,
             nodes,
             volumes,
             storage_classes,
@@ -328,12 +372,14 @@ impl SuperStores {
             self.pods.wait_until_ready(),
             self.services.wait_until_ready(),
             self.endpoints.wait_until_ready(),
+            self.apiservers.wait_until_ready(),
             self.config_maps.wait_until_ready(),
             self.secrets.wait_until_ready(),
             self.tokens.wait_until_ready(),
             self.service_accounts.wait_until_ready(),
             self.claims.wait_until_ready(),
             self.network_policies.wait_until_ready(),
+            self.role_bindings.wait_until_ready(),
             self.nodes.wait_until_ready(),
             self.volumes.wait_until_ready(),
             self.storage_classes.wait_until_ready(),
@@ -376,6 +422,10 @@ pub(crate) struct Writers {
     pub storage_classes: kube::runtime::reflector::store::Writer<StorageClass>,
     /// NetworkPolicies.
     pub network_policies: kube::runtime::reflector::store::Writer<NetworkPolicy>,
+    /// Endpoints of provisioned tenants' apiservers.
+    pub apiservers: kube::runtime::reflector::store::Writer<Endpoints>,
+    /// The syncer's RoleBindings.
+    pub role_bindings: kube::runtime::reflector::store::Writer<RoleBinding>,
 }
 
 #[cfg(test)]
@@ -388,11 +438,14 @@ impl SuperStores {
         let (pods, pods_writer) = store();
         let (storage_classes, storage_classes_writer) = store();
         let (network_policies, network_policies_writer) = store();
+        let (apiservers, apiservers_writer) = store();
+        let (role_bindings, role_bindings_writer) = store();
         let stores = Self {
             namespaces,
             pods,
             services,
             endpoints: store().0,
+            apiservers,
             config_maps: store().0,
             secrets: store().0,
             tokens: store().0,
@@ -400,6 +453,7 @@ impl SuperStores {
             claims: store().0,
             ingresses: None,
             network_policies,
+            role_bindings,
             nodes: store().0,
             volumes: store().0,
             storage_classes,
@@ -412,6 +466,8 @@ impl SuperStores {
             pods: pods_writer,
             storage_classes: storage_classes_writer,
             network_policies: network_policies_writer,
+            apiservers: apiservers_writer,
+            role_bindings: role_bindings_writer,
         };
         (stores, writers)
     }

@@ -80,6 +80,8 @@ pub struct Tenant {
     pub client: Client,
     /// CA of the tenant apiserver (PEM), from its kubeconfig, for the tokens given to pods.
     pub ca_pem: Option<String>,
+    /// The addresses the syncer reaches the tenant apiserver at (its kubeconfig server, resolved).
+    pub apiserver_addresses: Vec<String>,
     /// Publishes Kubernetes events in the tenant.
     pub recorder: Recorder,
     /// When each vNode last had none of this tenant's pods.
@@ -188,14 +190,22 @@ fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
     DownItem::new(kind, &object.namespace().unwrap_or_default(), &object.name_any())
 }
 
+/// How the syncer reached a tenant apiserver when attaching it.
+pub struct Connection {
+    /// Client of the tenant apiserver (admin).
+    pub client: Client,
+    /// CA of the tenant apiserver (PEM), from its kubeconfig.
+    pub ca_pem: Option<String>,
+    /// The addresses the client reaches the apiserver at.
+    pub apiserver_addresses: Vec<String>,
+}
+
 impl Tenant {
     /// Starts watching the tenant and feeding the queues. `kube_system_uid` is the uid of the tenant's
     /// `kube-system` namespace, as checked when attaching.
-    #[allow(clippy::too_many_arguments)]
     pub fn start(
         identity: TenantIdentity,
-        client: Client,
-        ca_pem: Option<String>,
+        connection: Connection,
         kube_system_uid: String,
         settings: TenantSettings,
         queues: &Queues,
@@ -203,6 +213,7 @@ impl Tenant {
         limits: CacheLimits,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
+        let client = connection.client.clone();
         let _span = tracing::info_span!("tenant", vc = %identity.vc_ref()).entered();
         let check = Arc::new(IdentityCheck::default());
         let mut tasks = vec![tokio::spawn(confirm_identity(
@@ -354,7 +365,8 @@ impl Tenant {
             identity,
             id,
             client,
-            ca_pem,
+            ca_pem: connection.ca_pem,
+            apiserver_addresses: connection.apiserver_addresses,
             recorder,
             vnode_idle_since: Default::default(),
             stores: TenantStores {
@@ -543,6 +555,7 @@ impl Tenant {
             id,
             client,
             ca_pem: None,
+            apiserver_addresses: Vec::new(),
             recorder,
             vnode_idle_since: Default::default(),
             stores: TenantStores {

@@ -17,7 +17,7 @@ use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use crate::{Error, Result};
 
 /// Value of `app.kubernetes.io/managed-by` on everything vc-manager creates.
-pub const MANAGED_BY: &str = "vc-manager";
+pub use crds::wellknown::MANAGED_BY_VC_MANAGER as MANAGED_BY;
 
 /// The label selector of objects vc-manager creates.
 pub fn managed_selector() -> String {

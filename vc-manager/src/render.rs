@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use crate::{identity::TenantIdentity, legacy, tenant_pki};
 
 /// Label naming the control-plane component of a StatefulSet, Service or pod.
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+pub use crds::wellknown::LABEL_COMPONENT;
 /// Annotation on control-plane StatefulSets and Services: the ClusterVersion they were rendered from.
 pub const ANNOTATION_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/cluster-version";
 /// Annotation on control-plane StatefulSets and Services: that ClusterVersion's `metadata.generation`.
@@ -56,7 +56,7 @@ impl Component {
     pub fn name(self) -> &'static str {
         match self {
             Self::Etcd => "etcd",
-            Self::ApiServer => "apiserver",
+            Self::ApiServer => crds::wellknown::COMPONENT_APISERVER,
             Self::ControllerManager => "controller-manager",
         }
     }

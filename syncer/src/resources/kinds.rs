@@ -323,6 +323,31 @@ fn tenant_pod_addresses(cx: &Conversion<'_>) -> std::collections::HashSet<String
         .collect()
 }
 
+/// Where the tenant's own apiserver is: a provisioned tenant's apiserver pods, from the Endpoints of its
+/// apiserver Service in its root namespace (which only vc-manager writes), and the addresses the syncer
+/// itself reaches the tenant at (an adopted tenant's kubeconfig server).
+fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<String> {
+    let root = &cx.tenant.identity.cluster_key;
+    let mut addresses: Vec<String> = cx
+        .ctx
+        .supers
+        .apiservers
+        .state()
+        .iter()
+        .filter(|endpoints| endpoints.namespace().as_deref() == Some(root.as_str()))
+        .flat_map(|endpoints| endpoints.subsets.iter().flatten())
+        .flat_map(|s| {
+            s.addresses
+                .iter()
+                .flatten()
+                .chain(s.not_ready_addresses.iter().flatten())
+        })
+        .map(|a| a.ip.clone())
+        .collect();
+    addresses.extend(cx.tenant.apiserver_addresses.iter().cloned());
+    addresses
+}
+
 /// The addresses of tenant Endpoints that lead outside the tenant: neither its pods' nor in the
 /// platform's allowed CIDRs.
 fn foreign_addresses(tenant: &Endpoints, cx: &Conversion<'_>) -> Vec<String> {
@@ -342,7 +367,11 @@ fn foreign_addresses(tenant: &Endpoints, cx: &Conversion<'_>) -> Vec<String> {
     if addresses.peek().is_none() {
         return Vec::new();
     }
-    let own = tenant_pod_addresses(cx);
+    let mut own = tenant_pod_addresses(cx);
+    if tenant.namespace().as_deref() == Some("default") && tenant.name_any() == "kubernetes" {
+        // The tenant apiserver records itself there, and its pods reach it through that Service.
+        own.extend(tenant_apiserver_addresses(cx));
+    }
     let allowed = &cx.ctx.config.tenant_allowed_cidrs;
     let mut foreign: Vec<String> = addresses
         .filter(|ip| !own.contains(ip) && !within(ip, allowed))
@@ -589,6 +618,75 @@ impl Downward for Ingress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant's `default/kubernetes` leads to its own apiserver (the pods vc-manager runs in its root
+    /// namespace) but nowhere else; any other selector-less Service may not lead there.
+    #[tokio::test]
+    async fn only_default_kubernetes_leads_to_the_tenants_own_apiserver() {
+        use crate::{
+            context::testing::{self, from_json, put},
+            settings::TenantSettings,
+        };
+        let (super_client, _supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (ctx, mut super_writers) = testing::context(super_client);
+        let (tenant, mut tenant_writers) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let root = tenant.identity.cluster_key.clone();
+        let apiserver_endpoints = |namespace: &str, ip: &str| -> Endpoints {
+            from_json(
+                json!({"metadata": {"name": "apiserver-svc", "namespace": namespace},
+                "subsets": [{"notReadyAddresses": [{"ip": ip}], "ports": [{"port": 6443}]}]}),
+            )
+        };
+        put(
+            &mut super_writers.apiservers,
+            apiserver_endpoints(&root, "10.244.1.5"),
+        );
+        put(
+            &mut super_writers.apiservers,
+            apiserver_endpoints("other-tenant-root", "10.244.2.9"),
+        );
+        let record = |namespace: &str, name: &str| -> Endpoints {
+            from_json(json!({"metadata": {"name": name, "namespace": namespace},
+                "subsets": [{"addresses": [{"ip": "10.244.1.5"}, {"ip": "10.244.2.9"}],
+                    "ports": [{"port": 6443}]}]}))
+        };
+        for (namespace, name) in [("default", "kubernetes"), ("shop", "relay")] {
+            put(
+                &mut tenant_writers.services,
+                from_json(json!({"metadata": {"name": name, "namespace": namespace},
+                    "spec": {"ports": [{"port": 443}]}})),
+            );
+        }
+        let opaque = Vec::new();
+        let cx = Conversion {
+            ctx: &ctx,
+            tenant: &tenant,
+            opaque_prefixes: &opaque,
+            super_namespace: "irrelevant",
+        };
+        let addresses = |endpoints: &Endpoints| -> Vec<String> {
+            Endpoints::to_super(endpoints, &cx)
+                .expect("converted")
+                .expect("selector-less")
+                .subsets
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s.addresses.into_iter().flatten())
+                .map(|a| a.ip)
+                .collect()
+        };
+        assert_eq!(addresses(&record("default", "kubernetes")), ["10.244.1.5"]);
+        assert_eq!(
+            foreign_addresses(&record("default", "kubernetes"), &cx),
+            ["10.244.2.9"]
+        );
+        assert!(addresses(&record("shop", "relay")).is_empty());
+        assert_eq!(
+            foreign_addresses(&record("shop", "relay"), &cx),
+            ["10.244.1.5", "10.244.2.9"]
+        );
+    }
 
     #[test]
     fn service_views_ignore_what_the_apiserver_defaults() {

@@ -3,6 +3,7 @@
 //! Namespaced kinds that are copied with little change share one engine ([`sync_down`]) driven by the
 //! [`Downward`] trait; namespaces and pods have their own modules, as does everything that flows up.
 
+pub mod access;
 pub mod kinds;
 pub mod namespace;
 pub mod network;

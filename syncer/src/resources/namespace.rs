@@ -19,7 +19,7 @@ use crds::wellknown::{
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 
-use super::{Outcome, apply_copy, delete, network};
+use super::{Outcome, access, apply_copy, delete, network};
 use crate::{
     config::POD_SECURITY_PREFIX,
     context::Context,
@@ -213,7 +213,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
                         == identity::recorded_hash(desired.meta())
                         && identity::metadata_covers(desired.meta(), existing.meta()) =>
                 {
-                    Ok(match network::ensure_isolation(ctx, tenant, &item.name).await? {
+                    Ok(match guard(ctx, tenant, &item.name).await? {
                         0 => Outcome::InSync,
                         writes => Outcome::Updated { writes },
                     })
@@ -221,7 +221,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
                 Some(existing) => {
                     let reference = namespace.object_ref(&());
                     apply_copy(ctx, tenant, Some(&reference), &api, desired, existing.uid()).await?;
-                    let isolation = network::ensure_isolation(ctx, tenant, &item.name).await?;
+                    let isolation = guard(ctx, tenant, &item.name).await?;
                     Ok(Outcome::Updated {
                         writes: 1 + isolation,
                     })
@@ -230,6 +230,13 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
             }
         }
     }
+}
+
+/// What the syncer keeps in every super namespace besides the copies: the isolating NetworkPolicy and
+/// vn-agent's RoleBinding. Returns the writes made.
+async fn guard(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
+    Ok(network::ensure_isolation(ctx, tenant, tenant_namespace).await?
+        + access::ensure_vn_agent_access(ctx, tenant, tenant_namespace).await?)
 }
 
 /// Creates the super namespace of a tenant namespace the cache does not show one for: refused when a
@@ -268,7 +275,7 @@ async fn create(
                 found.uid(),
             )
             .await?;
-            let isolation = network::ensure_isolation(ctx, tenant, &name).await?;
+            let isolation = guard(ctx, tenant, &name).await?;
             return Ok(Outcome::Updated {
                 writes: 1 + isolation,
             });
@@ -297,7 +304,7 @@ async fn create(
     };
     apply_copy(ctx, tenant, Some(&namespace.object_ref(&())), &api, desired, uid).await?;
     // Before anything runs in the namespace: its pods are never reachable from other tenants.
-    let isolation = network::ensure_isolation(ctx, tenant, &name).await?;
+    let isolation = guard(ctx, tenant, &name).await?;
     Ok(Outcome::Created {
         writes: 2 + isolation,
     })

@@ -1,0 +1,246 @@
+//! vn-agent's rights on tenant pods, granted namespace by namespace.
+//!
+//! vn-agent's super-apiserver backend reads logs of, executes in, attaches to and port-forwards to tenant
+//! pods through the super apiserver. Granted cluster-wide, a vn-agent on any node (every node runs one)
+//! could do that to every pod of the platform. Instead the syncer keeps one RoleBinding in each super
+//! namespace of a tenant that binds the ClusterRole naming those subresources
+//! (`--vn-agent-cluster-role`) to vn-agent's ServiceAccount (`--vn-agent-service-account`): what vn-agent
+//! can reach is exactly what the syncer created for tenants. The binding is the syncer's alone; it is
+//! forced back when changed and goes with its namespace.
+
+use crds::wellknown::{LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+use k8s_openapi::{
+    api::rbac::v1::{RoleBinding, RoleRef, Subject},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
+
+use super::{apply, delete};
+use crate::{context::Context, error::Result, identity, tenant::Tenant};
+
+/// Name of the RoleBinding in every super namespace of a tenant.
+pub const VN_AGENT_BINDING_NAME: &str = "vc-vn-agent";
+
+/// Annotation on the binding: the tenant (cluster key) whose namespace it serves.
+pub const ANNOTATION_GRANTS_CLUSTER: &str = "tenancy.x-k8s.io/grants-cluster";
+/// Annotation on the binding: the tenant namespace whose super namespace it is in.
+pub const ANNOTATION_GRANTS_NAMESPACE: &str = "tenancy.x-k8s.io/grants-namespace";
+
+/// The tenant and tenant namespace a vn-agent binding serves, by its annotations.
+pub fn grants(meta: &ObjectMeta) -> Option<(&str, &str)> {
+    let annotations = meta.annotations.as_ref()?;
+    Some((
+        annotations.get(ANNOTATION_GRANTS_CLUSTER)?.as_str(),
+        annotations.get(ANNOTATION_GRANTS_NAMESPACE)?.as_str(),
+    ))
+}
+
+/// The vn-agent binding of a tenant namespace's super namespace, stamped with its hash; `None` when the
+/// syncer binds nothing.
+pub fn vn_agent_binding(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Option<RoleBinding> {
+    let access = ctx.config.vn_agent_access.as_ref()?;
+    let identity = &tenant.identity;
+    let mut binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(VN_AGENT_BINDING_NAME.to_owned()),
+            namespace: Some(identity.super_namespace(tenant_namespace)),
+            labels: Some(
+                [
+                    (LABEL_VC_NAME.to_owned(), identity.vc_name.clone()),
+                    (LABEL_VC_NAMESPACE.to_owned(), identity.vc_namespace.clone()),
+                ]
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    (ANNOTATION_GRANTS_CLUSTER.to_owned(), identity.cluster_key.clone()),
+                    (
+                        ANNOTATION_GRANTS_NAMESPACE.to_owned(),
+                        tenant_namespace.to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: access.cluster_role.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: access.service_account.clone(),
+            namespace: Some(access.namespace.clone()),
+            api_group: None,
+        }]),
+    };
+    identity::stamp(&mut binding, |b| b.meta_mut());
+    Some(binding)
+}
+
+/// Brings the vn-agent binding of a tenant namespace's super namespace in line with the flags: there and
+/// as desired when set, gone when not. Returns the writes made.
+pub async fn ensure_vn_agent_access(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
+    let super_namespace = tenant.identity.super_namespace(tenant_namespace);
+    let existing = ctx
+        .supers
+        .role_bindings
+        .get(&ObjectRef::new(VN_AGENT_BINDING_NAME).within(&super_namespace));
+    let api: Api<RoleBinding> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
+    let Some(desired) = vn_agent_binding(ctx, tenant, tenant_namespace) else {
+        return match existing {
+            Some(existing) if grants(existing.meta()).is_some() => {
+                delete(ctx, &api, VN_AGENT_BINDING_NAME, existing.uid(), None).await?;
+                Ok(1)
+            }
+            _ => Ok(0),
+        };
+    };
+    if existing
+        .as_ref()
+        .is_some_and(|existing| in_sync(&desired, existing))
+    {
+        return Ok(0);
+    }
+    if existing
+        .as_ref()
+        .is_some_and(|existing| existing.role_ref != desired.role_ref)
+    {
+        // A binding's role cannot change; it is replaced.
+        let uid = existing.as_ref().and_then(|e| e.uid());
+        delete(ctx, &api, VN_AGENT_BINDING_NAME, uid, None).await?;
+    }
+    // Forced: the binding is the syncer's alone, and whoever changed it is overruled.
+    apply(ctx, &api, desired, None).await?;
+    Ok(1)
+}
+
+/// Whether the binding as cached is the desired one.
+fn in_sync(desired: &RoleBinding, existing: &RoleBinding) -> bool {
+    grants(existing.meta()) == grants(desired.meta())
+        && identity::recorded_hash(existing.meta()) == identity::recorded_hash(desired.meta())
+        && identity::metadata_covers(desired.meta(), existing.meta())
+        && existing.role_ref == desired.role_ref
+        && existing.subjects == desired.subjects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        config::VnAgentAccess,
+        context::testing::{self, put},
+        settings::TenantSettings,
+    };
+
+    fn access() -> VnAgentAccess {
+        VnAgentAccess {
+            namespace: "vc-system".into(),
+            service_account: "vn-agent".into(),
+            cluster_role: "vc-vn-agent-tenant-pods".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_super_namespace_binds_vn_agent_to_the_tenant_pods_role_only() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (mut ctx, mut writers) = testing::context(super_client);
+        ctx.config.vn_agent_access = Some(access());
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let super_namespace = tenant.identity.super_namespace("shop");
+
+        let binding = vn_agent_binding(&ctx, &tenant, "shop").expect("binding");
+        assert_eq!(
+            binding.metadata.namespace.as_deref(),
+            Some(super_namespace.as_str())
+        );
+        assert_eq!(binding.role_ref.kind, "ClusterRole");
+        assert_eq!(binding.role_ref.name, "vc-vn-agent-tenant-pods");
+        let subjects = binding.subjects.clone().expect("subjects");
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(
+            (
+                subjects[0].kind.as_str(),
+                subjects[0].namespace.as_deref(),
+                subjects[0].name.as_str()
+            ),
+            ("ServiceAccount", Some("vc-system"), "vn-agent")
+        );
+
+        // Missing: applied (forced).
+        let (writes, ()) = tokio::join!(ensure_vn_agent_access(&ctx, &tenant, "shop"), async {
+            let applied = supers
+                .expect(
+                    "PATCH",
+                    &format!(
+                        "/apis/rbac.authorization.k8s.io/v1/namespaces/{super_namespace}/rolebindings/vc-vn-agent?"
+                    ),
+                )
+                .await;
+            assert!(applied.uri.contains("force=true"), "{}", applied.uri);
+            assert_eq!(applied.body["roleRef"]["name"], "vc-vn-agent-tenant-pods");
+            applied.echo();
+        });
+        assert_eq!(writes.expect("applied"), 1);
+
+        // In the cache as desired: nothing to do.
+        put(&mut writers.role_bindings, binding.clone());
+        assert_eq!(
+            ensure_vn_agent_access(&ctx, &tenant, "shop")
+                .await
+                .expect("in sync"),
+            0
+        );
+
+        // Someone widened it to another subject: forced back.
+        let mut widened = binding.clone();
+        widened.subjects.as_mut().expect("subjects").push(Subject {
+            kind: "ServiceAccount".into(),
+            name: "intruder".into(),
+            namespace: Some("elsewhere".into()),
+            api_group: None,
+        });
+        put(&mut writers.role_bindings, widened);
+        let (writes, ()) = tokio::join!(ensure_vn_agent_access(&ctx, &tenant, "shop"), async {
+            supers
+                .expect("PATCH", "/apis/rbac.authorization.k8s.io/v1/")
+                .await
+                .echo();
+        });
+        assert_eq!(writes.expect("repaired"), 1);
+
+        // Turned off: the syncer's binding is deleted.
+        put(&mut writers.role_bindings, binding);
+        ctx.config.vn_agent_access = None;
+        let (writes, ()) = tokio::join!(ensure_vn_agent_access(&ctx, &tenant, "shop"), async {
+            supers
+                .expect(
+                    "DELETE",
+                    &format!(
+                        "/apis/rbac.authorization.k8s.io/v1/namespaces/{super_namespace}/rolebindings/vc-vn-agent"
+                    ),
+                )
+                .await
+                .echo();
+        });
+        assert_eq!(writes.expect("deleted"), 1);
+    }
+
+    #[test]
+    fn bindings_are_recognised_only_by_their_annotations() {
+        let meta = ObjectMeta {
+            annotations: Some(
+                [
+                    (ANNOTATION_GRANTS_CLUSTER.to_owned(), "key".to_owned()),
+                    (ANNOTATION_GRANTS_NAMESPACE.to_owned(), "shop".to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(grants(&meta), Some(("key", "shop")));
+        assert_eq!(grants(&ObjectMeta::default()), None);
+    }
+}
