@@ -207,22 +207,23 @@ fn env_from_field(container: &Container, name: &str) -> Option<String> {
         .map(|f| f.field_path.clone())
 }
 
-/// Parses a component's arguments with its binary's parser; returns whether it elects a leader.
-fn check_flags(container: &Container) -> anyhow::Result<bool> {
+/// Parses a component's arguments with its binary's parser; returns whether it elects a leader (`None`:
+/// it writes nothing, so replicas run side by side).
+fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
     let args = expanded_args(container);
     let argv = |binary: &str| std::iter::once(binary.to_owned()).chain(args.iter().cloned());
     let context = || format!("{} flags {args:?}", container.name);
     match container.name.as_str() {
         "vc-manager" => {
             let parsed = vc_manager::args::Args::try_parse_from(argv("vc-manager")).with_context(context)?;
-            Ok(parsed.leader_election().is_some())
+            Ok(Some(parsed.leader_election().is_some()))
         }
         "syncer" => {
             let parsed = syncer::Args::try_parse_from(argv("syncer")).with_context(context)?;
             syncer::SyncerConfig::try_from(parsed.syncer)
                 .map_err(anyhow::Error::msg)
                 .with_context(context)?;
-            Ok(parsed.leader.leader_elect)
+            Ok(Some(parsed.leader.leader_elect))
         }
         "vn-agent" => {
             // NODE_NAME comes from the downward API; the flag stands in for it.
@@ -234,13 +235,23 @@ fn check_flags(container: &Container) -> anyhow::Result<bool> {
                 vn_agent::Args::try_parse_from(argv("vn-agent").chain(["--node-name=node-1".to_owned()]))
                     .with_context(context)?;
             parsed.settings().with_context(context)?;
-            Ok(false)
+            Ok(Some(false))
+        }
+        "vc-dns" => {
+            // Without --upstream the settings read this machine's resolv.conf; a stand-in keeps the check
+            // independent of it.
+            let upstream = (!args.iter().any(|a| a.starts_with("--upstream")))
+                .then(|| "--upstream=192.0.2.53".to_owned());
+            let parsed =
+                vc_dns::Args::try_parse_from(argv("vc-dns").chain(upstream)).with_context(context)?;
+            parsed.settings().with_context(context)?;
+            Ok(None)
         }
         other => bail!("unexpected container {other}"),
     }
 }
 
-fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<(String, bool)>> {
+fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<(String, Option<bool>)>> {
     let version = env!("CARGO_PKG_VERSION");
     ensure!(spec.containers.len() == 1, "{owner}: one container expected");
     for volume in spec.volumes.iter().flatten() {
@@ -338,7 +349,7 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             "{what}: the tenant-pods role exactly with the super-apiserver backend"
         );
         ensure!(
-            cluster_roles.len() == 3 + tenant_pods.len(),
+            cluster_roles.len() == 4 + tenant_pods.len(),
             "{what}: one ClusterRole per component"
         );
         for role in &tenant_pods {
@@ -362,6 +373,19 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             ensure!(!rules.is_empty(), "{what}: {role_name} has no rules");
             for rule in &rules {
                 check_rule(&role_name, rule)?;
+            }
+            if role_name.ends_with("-dns") {
+                // vc-dns only watches: no write, no Secret, no get of single objects.
+                for rule in &rules {
+                    ensure!(
+                        rule.verbs.iter().all(|v| ["list", "watch"].contains(&v.as_str())),
+                        "{what}: vc-dns does more than watch: {rule:?}"
+                    );
+                    ensure!(
+                        !rule.resources.iter().flatten().any(|r| r == "secrets"),
+                        "{what}: vc-dns reads Secrets: {rule:?}"
+                    );
+                }
             }
             if role_name.ends_with("vn-agent") {
                 // A proxy: it reads, and opens streams through subresources; it writes no object.
@@ -465,6 +489,11 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             let pod = spec.template.spec.context("pod spec")?;
             for (component, elected) in check_pod(&owner, &pod, defaults)? {
                 let strategy = spec.strategy.as_ref().and_then(|s| s.type_.as_deref());
+                let Some(elected) = elected else {
+                    // Writes nothing: replicas side by side, rolling updates that keep it answering.
+                    assert_eq!(strategy, Some("RollingUpdate"), "{what}: {owner}");
+                    continue;
+                };
                 if elected {
                     assert_ne!(strategy, Some("Recreate"), "{what}: {owner}");
                 } else {
@@ -769,6 +798,7 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
         vc_manager: service_account_of(&rendered, "vc-manager")?,
         syncer: service_account_of(&rendered, "syncer")?,
         vn_agent: service_account_of(&rendered, "vn-agent")?,
+        dns: service_account_of(&rendered, "vc-dns")?,
         ca_bundle: ca_bundle_of(&rendered)?,
         vn_agent_tenant_pods: rendered
             .iter()

@@ -11,6 +11,7 @@ mod vc_manager_support;
 mod api;
 mod chart;
 mod disruption;
+mod dns;
 mod download;
 mod harness;
 mod hostile;

@@ -23,6 +23,7 @@ pub mod apply;
 mod binaries;
 mod cluster;
 mod components;
+pub mod dns;
 pub mod download;
 mod error;
 mod etcd;

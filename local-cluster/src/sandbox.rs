@@ -112,6 +112,8 @@ pub struct ComponentAccounts {
     pub syncer: String,
     /// vn-agent's.
     pub vn_agent: String,
+    /// vc-dns's.
+    pub dns: String,
     /// Name of the kubelet-client CA bundle (in `namespace`) the roles grant vc-manager and vn-agent.
     pub ca_bundle: String,
     /// The ClusterRole of vn-agent's rights on tenant pods that the syncer binds in each tenant super
@@ -124,6 +126,7 @@ struct ComponentClients {
     vc_manager: Client,
     syncer: Client,
     vn_agent: Client,
+    dns: Client,
 }
 
 impl ComponentClients {
@@ -134,7 +137,8 @@ impl ComponentClients {
             return Ok(Self {
                 vc_manager: admin.clone(),
                 syncer: admin.clone(),
-                vn_agent: admin,
+                vn_agent: admin.clone(),
+                dns: admin,
             });
         };
         let as_account = |name: String| async move {
@@ -165,6 +169,7 @@ impl ComponentClients {
             vc_manager: as_account(accounts.vc_manager.clone()).await?,
             syncer: as_account(accounts.syncer.clone()).await?,
             vn_agent: as_account(accounts.vn_agent.clone()).await?,
+            dns: as_account(accounts.dns.clone()).await?,
         })
     }
 }
@@ -215,9 +220,89 @@ impl Files {
     }
 }
 
+/// Namespace and name of the super cluster's Service in front of vc-dns, which the syncer points tenant
+/// pods at.
+pub const DNS_SERVICE_NAMESPACE: &str = "default";
+/// See [`DNS_SERVICE_NAMESPACE`].
+pub const DNS_SERVICE_NAME: &str = "vc-dns";
+
+/// vc-dns running in this process, behind Service `default/vc-dns`, with a stand-in upstream on loopback
+/// (no query leaves the machine; public names do not exist). On real nodes it listens on node 0's bridge
+/// address and the Service's endpoint is that address, so pods on every node reach it through kube-proxy
+/// with their own source address, as in a cluster.
+struct TenantDns {
+    dns: vc_dns::Dns,
+    _upstream: crate::dns::FakeUpstream,
+}
+
+impl TenantDns {
+    async fn start(tenancy: &Tenancy, client: Client, real_nodes: bool) -> Result<Self> {
+        let upstream = crate::dns::FakeUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), &[]).await?;
+        let mut settings = vc_dns::Settings::local(vec![upstream.address()]);
+        if real_nodes {
+            let ip: std::net::IpAddr = crate::realnodes::host::node_ip(0)
+                .parse()
+                .map_err(|e| Error::Io {
+                    context: "node 0's address".into(),
+                    source: std::io::Error::other(e),
+                })?;
+            settings.listen_address = SocketAddr::new(ip, crate::free_port()?);
+        }
+        let component = |source: vc_dns::Error| Error::Component {
+            component: "vc-dns",
+            source: Box::new(source),
+        };
+        let dns = vc_dns::Dns::start(settings, client, vc_dns::Metrics::default())
+            .await
+            .map_err(component)?;
+        tokio::time::timeout(TENANT_PATIENCE, dns.wait_ready())
+            .await
+            .map_err(|_| Error::Io {
+                context: "vc-dns's watches listing".into(),
+                source: std::io::Error::other("timed out"),
+            })?
+            .map_err(component)?;
+        let port = dns.local_addr().port();
+        let mut objects = vec![serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": DNS_SERVICE_NAME, "namespace": DNS_SERVICE_NAMESPACE},
+            "spec": {"ports": [
+                {"name": "dns", "port": 53, "targetPort": port, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "targetPort": port, "protocol": "TCP"}
+            ]}
+        })];
+        if real_nodes {
+            objects.push(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{DNS_SERVICE_NAME}-host"), "namespace": DNS_SERVICE_NAMESPACE,
+                    "labels": {"kubernetes.io/service-name": DNS_SERVICE_NAME,
+                        "endpointslice.kubernetes.io/managed-by": "vc-sandbox"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [dns.local_addr().ip().to_string()], "conditions": {"ready": true}}],
+                "ports": [
+                    {"name": "dns", "port": port, "protocol": "UDP"},
+                    {"name": "dns-tcp", "port": port, "protocol": "TCP"}
+                ]
+            }));
+        }
+        for object in objects {
+            let object: DynamicObject = serde_json::from_value(object).map_err(|e| Error::Io {
+                context: "the vc-dns Service".into(),
+                source: std::io::Error::other(e),
+            })?;
+            apply_object(&tenancy.super_client(), object, DNS_SERVICE_NAMESPACE).await?;
+        }
+        Ok(Self {
+            dns,
+            _upstream: upstream,
+        })
+    }
+}
+
 /// The running sandbox. Fields drop in order: components first, then the clusters, then the files.
 pub struct Sandbox {
     syncer: syncer::Syncer,
+    dns: TenantDns,
     manager: ManagerTask,
     /// One vn-agent per real node, or one for every simulated node.
     agents: Vec<vn_agent::Agent>,
@@ -298,9 +383,14 @@ impl Sandbox {
             ca_bundle,
         )
         .await?;
+        let dns = TenantDns::start(&tenancy, clients.dns, real_nodes).await?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
+                tenant_dns: Some(syncer::config::TenantDnsService::new(
+                    DNS_SERVICE_NAMESPACE,
+                    DNS_SERVICE_NAME,
+                )),
                 vn_agent_port: agents[0].local_addr().port(),
                 vnode_grace: Duration::from_secs(30),
                 patrol_interval: Duration::from_secs(15),
@@ -328,6 +418,7 @@ impl Sandbox {
 
         let mut sandbox = Self {
             syncer,
+            dns,
             manager,
             agents,
             tenancy,
@@ -348,6 +439,11 @@ impl Sandbox {
             sandbox.add_native_tenant(name).await?;
         }
         Ok(sandbox)
+    }
+
+    /// Where vc-dns answers (UDP and TCP), for clients on this machine.
+    pub fn dns_address(&self) -> SocketAddr {
+        self.dns.dns.local_addr()
     }
 
     /// Applies [`CLUSTER_VERSION`]: the `examples/` ClusterVersion (ClusterIP apiserver) with the images

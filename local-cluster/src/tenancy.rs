@@ -44,6 +44,9 @@ pub struct TenancyOptions {
     pub real_nodes: bool,
     /// With real nodes: users allowed the kubelet API (vn-agent's client certificate's common name).
     pub kubelet_api_users: Vec<String>,
+    /// Simulated nodes give pods with this label loopback addresses (see
+    /// [`NodeSimulatorOptions::loopback_ip_label`]).
+    pub loopback_ip_label: Option<String>,
 }
 
 impl Default for TenancyOptions {
@@ -59,6 +62,7 @@ impl Default for TenancyOptions {
             kubelet_client_cas: Vec::new(),
             real_nodes: false,
             kubelet_api_users: Vec::new(),
+            loopback_ip_label: None,
         }
     }
 }
@@ -179,6 +183,7 @@ impl Tenancy {
                     NodeSimulatorOptions {
                         node_count: options.nodes,
                         extra_client_cas: options.kubelet_client_cas.clone(),
+                        loopback_ip_label: options.loopback_ip_label.clone(),
                         ..Default::default()
                     },
                 )

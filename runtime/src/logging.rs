@@ -15,7 +15,10 @@ pub enum LogFormat {
 /// Installs the global subscriber. The filter comes from `RUST_LOG`, default `info` (kube's own chatter at
 /// `warn`).
 pub fn init(format: LogFormat) {
-    init_with_default(format, "info,kube=warn,tower=warn,hyper=warn");
+    init_with_default(
+        format,
+        "info,kube=warn,tower=warn,hyper=warn,hickory_server=warn,hickory_proto=warn,hickory_net=warn,hickory_resolver=warn",
+    );
 }
 
 /// Installs the global subscriber with `default_filter` where `RUST_LOG` is unset.

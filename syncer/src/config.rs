@@ -116,6 +116,34 @@ fn vnode_mode(value: &str) -> Result<VNodeMode, String> {
     }
 }
 
+/// The tenant DNS Service (vc-dns) pods are pointed at, and its cluster IP once read.
+#[derive(Clone, Debug)]
+pub struct TenantDnsService {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name of the Service.
+    pub name: String,
+    /// Its cluster IP and when it was read (re-read after a minute, so a recreated Service is followed).
+    pub cached: std::sync::Arc<std::sync::Mutex<Option<(String, std::time::Instant)>>>,
+}
+
+impl TenantDnsService {
+    /// The Service `namespace/name`, not yet read.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            cached: Default::default(),
+        }
+    }
+}
+
+impl PartialEq for TenantDnsService {
+    fn eq(&self, other: &Self) -> bool {
+        self.namespace == other.namespace && self.name == other.name
+    }
+}
+
 /// Every flag of the syncer binary: sync settings, leader election, admin endpoint, logging.
 #[derive(Clone, Debug, clap::Parser)]
 #[command(
@@ -179,6 +207,17 @@ pub struct SyncerArgs {
     /// `ndots` of the DNS config given to tenant pods.
     #[arg(long, default_value_t = 5)]
     pub dns_ndots: u32,
+    /// The tenant DNS Service (`namespace/name`, vc-dns): tenant pods with `ClusterFirst` DNS get its
+    /// cluster IP as their nameserver. Without it they get the super cluster IP of their tenant's own
+    /// `kube-system/kube-dns` Service, when the tenant has one.
+    #[arg(long, env = "TENANT_DNS_SERVICE")]
+    pub tenant_dns_service: Option<String>,
+    /// Nameservers (IP addresses, at most 3) for tenant pods that opt out of the DNS rewrite
+    /// (`tenancy.x-k8s.io/disable.dnsPolicyMutation`) but ask for cluster DNS: they get these, with their
+    /// own `dnsConfig`, instead of the super cluster's DNS. Empty: the node's resolver (`dnsPolicy:
+    /// Default`).
+    #[arg(long, env = "POD_UPSTREAM_NAMESERVERS", value_delimiter = ',')]
+    pub pod_upstream_nameservers: Vec<String>,
     /// Lifetime of the service-account tokens minted for tenant pods (refreshed at 80%).
     #[arg(long, default_value_t = 3600)]
     pub token_ttl_seconds: i64,
@@ -473,6 +512,10 @@ pub struct SyncerConfig {
     pub sync_disruption_budgets: bool,
     /// DNS ndots.
     pub dns_ndots: u32,
+    /// The tenant DNS Service (vc-dns), when pods are pointed at it.
+    pub tenant_dns: Option<TenantDnsService>,
+    /// Nameservers of pods that opt out of the DNS rewrite (empty: the node's).
+    pub pod_upstream_nameservers: Vec<String>,
     /// Token lifetime in seconds.
     pub token_ttl_seconds: i64,
     /// Super-owned prefixes for every tenant.
@@ -507,6 +550,8 @@ impl Default for SyncerConfig {
             sync_ingresses: false,
             sync_disruption_budgets: true,
             dns_ndots: 5,
+            tenant_dns: None,
+            pod_upstream_nameservers: Vec::new(),
             token_ttl_seconds: 3600,
             opaque_meta_prefixes: Vec::new(),
             tenant_cache_limits: CacheLimits::default(),
@@ -540,6 +585,33 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 }
             },
         };
+        let tenant_dns = match args.tenant_dns_service.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(reference) => match reference.split_once('/') {
+                Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                    Some(TenantDnsService::new(namespace, name))
+                }
+                _ => {
+                    return Err(format!(
+                        "--tenant-dns-service must be namespace/name, got {reference:?}"
+                    ));
+                }
+            },
+        };
+        let pod_upstream_nameservers = args
+            .pod_upstream_nameservers
+            .iter()
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                v.parse::<std::net::IpAddr>()
+                    .map(|ip| ip.to_string())
+                    .map_err(|e| format!("--pod-upstream-nameservers: {v:?} is not an IP address ({e})"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if pod_upstream_nameservers.len() > 3 {
+            return Err("--pod-upstream-nameservers: at most 3 (a pod's resolver uses no more)".into());
+        }
         if args.token_ttl_seconds < 600 {
             return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
         }
@@ -608,6 +680,8 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             sync_ingresses: args.sync_ingresses,
             sync_disruption_budgets: args.sync_disruption_budgets,
             dns_ndots: args.dns_ndots,
+            tenant_dns,
+            pod_upstream_nameservers,
             token_ttl_seconds: args.token_ttl_seconds,
             opaque_meta_prefixes: args
                 .opaque_meta_prefixes
@@ -731,5 +805,25 @@ mod tests {
         assert!(error.contains("--tenant-allowed-cidrs"), "{error}");
         let error = parse(&["--network-isolation-allow-namespaces=ingress"]).expect_err("no value");
         assert!(error.contains("key=value"), "{error}");
+    }
+
+    #[test]
+    fn tenant_dns_flags_name_a_service_and_upstream_addresses() {
+        let config = parse(&[]).expect("defaults");
+        assert_eq!(config.tenant_dns, None);
+        assert!(config.pod_upstream_nameservers.is_empty());
+        let config = parse(&[
+            "--tenant-dns-service=vc-system/vc-dns",
+            "--pod-upstream-nameservers=10.0.0.2, fd00::53",
+        ])
+        .expect("flags");
+        assert_eq!(
+            config.tenant_dns,
+            Some(TenantDnsService::new("vc-system", "vc-dns"))
+        );
+        assert_eq!(config.pod_upstream_nameservers, ["10.0.0.2", "fd00::53"]);
+        assert!(parse(&["--tenant-dns-service=vc-dns"]).is_err());
+        assert!(parse(&["--pod-upstream-nameservers=dns.example"]).is_err());
+        assert!(parse(&["--pod-upstream-nameservers=1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"]).is_err());
     }
 }

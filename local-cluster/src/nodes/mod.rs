@@ -71,6 +71,10 @@ pub struct NodeSimulatorOptions {
     pub concurrency: usize,
     /// Extra node labels.
     pub labels: BTreeMap<String, String>,
+    /// Pods carrying this label get loopback addresses (`127.100.0.1` on): every one of them is this
+    /// machine's, so a test can send from such a pod's address (tenant DNS identifies tenants by their pods'
+    /// addresses). Only those pods: the apiserver refuses loopback addresses in endpoints.
+    pub loopback_ip_label: Option<String>,
 }
 
 impl Default for NodeSimulatorOptions {
@@ -85,6 +89,7 @@ impl Default for NodeSimulatorOptions {
             kubelet: true,
             extra_client_cas: Vec::new(),
             concurrency: 64,
+            loopback_ip_label: None,
             labels: BTreeMap::new(),
         }
     }
@@ -124,6 +129,7 @@ struct Shared {
     next_node: AtomicUsize,
     next_ip: AtomicU32,
     bind_pods: bool,
+    loopback_ip_label: Option<String>,
     counters: Arc<SimulatorCounters>,
 }
 
@@ -158,6 +164,7 @@ impl NodeSimulator {
             next_node: AtomicUsize::new(0),
             next_ip: AtomicU32::new(1),
             bind_pods: options.bind_pods,
+            loopback_ip_label: options.loopback_ip_label.clone(),
             counters: counters.clone(),
         });
 
@@ -487,7 +494,14 @@ impl Shared {
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
-        let pod_ip = format!("10.{}.{}.{}", 128 + (n >> 16) % 128, (n >> 8) & 255, n & 255);
+        let loopback = self
+            .loopback_ip_label
+            .as_ref()
+            .is_some_and(|label| pod.labels().contains_key(label));
+        let pod_ip = match loopback {
+            true => format!("127.{}.{}.{}", 100 + (n >> 16) % 100, (n >> 8) & 255, n & 255),
+            false => format!("10.{}.{}.{}", 128 + (n >> 16) % 128, (n >> 8) & 255, n & 255),
+        };
         let started = now();
         let spec = pod.spec.clone().unwrap_or_default();
         let container_statuses = spec

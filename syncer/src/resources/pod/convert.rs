@@ -22,7 +22,8 @@ use crate::{
 /// Where a tenant's own apiserver and DNS are reachable from super pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TenantEndpoints {
-    /// Super cluster IP of the tenant's `kube-system/kube-dns` Service, when the tenant has one.
+    /// The tenant's DNS: the cluster IP of the tenant DNS Service (vc-dns) when the syncer names one, else
+    /// the super cluster IP of the tenant's `kube-system/kube-dns` Service, when the tenant has one.
     pub dns_ip: Option<String>,
     /// Super cluster IP and port of the tenant's `default/kubernetes` Service.
     pub apiserver: Option<(String, i32)>,
@@ -50,6 +51,8 @@ pub struct PodConversion<'a> {
     pub endpoints: &'a TenantEndpoints,
     /// `ndots` for pod DNS.
     pub ndots: u32,
+    /// Nameservers of pods that opt out of the DNS rewrite but ask for cluster DNS (empty: the node's).
+    pub upstream_nameservers: &'a [String],
     /// Name of the pod's token Secret in the super namespace.
     pub token_secret: &'a str,
 }
@@ -154,8 +157,9 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_DISABLE_DNS_MUTATION))
         .is_some_and(|v| v == "true");
-    if !opted_out {
-        rewrite_dns(&mut spec, &tenant_namespace, cx);
+    match opted_out {
+        false => rewrite_dns(&mut spec, &tenant_namespace, cx),
+        true => keep_off_super_dns(&mut spec, cx.upstream_nameservers),
     }
 
     if let Some((ip, port)) = &cx.endpoints.apiserver {
@@ -375,16 +379,44 @@ fn rewrite_projection(
     vec![source]
 }
 
+/// Whether the kubelet would give a pod the cluster's DNS: `ClusterFirstWithHostNet` always,
+/// `ClusterFirst` (the default) unless the pod uses the host network, where it means the node's resolver.
+fn wants_cluster_dns(spec: &PodSpec) -> bool {
+    match spec.dns_policy.as_deref().unwrap_or("ClusterFirst") {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => spec.host_network != Some(true),
+        _ => false,
+    }
+}
+
+/// A pod that opted out of the rewrite keeps its DNS settings, except that cluster DNS can never mean the
+/// super cluster's (which would answer with other tenants' and the platform's Services): it gets the
+/// platform's upstream nameservers with its own `dnsConfig`, or the node's resolver.
+fn keep_off_super_dns(spec: &mut PodSpec, upstream: &[String]) {
+    if !wants_cluster_dns(spec) {
+        return;
+    }
+    if upstream.is_empty() {
+        // `Default` merges the pod's dnsConfig with the node's resolv.conf, as ClusterFirst would have.
+        spec.dns_policy = Some("Default".to_owned());
+        return;
+    }
+    let mut config = spec.dns_config.take().unwrap_or_default();
+    let mut nameservers = upstream.to_vec();
+    for own in config.nameservers.take().unwrap_or_default() {
+        if nameservers.len() < 3 && !nameservers.contains(&own) {
+            nameservers.push(own);
+        }
+    }
+    config.nameservers = Some(nameservers);
+    spec.dns_policy = Some("None".to_owned());
+    spec.dns_config = Some(config);
+}
+
 /// ClusterFirst DNS becomes the tenant's own DNS; without a tenant DNS the node's resolver is used, never
 /// the super cluster's, which would answer with super-cluster services.
 fn rewrite_dns(spec: &mut PodSpec, tenant_namespace: &str, cx: &PodConversion<'_>) {
-    let policy = spec
-        .dns_policy
-        .clone()
-        .unwrap_or_else(|| "ClusterFirst".to_owned());
-    let host_network = spec.host_network == Some(true);
-    let cluster_first = policy == "ClusterFirst" || (policy == "ClusterFirstWithHostNet" && host_network);
-    if !cluster_first {
+    if !wants_cluster_dns(spec) {
         return;
     }
     let Some(dns_ip) = &cx.endpoints.dns_ip else {
@@ -604,6 +636,7 @@ mod tests {
             published_priority_class: &|_| false,
             endpoints,
             ndots: 5,
+            upstream_nameservers: &[],
             token_secret: "web-1.vc-token",
         };
         to_super(pod, &cx)
@@ -720,16 +753,83 @@ mod tests {
     }
 
     #[test]
-    fn the_dns_opt_out_annotation_is_honoured() {
+    fn an_opted_out_pod_keeps_its_dns_but_never_gets_the_super_clusters() {
         let mut pod = tenant_pod();
         pod.metadata.annotations =
             Some([(ANNOTATION_DISABLE_DNS_MUTATION.to_owned(), "true".to_owned())].into());
+        // ClusterFirst (the default) would be the super cluster's DNS: the node's resolver instead.
         let spec = convert(&pod, &PodPolicy::default(), &endpoints())
             .expect("converted")
             .pod
             .spec
             .expect("spec");
-        assert_eq!(spec.dns_policy, None);
+        assert_eq!(spec.dns_policy.as_deref(), Some("Default"));
+        assert!(spec.dns_config.is_none());
+
+        // With the platform's upstream nameservers: those, then the pod's own, and its own searches.
+        pod.spec.as_mut().expect("spec").dns_config = Some(PodDNSConfig {
+            nameservers: Some(vec!["192.0.2.53".into()]),
+            searches: Some(vec!["corp.example".into()]),
+            options: None,
+        });
+        let identity = identity();
+        let platform = PlatformPodPolicy::default();
+        let endpoints = endpoints();
+        let upstream = ["10.0.0.2".to_owned()];
+        // (Host networking allowed, for the last case below.)
+        let policy = PodPolicy {
+            host_network: true,
+            ..Default::default()
+        };
+        let cx = PodConversion {
+            identity: &identity,
+            opaque_prefixes: &[],
+            super_namespace: "default-abc123-team-shop",
+            cluster_domain: "cluster.local",
+            runtime_class_name: None,
+            pod_policy: &policy,
+            platform_policy: &platform,
+            published_priority_class: &|_| false,
+            endpoints: &endpoints,
+            ndots: 5,
+            upstream_nameservers: &upstream,
+            token_secret: "web-1.vc-token",
+        };
+        let spec = to_super(&pod, &cx).expect("converted").pod.spec.expect("spec");
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        let config = spec.dns_config.expect("dns config");
+        assert_eq!(
+            config.nameservers,
+            Some(vec!["10.0.0.2".to_owned(), "192.0.2.53".to_owned()])
+        );
+        assert_eq!(config.searches, Some(vec!["corp.example".to_owned()]));
+
+        // Policies that never meant cluster DNS stay as written.
+        for (policy, host_network) in [("Default", false), ("None", false), ("ClusterFirst", true)] {
+            let mut pod = pod.clone();
+            let spec = pod.spec.as_mut().expect("spec");
+            spec.dns_policy = Some(policy.into());
+            spec.host_network = Some(host_network);
+            let converted = to_super(&pod, &cx).expect("converted").pod.spec.expect("spec");
+            assert_eq!(converted.dns_policy.as_deref(), Some(policy));
+        }
+    }
+
+    #[test]
+    fn cluster_first_with_host_net_means_cluster_dns_also_without_the_host_network() {
+        // The kubelet gives such a pod the cluster's DNS: it must be the tenant's.
+        let mut pod = tenant_pod();
+        pod.spec.as_mut().expect("spec").dns_policy = Some("ClusterFirstWithHostNet".into());
+        let spec = convert(&pod, &PodPolicy::default(), &endpoints())
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        assert_eq!(
+            spec.dns_config.and_then(|c| c.nameservers),
+            Some(vec!["10.96.0.10".to_owned()])
+        );
     }
 
     #[test]

@@ -68,9 +68,36 @@ fn was_scheduled(pod: &TenantPod) -> bool {
             .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
 }
 
-/// Where the tenant's DNS and apiserver are, from the synced Services; `Err` with a reason while a Service
-/// the tenant has is not yet in the super cluster.
-fn tenant_endpoints(ctx: &Context, tenant: &Tenant) -> Result<TenantEndpoints, String> {
+/// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
+/// with a reason while it cannot be read.
+async fn tenant_dns_ip(ctx: &Context, service: &crate::config::TenantDnsService) -> Result<String, String> {
+    let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
+    if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+        && fresh(at)
+    {
+        return Ok(ip.clone());
+    }
+    let (namespace, name) = (&service.namespace, &service.name);
+    let found = Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.super_client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading the tenant DNS Service {namespace}/{name}: {e}"))?;
+    let ip = found
+        .and_then(|s| s.spec?.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| format!("waiting for the tenant DNS Service {namespace}/{name} and its cluster IP"))?;
+    *service.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some((ip.clone(), std::time::Instant::now()));
+    Ok(ip)
+}
+
+/// Where the tenant's DNS and apiserver are, from the synced Services (the DNS is `tenant_dns` when the
+/// syncer names a tenant DNS Service); `Err` with a reason while a Service the tenant has is not yet in the
+/// super cluster.
+fn tenant_endpoints(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_dns: Option<String>,
+) -> Result<TenantEndpoints, String> {
     let lookup = |namespace: &str, name: &str| -> Result<Option<(String, i32)>, String> {
         if tenant
             .stores
@@ -101,8 +128,12 @@ fn tenant_endpoints(ctx: &Context, tenant: &Tenant) -> Result<TenantEndpoints, S
             )),
         }
     };
+    let dns_ip = match tenant_dns {
+        Some(ip) => Some(ip),
+        None => lookup("kube-system", "kube-dns")?.map(|(ip, _)| ip),
+    };
     Ok(TenantEndpoints {
-        dns_ip: lookup("kube-system", "kube-dns")?.map(|(ip, _)| ip),
+        dns_ip,
         apiserver: lookup("default", "kubernetes")?,
     })
 }
@@ -135,6 +166,7 @@ fn convert(
         published_priority_class: &published_priority_class,
         endpoints,
         ndots: ctx.config.dns_ndots,
+        upstream_nameservers: &ctx.config.pod_upstream_nameservers,
         token_secret: &token_secret,
     };
     convert::to_super(pod, &cx)
@@ -308,7 +340,19 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             });
         }
     }
-    let endpoints = match tenant_endpoints(ctx, tenant) {
+    let tenant_dns = match &ctx.config.tenant_dns {
+        None => None,
+        Some(service) => match tenant_dns_ip(ctx, service).await {
+            Ok(ip) => Some(ip),
+            Err(reason) => {
+                return Ok(Outcome::Waiting {
+                    reason,
+                    retry_after: Some(Duration::from_secs(1)),
+                });
+            }
+        },
+    };
+    let endpoints = match tenant_endpoints(ctx, tenant, tenant_dns) {
         Ok(endpoints) => endpoints,
         Err(reason) => {
             return Ok(Outcome::Waiting {

@@ -1,0 +1,173 @@
+//! Flags and the settings they make.
+
+use std::{net::SocketAddr, time::Duration};
+
+use hickory_proto::rr::Name;
+use vc_runtime::logging::LogFormat;
+
+use crate::{Error, Result, upstream};
+
+/// vc-dns's command line.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    name = "vc-dns",
+    version,
+    about = "Tenant DNS for virtualcluster-rs: each tenant pod gets its own cluster's names, with the super cluster's addresses"
+)]
+pub struct Args {
+    /// Address tenant pods query (UDP and TCP).
+    #[arg(long, env = "VC_DNS_LISTEN_ADDRESS", default_value = "0.0.0.0:53")]
+    pub listen_address: SocketAddr,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "VC_DNS_ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub admin_address: SocketAddr,
+    /// Upstream resolvers for names outside the cluster domain (`ip` or `ip:port`, comma-separated or
+    /// repeated). Default: the nameservers of this process's /etc/resolv.conf, which must not be the
+    /// super cluster's DNS (run vc-dns with `dnsPolicy: Default`, as the chart does).
+    #[arg(long = "upstream", env = "VC_DNS_UPSTREAM", value_delimiter = ',')]
+    pub upstream: Vec<String>,
+    /// Domains that are never forwarded upstream and never resolve for tenants (comma-separated): the
+    /// super cluster's own domain. A tenant whose cluster domain is one of them still gets its own names.
+    #[arg(
+        long,
+        env = "VC_DNS_NEVER_FORWARD",
+        value_delimiter = ',',
+        default_value = "cluster.local"
+    )]
+    pub never_forward: Vec<String>,
+    /// Queries per second each tenant may ask (0: unlimited); over it, REFUSED.
+    #[arg(long, env = "VC_DNS_TENANT_QPS", default_value_t = 2000)]
+    pub tenant_qps: u32,
+    /// Queries a tenant may ask at once above its rate.
+    #[arg(long, env = "VC_DNS_TENANT_BURST", default_value_t = 4000)]
+    pub tenant_burst: u32,
+    /// Queries of one tenant in flight to the upstream resolvers at once; more get SERVFAIL.
+    #[arg(long, env = "VC_DNS_TENANT_UPSTREAM_CONCURRENCY", default_value_t = 32)]
+    pub tenant_upstream_concurrency: usize,
+    /// Queries of all tenants in flight to the upstream resolvers at once.
+    #[arg(long, env = "VC_DNS_UPSTREAM_CONCURRENCY", default_value_t = 1024)]
+    pub upstream_concurrency: usize,
+    /// Milliseconds an upstream resolver has for one attempt (two attempts).
+    #[arg(long, env = "VC_DNS_UPSTREAM_TIMEOUT_MS", default_value_t = 2000)]
+    pub upstream_timeout_ms: u64,
+    /// Seconds an idle TCP connection stays open.
+    #[arg(long, default_value_t = 10)]
+    pub tcp_idle_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, env = "LOG_FORMAT", default_value_t)]
+    pub log_format: LogFormat,
+}
+
+/// vc-dns's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// UDP and TCP address.
+    pub listen_address: SocketAddr,
+    /// Upstream resolvers.
+    pub upstream: Vec<SocketAddr>,
+    /// Zones never forwarded.
+    pub never_forward: Vec<Name>,
+    /// Per-tenant query rate (0: unlimited).
+    pub tenant_qps: u32,
+    /// Per-tenant burst.
+    pub tenant_burst: u32,
+    /// Per-tenant upstream queries in flight.
+    pub tenant_upstream_concurrency: usize,
+    /// All upstream queries in flight.
+    pub upstream_concurrency: usize,
+    /// Upstream attempt timeout.
+    pub upstream_timeout: Duration,
+    /// TCP idle timeout.
+    pub tcp_idle: Duration,
+}
+
+impl Settings {
+    /// Settings for tests and benchmarks: loopback, the given upstreams, generous limits.
+    pub fn local(upstream: Vec<SocketAddr>) -> Self {
+        Self {
+            listen_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+            upstream,
+            never_forward: vec![Name::from_ascii("cluster.local.").expect("valid name")],
+            tenant_qps: 0,
+            tenant_burst: 0,
+            tenant_upstream_concurrency: 32,
+            upstream_concurrency: 1024,
+            upstream_timeout: Duration::from_secs(2),
+            tcp_idle: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A zone name from a flag (`cluster.local` or `cluster.local.`).
+pub fn zone(value: &str) -> Result<Name> {
+    let value = value.trim().trim_end_matches('.').to_ascii_lowercase();
+    if value.is_empty() {
+        return Err(Error::Settings("an empty domain".into()));
+    }
+    Name::from_ascii(format!("{value}.")).map_err(|e| Error::Settings(format!("domain {value:?}: {e}")))
+}
+
+impl Args {
+    /// The settings these flags make; the default upstreams are read from /etc/resolv.conf.
+    pub fn settings(&self) -> Result<Settings> {
+        let upstream = if self.upstream.iter().all(|u| u.trim().is_empty()) {
+            let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+            upstream::nameservers_of_resolv_conf(&text)
+        } else {
+            self.upstream
+                .iter()
+                .filter(|u| !u.trim().is_empty())
+                .map(|u| {
+                    upstream::parse_server(u)
+                        .ok_or_else(|| Error::Settings(format!("--upstream {u:?} is not an address")))
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        if upstream.is_empty() {
+            return Err(Error::Settings(
+                "no upstream resolvers: set --upstream or give the process an /etc/resolv.conf".into(),
+            ));
+        }
+        Ok(Settings {
+            listen_address: self.listen_address,
+            upstream,
+            never_forward: self
+                .never_forward
+                .iter()
+                .filter(|d| !d.trim().is_empty())
+                .map(|d| zone(d))
+                .collect::<Result<_>>()?,
+            tenant_qps: self.tenant_qps,
+            tenant_burst: self.tenant_burst,
+            tenant_upstream_concurrency: self.tenant_upstream_concurrency,
+            upstream_concurrency: self.upstream_concurrency,
+            upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(100)),
+            tcp_idle: Duration::from_secs(self.tcp_idle_seconds.max(1)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn flags_make_settings() {
+        let args = Args::try_parse_from([
+            "vc-dns",
+            "--upstream=1.1.1.1,127.0.0.1:5353",
+            "--never-forward=cluster.local,super.example.",
+            "--tenant-qps=5",
+        ])
+        .expect("flags");
+        let settings = args.settings().expect("settings");
+        assert_eq!(settings.upstream.len(), 2);
+        assert_eq!(settings.upstream[1].port(), 5353);
+        assert_eq!(settings.never_forward[1].to_ascii(), "super.example.");
+        assert_eq!(settings.tenant_qps, 5);
+        let bad = Args::try_parse_from(["vc-dns", "--upstream=dns.example"]).expect("flags");
+        assert!(bad.settings().is_err());
+    }
+}
