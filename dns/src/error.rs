@@ -24,6 +24,12 @@ pub enum Error {
     /// The server task failed.
     #[error("DNS server")]
     Server(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The server or its watches stopped without being asked to.
+    #[error("{0}")]
+    Stopped(&'static str),
+    /// The shared runtime (admin endpoint, client) failed.
+    #[error(transparent)]
+    Runtime(#[from] vc_runtime::Error),
 }
 
 /// Results of vc-dns.

@@ -214,3 +214,47 @@ impl Dns {
         }
     }
 }
+
+/// Runs vc-dns on the shared runtime until it is asked to stop: ready (`/readyz`) once the super-cluster
+/// watches listed, and an error if the server or its watches stop on their own.
+pub async fn run(mut runtime: vc_runtime::Runtime, settings: Settings) -> Result<()> {
+    let metrics = Metrics::register(runtime.registry_mut());
+    let (client, health, shutdown) = (runtime.client(), runtime.health(), runtime.shutdown());
+    runtime
+        .run(async move {
+            let dns = Dns::start(settings, client, metrics).await?;
+            let ready = async {
+                match dns.wait_ready().await {
+                    Ok(()) => {
+                        tracing::info!("super-cluster watches listed; answering");
+                        health.set_ready(true);
+                        std::future::pending::<()>().await;
+                    }
+                    Err(error) => {
+                        tracing::error!(error = &error as &dyn std::error::Error, "watches never listed")
+                    }
+                }
+            };
+            let stopped = async {
+                while !dns.is_finished() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            };
+            tokio::select! {
+                () = shutdown.requested() => {}
+                () = stopped => {
+                    health.set_dead();
+                    return Err(Error::Stopped("the DNS server stopped on its own"));
+                }
+                () = ready => {
+                    health.set_dead();
+                    return Err(Error::Stopped("the watches stopped before they listed"));
+                }
+            }
+            health.set_ready(false);
+            dns.shutdown().await?;
+            tracing::info!("vc-dns stopped");
+            Ok(())
+        })
+        .await
+}
