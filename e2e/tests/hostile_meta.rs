@@ -25,6 +25,7 @@
 //! The NetworkPolicy tests prove the objects, not enforcement: that is the CNI's, and the simulated nodes
 //! here (like the real-node harness's bridge plugin) enforce none.
 
+use crate::object_support::{create, until};
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
@@ -35,15 +36,14 @@ use k8s_openapi::api::{
     networking::v1::NetworkPolicy,
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    Api, Resource,
+    api::{DeleteParams, Patch, PatchParams},
 };
 use local_cluster::{
     Binary,
     tenancy::{Tenancy, TenancyOptions, TenantMaster},
     wait,
 };
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use syncer::{Args, Metrics, Syncer, SyncerConfig};
 use vc_runtime::admin::Health;
@@ -95,43 +95,6 @@ fn small() -> TenancyOptions {
         super_controller_manager: false,
         ..Default::default()
     }
-}
-
-/// Creates an object from JSON in a namespace (`None`: cluster-scoped).
-async fn create<K>(client: &Client, namespace: Option<&str>, object: serde_json::Value) -> anyhow::Result<K>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    let mut object = object;
-    object["apiVersion"] = json!(K::api_version(&()));
-    object["kind"] = json!(K::kind(&()));
-    let resource = kube::discovery::ApiResource::erase::<K>(&());
-    let api: Api<kube::api::DynamicObject> = match namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let object: kube::api::DynamicObject = serde_json::from_value(object)?;
-    let created = api
-        .create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {} {}", K::kind(&()), object.name_any()))?;
-    Ok(created.try_parse::<K>()?)
-}
-
-/// Waits until `check` holds for the named object (given `None` when it does not exist).
-async fn until<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> anyhow::Result<Option<K>>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    F: Fn(Option<&K>) -> bool,
-{
-    Ok(wait::until(PATIENCE, what, || {
-        let (api, name, check) = (api.clone(), name.to_owned(), &check);
-        async move {
-            let object = api.get_opt(&name).await.ok()?;
-            check(object.as_ref()).then_some(object)
-        }
-    })
-    .await?)
 }
 
 /// Waits for an event of this reason about the named object in a tenant namespace, and returns its note.

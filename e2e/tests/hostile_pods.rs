@@ -20,6 +20,7 @@
 //!   quota are refused with `TenantQuotaExceeded`, also when an existing Service is changed to a NodePort
 //!   one; freeing room lets a refused Service through.
 
+use crate::object_support::{create, until};
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
@@ -33,14 +34,13 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams},
 };
 use local_cluster::{
     Binary,
     tenancy::{Tenancy, TenancyOptions, TenantMaster},
     wait,
 };
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig};
 use vc_runtime::admin::Health;
@@ -92,50 +92,6 @@ async fn tenancy(spec: serde_json::Value) -> anyhow::Result<(Tenancy, Syncer)> {
     })
     .await?;
     Ok((tenancy, syncer))
-}
-
-/// Creates an object from JSON (`namespace` for namespaced kinds).
-async fn create<K>(
-    client: &Client,
-    namespace: Option<&str>,
-    mut object: serde_json::Value,
-) -> anyhow::Result<K>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    object["apiVersion"] = json!(K::api_version(&()));
-    object["kind"] = json!(K::kind(&()));
-    let resource = kube::discovery::ApiResource::erase::<K>(&());
-    let api: Api<kube::api::DynamicObject> = match namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let object: kube::api::DynamicObject = serde_json::from_value(object)?;
-    let name = object.name_any();
-    let created = api
-        .create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {} {name}", K::kind(&())))?;
-    Ok(created.try_parse::<K>()?)
-}
-
-/// Waits until `check` holds for the object (or for its absence, when it gets `None`).
-async fn until<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> anyhow::Result<Option<K>>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    F: Fn(Option<&K>) -> bool,
-{
-    let found = wait::until(PATIENCE, what, || {
-        let api = api.clone();
-        let name = name.to_owned();
-        let check = &check;
-        async move {
-            let object = api.get_opt(&name).await.ok()?;
-            check(object.as_ref()).then_some(object)
-        }
-    })
-    .await?;
-    Ok(found)
 }
 
 /// Waits for an event with `reason` about `regarding` whose note contains `says`; returns the note.

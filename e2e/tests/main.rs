@@ -6,6 +6,7 @@
 //! nodes wait for the machine-wide real-node lock, so one set of real nodes runs at a time.
 
 mod kubectl_support;
+mod object_support;
 mod vc_manager_support;
 
 mod api;

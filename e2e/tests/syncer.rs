@@ -1,6 +1,7 @@
 //! The syncer against a real super cluster and real tenant masters (kube-apiserver + controller-manager
 //! each), with simulated nodes.
 
+use crate::object_support::{create, until};
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -16,7 +17,7 @@ use k8s_openapi::api::{
     storage::v1::StorageClass,
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use local_cluster::{
@@ -24,7 +25,6 @@ use local_cluster::{
     tenancy::{Tenancy, TenancyOptions, TenantMaster},
     wait,
 };
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use syncer::{Metrics, Syncer, SyncerConfig};
 use vc_runtime::admin::Health;
@@ -57,50 +57,6 @@ async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result
         Health::new(),
     )
     .await?)
-}
-
-/// Creates an object from JSON (`namespace` for namespaced kinds).
-async fn create<K>(
-    client: &Client,
-    namespace: Option<&str>,
-    mut object: serde_json::Value,
-) -> anyhow::Result<K>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    object["apiVersion"] = json!(K::api_version(&()));
-    object["kind"] = json!(K::kind(&()));
-    let resource = kube::discovery::ApiResource::erase::<K>(&());
-    let api: Api<kube::api::DynamicObject> = match namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let object: kube::api::DynamicObject = serde_json::from_value(object)?;
-    let name = object.name_any();
-    let created = api
-        .create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {} {name}", K::kind(&())))?;
-    Ok(created.try_parse::<K>()?)
-}
-
-/// Waits until `check` holds for the object (or for its absence, when it gets `None`).
-async fn until<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> anyhow::Result<Option<K>>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    F: Fn(Option<&K>) -> bool,
-{
-    let found = wait::until(PATIENCE, what, || {
-        let api = api.clone();
-        let name = name.to_owned();
-        let check = &check;
-        async move {
-            let object = api.get_opt(&name).await.ok()?;
-            check(object.as_ref()).then_some(object)
-        }
-    })
-    .await?;
-    Ok(found)
 }
 
 async fn tenant_synced(tenancy: &Tenancy, name: &str, status: &str) -> anyhow::Result<VirtualCluster> {
