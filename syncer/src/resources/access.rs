@@ -13,9 +13,9 @@ use k8s_openapi::{
     api::rbac::v1::{RoleBinding, RoleRef, Subject},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
+use kube::{Api, Resource, runtime::reflector::ObjectRef};
 
-use super::{apply, delete};
+use super::{Kept, keep};
 use crate::{context::Context, error::Result, identity, tenant::Tenant};
 
 /// Name of the RoleBinding in every super namespace of a tenant.
@@ -88,32 +88,16 @@ pub async fn ensure_vn_agent_access(ctx: &Context, tenant: &Tenant, tenant_names
         .role_bindings
         .get(&ObjectRef::new(VN_AGENT_BINDING_NAME).within(&super_namespace));
     let api: Api<RoleBinding> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
-    let Some(desired) = vn_agent_binding(ctx, tenant, tenant_namespace) else {
-        return match existing {
-            Some(existing) if grants(existing.meta()).is_some() => {
-                delete(ctx, &api, VN_AGENT_BINDING_NAME, existing.uid(), None).await?;
-                Ok(1)
-            }
-            _ => Ok(0),
-        };
-    };
-    if existing
-        .as_ref()
-        .is_some_and(|existing| in_sync(&desired, existing))
-    {
-        return Ok(0);
-    }
-    if existing
-        .as_ref()
-        .is_some_and(|existing| existing.role_ref != desired.role_ref)
-    {
+    let kept = Kept {
+        name: VN_AGENT_BINDING_NAME,
+        existing,
+        desired: vn_agent_binding(ctx, tenant, tenant_namespace),
+        ours: |binding| grants(binding.meta()).is_some(),
+        in_sync,
         // A binding's role cannot change; it is replaced.
-        let uid = existing.as_ref().and_then(|e| e.uid());
-        delete(ctx, &api, VN_AGENT_BINDING_NAME, uid, None).await?;
-    }
-    // Forced: the binding is the syncer's alone, and whoever changed it is overruled.
-    apply(ctx, &api, desired, None).await?;
-    Ok(1)
+        replaced: |desired, existing| existing.role_ref != desired.role_ref,
+    };
+    keep(ctx, &api, kept).await
 }
 
 /// Whether the binding as cached is the desired one.

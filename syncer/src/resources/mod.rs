@@ -279,6 +279,58 @@ where
     apply_with(ctx, api, rest, uid, !repaired.is_empty()).await
 }
 
+/// An object the syncer alone keeps in a super namespace beside the copies (the isolating NetworkPolicy,
+/// vn-agent's RoleBinding), by its cached state.
+pub struct Kept<'a, K> {
+    /// Its name.
+    pub name: &'a str,
+    /// As the cache shows it.
+    pub existing: Option<std::sync::Arc<K>>,
+    /// As it should be; `None` when the flags say there is none.
+    pub desired: Option<K>,
+    /// Whether a cached object is the syncer's (and may be deleted when none is desired).
+    pub ours: fn(&K) -> bool,
+    /// Whether the cached object is the desired one.
+    pub in_sync: fn(&K, &K) -> bool,
+    /// Whether the cached object cannot become the desired one in place (it is deleted first).
+    pub replaced: fn(&K, &K) -> bool,
+}
+
+/// Brings a [`Kept`] object in line: applied with force when it differs (it is the syncer's alone, and
+/// whoever changed it is overruled), the syncer's deleted when none is desired. Returns the writes made.
+pub async fn keep<K>(ctx: &Context, api: &Api<K>, kept: Kept<'_, K>) -> Result<u32>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let Kept {
+        name,
+        existing,
+        desired,
+        ours,
+        in_sync,
+        replaced,
+    } = kept;
+    let Some(desired) = desired else {
+        return match existing {
+            Some(existing) if ours(&existing) => {
+                delete(ctx, api, name, existing.uid(), None).await?;
+                Ok(1)
+            }
+            _ => Ok(0),
+        };
+    };
+    if let Some(existing) = &existing {
+        if in_sync(&desired, existing) {
+            return Ok(0);
+        }
+        if replaced(&desired, existing) {
+            delete(ctx, api, name, existing.uid(), None).await?;
+        }
+    }
+    apply(ctx, api, desired, None).await?;
+    Ok(1)
+}
+
 /// Deletes a super object, only if it still has `uid`.
 pub async fn delete<K>(
     ctx: &Context,

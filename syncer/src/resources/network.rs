@@ -31,7 +31,7 @@ use k8s_openapi::{
 use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
 use serde_json::Value;
 
-use super::{Conversion, Downward, apply, delete};
+use super::{Conversion, Downward, Kept, keep};
 use crate::{
     context::Context, error::Result, identity, items::Kind, super_stores::SuperStores, tenant::Tenant,
     tenant::TenantStores,
@@ -146,25 +146,19 @@ pub async fn ensure_isolation(ctx: &Context, tenant: &Tenant, tenant_namespace: 
         .network_policies
         .get(&ObjectRef::new(ISOLATION_POLICY_NAME).within(&super_namespace));
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
-    if !ctx.config.network_isolation.enabled {
-        return match existing {
-            Some(existing) if isolates(existing.meta()).is_some() => {
-                delete(ctx, &api, ISOLATION_POLICY_NAME, existing.uid(), None).await?;
-                Ok(1)
-            }
-            _ => Ok(0),
-        };
-    }
-    let desired = isolation_policy(ctx, tenant, tenant_namespace);
-    if existing
-        .as_ref()
-        .is_some_and(|existing| isolation_in_sync(&desired, existing))
-    {
-        return Ok(0);
-    }
-    // Forced: the policy is the syncer's alone, and whoever changed it is overruled.
-    apply(ctx, &api, desired, None).await?;
-    Ok(1)
+    let kept = Kept {
+        name: ISOLATION_POLICY_NAME,
+        existing,
+        desired: ctx
+            .config
+            .network_isolation
+            .enabled
+            .then(|| isolation_policy(ctx, tenant, tenant_namespace)),
+        ours: |policy| isolates(policy.meta()).is_some(),
+        in_sync: isolation_in_sync,
+        replaced: |_, _| false,
+    };
+    keep(ctx, &api, kept).await
 }
 
 /// Whether the isolating policy as cached is the desired one.
