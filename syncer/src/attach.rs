@@ -46,12 +46,7 @@ const LIMIT_RECHECK: Duration = Duration::from_millis(500);
 
 /// The identity of a VirtualCluster, once the apiserver gave it a uid.
 pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
-    Some(TenantIdentity {
-        cluster_key: crds::naming::cluster_key_of(vc)?,
-        vc_name: vc.name_any(),
-        vc_namespace: vc.namespace()?,
-        vc_uid: vc.uid()?,
-    })
+    TenantIdentity::of(vc).ok()
 }
 
 /// Whether the syncer should attach a VirtualCluster, or stay attached (`attached`).

@@ -44,7 +44,7 @@ pub async fn delete(vc: &VirtualCluster, ctx: &Context) -> Result<Action> {
     let reference = ObjectRef::from_obj(vc);
     ctx.metrics.forget(&reference);
     ctx.backoff.reset(&reference.to_string());
-    tracing::info!(vc = %identity.vc_display(), root_namespace = identity.root_namespace(), "deleted tenant");
+    tracing::info!(vc = %identity.vc_ref(), root_namespace = identity.root_namespace(), "deleted tenant");
     Ok(Action::await_change())
 }
 
