@@ -27,7 +27,10 @@ use kube::{
 };
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, task::JoinHandle};
-use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
+use vc_runtime::{
+    backoff::Backoff,
+    clients::{ClientTimeouts, config_from_kubeconfig_yaml},
+};
 
 use crate::{
     budget::REASON_LIMIT_EXCEEDED,
@@ -43,6 +46,13 @@ const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 /// How often a tenant attached again after a detach for its cache limits is looked at until it is ready.
 const LIMIT_RECHECK: Duration = Duration::from_millis(500);
+
+/// Why attaching a tenant failed, as far as its retries go: each cause backs off on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Failing {
+    Unreachable,
+    OverLimit,
+}
 
 /// The identity of a VirtualCluster, once the apiserver gave it a uid.
 pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
@@ -492,10 +502,9 @@ async fn supervise_one(
     mut updates: watch::Receiver<Arc<VirtualCluster>>,
 ) {
     let mut attached: Option<(Arc<Tenant>, String)> = None;
-    let mut retry = RETRY_MIN;
-    // Detaches for the cache limits in a row: their backoff grows until the tenant fits, even though each
-    // attempt attaches (only a full listing within the limits shows that it fits).
-    let mut over_limit_strikes: u32 = 0;
+    // Failed attempts in a row, apart by cause. Detaches for the cache limits back off until the tenant
+    // fits, even though each attempt attaches (only a full listing within the limits shows that it fits).
+    let retry = Backoff::<Failing>::new(RETRY_MIN, RETRY_MAX);
     let mut state: Option<&'static str> = None;
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
@@ -523,9 +532,10 @@ async fn supervise_one(
             enter(&ctx, Some("waiting"));
             None
         } else {
-            match attach_or_check(&ctx, &vc, &identity, &mut attached, retry > RETRY_MIN).await {
+            let recovering = retry.failures(&Failing::Unreachable) > 0;
+            match attach_or_check(&ctx, &vc, &identity, &mut attached, recovering).await {
                 Ok(_)
-                    if over_limit_strikes > 0
+                    if retry.failures(&Failing::OverLimit) > 0
                         && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
                 {
                     // Attached again after a detach for the cache limits, still listing: the condition keeps
@@ -534,8 +544,8 @@ async fn supervise_one(
                 }
                 Ok(version) => {
                     enter(&ctx, Some("attached"));
-                    retry = RETRY_MIN;
-                    over_limit_strikes = 0;
+                    retry.reset(&Failing::Unreachable);
+                    retry.reset(&Failing::OverLimit);
                     report(
                         &ctx,
                         &recorder,
@@ -556,16 +566,11 @@ async fn supervise_one(
                             "unreachable"
                         }),
                     );
-                    let wait = if failed.reason == REASON_LIMIT_EXCEEDED {
-                        over_limit_strikes = over_limit_strikes.saturating_add(1);
-                        RETRY_MIN
-                            .saturating_mul(1 << (over_limit_strikes - 1).min(16))
-                            .min(RETRY_MAX)
+                    let wait = retry.failed(&if failed.reason == REASON_LIMIT_EXCEEDED {
+                        Failing::OverLimit
                     } else {
-                        let wait = retry;
-                        retry = (retry * 2).min(RETRY_MAX);
-                        wait
-                    };
+                        Failing::Unreachable
+                    });
                     tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
                     report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
                     Some(wait)
