@@ -473,19 +473,29 @@ pub fn detach(ctx: &Context, cluster_key: &str) {
 
 /// Deletes every super namespace of a tenant whose VirtualCluster is gone (their contents go with them).
 pub async fn clean_up(ctx: &Context, cluster_key: &str) {
+    delete_namespaces(ctx, |namespace| {
+        crate::identity::belongs_to(namespace.meta(), cluster_key)
+    })
+    .await;
+}
+
+/// Deletes the super namespaces of removed tenants that `doomed` picks, unless already being deleted, each
+/// only while it has the uid the cache holds; returns how many it deleted.
+pub async fn delete_namespaces(ctx: &Context, doomed: impl Fn(&Namespace) -> bool) -> usize {
     let api: Api<Namespace> = Api::all(ctx.super_client.clone());
+    let mut deleted = 0;
     for namespace in ctx.supers.namespaces.state() {
-        if !crate::identity::belongs_to(namespace.meta(), cluster_key)
-            || namespace.meta().deletion_timestamp.is_some()
-        {
+        if namespace.meta().deletion_timestamp.is_some() || !doomed(&namespace) {
             continue;
         }
-        if let Err(error) =
-            crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await
-        {
-            tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace");
+        match crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
+            Ok(()) => deleted += 1,
+            Err(error) => {
+                tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace")
+            }
         }
     }
+    deleted
 }
 
 fn set_state(ctx: &Context, state: &'static str, delta: i64) {
@@ -996,6 +1006,64 @@ current-context: x
         assert_eq!(failed.reason, "KubeconfigRefused");
         assert!(failed.message.contains("users[u].exec"), "{}", failed.message);
         assert!(attached.is_none() && ctx.tenants.all().is_empty());
+        supers.idle().await;
+    }
+
+    fn super_namespace(name: &str, cluster_key: &str, deleting: bool) -> Namespace {
+        let mut namespace: Namespace = from_json(json!({
+            "metadata": {
+                "name": name,
+                "uid": format!("uid-{name}"),
+                "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key},
+            }
+        }));
+        if deleting {
+            namespace.metadata.deletion_timestamp =
+                Some(Time(Timestamp::from_second(1_800_000_000).expect("time")));
+        }
+        namespace
+    }
+
+    #[tokio::test]
+    async fn a_removed_tenants_namespaces_are_deleted_pinned_and_a_failure_does_not_stop_the_rest() {
+        let (super_client, mut supers) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        let key = testing::identity().cluster_key;
+        for namespace in [
+            super_namespace("mine-a", &key, false),
+            super_namespace("mine-b", &key, false),
+            super_namespace("mine-going", &key, true),
+            super_namespace("theirs", "team-ffffff-vc", false),
+        ] {
+            testing::put(&mut writers.namespaces, namespace);
+        }
+        let ((), mut deleted) = tokio::join!(clean_up(&ctx, &key), async {
+            let mut deleted = Vec::new();
+            for _ in 0..2 {
+                let call = supers.expect("DELETE", "/api/v1/namespaces/").await;
+                let name = call.uri["/api/v1/namespaces/".len()..]
+                    .trim_end_matches('?')
+                    .to_owned();
+                assert_eq!(
+                    call.body["preconditions"]["uid"],
+                    format!("uid-{name}"),
+                    "{}",
+                    call.body
+                );
+                // The first answer refuses; the other namespace is still deleted.
+                if deleted.is_empty() {
+                    call.fail(403, "Forbidden", "namespaces is forbidden");
+                } else {
+                    call.ok(json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+                }
+                deleted.push(name);
+            }
+            deleted
+        });
+        deleted.sort();
+        assert_eq!(deleted, ["mine-a", "mine-b"]);
+        // Every delete asked counts as a write to the super cluster, the refused one too.
+        assert_eq!(ctx.metrics.super_writes_total(), 2);
         supers.idle().await;
     }
 
