@@ -37,13 +37,7 @@ pub fn owner_of(meta: &ObjectMeta) -> Option<ObjectRef<VirtualCluster>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vc() -> VirtualCluster {
-        let mut vc = VirtualCluster::new("vc-1", Default::default());
-        vc.metadata.namespace = Some("team".into());
-        vc.metadata.uid = Some("uid-1".into());
-        vc
-    }
+    use crate::fixtures::{VC_NAME, VC_NAMESPACE, native_vc};
 
     #[test]
     fn vc_manager_labels_its_objects_as_its_own_not_as_the_syncers() {
@@ -53,12 +47,15 @@ mod tests {
 
     #[test]
     fn objects_map_back_to_their_virtual_cluster() {
-        let identity = TenantIdentity::of(&vc()).expect("identity");
+        let identity = TenantIdentity::of(&native_vc()).expect("identity");
         let meta = ObjectMeta {
             annotations: Some(identity.annotations()),
             ..Default::default()
         };
-        assert_eq!(owner_of(&meta), Some(ObjectRef::new("vc-1").within("team")));
+        assert_eq!(
+            owner_of(&meta),
+            Some(ObjectRef::new(VC_NAME).within(VC_NAMESPACE))
+        );
         assert_eq!(owner_of(&ObjectMeta::default()), None);
     }
 }
