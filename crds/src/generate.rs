@@ -6,30 +6,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{ClusterVersion, VirtualCluster};
-
-/// Errors while rendering or comparing CRD YAML.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A CRD could not be serialized.
-    #[error("cannot render CRD {name} as YAML")]
-    Render {
-        /// Name of the CRD.
-        name: String,
-        /// The serializer's error.
-        #[source]
-        source: serde_saphyr::SerializeError,
-    },
-    /// A file could not be read or written.
-    #[error("cannot access {}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-}
+use crate::{ClusterVersion, Error, VirtualCluster};
 
 /// The folder, relative to the workspace root, that holds the committed CRD YAML.
 pub const YAML_DIR: &str = "crds/yaml";

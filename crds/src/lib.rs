@@ -3,6 +3,8 @@
 //! - [`v1alpha1`]: the `VirtualCluster` and `ClusterVersion` custom resources, YAML-compatible with the
 //!   original Go VirtualCluster project and extended with our optional fields.
 //! - [`naming`]: how tenant objects are named in the super cluster (cluster keys, namespace mapping).
+//! - [`tenant`]: the tenant identity every component uses ([`TenantIdentity`]) and the annotations that
+//!   say which tenant a super-cluster object belongs to.
 //! - [`kubelet_client`]: the bundle of tenants' kubelet-client CAs vc-manager keeps for vn-agent.
 //! - [`wellknown`]: label, annotation, Secret and finalizer names that components agree on.
 //! - [`quantity`]: Kubernetes resource quantities as integers (quota accounting).
@@ -12,12 +14,16 @@ pub mod generate;
 pub mod kubelet_client;
 pub mod naming;
 pub mod quantity;
+pub mod tenant;
 pub mod usage;
 pub mod v1alpha1;
 pub mod wellknown;
 
+mod error;
 mod schema;
 
+pub use error::Error;
+pub use tenant::TenantIdentity;
 pub use v1alpha1::{
     ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
     KubeconfigSecretRef, PodPolicy, RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster,

@@ -3,6 +3,8 @@
 //! - [`runtime`]: the one shape of every component's `main` ([`Runtime::builder`]): logging, the
 //!   super-cluster client, the admin endpoint, leader election and shutdown on signals, wired once.
 //! - [`logging`]: tracing setup (text or JSON, `RUST_LOG` filter).
+//! - [`backoff`]: per-key exponential backoff after failures (vc-manager's reconciles, the syncer's items).
+//! - [`cleanup`]: deleting super-cluster objects pinned to their uid (a tenant's namespaces and objects).
 //! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease.
 //! - [`clients`]: the super-cluster client and clients built from kubeconfig Secrets.
@@ -10,6 +12,8 @@
 //! - [`shutdown`]: SIGTERM / SIGINT.
 
 pub mod admin;
+pub mod backoff;
+pub mod cleanup;
 pub mod clients;
 pub mod kubeconfig;
 pub mod leader;

@@ -27,7 +27,10 @@ use kube::{
 };
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, task::JoinHandle};
-use vc_runtime::clients::{ClientTimeouts, config_from_kubeconfig_yaml};
+use vc_runtime::{
+    backoff::Backoff,
+    clients::{ClientTimeouts, config_from_kubeconfig_yaml},
+};
 
 use crate::{
     budget::REASON_LIMIT_EXCEEDED,
@@ -44,14 +47,16 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// How often a tenant attached again after a detach for its cache limits is looked at until it is ready.
 const LIMIT_RECHECK: Duration = Duration::from_millis(500);
 
+/// Why attaching a tenant failed, as far as its retries go: each cause backs off on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Failing {
+    Unreachable,
+    OverLimit,
+}
+
 /// The identity of a VirtualCluster, once the apiserver gave it a uid.
 pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
-    Some(TenantIdentity {
-        cluster_key: crds::naming::cluster_key_of(vc)?,
-        vc_name: vc.name_any(),
-        vc_namespace: vc.namespace()?,
-        vc_uid: vc.uid()?,
-    })
+    TenantIdentity::of(vc).ok()
 }
 
 /// Whether the syncer should attach a VirtualCluster, or stay attached (`attached`).
@@ -468,19 +473,29 @@ pub fn detach(ctx: &Context, cluster_key: &str) {
 
 /// Deletes every super namespace of a tenant whose VirtualCluster is gone (their contents go with them).
 pub async fn clean_up(ctx: &Context, cluster_key: &str) {
+    delete_namespaces(ctx, |namespace| {
+        crate::identity::belongs_to(namespace.meta(), cluster_key)
+    })
+    .await;
+}
+
+/// Deletes the super namespaces of removed tenants that `doomed` picks, unless already being deleted, each
+/// only while it has the uid the cache holds; returns how many it deleted.
+pub async fn delete_namespaces(ctx: &Context, doomed: impl Fn(&Namespace) -> bool) -> usize {
     let api: Api<Namespace> = Api::all(ctx.super_client.clone());
+    let mut deleted = 0;
     for namespace in ctx.supers.namespaces.state() {
-        if !crate::identity::belongs_to(namespace.meta(), cluster_key)
-            || namespace.meta().deletion_timestamp.is_some()
-        {
+        if namespace.meta().deletion_timestamp.is_some() || !doomed(&namespace) {
             continue;
         }
-        if let Err(error) =
-            crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await
-        {
-            tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace");
+        match crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
+            Ok(()) => deleted += 1,
+            Err(error) => {
+                tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace")
+            }
         }
     }
+    deleted
 }
 
 fn set_state(ctx: &Context, state: &'static str, delta: i64) {
@@ -497,10 +512,9 @@ async fn supervise_one(
     mut updates: watch::Receiver<Arc<VirtualCluster>>,
 ) {
     let mut attached: Option<(Arc<Tenant>, String)> = None;
-    let mut retry = RETRY_MIN;
-    // Detaches for the cache limits in a row: their backoff grows until the tenant fits, even though each
-    // attempt attaches (only a full listing within the limits shows that it fits).
-    let mut over_limit_strikes: u32 = 0;
+    // Failed attempts in a row, apart by cause. Detaches for the cache limits back off until the tenant
+    // fits, even though each attempt attaches (only a full listing within the limits shows that it fits).
+    let retry = Backoff::<Failing>::new(RETRY_MIN, RETRY_MAX);
     let mut state: Option<&'static str> = None;
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
@@ -528,9 +542,10 @@ async fn supervise_one(
             enter(&ctx, Some("waiting"));
             None
         } else {
-            match attach_or_check(&ctx, &vc, &identity, &mut attached, retry > RETRY_MIN).await {
+            let recovering = retry.failures(&Failing::Unreachable) > 0;
+            match attach_or_check(&ctx, &vc, &identity, &mut attached, recovering).await {
                 Ok(_)
-                    if over_limit_strikes > 0
+                    if retry.failures(&Failing::OverLimit) > 0
                         && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
                 {
                     // Attached again after a detach for the cache limits, still listing: the condition keeps
@@ -539,8 +554,8 @@ async fn supervise_one(
                 }
                 Ok(version) => {
                     enter(&ctx, Some("attached"));
-                    retry = RETRY_MIN;
-                    over_limit_strikes = 0;
+                    retry.reset(&Failing::Unreachable);
+                    retry.reset(&Failing::OverLimit);
                     report(
                         &ctx,
                         &recorder,
@@ -561,16 +576,11 @@ async fn supervise_one(
                             "unreachable"
                         }),
                     );
-                    let wait = if failed.reason == REASON_LIMIT_EXCEEDED {
-                        over_limit_strikes = over_limit_strikes.saturating_add(1);
-                        RETRY_MIN
-                            .saturating_mul(1 << (over_limit_strikes - 1).min(16))
-                            .min(RETRY_MAX)
+                    let wait = retry.failed(&if failed.reason == REASON_LIMIT_EXCEEDED {
+                        Failing::OverLimit
                     } else {
-                        let wait = retry;
-                        retry = (retry * 2).min(RETRY_MAX);
-                        wait
-                    };
+                        Failing::Unreachable
+                    });
                     tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
                     report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
                     Some(wait)
@@ -996,6 +1006,64 @@ current-context: x
         assert_eq!(failed.reason, "KubeconfigRefused");
         assert!(failed.message.contains("users[u].exec"), "{}", failed.message);
         assert!(attached.is_none() && ctx.tenants.all().is_empty());
+        supers.idle().await;
+    }
+
+    fn super_namespace(name: &str, cluster_key: &str, deleting: bool) -> Namespace {
+        let mut namespace: Namespace = from_json(json!({
+            "metadata": {
+                "name": name,
+                "uid": format!("uid-{name}"),
+                "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key},
+            }
+        }));
+        if deleting {
+            namespace.metadata.deletion_timestamp =
+                Some(Time(Timestamp::from_second(1_800_000_000).expect("time")));
+        }
+        namespace
+    }
+
+    #[tokio::test]
+    async fn a_removed_tenants_namespaces_are_deleted_pinned_and_a_failure_does_not_stop_the_rest() {
+        let (super_client, mut supers) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        let key = testing::identity().cluster_key;
+        for namespace in [
+            super_namespace("mine-a", &key, false),
+            super_namespace("mine-b", &key, false),
+            super_namespace("mine-going", &key, true),
+            super_namespace("theirs", "team-ffffff-vc", false),
+        ] {
+            testing::put(&mut writers.namespaces, namespace);
+        }
+        let ((), mut deleted) = tokio::join!(clean_up(&ctx, &key), async {
+            let mut deleted = Vec::new();
+            for _ in 0..2 {
+                let call = supers.expect("DELETE", "/api/v1/namespaces/").await;
+                let name = call.uri["/api/v1/namespaces/".len()..]
+                    .trim_end_matches('?')
+                    .to_owned();
+                assert_eq!(
+                    call.body["preconditions"]["uid"],
+                    format!("uid-{name}"),
+                    "{}",
+                    call.body
+                );
+                // The first answer refuses; the other namespace is still deleted.
+                if deleted.is_empty() {
+                    call.fail(403, "Forbidden", "namespaces is forbidden");
+                } else {
+                    call.ok(json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+                }
+                deleted.push(name);
+            }
+            deleted
+        });
+        deleted.sort();
+        assert_eq!(deleted, ["mine-a", "mine-b"]);
+        // Every delete asked counts as a write to the super cluster, the refused one too.
+        assert_eq!(ctx.metrics.super_writes_total(), 2);
         supers.idle().await;
     }
 

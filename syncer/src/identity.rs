@@ -11,6 +11,10 @@ use crds::wellknown::{
     ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, LABEL_CLUSTER, LABEL_VC_NAME,
     LABEL_VC_NAMESPACE,
 };
+pub use crds::{
+    TenantIdentity,
+    tenant::{belongs_to, owner_cluster},
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -74,31 +78,6 @@ const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-confi
 /// it writes their EndpointSlices itself; in the super cluster nothing would, and kube-proxy, which reads
 /// only EndpointSlices, would have no endpoint for the tenant's apiserver.
 const DROPPED_LABELS: &[&str] = &["endpointslice.kubernetes.io/skip-mirror"];
-
-/// The VirtualCluster a tenant object belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TenantIdentity {
-    /// `crds::naming::cluster_key`.
-    pub cluster_key: String,
-    /// VirtualCluster name.
-    pub vc_name: String,
-    /// VirtualCluster namespace.
-    pub vc_namespace: String,
-    /// VirtualCluster uid.
-    pub vc_uid: String,
-}
-
-impl TenantIdentity {
-    /// The super namespace of a tenant namespace.
-    pub fn super_namespace(&self, tenant_namespace: &str) -> String {
-        crds::naming::super_namespace(&self.cluster_key, tenant_namespace)
-    }
-
-    /// `namespace/name` of the VirtualCluster, for logs and metric labels.
-    pub fn vc_ref(&self) -> String {
-        format!("{}/{}", self.vc_namespace, self.vc_name)
-    }
-}
 
 fn has_prefix(key: &str, prefixes: &[String]) -> bool {
     prefixes
@@ -196,11 +175,6 @@ fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-/// The cluster key a super object belongs to.
-pub fn owner_cluster(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, ANNOTATION_CLUSTER)
-}
-
 /// The uid of the tenant object a super object was made from.
 pub fn tenant_uid(meta: &ObjectMeta) -> Option<&str> {
     annotation(meta, ANNOTATION_UID)
@@ -214,11 +188,6 @@ pub fn tenant_namespace(meta: &ObjectMeta) -> Option<&str> {
 /// The sync hash recorded on a super object.
 pub fn recorded_hash(meta: &ObjectMeta) -> Option<&str> {
     annotation(meta, ANNOTATION_SYNC_HASH)
-}
-
-/// Whether a super object belongs to the tenant with this cluster key.
-pub fn belongs_to(meta: &ObjectMeta, cluster_key: &str) -> bool {
-    owner_cluster(meta) == Some(cluster_key)
 }
 
 /// Hash of an object to apply (without its hash annotation): 16 hex digits of SHA-256 over its JSON.

@@ -47,7 +47,6 @@ use crate::{
     quota::Quota,
     super_stores::SuperStores,
     tenant::{Queues, Tenants},
-    workers::Backoff,
 };
 
 /// A running syncer. Dropping it (or calling [`Syncer::stop`]) stops every loop.
@@ -113,11 +112,11 @@ impl Syncer {
 
         ctx.queues.down.set_workers(ctx.config.downward_workers);
         ctx.queues.up.set_workers(ctx.config.upward_workers);
-        let down_backoff = Arc::new(Backoff::default());
+        let down_backoff = Arc::new(workers::new_backoff());
         for _ in 0..ctx.config.downward_workers {
             tasks.push(tokio::spawn(workers::downward(ctx.clone(), down_backoff.clone())));
         }
-        let up_backoff = Arc::new(Backoff::default());
+        let up_backoff = Arc::new(workers::new_backoff());
         for _ in 0..ctx.config.upward_workers {
             tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
         }

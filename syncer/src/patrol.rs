@@ -9,7 +9,7 @@ use k8s_openapi::api::{
     networking::v1::{Ingress, NetworkPolicy},
     policy::v1::PodDisruptionBudget,
 };
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use crate::{
     attach,
@@ -345,21 +345,14 @@ fn scan_vnodes(ctx: &Context, tenant: &Tenant) -> Findings {
 
 /// Deletes super namespaces of tenants whose VirtualCluster no longer exists.
 async fn remove_orphaned_tenants(ctx: &Context) -> usize {
-    let api: Api<Namespace> = Api::all(ctx.super_client.clone());
-    let mut removed = 0;
-    for namespace in ctx.supers.namespaces.state() {
-        if namespace.meta().deletion_timestamp.is_some() || !attach::orphaned(ctx, &namespace) {
-            continue;
+    attach::delete_namespaces(ctx, |namespace| {
+        let orphaned = attach::orphaned(ctx, namespace);
+        if orphaned {
+            found(ctx, "namespace", "orphaned-tenant");
         }
-        found(ctx, "namespace", "orphaned-tenant");
-        match crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
-            Ok(()) => removed += 1,
-            Err(error) => {
-                tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "removing a deleted tenant's namespace")
-            }
-        }
-    }
-    removed
+        orphaned
+    })
+    .await
 }
 
 #[cfg(test)]

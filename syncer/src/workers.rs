@@ -1,8 +1,7 @@
 //! The workers that drain the queues: dispatch by kind, measure, retry with backoff.
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -23,16 +22,11 @@ use crate::{
 };
 
 /// Per-item failure counts, for exponential backoff that resets on success.
-pub struct Backoff<T> {
-    failures: Mutex<HashMap<(TenantId, T), u32>>,
-}
+pub type Backoff<T> = vc_runtime::backoff::Backoff<(TenantId, T)>;
 
-impl<T> Default for Backoff<T> {
-    fn default() -> Self {
-        Self {
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
+/// The backoff of one queue's items.
+pub fn new_backoff<T: Eq + std::hash::Hash>() -> Backoff<T> {
+    Backoff::new(BACKOFF_BASE, BACKOFF_MAX)
 }
 
 /// How long items of a tenant whose caches are still filling wait before they are looked at again.
@@ -40,26 +34,6 @@ const NOT_READY_DELAY: Duration = Duration::from_millis(300);
 
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(120);
-
-impl<T: Clone + Eq + std::hash::Hash> Backoff<T> {
-    /// Records a failure and returns how long to wait before the next attempt.
-    pub fn failed(&self, tenant: &TenantId, item: &T) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let count = failures.entry((tenant.clone(), item.clone())).or_insert(0);
-        *count = count.saturating_add(1);
-        BACKOFF_BASE
-            .saturating_mul(1 << (*count - 1).min(10))
-            .min(BACKOFF_MAX)
-    }
-
-    /// Forgets an item's failures.
-    pub fn succeeded(&self, tenant: &TenantId, item: &T) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(tenant.clone(), item.clone()));
-    }
-}
 
 fn operation(outcome: &Outcome) -> Operation {
     match outcome {
@@ -166,7 +140,7 @@ async fn process_down(ctx: &Context, backoff: &Backoff<DownItem>, work: &Work<Do
     );
     match result {
         Ok(outcome) => {
-            backoff.succeeded(&work.tenant, &work.item);
+            backoff.reset(&(work.tenant.clone(), work.item.clone()));
             // One token was taken when the item was handed out; settle for the writes actually made.
             ctx.queues
                 .down
@@ -179,7 +153,7 @@ async fn process_down(ctx: &Context, backoff: &Backoff<DownItem>, work: &Work<Do
             }
         }
         Err(error) => {
-            let delay = backoff.failed(&work.tenant, &work.item);
+            let delay = backoff.failed(&(work.tenant.clone(), work.item.clone()));
             tracing::warn!(
                 tenant = %tenant.identity.vc_ref(),
                 kind = %work.item.kind,
@@ -225,7 +199,7 @@ async fn process_up(ctx: &Context, backoff: &Backoff<UpItem>, work: &Work<UpItem
     );
     match result {
         Ok(outcome) => {
-            backoff.succeeded(&work.tenant, &work.item);
+            backoff.reset(&(work.tenant.clone(), work.item.clone()));
             if let Outcome::Waiting {
                 retry_after: Some(delay),
                 ..
@@ -235,7 +209,7 @@ async fn process_up(ctx: &Context, backoff: &Backoff<UpItem>, work: &Work<UpItem
             }
         }
         Err(error) => {
-            let delay = backoff.failed(&work.tenant, &work.item);
+            let delay = backoff.failed(&(work.tenant.clone(), work.item.clone()));
             tracing::warn!(
                 tenant = %tenant.identity.vc_ref(),
                 item = ?work.item,

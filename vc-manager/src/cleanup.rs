@@ -8,16 +8,16 @@
 
 use crds::{
     VirtualCluster,
-    wellknown::{
-        ANNOTATION_CLUSTER, ANNOTATION_VC_UID, FINALIZER_VIRTUAL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE,
-    },
+    tenant::belongs_to,
+    wellknown::{ANNOTATION_VC_UID, FINALIZER_VIRTUAL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE},
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, ListParams, Preconditions},
+    api::ListParams,
     runtime::{controller::Action, events::EventType, reflector::ObjectRef},
 };
+use vc_runtime::cleanup::{Deletion, delete_pinned};
 
 use crate::{Error, Result, context::Context, finalizer, identity::TenantIdentity};
 
@@ -44,7 +44,7 @@ pub async fn delete(vc: &VirtualCluster, ctx: &Context) -> Result<Action> {
     let reference = ObjectRef::from_obj(vc);
     ctx.metrics.forget(&reference);
     ctx.backoff.reset(&reference.to_string());
-    tracing::info!(vc = %identity.vc_display(), root_namespace = identity.root_namespace(), "deleted tenant");
+    tracing::info!(vc = %identity.vc_ref(), root_namespace = identity.root_namespace(), "deleted tenant");
     Ok(Action::await_change())
 }
 
@@ -65,7 +65,7 @@ async fn delete_namespaces(identity: &TenantIdentity, ctx: &Context) -> Result<V
         .map_err(list_failed)?
         .items
         .into_iter()
-        .filter(|ns| ns.annotations().get(ANNOTATION_CLUSTER) == Some(&identity.cluster_key))
+        .filter(|ns| belongs_to(ns.meta(), &identity.cluster_key))
         .collect();
     if let Some(root) = api
         .get_opt(identity.root_namespace())
@@ -82,17 +82,10 @@ async fn delete_namespaces(identity: &TenantIdentity, ctx: &Context) -> Result<V
     for namespace in doomed {
         let name = namespace.name_any();
         if namespace.meta().deletion_timestamp.is_none() {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: namespace.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&name, &params).await {
-                Ok(_) => tracing::info!(namespace = %name, "deleting namespace"),
+            match delete_pinned(&api, &name, namespace.uid(), None).await {
+                Ok(Deletion::Started) => tracing::info!(namespace = %name, "deleting namespace"),
                 // Gone already, or replaced by another namespace of that name: nothing to wait for.
-                Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => continue,
+                Ok(Deletion::Gone) => continue,
                 Err(source) => {
                     return Err(Error::NamespaceDelete {
                         namespace: name,

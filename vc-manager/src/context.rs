@@ -18,9 +18,9 @@ use kube::{
     },
 };
 use tokio::sync::mpsc;
-use vc_runtime::clients::ClientTimeouts;
+use vc_runtime::{backoff::Backoff, clients::ClientTimeouts};
 
-use crate::{adopt::TenantProbe, backoff::Backoff, cached::CachedClusterVersion, metrics::Metrics};
+use crate::{adopt::TenantProbe, cached::CachedClusterVersion, metrics::Metrics};
 
 /// The reporting controller of vc-manager's events.
 pub const REPORTER: &str = "vc-manager";
@@ -129,7 +129,7 @@ pub struct Context {
     /// Cache of the control-plane StatefulSets vc-manager created.
     pub statefulsets: Store<StatefulSet>,
     /// Per-object backoff after failures.
-    pub backoff: Backoff,
+    pub backoff: Backoff<String>,
     /// Leadership.
     pub leader: LeaderFlag,
     /// Checks adopted apiservers.

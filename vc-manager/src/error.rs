@@ -9,11 +9,8 @@ use crate::render::Component;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The VirtualCluster has no namespace or uid (it was not read from an apiserver).
-    #[error("VirtualCluster {name} has no namespace or uid")]
-    MissingIdentity {
-        /// Name of the VirtualCluster.
-        name: String,
-    },
+    #[error(transparent)]
+    MissingIdentity(#[from] crds::Error),
 
     /// The root namespace could not be applied or read.
     #[error("applying root namespace {namespace}")]
@@ -271,7 +268,7 @@ impl Error {
     /// metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::MissingIdentity { .. } => "MissingIdentity",
+            Self::MissingIdentity(_) => "MissingIdentity",
             Self::RootNamespace { .. } => "RootNamespaceFailed",
             Self::RootNamespaceConflict { .. } => "RootNamespaceConflict",
             Self::ClusterVersionNotFound { .. } => "ClusterVersionNotFound",
@@ -320,7 +317,7 @@ impl Error {
             | Self::TenantUnauthorized { .. }
             | Self::TenantForbidden { .. }
             | Self::TenantError { .. } => CONDITION_APISERVER_READY,
-            Self::MissingIdentity { .. }
+            Self::MissingIdentity(_)
             | Self::ClusterVersionNotFound { .. }
             | Self::ClusterVersionRead { .. }
             | Self::ClusterVersionInvalid { .. }

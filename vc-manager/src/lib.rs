@@ -6,8 +6,9 @@
 //!   failures; [`cluster_version`] guards ClusterVersions in use.
 //! - Pure logic: [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets), [`render`] (ClusterVersion
 //!   to StatefulSets and Services), [`status`] (phase and conditions), [`kubeconfig`].
-//! - Plumbing: [`context`], [`metrics`], [`backoff`], [`finalizer`], [`run`] (watches and controllers on
-//!   the shared [`vc_runtime::Runtime`], and what they do with its Lease), [`args`] (flags of the binary).
+//! - Plumbing: [`context`], [`metrics`], [`finalizer`], [`run`] (watches and controllers on
+//!   the shared [`vc_runtime::Runtime`], and what they do with its Lease; retries back off with
+//!   [`vc_runtime::backoff`]), [`args`] (flags of the binary).
 //! - `fixtures` (tests, and feature `fixtures`): the test tenant of the mocked-apiserver tests.
 //!
 //! `kubectl vc`, the kubectl plugin, is the `kubectl-vc` crate; it uses [`pki`], [`kubeconfig`] and
@@ -15,7 +16,6 @@
 
 pub mod adopt;
 pub mod args;
-pub mod backoff;
 pub mod ca_bundle;
 pub mod cached;
 pub mod cleanup;

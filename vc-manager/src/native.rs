@@ -164,7 +164,7 @@ pub async fn reconcile(
         observed_generation: vc.meta().generation,
     };
     steps::write_status(vc, &desired, ctx, true).await?;
-    tracing::debug!(vc = %identity.vc_display(), phase = %desired.phase, "reconciled");
+    tracing::debug!(vc = %identity.vc_ref(), phase = %desired.phase, "reconciled");
     if !answered {
         // Nothing the controller watches changes when an apiserver starts answering: look again soon.
         return Ok(Action::requeue(APISERVER_RECHECK));

@@ -26,7 +26,10 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
-use crate::{identity::TenantIdentity, legacy, tenant_pki};
+use crate::{
+    identity::{TenantIdentity, managed_labels},
+    legacy, tenant_pki,
+};
 
 /// Label naming the control-plane component of a StatefulSet, Service or pod.
 pub use crds::wellknown::LABEL_COMPONENT;
@@ -218,7 +221,7 @@ fn clean_metadata(
     cv: &ClusterVersion,
 ) -> ObjectMeta {
     let mut labels = meta.labels.clone().unwrap_or_default();
-    labels.extend(identity.labels());
+    labels.extend(managed_labels());
     labels.insert(LABEL_COMPONENT.to_owned(), component.name().to_owned());
     let mut annotations = meta.annotations.clone().unwrap_or_default();
     annotations.extend(identity.annotations());
@@ -397,7 +400,7 @@ pub fn render_statefulset(
 
     let pod_meta = spec.template.metadata.get_or_insert_with(Default::default);
     let pod_labels = pod_meta.labels.get_or_insert_with(Default::default);
-    pod_labels.extend(identity.labels());
+    pod_labels.extend(managed_labels());
     pod_labels.insert(LABEL_COMPONENT.to_owned(), component.name().to_owned());
 
     let mut checksums = BTreeMap::new();

@@ -21,7 +21,7 @@ use kube::{
 use crate::{
     Error, Result,
     context::Context,
-    identity::TenantIdentity,
+    identity::{TenantIdentity, managed_labels},
     status::{ConditionState, DesiredStatus},
     tenant_pki::{self, Change, Lifetimes, PkiInput, PkiPlan, Scope},
 };
@@ -58,7 +58,7 @@ pub async fn ensure_root_namespace(identity: &TenantIdentity, ctx: &Context) -> 
         source,
     };
     let existing = api.get_opt(name).await.map_err(failed)?;
-    let labels = identity.labels();
+    let labels = managed_labels();
     let annotations = identity.root_namespace_annotations();
     if let Some(namespace) = &existing {
         let have = namespace.annotations();

@@ -14,7 +14,7 @@ use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::me
 
 use crate::{
     Result,
-    identity::TenantIdentity,
+    identity::{TenantIdentity, managed_labels},
     kubeconfig,
     pki::{CertificateAuthority, CertifiedKey, LeafSpec, ServiceAccountKey, Usage},
     render::ApiServerEndpoint,
@@ -211,7 +211,7 @@ impl Planner<'_> {
         expiry: Option<(i64, i64)>,
     ) {
         let identity = self.input.identity;
-        let mut labels = identity.labels();
+        let mut labels = managed_labels();
         if name == SECRET_KUBELET_CLIENT {
             labels.insert(LABEL_KUBELET_CLIENT.to_owned(), "true".to_owned());
         }

@@ -12,8 +12,7 @@ use std::{
     sync::Arc,
 };
 
-use crds::{VirtualCluster, wellknown::KUBELET_CLIENT_CA_KEY};
-use kube::ResourceExt;
+use crds::{TenantIdentity, VirtualCluster, wellknown::KUBELET_CLIENT_CA_KEY};
 use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
     client::danger::HandshakeSignatureValid,
@@ -26,21 +25,8 @@ use rustls::{
 use rustls_pki_types::{CertificateDer, UnixTime, pem::PemObject};
 use x509_parser::prelude::{FromDer, ParsedExtension, X509Certificate};
 
-/// A tenant, as vn-agent knows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tenant {
-    /// The cluster key: the tenant's root namespace and the prefix of its super namespaces.
-    pub cluster_key: String,
-    /// The VirtualCluster's namespace.
-    pub vc_namespace: String,
-    /// The VirtualCluster's name.
-    pub vc_name: String,
-    /// The VirtualCluster's uid.
-    pub vc_uid: String,
-}
-
 struct TrustedTenant {
-    tenant: Arc<Tenant>,
+    tenant: Arc<TenantIdentity>,
     verifier: Arc<dyn ClientCertVerifier>,
 }
 
@@ -145,9 +131,12 @@ impl TrustSet {
         bundle: impl IntoIterator<Item = &'a (String, String)>,
         provider: &Arc<CryptoProvider>,
     ) -> (Self, Vec<Untrusted>) {
-        let live: BTreeMap<String, &VirtualCluster> = virtual_clusters
+        let live: BTreeMap<String, (TenantIdentity, &VirtualCluster)> = virtual_clusters
             .into_iter()
-            .filter_map(|vc| Some((crds::naming::cluster_key_of(vc)?, vc)))
+            .filter_map(|vc| {
+                let tenant = TenantIdentity::of(vc).ok()?;
+                Some((tenant.cluster_key.clone(), (tenant, vc)))
+            })
             .collect();
         let mut set = Self {
             generation,
@@ -205,7 +194,7 @@ impl TrustSet {
         &self,
         chain: &[CertificateDer<'static>],
         now: UnixTime,
-    ) -> Result<Arc<Tenant>, AuthFailure> {
+    ) -> Result<Arc<TenantIdentity>, AuthFailure> {
         let (end_entity, intermediates) = chain
             .split_first()
             .ok_or_else(|| AuthFailure::new(AuthFailureKind::NoCertificate, "no client certificate"))?;
@@ -333,21 +322,14 @@ type CaNames = (Vec<u8>, Option<Vec<u8>>);
 fn trusted_tenant(
     key: &str,
     ca_pem: &[u8],
-    live: &BTreeMap<String, &VirtualCluster>,
+    live: &BTreeMap<String, (TenantIdentity, &VirtualCluster)>,
     provider: &Arc<CryptoProvider>,
 ) -> Result<(TrustedTenant, Vec<CaNames>), String> {
-    let vc = live.get(key).ok_or_else(|| {
+    let (tenant, vc) = live.get(key).ok_or_else(|| {
         format!("no VirtualCluster has cluster key {key} (it was deleted, or recreated with another uid)")
     })?;
-    let (vc_namespace, vc_name, vc_uid) = (
-        vc.namespace().unwrap_or_default(),
-        vc.name_any(),
-        vc.uid().unwrap_or_default(),
-    );
     if vc.metadata.deletion_timestamp.is_some() {
-        return Err(format!(
-            "VirtualCluster {vc_namespace}/{vc_name} is being deleted"
-        ));
+        return Err(format!("VirtualCluster {} is being deleted", tenant.vc_ref()));
     }
     let mut roots = RootCertStore::empty();
     let mut subjects = Vec::new();
@@ -371,12 +353,7 @@ fn trusted_tenant(
         .map_err(|e| format!("{KUBELET_CLIENT_CA_KEY} cannot verify clients: {e}"))?;
     Ok((
         TrustedTenant {
-            tenant: Arc::new(Tenant {
-                cluster_key: key.to_owned(),
-                vc_namespace,
-                vc_name,
-                vc_uid,
-            }),
+            tenant: Arc::new(tenant.clone()),
             verifier,
         },
         subjects,

@@ -8,6 +8,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
+use crds::TenantIdentity;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -20,7 +21,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     backend::Backend,
     caches::Caches,
-    identity::{AuthFailure, Tenant},
+    identity::AuthFailure,
     metrics::{AuthFailureLabels, Metrics, RequestLabels, StreamLabels, VerbLabels},
     response::{self, BoxError, ProxyBody, Refusal},
     route::{self, Action, KubeletRequest, PodTarget, RouteError},
@@ -52,7 +53,7 @@ pub struct Context {
 struct CachedAuth {
     generation: u64,
     checked: Instant,
-    result: Result<Arc<Tenant>, AuthFailure>,
+    result: Result<Arc<TenantIdentity>, AuthFailure>,
 }
 
 /// The client of one connection: its address and the certificate chain it presented.
@@ -72,7 +73,7 @@ impl Peer {
         }
     }
 
-    fn authenticate(&self, caches: &Caches) -> Result<Arc<Tenant>, AuthFailure> {
+    fn authenticate(&self, caches: &Caches) -> Result<Arc<TenantIdentity>, AuthFailure> {
         let trust = caches.trust();
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hit) = cached.as_ref()
@@ -254,7 +255,11 @@ type Handled = Result<Response<ProxyBody>, Failure>;
 
 /// Finds the super pod for `target` (the cache first, the apiserver for a pod created a moment ago) and
 /// checks it is the tenant's.
-async fn resolve_pod(ctx: &Context, tenant: &Tenant, target: &PodTarget) -> Result<TenantPod, Failure> {
+async fn resolve_pod(
+    ctx: &Context,
+    tenant: &TenantIdentity,
+    target: &PodTarget,
+) -> Result<TenantPod, Failure> {
     let (super_namespace, name) = translate::super_location(&tenant.cluster_key, target);
     let pod = match ctx.caches.pod(&super_namespace, &name) {
         Some(pod) => pod,
@@ -276,7 +281,7 @@ async fn resolve_pod(ctx: &Context, tenant: &Tenant, target: &PodTarget) -> Resu
 async fn pod_request<B: RequestBody>(
     ctx: &Context,
     peer: &Arc<Peer>,
-    tenant: &Tenant,
+    tenant: &TenantIdentity,
     action: Action,
     target: &PodTarget,
     container: Option<&str>,
@@ -419,7 +424,7 @@ async fn read_body<B: RequestBody>(body: B, limit: usize) -> Result<Bytes, Failu
 async fn forward<B: RequestBody>(
     ctx: &Context,
     peer: &Arc<Peer>,
-    tenant: &Tenant,
+    tenant: &TenantIdentity,
     verb: &'static str,
     mut request: Request<B>,
     path_and_query: String,
@@ -565,7 +570,10 @@ async fn read_backend_body(response: Response<ProxyBody>, what: &'static str) ->
         .map_err(|source| Failure::Backend(crate::Error::Rewrite { what, source }))
 }
 
-fn tenant_pods(ctx: &Context, tenant: &Tenant) -> (Vec<Arc<k8s_openapi::api::core::v1::Pod>>, TenantPods) {
+fn tenant_pods(
+    ctx: &Context,
+    tenant: &TenantIdentity,
+) -> (Vec<Arc<k8s_openapi::api::core::v1::Pod>>, TenantPods) {
     let pods = ctx.caches.pods();
     let index = TenantPods::new(&tenant.cluster_key, pods.iter().map(AsRef::as_ref));
     (pods, index)
@@ -626,7 +634,7 @@ fn parse_json(bytes: &[u8], what: &'static str) -> Result<serde_json::Value, Fai
     })
 }
 
-async fn pods(ctx: &Context, tenant: &Tenant) -> Handled {
+async fn pods(ctx: &Context, tenant: &TenantIdentity) -> Handled {
     let (pods, index) = tenant_pods(ctx, tenant);
     match &ctx.backend {
         Backend::Kubelet(_) => {
@@ -642,7 +650,7 @@ async fn pods(ctx: &Context, tenant: &Tenant) -> Handled {
     }
 }
 
-async fn stats_summary(ctx: &Context, tenant: &Tenant, query: Option<&str>) -> Handled {
+async fn stats_summary(ctx: &Context, tenant: &TenantIdentity, query: Option<&str>) -> Handled {
     let (_, index) = tenant_pods(ctx, tenant);
     let mut summaries = Vec::new();
     match &ctx.backend {
@@ -667,7 +675,7 @@ async fn stats_summary(ctx: &Context, tenant: &Tenant, query: Option<&str>) -> H
     Ok(response::json(&summary))
 }
 
-async fn resource_metrics(ctx: &Context, tenant: &Tenant, query: Option<&str>) -> Handled {
+async fn resource_metrics(ctx: &Context, tenant: &TenantIdentity, query: Option<&str>) -> Handled {
     let (_, index) = tenant_pods(ctx, tenant);
     let mut text = String::new();
     let paths: Vec<String> = match &ctx.backend {
@@ -709,8 +717,8 @@ mod tests {
     const A: &str = "team-a-1a2b3c-dev";
     const B: &str = "team-b-4d5e6f-dev";
 
-    fn tenant(key: &str) -> Tenant {
-        Tenant {
+    fn tenant(key: &str) -> TenantIdentity {
+        TenantIdentity {
             cluster_key: key.into(),
             vc_namespace: "team".into(),
             vc_name: "dev".into(),

@@ -17,7 +17,7 @@ use std::fmt::Debug;
 use k8s_openapi::{NamespaceResourceScope, api::core::v1::ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{Patch, PatchParams},
     runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -342,24 +342,15 @@ pub async fn delete<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
 {
-    let params = DeleteParams {
-        preconditions: uid.map(|uid| Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        grace_period_seconds: grace,
-        ..Default::default()
-    };
     ctx.metrics.super_write(kind_label::<K>(), "delete");
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        // Gone already, or replaced by another object (whose sync will follow): nothing to do.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Super {
+    // Gone already, or replaced by another object (whose sync will follow): nothing to do.
+    vc_runtime::cleanup::delete_pinned(api, name, uid, grace)
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Super {
             context: format!("deleting {} {name}", K::plural(&())),
             source,
-        }),
-    }
+        })
 }
 
 /// The metric label of a kind.

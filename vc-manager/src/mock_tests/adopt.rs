@@ -79,7 +79,7 @@ async fn root_and_kubelet_client(api: &mut ApiServer, stored: &[Secret]) {
             "kind": "Namespace",
             "metadata": {
                 "name": root(),
-                "labels": identity.labels(),
+                "labels": crate::identity::managed_labels(),
                 "annotations": identity.root_namespace_annotations(),
             }
         }));

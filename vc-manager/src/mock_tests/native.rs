@@ -43,7 +43,7 @@ fn root_namespace_object() -> Value {
         "metadata": {
             "name": root(),
             "uid": "ns-uid",
-            "labels": identity.labels(),
+            "labels": crate::identity::managed_labels(),
             "annotations": identity.root_namespace_annotations(),
         }
     })
