@@ -32,7 +32,7 @@ struct Ran {
     result: Result<(), Error>,
 }
 
-/// Runs `kubectl vc <line>` against `script`.
+/// Runs `kubectl vc <line>` against `script`, as on a terminal (progress lines on stderr).
 async fn kubectl_vc<S>(line: &str, client: Client, script: S) -> Ran
 where
     S: std::future::Future<Output = ()> + Send + 'static,
@@ -41,7 +41,12 @@ where
         .expect("arguments");
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let result = mock_apiserver::run(script, cli::run(&args, client, &mut out, &mut err)).await;
+    let streams = cli::Streams::new(&mut out, &mut err, true);
+    let result = mock_apiserver::run(
+        script,
+        cli::run_with(&args, client, streams, std::future::pending()),
+    )
+    .await;
     Ran {
         out: String::from_utf8(out).expect("utf-8"),
         err: String::from_utf8(err).expect("utf-8"),
@@ -603,10 +608,12 @@ async fn delete_waits_until_the_finalizer_is_done() {
     ran.result.expect("succeeds");
     assert_eq!(
         ran.out,
-        "virtualcluster.tenancy.x-k8s.io \"vc-1\" deleted\n\
-         team/vc-1: waiting for finalizers tenancy.x-k8s.io/virtualcluster (vc-manager deletes the tenant's namespaces first)\n\
-         team/vc-1: no finalizers left; waiting for the apiserver to remove it\n\
-         team/vc-1 is gone\n"
+        "virtualcluster.tenancy.x-k8s.io \"vc-1\" deleted\nteam/vc-1 is gone\n"
+    );
+    assert_eq!(
+        ran.err,
+        "team/vc-1: waiting for finalizers tenancy.x-k8s.io/virtualcluster (vc-manager deletes the tenant's namespaces first)\n\
+         team/vc-1: no finalizers left; waiting for the apiserver to remove it\n"
     );
 }
 
@@ -730,20 +737,22 @@ async fn create_applies_and_follows_the_virtual_cluster_until_running() {
     .await;
     std::fs::remove_dir_all(&dir).ok();
     ran.result.expect("succeeds");
-    let lines: Vec<&str> = ran.out.lines().collect();
+    let results: Vec<&str> = ran.out.lines().collect();
+    assert_eq!(results.len(), 2, "{}", ran.out);
+    assert_eq!(results[0], "virtualcluster.tenancy.x-k8s.io/vc-1 serverside-applied");
+    assert!(results[1].starts_with("team/vc-1 is Running ("), "{}", results[1]);
+    let lines: Vec<&str> = ran.err.lines().collect();
     assert_eq!(
-        lines[..6],
+        lines,
         [
-            "virtualcluster.tenancy.x-k8s.io/vc-1 serverside-applied",
             "team/vc-1: no status yet (is vc-manager running?)",
             "team/vc-1: phase Pending: WaitingForEtcd: WaitingForEtcd message",
             "team/vc-1: PKIReady=True CertificatesValid: m",
             "team/vc-1: EtcdReady=False StatefulSetNotReady: m",
             "team/vc-1: phase Running: TenantControlPlaneRunning: TenantControlPlaneRunning message",
+            "team/vc-1: EtcdReady=True StatefulSetReady: m",
         ]
     );
-    assert_eq!(lines[6], "team/vc-1: EtcdReady=True StatefulSetReady: m");
-    assert!(lines[7].starts_with("team/vc-1 is Running ("), "{}", lines[7]);
 }
 
 #[tokio::test]
