@@ -45,7 +45,12 @@ pub fn script(shell: clap_complete::Shell, out: &mut (dyn Write + Send)) -> Resu
 /// The words to complete when the process was started for completion: as `kubectl_complete-vc <words>`
 /// or `kubectl-vc __complete <words>`.
 pub fn request(argv: &[OsString]) -> Option<Vec<String>> {
-    let program = argv.first().map(Path::new)?.file_stem()?.to_string_lossy().into_owned();
+    let program = argv
+        .first()
+        .map(Path::new)?
+        .file_stem()?
+        .to_string_lossy()
+        .into_owned();
     let words = if program == PLUGIN_COMPLETER {
         &argv[1..]
     } else if argv.get(1).is_some_and(|w| w == COMPLETE) {
@@ -298,4 +303,137 @@ pub async fn answer(words: &[String]) -> String {
         }
     };
     format(&candidates, &plan.prefix, NO_FILE_COMPLETION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        // A trailing space means a new, empty word.
+        let mut words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        if line.is_empty() || line.ends_with(' ') {
+            words.push(String::new());
+        }
+        words
+    }
+
+    fn values(wanted: &Wanted) -> Vec<&str> {
+        match wanted {
+            Wanted::Fixed(candidates) => candidates.iter().map(|(v, _)| v.as_str()).collect(),
+            other => panic!("not fixed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn commands_flags_and_values_are_planned_from_the_clap_definitions() {
+        let commands = plan(&words(""));
+        assert_eq!(
+            values(&commands.wanted),
+            [
+                "create",
+                "kubeconfig",
+                "list",
+                "describe",
+                "delete",
+                "connect",
+                "completion"
+            ]
+        );
+        assert_eq!(plan(&words("con")).prefix, "con");
+        let flags = plan(&words("connect vc-1 --"));
+        let flags = values(&flags.wanted);
+        for flag in [
+            "--port-forward",
+            "--local-port",
+            "--switch",
+            "--context-name",
+            "--output",
+            "--namespace",
+        ] {
+            assert!(flags.contains(&flag), "{flag} in {flags:?}");
+        }
+        assert_eq!(
+            values(&plan(&words("connect vc-1 --port-forward ")).wanted),
+            ["auto", "always", "never"]
+        );
+        assert_eq!(values(&plan(&words("list -o ")).wanted), ["yaml", "json"]);
+        assert_eq!(
+            values(&plan(&words("completion ")).wanted),
+            ["bash", "elvish", "fish", "powershell", "zsh"]
+        );
+        assert_eq!(plan(&words("create -f ")).wanted, Wanted::File);
+        assert_eq!(plan(&words("delete vc-1 --timeout ")).wanted, Wanted::Nothing);
+        assert_eq!(plan(&words("describe vc-1 ")).wanted, Wanted::Nothing);
+    }
+
+    #[test]
+    fn names_are_planned_with_the_connection_flags_typed() {
+        let planned = plan(&words("-n team --kubeconfig=/k connect t"));
+        assert_eq!(planned.wanted, Wanted::VirtualCluster);
+        assert_eq!(planned.prefix, "t");
+        assert_eq!(planned.global.namespace.as_deref(), Some("team"));
+        assert_eq!(planned.global.kubeconfig.as_deref(), Some(Path::new("/k")));
+        // The alias `get` is `list`; flags after the command count too.
+        assert_eq!(plan(&words("get -A --context ")).wanted, Wanted::Context);
+        let planned = plan(&words("describe --context prod -nteam "));
+        assert_eq!(planned.wanted, Wanted::VirtualCluster);
+        assert_eq!(planned.global.context.as_deref(), Some("prod"));
+        assert_eq!(planned.global.namespace.as_deref(), Some("team"));
+        assert_eq!(plan(&words("delete vc-1 -n ")).wanted, Wanted::Namespace);
+    }
+
+    #[test]
+    fn answers_follow_cobras_protocol() {
+        let candidates = vec![
+            ("vc-1".to_owned(), "Running".to_owned()),
+            ("vc-2".to_owned(), String::new()),
+            ("other".to_owned(), String::new()),
+        ];
+        assert_eq!(
+            format(&candidates, "vc", NO_FILE_COMPLETION),
+            "vc-1\tRunning\nvc-2\n:4\n"
+        );
+        assert_eq!(format(&[], "", DEFAULT), ":0\n");
+    }
+
+    #[test]
+    fn completion_requests_are_recognized_by_name_or_command() {
+        let argv = |items: &[&str]| items.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            request(&argv(&["/usr/local/bin/kubectl_complete-vc", "connect", ""])),
+            Some(vec!["connect".to_owned(), String::new()])
+        );
+        assert_eq!(
+            request(&argv(&["kubectl-vc", "__complete", "li"])),
+            Some(vec!["li".to_owned()])
+        );
+        assert_eq!(request(&argv(&["kubectl-vc", "list"])), None);
+    }
+
+    #[tokio::test]
+    async fn the_binary_answers_kubectl_without_a_cluster_for_fixed_words() {
+        assert_eq!(
+            answer(&words("connect vc-1 --port-forward a")).await,
+            "auto\tOnly when the apiserver's address does not answer from here\nalways\tAlways (staying in the foreground until Ctrl-C)\n:4\n"
+        );
+    }
+
+    #[test]
+    fn scripts_are_generated_for_every_shell() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+            clap_complete::Shell::PowerShell,
+            clap_complete::Shell::Elvish,
+        ] {
+            let mut out = Vec::new();
+            script(shell, &mut out).expect("script");
+            let text = String::from_utf8(out).expect("utf-8");
+            for word in ["kubectl-vc", "connect", "port-forward", "completion"] {
+                assert!(text.contains(word), "{shell}: {word} missing");
+            }
+        }
+    }
 }

@@ -223,7 +223,17 @@ pub async fn command(
         }
         Route::Forward { why } => {
             let endpoint = admin.endpoint.ok_or_else(|| unreachable_error(&vc, &url, &why))?;
-            forward_and_wait(client, io, &reporting, &owner, &mut config, endpoint, &why, interrupt).await
+            forward_and_wait(
+                client,
+                io,
+                &reporting,
+                &owner,
+                &mut config,
+                endpoint,
+                &why,
+                interrupt,
+            )
+            .await
         }
     }
 }
@@ -256,7 +266,12 @@ fn unreachable_error(vc: &VirtualCluster, url: &str, why: &str) -> Error {
 }
 
 /// Merges the context into `path`.
-fn write(path: &Path, config: &Kubeconfig, owner: &Owner, args: &ConnectArgs) -> Result<kubeconfig_file::Merged> {
+fn write(
+    path: &Path,
+    config: &Kubeconfig,
+    owner: &Owner,
+    args: &ConnectArgs,
+) -> Result<kubeconfig_file::Merged> {
     kubeconfig_file::update(path, &entries(config)?, owner, args.overwrite, args.switch)
 }
 
@@ -281,10 +296,16 @@ async fn forward_and_wait(
     why: &str,
     interrupt: impl Future<Output = ()> + Send,
 ) -> Result<()> {
-    let Reporting { args, path, names, .. } = *reporting;
+    let Reporting {
+        args, path, names, ..
+    } = *reporting;
     let target = forward::find_target(client, &endpoint).await?;
     let existing = kubeconfig_file::read(path).ok().flatten();
-    let listener = forward::bind(args.local_port, previous_port(existing.as_ref(), &names.cluster, owner)).await?;
+    let listener = forward::bind(
+        args.local_port,
+        previous_port(existing.as_ref(), &names.cluster, owner),
+    )
+    .await?;
     let mut forward = forward::start(client.clone(), endpoint.clone(), target.clone(), listener)?;
     let local = format!("https://127.0.0.1:{}", forward.local.port());
     io.progress(&format!("{why}; forwarding {local} to {target}..."))?;
@@ -372,7 +393,8 @@ fn report(
             "serverVersion": version,
             "portForward": forwarding,
         });
-        io.out.write_all(output::serialize(&document, format, "the connection")?.as_bytes())?;
+        io.out
+            .write_all(output::serialize(&document, format, "the connection")?.as_bytes())?;
         io.out.flush()?;
         return Ok(());
     }

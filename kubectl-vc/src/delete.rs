@@ -8,7 +8,12 @@ use serde_json::Value;
 use crate::{Error, Result, Streams, args::DeleteArgs, manifest::Kind, output, progress};
 
 /// `kubectl vc delete`.
-pub async fn command(client: &Client, namespace: &str, args: &DeleteArgs, io: &mut Streams<'_>) -> Result<()> {
+pub async fn command(
+    client: &Client,
+    namespace: &str,
+    args: &DeleteArgs,
+    io: &mut Streams<'_>,
+) -> Result<()> {
     let api: Api<VirtualCluster> = Api::namespaced(client.clone(), namespace);
     let name = args.name.as_str();
     let (uid, returned): (Option<String>, Value) = match api.delete(name, &DeleteParams::default()).await {
@@ -37,7 +42,9 @@ pub async fn command(client: &Client, namespace: &str, args: &DeleteArgs, io: &m
         }
     };
     match args.output.output {
-        Some(format) => io.out.write_all(output::serialize(&returned, format, "the VirtualCluster")?.as_bytes())?,
+        Some(format) => io
+            .out
+            .write_all(output::serialize(&returned, format, "the VirtualCluster")?.as_bytes())?,
         None => io.result(&format!("{} {name:?} deleted", Kind::VirtualCluster.resource()))?,
     }
     if !args.wait {

@@ -373,7 +373,12 @@ pub fn document(vc: &VirtualCluster, related: &Related) -> Result<Value> {
 }
 
 /// `kubectl vc describe`.
-pub async fn command(client: &Client, namespace: &str, args: &DescribeArgs, io: &mut Streams<'_>) -> Result<()> {
+pub async fn command(
+    client: &Client,
+    namespace: &str,
+    args: &DescribeArgs,
+    io: &mut Streams<'_>,
+) -> Result<()> {
     let vc = get_virtual_cluster(client, namespace, &args.name).await?;
     let related = related(client, &vc).await?;
     let text = match args.output.output {

@@ -61,14 +61,15 @@ pub fn target_port(service: &Service, service_port: i32, pod: &Pod) -> Option<u1
     let number = match &port.target_port {
         None => port.port,
         Some(IntOrString::Int(number)) => *number,
-        Some(IntOrString::String(name)) => pod
-            .spec
-            .as_ref()?
-            .containers
-            .iter()
-            .flat_map(|c| c.ports.iter().flatten())
-            .find(|p| p.name.as_deref() == Some(name.as_str()))?
-            .container_port,
+        Some(IntOrString::String(name)) => {
+            pod.spec
+                .as_ref()?
+                .containers
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|p| p.name.as_deref() == Some(name.as_str()))?
+                .container_port
+        }
     };
     u16::try_from(number).ok().filter(|p| *p > 0)
 }
@@ -101,7 +102,10 @@ pub async fn find_target(client: &Client, endpoint: &InClusterEndpoint) -> Resul
         .await
         .map_err(|e| {
             Error::api(
-                format!("listing the apiserver pods in {} ({selector})", endpoint.namespace),
+                format!(
+                    "listing the apiserver pods in {} ({selector})",
+                    endpoint.namespace
+                ),
                 e,
             )
         })?
@@ -217,7 +221,12 @@ async fn carry(
 }
 
 /// Starts forwarding connections to `listener` to `target`, the pod behind `endpoint`.
-pub fn start(client: Client, endpoint: InClusterEndpoint, target: Target, listener: TcpListener) -> Result<Forward> {
+pub fn start(
+    client: Client,
+    endpoint: InClusterEndpoint,
+    target: Target,
+    listener: TcpListener,
+) -> Result<Forward> {
     let local = listener
         .local_addr()
         .map_err(|e| Error::PortForward(format!("the local listener: {e}")))?;

@@ -736,7 +736,11 @@ pub async fn admin(
             let [admin] =
                 read_secret(client, &root, SECRET_ADMIN_KUBECONFIG, [SECRET_ADMIN_KUBECONFIG]).await?;
             let current = current(&admin, &format!("Secret {root}/{SECRET_ADMIN_KUBECONFIG}"))?;
-            let endpoint = current.cluster.server.as_deref().and_then(InClusterEndpoint::parse);
+            let endpoint = current
+                .cluster
+                .server
+                .as_deref()
+                .and_then(InClusterEndpoint::parse);
             let server = native_server(client, &root, &current, args, &mut warnings).await?;
             let (config, more) = rewrite(current, names, Some(&server));
             warnings.extend(more);
@@ -806,7 +810,8 @@ pub async fn command(
                 read_secret(client, &root, SECRET_ADMIN_KUBECONFIG, [SECRET_ADMIN_KUBECONFIG]).await?;
             let current = current(&admin, &format!("Secret {root}/{SECRET_ADMIN_KUBECONFIG}"))?;
             let server = native_server(client, &root, &current, args, &mut warnings).await?;
-            let [ca_cert, ca_key] = read_secret(client, &root, SECRET_ROOT_CA, ["tls.crt", "tls.key"]).await?;
+            let [ca_cert, ca_key] =
+                read_secret(client, &root, SECRET_ROOT_CA, ["tls.crt", "tls.key"]).await?;
             let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ROOT_CA, user, args)?;
             warnings.extend(minted.warnings.iter().cloned());
             for_certificate(

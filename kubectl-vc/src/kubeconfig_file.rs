@@ -153,7 +153,9 @@ pub fn merge(
         Some(Value::Object(map)) => Value::Object(map),
         Some(_) => return Err(invalid("not a kubeconfig: the document is not a mapping".into())),
     };
-    let map = document.as_object_mut().ok_or_else(|| invalid("not a mapping".into()))?;
+    let map = document
+        .as_object_mut()
+        .ok_or_else(|| invalid("not a mapping".into()))?;
     let mut changes = Vec::new();
     let mut conflicts = Vec::new();
     for entry in entries {
@@ -282,7 +284,11 @@ impl Lock {
                 problem: format!("creating its folder: {e}"),
             })?;
         }
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
             Ok(_) => Ok(Self { path }),
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::KubeconfigFile {
                 path: file.to_owned(),
@@ -451,13 +457,30 @@ current-context: prod
     #[test]
     fn other_entries_and_fields_are_kept_and_a_foreign_entry_of_the_same_name_is_refused() {
         let path = Path::new("/k/config");
-        let error = merge(path, Some(others()), &entries("https://127.0.0.1:4443"), &owner("u1"), false, false)
-            .expect_err("cluster team-vc-1 is someone else's");
-        assert!(matches!(&error, Error::KubeconfigConflict { entries, .. } if entries == "cluster \"team-vc-1\""), "{error}");
+        let error = merge(
+            path,
+            Some(others()),
+            &entries("https://127.0.0.1:4443"),
+            &owner("u1"),
+            false,
+            false,
+        )
+        .expect_err("cluster team-vc-1 is someone else's");
+        assert!(
+            matches!(&error, Error::KubeconfigConflict { entries, .. } if entries == "cluster \"team-vc-1\""),
+            "{error}"
+        );
         assert!(error.to_string().contains("--overwrite"), "{error}");
 
-        let merged = merge(path, Some(others()), &entries("https://127.0.0.1:4443"), &owner("u1"), true, false)
-            .expect("--overwrite");
+        let merged = merge(
+            path,
+            Some(others()),
+            &entries("https://127.0.0.1:4443"),
+            &owner("u1"),
+            true,
+            false,
+        )
+        .expect("--overwrite");
         assert_eq!(
             merged.changes.iter().map(|(_, _, c)| *c).collect::<Vec<_>>(),
             [Change::Updated, Change::Added, Change::Added]
@@ -483,23 +506,55 @@ current-context: prod
     #[test]
     fn the_same_virtual_cluster_updates_its_entries_and_another_uid_is_refused() {
         let path = Path::new("/k/config");
-        let first = merge(path, None, &entries("https://127.0.0.1:4443"), &owner("u1"), false, true).expect("new file");
+        let first = merge(
+            path,
+            None,
+            &entries("https://127.0.0.1:4443"),
+            &owner("u1"),
+            false,
+            true,
+        )
+        .expect("new file");
         assert!(first.switched);
         assert_eq!(first.document["current-context"], "team-vc-1");
         assert_eq!(first.document["kind"], "Config");
-        let again = merge(path, Some(first.document.clone()), &entries("https://127.0.0.1:4443"), &owner("u1"), false, true)
-            .expect("same");
+        let again = merge(
+            path,
+            Some(first.document.clone()),
+            &entries("https://127.0.0.1:4443"),
+            &owner("u1"),
+            false,
+            true,
+        )
+        .expect("same");
         assert!(again.changes.iter().all(|(_, _, c)| *c == Change::Unchanged));
         assert!(!again.switched);
-        let moved = merge(path, Some(first.document.clone()), &entries("https://127.0.0.1:5555"), &owner("u1"), false, false)
-            .expect("own entries");
+        let moved = merge(
+            path,
+            Some(first.document.clone()),
+            &entries("https://127.0.0.1:5555"),
+            &owner("u1"),
+            false,
+            false,
+        )
+        .expect("own entries");
         assert_eq!(moved.changes[0].2, Change::Updated);
         assert_eq!(moved.changes[1].2, Change::Unchanged);
         // A VirtualCluster recreated under the same name is another tenant.
-        let error = merge(path, Some(first.document), &entries("https://127.0.0.1:5555"), &owner("u2"), false, false)
-            .expect_err("another uid");
+        let error = merge(
+            path,
+            Some(first.document),
+            &entries("https://127.0.0.1:5555"),
+            &owner("u2"),
+            false,
+            false,
+        )
+        .expect_err("another uid");
         let message = error.to_string();
-        assert!(message.contains("cluster \"team-vc-1\" (written for VirtualCluster team/vc-1 uid u1)"), "{message}");
+        assert!(
+            message.contains("cluster \"team-vc-1\" (written for VirtualCluster team/vc-1 uid u1)"),
+            "{message}"
+        );
         assert!(message.contains("user \"team-vc-1-admin\""), "{message}");
         assert!(message.contains("context \"team-vc-1\""), "{message}");
     }
@@ -508,8 +563,19 @@ current-context: prod
     fn documents_that_are_not_kubeconfigs_are_refused() {
         let path = Path::new("/k/config");
         for bad in [json!(["a"]), json!({"clusters": {"a": 1}})] {
-            let error = merge(path, Some(bad), &entries("https://x:1"), &owner("u"), false, false).expect_err("bad");
-            assert!(error.to_string().starts_with("kubeconfig file /k/config: "), "{error}");
+            let error = merge(
+                path,
+                Some(bad),
+                &entries("https://x:1"),
+                &owner("u"),
+                false,
+                false,
+            )
+            .expect_err("bad");
+            assert!(
+                error.to_string().starts_with("kubeconfig file /k/config: "),
+                "{error}"
+            );
         }
     }
 
@@ -517,12 +583,24 @@ current-context: prod
     fn the_target_is_the_flag_then_the_super_kubeconfig_then_kubeconfig_then_home() {
         let explicit = Path::new("/out");
         let super_ = Path::new("/super");
-        assert_eq!(target(Some(explicit), Some(super_), None, None).expect("flag"), explicit);
+        assert_eq!(
+            target(Some(explicit), Some(super_), None, None).expect("flag"),
+            explicit
+        );
         assert_eq!(target(None, Some(super_), None, None).expect("super"), super_);
         let env = std::ffi::OsString::from("/a/config:/b/config");
-        assert_eq!(target(None, None, Some(&env), Some(Path::new("/home/u"))).expect("env"), Path::new("/a/config"));
         assert_eq!(
-            target(None, None, Some(std::ffi::OsStr::new("")), Some(Path::new("/home/u"))).expect("home"),
+            target(None, None, Some(&env), Some(Path::new("/home/u"))).expect("env"),
+            Path::new("/a/config")
+        );
+        assert_eq!(
+            target(
+                None,
+                None,
+                Some(std::ffi::OsStr::new("")),
+                Some(Path::new("/home/u"))
+            )
+            .expect("home"),
             Path::new("/home/u/.kube/config")
         );
         assert!(target(None, None, None, None).is_err());
@@ -539,9 +617,22 @@ current-context: prod
         let link = dir.path().join("config");
         std::os::unix::fs::symlink(&real, &link).expect("link");
 
-        let merged = update(&link, &entries("https://127.0.0.1:4443"), &owner("u1"), true, true).expect("update");
+        let merged = update(
+            &link,
+            &entries("https://127.0.0.1:4443"),
+            &owner("u1"),
+            true,
+            true,
+        )
+        .expect("update");
         assert!(merged.switched);
-        assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink(), "the link stays");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("link")
+                .file_type()
+                .is_symlink(),
+            "the link stays"
+        );
         let mode = std::fs::metadata(&real).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let written = read(&real).expect("read").expect("document");
@@ -561,7 +652,8 @@ current-context: prod
         // Held lock: refused, nothing changed.
         let before = std::fs::read(&real).expect("bytes");
         std::fs::write(dir.path().join("config.lock"), "").expect("lock");
-        let error = update(&link, &entries("https://127.0.0.1:9"), &owner("u1"), false, false).expect_err("locked");
+        let error =
+            update(&link, &entries("https://127.0.0.1:9"), &owner("u1"), false, false).expect_err("locked");
         assert!(error.to_string().contains("config.lock exists"), "{error}");
         assert_eq!(std::fs::read(&real).expect("bytes"), before);
         std::fs::remove_file(dir.path().join("config.lock")).expect("unlock");
@@ -571,11 +663,17 @@ current-context: prod
         std::fs::write(&broken, "clusters: [unclosed").expect("write");
         let error = update(&broken, &entries("https://x:1"), &owner("u1"), false, false).expect_err("broken");
         assert!(error.to_string().contains("not YAML"), "{error}");
-        assert_eq!(std::fs::read_to_string(&broken).expect("text"), "clusters: [unclosed");
+        assert_eq!(
+            std::fs::read_to_string(&broken).expect("text"),
+            "clusters: [unclosed"
+        );
 
         // A new file in a new folder.
         let fresh = dir.path().join("new").join("config");
         update(&fresh, &entries("https://x:1"), &owner("u1"), false, false).expect("new");
-        assert_eq!(std::fs::metadata(&fresh).expect("meta").permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&fresh).expect("meta").permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

@@ -40,11 +40,11 @@ use std::{future::Future, io::Write};
 
 pub use args::{Args, Command, Global};
 pub use error::{Error, Result};
-pub use streams::Streams;
 use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
+pub use streams::Streams;
 
 /// Connects to the super cluster as kubectl would: `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`,
 /// else the in-cluster service account; `--context` picks the context. The client's default namespace is

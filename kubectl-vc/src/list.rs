@@ -164,12 +164,7 @@ pub fn selector(scope: &Scope) -> String {
 }
 
 /// `kubectl vc list`.
-pub async fn command(
-    client: &Client,
-    scope: Scope,
-    args: &ListArgs,
-    io: &mut Streams<'_>,
-) -> Result<()> {
+pub async fn command(client: &Client, scope: Scope, args: &ListArgs, io: &mut Streams<'_>) -> Result<()> {
     let (api, where_): (Api<VirtualCluster>, String) = match &scope {
         Scope::Namespace(ns) => (Api::namespaced(client.clone(), ns), format!("namespace {ns}")),
         Scope::All => (Api::all(client.clone()), "every namespace".into()),
@@ -213,7 +208,8 @@ pub async fn command(
 
 fn print_objects(vcs: &[VirtualCluster], format: Format, io: &mut Streams<'_>) -> Result<()> {
     let list = output::list(vcs)?;
-    io.out.write_all(output::serialize(&list, format, "the VirtualClusters")?.as_bytes())?;
+    io.out
+        .write_all(output::serialize(&list, format, "the VirtualClusters")?.as_bytes())?;
     Ok(())
 }
 

@@ -23,7 +23,13 @@ async fn main() -> ExitCode {
         }
         let client = cli::client(&args.global).await?;
         let terminal = err.is_terminal();
-        cli::run_with(&args, client, Streams::new(&mut out, &mut err, terminal), cli::interrupted()).await
+        cli::run_with(
+            &args,
+            client,
+            Streams::new(&mut out, &mut err, terminal),
+            cli::interrupted(),
+        )
+        .await
     }
     .await;
     match result {

@@ -324,7 +324,10 @@ async fn wait(
     report: bool,
 ) -> Result<()> {
     let deadline = tokio::time::Instant::now() + args.timeout;
-    for applied in applied.iter_mut().filter(|a| a.document.kind == Kind::VirtualCluster) {
+    for applied in applied
+        .iter_mut()
+        .filter(|a| a.document.kind == Kind::VirtualCluster)
+    {
         let document = &applied.document;
         let api: Api<VirtualCluster> =
             Api::namespaced(client.clone(), document.namespace.as_deref().unwrap_or("default"));

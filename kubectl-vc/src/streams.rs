@@ -16,7 +16,11 @@ pub struct Streams<'a> {
 
 impl<'a> Streams<'a> {
     /// `out` and `err`; progress lines go to `err` when `err_is_terminal`.
-    pub fn new(out: &'a mut (dyn Write + Send), err: &'a mut (dyn Write + Send), err_is_terminal: bool) -> Self {
+    pub fn new(
+        out: &'a mut (dyn Write + Send),
+        err: &'a mut (dyn Write + Send),
+        err_is_terminal: bool,
+    ) -> Self {
         Self {
             out,
             err,
