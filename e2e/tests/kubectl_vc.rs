@@ -349,6 +349,8 @@ async fn kubectl_vc_connect_port_forwards_to_a_native_tenant_on_real_nodes() -> 
     .await
     .with_context(|| format!("stdout: {}\nstderr: {}", out.text(), err.text()))?;
     let printed = out.text();
+    // Shown with --nocapture: what a user sees.
+    eprintln!("kubectl vc connect native-a printed:\n{printed}{}", err.text());
     assert!(printed.contains("does not answer from here"), "{printed}");
     assert!(printed.contains("Forwarding 127.0.0.1:"), "{printed}");
     assert!(
