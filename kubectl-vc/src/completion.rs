@@ -37,8 +37,25 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 pub fn script(shell: clap_complete::Shell, out: &mut (dyn Write + Send)) -> Result<()> {
     let mut command = Args::command();
     let mut buffer = Vec::new();
-    clap_complete::generate(shell, &mut command, "kubectl-vc", &mut buffer);
-    out.write_all(&buffer)?;
+    if shell == clap_complete::Shell::Bash {
+        // clap_complete's bash script turns the `-` of a binary name into `__` in some function names and
+        // into `__subcmd__` in others, so no subcommand's flags would complete for `kubectl-vc`: generate it
+        // for `kubectl_vc` (the functions dispatch on the word typed) and register it for `kubectl-vc`.
+        clap_complete::generate(shell, &mut command, "kubectl_vc", &mut buffer);
+        let text = String::from_utf8_lossy(&buffer)
+            .lines()
+            .map(|line| match line.strip_suffix(" kubectl_vc") {
+                Some(start) if line.trim_start().starts_with("complete ") => format!("{start} kubectl-vc"),
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.write_all(text.as_bytes())?;
+        out.write_all(b"\n")?;
+    } else {
+        clap_complete::generate(shell, &mut command, "kubectl-vc", &mut buffer);
+        out.write_all(&buffer)?;
+    }
     Ok(())
 }
 
@@ -435,5 +452,36 @@ mod tests {
                 assert!(text.contains(word), "{shell}: {word} missing");
             }
         }
+    }
+
+    #[test]
+    fn the_bash_script_completes_flag_values_of_subcommands() {
+        let mut out = Vec::new();
+        script(clap_complete::Shell::Bash, &mut out).expect("script");
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("kubectl-vc.bash");
+        std::fs::write(&path, out).expect("write");
+        let complete = |words: &str| {
+            let program = format!(
+                r#"source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _kubectl_vc kubectl-vc "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"; echo "${{COMPREPLY[@]}}""#,
+                path.display()
+            );
+            let output = std::process::Command::new("bash")
+                .args(["-c", &program])
+                .output()
+                .expect("bash runs");
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).expect("utf-8").trim().to_owned()
+        };
+        assert_eq!(complete(r#"kubectl-vc con"#), "connect");
+        assert_eq!(
+            complete(r#"kubectl-vc connect vc-1 --port-forward """#),
+            "auto always never"
+        );
+        assert_eq!(complete(r#"kubectl-vc list -o j"#), "json");
     }
 }
