@@ -177,6 +177,7 @@ pub async fn command(
     let names = names(namespace, args);
     let reporting = Reporting {
         args,
+        owner: &owner,
         path: &path,
         names: &names,
         // kubectl reads the file by itself only when it is the default one.
@@ -223,17 +224,7 @@ pub async fn command(
         }
         Route::Forward { why } => {
             let endpoint = admin.endpoint.ok_or_else(|| unreachable_error(&vc, &url, &why))?;
-            forward_and_wait(
-                client,
-                io,
-                &reporting,
-                &owner,
-                &mut config,
-                endpoint,
-                &why,
-                interrupt,
-            )
-            .await
+            forward_and_wait(client, io, &reporting, &mut config, endpoint, &why, interrupt).await
         }
     }
 }
@@ -278,6 +269,7 @@ fn write(
 /// What the report of a connect names.
 struct Reporting<'a> {
     args: &'a ConnectArgs,
+    owner: &'a Owner,
     path: &'a Path,
     names: &'a Names,
     explicit_file: bool,
@@ -285,19 +277,21 @@ struct Reporting<'a> {
 
 /// Starts the port-forward, checks the apiserver answers through it, writes the context, and forwards until
 /// `interrupt`.
-#[allow(clippy::too_many_arguments)]
 async fn forward_and_wait(
     client: &Client,
     io: &mut Streams<'_>,
     reporting: &Reporting<'_>,
-    owner: &Owner,
     config: &mut Kubeconfig,
     endpoint: InClusterEndpoint,
     why: &str,
     interrupt: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     let Reporting {
-        args, path, names, ..
+        args,
+        owner,
+        path,
+        names,
+        ..
     } = *reporting;
     let target = forward::find_target(client, &endpoint).await?;
     let existing = kubeconfig_file::read(path).ok().flatten();
@@ -377,6 +371,7 @@ fn report(
         path,
         names,
         explicit_file,
+        ..
     } = *reporting;
     let (server, tls_server_name) = server_of(config);
     if let Some(format) = args.output.output {
