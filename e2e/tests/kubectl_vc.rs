@@ -1,6 +1,8 @@
 //! `kubectl vc` against the local sandbox: create --wait, list, describe, kubeconfig (admin and per user,
-//! governed by the tenant's RBAC) and delete --wait, as a platform team would run them. The plugin's
-//! library entry point runs in process with the same arguments the binary parses.
+//! governed by the tenant's RBAC), connect (a context merged into a kubeconfig that plain kubectl then
+//! uses, directly and, on real nodes, through a port-forward to the tenant apiserver pod) and delete
+//! --wait, as a platform team would run them. The plugin's library entry point runs in process with the
+//! same arguments the binary parses.
 
 use std::{path::Path, time::Duration};
 
@@ -147,6 +149,48 @@ async fn kubectl_vc_manages_tenants_in_the_sandbox() -> anyhow::Result<()> {
     let admin_kubectl = Kubectl::new(&admin_path)?;
     admin_kubectl.run(&["get", "namespaces"], None).await?.ok()?;
 
+    // connect: the adopted tenant's context merged into a copy of the super kubeconfig (its --kubeconfig,
+    // so also the file written); plain kubectl uses it, and the super cluster's context still works.
+    let merged = sandbox.dir().join("merged.kubeconfig");
+    std::fs::copy(&super_kubeconfig, &merged)?;
+    let connected = kubectl_vc(&merged, &["connect", "alpha", "-o", "json"])
+        .await?
+        .ok()?;
+    let written: serde_json::Value = serde_json::from_str(&connected.out)?;
+    assert_eq!(written["context"]["name"], "default-alpha", "{}", connected.out);
+    assert_eq!(
+        written["portForward"],
+        serde_json::Value::Null,
+        "{}",
+        connected.out
+    );
+    assert!(
+        written["serverVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with('v')),
+        "{}",
+        connected.out
+    );
+    let merged_kubectl = Kubectl::new(&merged)?;
+    let namespaces = merged_kubectl
+        .run(&["--context", "default-alpha", "get", "namespaces"], None)
+        .await?
+        .ok()?;
+    assert!(namespaces.stdout.contains("kube-system"), "{namespaces:?}");
+    merged_kubectl
+        .run(&["get", "virtualclusters", "-n", "default"], None)
+        .await?
+        .ok()?;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&merged)?.permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // Again: nothing to change; the text says so.
+    let again = kubectl_vc(&merged, &["connect", "alpha"]).await?.ok()?;
+    assert!(
+        again.out.contains("cluster \"default-alpha\" unchanged"),
+        "{}",
+        again.out
+    );
+
     // kubeconfig --user: authenticated as bob, refused by the tenant's RBAC until a RoleBinding grants it.
     let bob = vc(&[
         "kubeconfig",
@@ -225,6 +269,137 @@ async fn kubectl_vc_manages_tenants_in_the_sandbox() -> anyhow::Result<()> {
         async move { matches!(namespaces.get_opt(&root).await, Ok(None)) }
     })
     .await?;
+
+    sandbox.shutdown().await;
+    Ok(())
+}
+
+/// A writer a test reads while the command that writes to it still runs.
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().map(|b| b.clone()).unwrap_or_default()).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_vc_connect_port_forwards_to_a_native_tenant_on_real_nodes() -> anyhow::Result<()> {
+    const TEST: &str = "kubectl_vc_connect_port_forwards_to_a_native_tenant_on_real_nodes";
+    let needs: Vec<Binary> = NEEDS.iter().copied().chain([Binary::Kubectl]).collect();
+    if !local_cluster::require(TEST, &needs) || !local_cluster::realnodes::require(TEST) {
+        return Ok(());
+    }
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["native-a".to_owned()],
+        node_kind: local_cluster::sandbox::NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    // The tenant apiserver's Service is a ClusterIP one: its in-cluster name does not resolve here, so
+    // connect (auto) must port-forward to the apiserver pod through the super cluster and the real kubelet.
+    let file = sandbox.dir().join("connect.kubeconfig");
+    let argv = [
+        "kubectl-vc",
+        "--kubeconfig",
+        &sandbox.super_kubeconfig().display().to_string(),
+        "connect",
+        "native-a",
+        "--write-kubeconfig",
+        &file.display().to_string(),
+    ]
+    .map(str::to_owned);
+    let args = Args::try_parse_from(argv)?;
+    let client = cli::client(&args.global)
+        .await
+        .map_err(|e| anyhow::anyhow!(e.one_line()))?;
+    let (out, err) = (Shared::default(), Shared::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let (mut out, mut err) = (out.clone(), err.clone());
+        tokio::spawn(async move {
+            let streams = cli::Streams::new(&mut out, &mut err, true);
+            cli::run_with(&args, client, streams, async {
+                let _ = stopped.await;
+            })
+            .await
+            .map_err(|e| e.one_line())
+        })
+    };
+    wait::until_true(Duration::from_secs(90), "connect forwarding", || {
+        let out = out.clone();
+        async move { out.text().contains("Press Ctrl-C to stop") }
+    })
+    .await
+    .with_context(|| format!("stdout: {}\nstderr: {}", out.text(), err.text()))?;
+    let printed = out.text();
+    // Shown with --nocapture: what a user sees.
+    eprintln!("kubectl vc connect native-a printed:\n{printed}{}", err.text());
+    assert!(printed.contains("does not answer from here"), "{printed}");
+    assert!(printed.contains("Forwarding 127.0.0.1:"), "{printed}");
+    assert!(
+        err.text().contains("Checking whether https://apiserver-svc."),
+        "{}",
+        err.text()
+    );
+
+    // The context points at the local end, verified against a name in the apiserver's certificate.
+    let config = kube::config::Kubeconfig::read_from(&file)?;
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == "default-native-a")
+        .and_then(|c| c.cluster.clone())
+        .context("cluster written")?;
+    assert!(
+        cluster
+            .server
+            .as_deref()
+            .is_some_and(|s| s.starts_with("https://127.0.0.1:")),
+        "{cluster:?}"
+    );
+    assert!(
+        cluster
+            .tls_server_name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("apiserver-svc.") && n.ends_with(".svc")),
+        "{cluster:?}"
+    );
+    assert_eq!(cluster.insecure_skip_tls_verify, None);
+
+    // Plain kubectl through it, twice (every connection is its own port-forward).
+    let kubectl = Kubectl::new(&file)?;
+    for _ in 0..2 {
+        let namespaces = kubectl
+            .run(&["--context", "default-native-a", "get", "namespaces"], None)
+            .await?
+            .ok()?;
+        assert!(namespaces.stdout.contains("kube-system"), "{namespaces:?}");
+    }
+
+    // Ctrl-C ends it cleanly.
+    let _ = stop.send(());
+    let result = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .context("connect did not stop within 30 s")??;
+    assert_eq!(result, Ok(()));
+    assert!(err.text().contains("Stopped forwarding"), "{}", err.text());
 
     sandbox.shutdown().await;
     Ok(())

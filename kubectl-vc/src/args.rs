@@ -25,7 +25,7 @@ pub struct Args {
 }
 
 /// Flags of every command.
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Global {
     /// Path of the super cluster's kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else in-cluster).
     #[arg(long, global = true, value_name = "FILE")]
@@ -52,6 +52,35 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Delete a VirtualCluster; with --wait, until vc-manager has removed everything it made.
     Delete(DeleteArgs),
+    /// Write a context for a tenant into a kubeconfig file, port-forwarding to its apiserver when it is not
+    /// reachable from here (then staying in the foreground until Ctrl-C).
+    Connect(ConnectArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completion(CompletionArgs),
+}
+
+impl Command {
+    /// The `-o` of the command, if it has one and it was given.
+    pub fn output(&self) -> Option<Format> {
+        match self {
+            Self::Create(a) => a.output.output,
+            Self::Kubeconfig(a) => a.output.output,
+            Self::List(a) => a.output.output,
+            Self::Describe(a) => a.output.output,
+            Self::Delete(a) => a.output.output,
+            Self::Connect(a) => a.output.output,
+            Self::Completion(_) => None,
+        }
+    }
+}
+
+/// `-o json|yaml`, the same on every command that prints something: the objects (or the result document)
+/// the command produced, on stdout, instead of text; progress lines are then never shown.
+#[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputFlag {
+    /// Print the result as JSON or YAML instead of text (and no progress).
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<Format>,
 }
 
 /// `create`.
@@ -66,6 +95,9 @@ pub struct CreateArgs {
     /// How long --wait waits (e.g. 90s, 10m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
     pub timeout: Duration,
+    /// Output: the applied objects (after --wait, as last seen).
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 /// `kubeconfig`.
@@ -91,9 +123,9 @@ pub struct KubeconfigArgs {
     /// Lifetime of the user's certificate (e.g. 90m, 24h, 7d; default 24h).
     #[arg(long, value_name = "DURATION", requires = "user", value_parser = duration::parse)]
     pub ttl: Option<Duration>,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
-    pub output: Format,
+    /// Output: the kubeconfig, as YAML unless `-o json`.
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 /// `list`.
@@ -102,9 +134,9 @@ pub struct ListArgs {
     /// List VirtualClusters of every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
-    /// Print the VirtualCluster objects instead of a table.
-    #[arg(short = 'o', long, value_enum)]
-    pub output: Option<Format>,
+    /// Output: the VirtualCluster objects (a `List`) instead of a table.
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 /// `describe`.
@@ -112,6 +144,9 @@ pub struct ListArgs {
 pub struct DescribeArgs {
     /// The VirtualCluster.
     pub name: String,
+    /// Output: one document with the VirtualCluster, its super namespaces, usage and events.
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 /// `delete`.
@@ -128,6 +163,59 @@ pub struct DeleteArgs {
     /// Succeed when the VirtualCluster does not exist.
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// Output: the object as the delete returned it (a `Status` when it was removed at once).
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `connect`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ConnectArgs {
+    /// The VirtualCluster.
+    pub name: String,
+    /// Name of the context to write (default `<namespace>-<name>`); its cluster gets the same name, its
+    /// user `<context>-admin`.
+    #[arg(long, value_name = "NAME")]
+    pub context_name: Option<String>,
+    /// The kubeconfig file to write the context into (default: --kubeconfig, else the first file of
+    /// $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Also make the new context the current context.
+    #[arg(long)]
+    pub switch: bool,
+    /// When to port-forward to the tenant apiserver pod: auto (when its address does not answer from
+    /// here), always, never.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = PortForward::Auto)]
+    pub port_forward: PortForward,
+    /// Local port of the port-forward (default: the port this context had, if free, else any free port).
+    #[arg(long, value_name = "PORT")]
+    pub local_port: Option<u16>,
+    /// Replace entries of the same names that were written for something else.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Output: a document saying what was written (and where the port-forward listens).
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `--port-forward`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortForward {
+    /// Only when the apiserver's address does not answer from here.
+    Auto,
+    /// Always (staying in the foreground until Ctrl-C).
+    Always,
+    /// Never (the context gets the apiserver's address even when it does not answer from here).
+    Never,
+}
+
+/// `completion`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Output formats of `-o`.
@@ -162,7 +250,7 @@ mod tests {
             args.command,
             Command::List(ListArgs {
                 all_namespaces: true,
-                output: None
+                output: OutputFlag { output: None }
             })
         ));
         let args = parse("--kubeconfig /k describe vc-1").expect("parses");

@@ -1,8 +1,6 @@
 //! `kubectl vc describe`: a VirtualCluster's settings, status and conditions, its recent events, its super
 //! namespaces with their pods, and what those pods use against `spec.quota`.
 
-use std::io::Write;
-
 use crds::{
     VirtualCluster,
     v1alpha1::Adoption,
@@ -15,11 +13,15 @@ use k8s_openapi::{
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
 
+use serde_json::{Value, json};
+
 use crate::{
-    Error, Result, duration,
+    Error, Result, Streams,
+    args::DescribeArgs,
+    duration,
     kubeconfig::get_virtual_cluster,
     list::{self, super_namespaces},
-    table,
+    output, table,
     usage::{self, Usage},
 };
 
@@ -338,16 +340,52 @@ pub async fn related(client: &Client, vc: &VirtualCluster) -> Result<Related> {
     })
 }
 
+/// What `describe -o json|yaml` prints: the VirtualCluster (without managed fields) and what `describe`
+/// shows beside it — super namespaces, usage against quota (`limit` null when unlimited) and events.
+pub fn document(vc: &VirtualCluster, related: &Related) -> Result<Value> {
+    let namespaces: Vec<Value> = related
+        .namespaces
+        .iter()
+        .map(|n| json!({"name": n.name, "tenantNamespace": n.tenant_namespace, "pods": n.pods}))
+        .collect();
+    let usage: Vec<Value> = usage::against(&related.usage, vc.spec.quota.as_ref())
+        .into_iter()
+        .map(|line| {
+            let limited = line.limit != "-";
+            json!({
+                "resource": line.resource,
+                "used": line.used,
+                "limit": limited.then_some(line.limit),
+            })
+        })
+        .collect();
+    let events = related
+        .events
+        .iter()
+        .map(output::without_managed_fields)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(json!({
+        "virtualCluster": output::without_managed_fields(vc)?,
+        "superNamespaces": namespaces,
+        "usage": usage,
+        "events": events,
+    }))
+}
+
 /// `kubectl vc describe`.
 pub async fn command(
     client: &Client,
     namespace: &str,
-    name: &str,
-    out: &mut (dyn Write + Send),
+    args: &DescribeArgs,
+    io: &mut Streams<'_>,
 ) -> Result<()> {
-    let vc = get_virtual_cluster(client, namespace, name).await?;
+    let vc = get_virtual_cluster(client, namespace, &args.name).await?;
     let related = related(client, &vc).await?;
-    out.write_all(render(&vc, &related, Timestamp::now()).as_bytes())?;
+    let text = match args.output.output {
+        Some(format) => output::serialize(&document(&vc, &related)?, format, "the description")?,
+        None => render(&vc, &related, Timestamp::now()),
+    };
+    io.out.write_all(text.as_bytes())?;
     Ok(())
 }
 

@@ -120,6 +120,31 @@ pub enum Error {
         /// What is wrong with it.
         problem: String,
     },
+    /// A kubeconfig file to write into cannot be read, parsed, locked or written.
+    #[error("kubeconfig file {}: {problem}", path.display())]
+    KubeconfigFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// Entries of the names `connect` writes exist in the kubeconfig file for something else.
+    #[error(
+        "kubeconfig file {} already has {entries} for something else; nothing was written: pass --overwrite to replace them, or --context-name to write under another name",
+        path.display()
+    )]
+    KubeconfigConflict {
+        /// The file.
+        path: PathBuf,
+        /// The entries, e.g. `cluster "team-a", context "team-a"`.
+        entries: String,
+    },
+    /// The tenant apiserver does not answer from here and cannot be port-forwarded to.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The port-forward to the tenant apiserver could not be set up or does not work.
+    #[error("port-forward to the tenant apiserver: {0}")]
+    PortForward(String),
     /// Per-user certificates were asked for an adopted VirtualCluster.
     #[error(
         "VirtualCluster {vc} is adopted and vc-manager does not hold its certificate authority, so kubectl vc cannot mint user certificates for it; store the adopted apiserver's client CA (the certificate and key behind its --client-ca-file) as Secret {namespace}/{secret} with keys tls.crt and tls.key, or create users with the adopted cluster's own tooling"

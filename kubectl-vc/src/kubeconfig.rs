@@ -8,7 +8,7 @@
 //! - Adopted tenants: the kubeconfig vc-manager adopted (read by [`vc_manager::adopt::read_kubeconfig`]), its
 //!   current context only, renamed.
 
-use std::{collections::BTreeSet, io::Write, net::IpAddr, time::Duration};
+use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
 use crds::{
     VirtualCluster,
@@ -21,7 +21,7 @@ use kube::{
 };
 
 use crate::{
-    Error, Result,
+    Error, Result, Streams,
     args::{Format, KubeconfigArgs},
     certs, output,
 };
@@ -693,97 +693,140 @@ fn has_load_balancer_ingress(service: Option<&Service>) -> bool {
         .is_some_and(|i| !i.is_empty())
 }
 
-/// `kubectl vc kubeconfig NAME`: prints the kubeconfig on `out`, warnings on `err`.
+/// A tenant's admin kubeconfig as `kubectl vc kubeconfig` prints it.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    /// The single-context kubeconfig, its server an address that should work from outside the super
+    /// cluster (`--server`, a load-balancer or node-port address, else the in-cluster address).
+    pub config: Kubeconfig,
+    /// What the user should know about it.
+    pub warnings: Vec<String>,
+    /// For a provisioned tenant, the apiserver Service its stored kubeconfig names: where a port-forward
+    /// goes. `None` for adopted tenants.
+    pub endpoint: Option<InClusterEndpoint>,
+}
+
+/// The admin kubeconfig of `vc` named `names`; `args.server` and `args.tls_server_name` override the
+/// address.
+pub async fn admin(
+    client: &Client,
+    vc: &VirtualCluster,
+    names: &Names,
+    args: &KubeconfigArgs,
+) -> Result<Admin> {
+    let mut warnings = Vec::new();
+    match vc.adoption() {
+        Some(adoption) => {
+            let (origin, yaml) = adopt::read_kubeconfig(vc, &adoption, client).await?;
+            let current = current(&yaml, &origin)?;
+            let server = args.server.as_ref().map(|url| Server {
+                url: url.clone(),
+                tls_server_name: args.tls_server_name.clone(),
+            });
+            let (config, more) = rewrite(current, names, server.as_ref());
+            warnings.extend(more);
+            Ok(Admin {
+                config,
+                warnings,
+                endpoint: None,
+            })
+        }
+        None => {
+            let root = root_namespace(vc)?;
+            let [admin] =
+                read_secret(client, &root, SECRET_ADMIN_KUBECONFIG, [SECRET_ADMIN_KUBECONFIG]).await?;
+            let current = current(&admin, &format!("Secret {root}/{SECRET_ADMIN_KUBECONFIG}"))?;
+            let endpoint = current
+                .cluster
+                .server
+                .as_deref()
+                .and_then(InClusterEndpoint::parse);
+            let server = native_server(client, &root, &current, args, &mut warnings).await?;
+            let (config, more) = rewrite(current, names, Some(&server));
+            warnings.extend(more);
+            Ok(Admin {
+                config,
+                warnings,
+                endpoint,
+            })
+        }
+    }
+}
+
+/// `kubectl vc kubeconfig NAME`: prints the kubeconfig on stdout, warnings on stderr.
 pub async fn command(
     client: &Client,
     namespace: &str,
     args: &KubeconfigArgs,
-    out: &mut (dyn Write + Send),
-    err: &mut (dyn Write + Send),
+    io: &mut Streams<'_>,
 ) -> Result<()> {
     let vc = get_virtual_cluster(client, namespace, &args.name).await?;
     let vc_ref = format!("{namespace}/{}", args.name);
     let mut warnings = Vec::new();
-    let config = match vc.adoption() {
-        Some(adoption) => {
+    let config = match (&args.user, vc.adoption()) {
+        (None, _) => {
+            let admin = admin(client, &vc, &Names::admin(namespace, &args.name), args).await?;
+            warnings.extend(admin.warnings);
+            admin.config
+        }
+        (Some(user), Some(adoption)) => {
+            // The adopted kubeconfig's server and CA, with a certificate from the client CA the operator
+            // handed over.
             let (origin, yaml) = adopt::read_kubeconfig(&vc, &adoption, client).await?;
             let current = current(&yaml, &origin)?;
             let server = args.server.as_ref().map(|url| Server {
                 url: url.clone(),
                 tls_server_name: args.tls_server_name.clone(),
             });
-            match &args.user {
-                None => {
-                    let (config, more) =
-                        rewrite(current, &Names::admin(namespace, &args.name), server.as_ref());
-                    warnings.extend(more);
-                    config
-                }
-                Some(user) => {
-                    // The adopted kubeconfig's server and CA, with a certificate from the client CA the
-                    // operator handed over.
-                    let root = root_namespace(&vc)?;
-                    let [ca_cert, ca_key] =
-                        match read_secret(client, &root, SECRET_ADOPTED_CLIENT_CA, ["tls.crt", "tls.key"])
-                            .await
-                        {
-                            Err(Error::NotFound { .. }) => {
-                                return Err(Error::AdoptedNoCa {
-                                    vc: vc_ref,
-                                    namespace: root,
-                                    secret: SECRET_ADOPTED_CLIENT_CA,
-                                });
-                            }
-                            other => other?,
-                        };
-                    let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ADOPTED_CLIENT_CA, user, args)?;
-                    warnings.extend(minted.warnings.iter().cloned());
-                    let current = Current {
-                        cluster: current.cluster,
-                        auth: user_auth(&minted.key),
-                    };
-                    let (config, more) = rewrite(
-                        current,
-                        &Names::user(namespace, &args.name, user),
-                        server.as_ref(),
-                    );
-                    warnings.extend(more);
-                    config
-                }
-            }
+            let root = root_namespace(&vc)?;
+            let [ca_cert, ca_key] =
+                match read_secret(client, &root, SECRET_ADOPTED_CLIENT_CA, ["tls.crt", "tls.key"]).await {
+                    Err(Error::NotFound { .. }) => {
+                        return Err(Error::AdoptedNoCa {
+                            vc: vc_ref,
+                            namespace: root,
+                            secret: SECRET_ADOPTED_CLIENT_CA,
+                        });
+                    }
+                    other => other?,
+                };
+            let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ADOPTED_CLIENT_CA, user, args)?;
+            warnings.extend(minted.warnings.iter().cloned());
+            let current = Current {
+                cluster: current.cluster,
+                auth: user_auth(&minted.key),
+            };
+            let (config, more) = rewrite(
+                current,
+                &Names::user(namespace, &args.name, user),
+                server.as_ref(),
+            );
+            warnings.extend(more);
+            config
         }
-        None => {
+        (Some(user), None) => {
             let root = root_namespace(&vc)?;
             let [admin] =
                 read_secret(client, &root, SECRET_ADMIN_KUBECONFIG, [SECRET_ADMIN_KUBECONFIG]).await?;
             let current = current(&admin, &format!("Secret {root}/{SECRET_ADMIN_KUBECONFIG}"))?;
             let server = native_server(client, &root, &current, args, &mut warnings).await?;
-            match &args.user {
-                None => {
-                    let (config, more) =
-                        rewrite(current, &Names::admin(namespace, &args.name), Some(&server));
-                    warnings.extend(more);
-                    config
-                }
-                Some(user) => {
-                    let [ca_cert, ca_key] =
-                        read_secret(client, &root, SECRET_ROOT_CA, ["tls.crt", "tls.key"]).await?;
-                    let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ROOT_CA, user, args)?;
-                    warnings.extend(minted.warnings.iter().cloned());
-                    for_certificate(
-                        &Names::user(namespace, &args.name, user),
-                        &server,
-                        &ca_cert,
-                        &minted.key,
-                    )
-                }
-            }
+            let [ca_cert, ca_key] =
+                read_secret(client, &root, SECRET_ROOT_CA, ["tls.crt", "tls.key"]).await?;
+            let minted = mint_user(&ca_cert, &ca_key, &root, SECRET_ROOT_CA, user, args)?;
+            warnings.extend(minted.warnings.iter().cloned());
+            for_certificate(
+                &Names::user(namespace, &args.name, user),
+                &server,
+                &ca_cert,
+                &minted.key,
+            )
         }
     };
     for warning in &warnings {
-        writeln!(err, "warning: {warning}")?;
+        io.warn(warning)?;
     }
-    out.write_all(to_text(&config, args.output)?.as_bytes())?;
+    let format = args.output.output.unwrap_or(Format::Yaml);
+    io.out.write_all(to_text(&config, format)?.as_bytes())?;
     Ok(())
 }
 

@@ -9,25 +9,34 @@
 //! - [`manifest`]: `create -f` (parse, check kinds, server-side apply); [`progress`]: `--wait` on a watch.
 //! - [`kubeconfig`]: tenant kubeconfigs with a reachable server; [`certs`]: per-user certificates.
 //! - [`list`], [`describe`] ([`usage`] against quota), [`delete`]; [`table`] and [`output`] format them.
+//! - [`connect`]: a tenant context merged into a kubeconfig file ([`kubeconfig_file`]), through a
+//!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
+//! - [`completion`]: shell completion scripts and kubectl's plugin completion (`__complete`).
+//! - [`streams`]: results on stdout, warnings and progress on stderr.
 
 pub mod args;
 pub mod certs;
+pub mod completion;
+pub mod connect;
 pub mod delete;
 pub mod describe;
 pub mod duration;
 pub mod error;
+pub mod forward;
 pub mod kubeconfig;
+pub mod kubeconfig_file;
 pub mod list;
 pub mod manifest;
 pub mod output;
 pub mod progress;
+pub mod streams;
 pub mod table;
 pub mod usage;
 
 #[cfg(test)]
 mod mock_tests;
 
-use std::io::Write;
+use std::{future::Future, io::Write};
 
 pub use args::{Args, Command, Global};
 pub use error::{Error, Result};
@@ -35,6 +44,7 @@ use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
+pub use streams::Streams;
 
 /// Connects to the super cluster as kubectl would: `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`,
 /// else the in-cluster service account; `--context` picks the context. The client's default namespace is
@@ -71,35 +81,61 @@ pub async fn client(global: &Global) -> Result<Client> {
 }
 
 /// Runs a command against the super cluster behind `client`: results on `out`, warnings (and "nothing
-/// found") on `err`. Every failure is an [`Error`] whose message fits one line.
+/// found") on `err`, no progress lines; Ctrl-C ends `connect`'s port-forward. Every failure is an
+/// [`Error`] whose message fits one line.
 pub async fn run(
     args: &Args,
     client: Client,
     out: &mut (dyn Write + Send),
     err: &mut (dyn Write + Send),
 ) -> Result<()> {
+    run_with(args, client, Streams::new(out, err, false), interrupted()).await
+}
+
+/// Resolves at Ctrl-C (never, when the signal cannot be listened for).
+pub async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// [`run`] with `streams` (progress on a terminal) and `interrupt`, which ends a foreground port-forward.
+pub async fn run_with(
+    args: &Args,
+    client: Client,
+    streams: Streams<'_>,
+    interrupt: impl Future<Output = ()> + Send,
+) -> Result<()> {
+    let mut streams = if args.command.output().is_some() {
+        streams.without_progress()
+    } else {
+        streams
+    };
     let explicit = args.global.namespace.is_some();
     let namespace = args
         .global
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
+    let io = &mut streams;
     let result = match &args.command {
-        Command::Create(create) => manifest::command(&client, &namespace, explicit, create, out).await,
-        Command::Kubeconfig(kubeconfig) => {
-            kubeconfig::command(&client, &namespace, kubeconfig, out, err).await
-        }
+        Command::Create(create) => manifest::command(&client, &namespace, explicit, create, io).await,
+        Command::Kubeconfig(kubeconfig) => kubeconfig::command(&client, &namespace, kubeconfig, io).await,
         Command::List(list) => {
             let scope = if list.all_namespaces {
                 list::Scope::All
             } else {
                 list::Scope::Namespace(namespace)
             };
-            list::command(&client, scope, list, out, err).await
+            list::command(&client, scope, list, io).await
         }
-        Command::Describe(describe) => describe::command(&client, &namespace, &describe.name, out).await,
-        Command::Delete(delete) => delete::command(&client, &namespace, delete, out).await,
+        Command::Describe(describe) => describe::command(&client, &namespace, describe, io).await,
+        Command::Delete(delete) => delete::command(&client, &namespace, delete, io).await,
+        Command::Connect(connect) => {
+            connect::command(&client, &namespace, &args.global, connect, io, interrupt).await
+        }
+        Command::Completion(completion) => completion::script(completion.shell, io.out),
     };
-    out.flush()?;
+    streams.out.flush()?;
     result
 }

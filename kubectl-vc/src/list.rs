@@ -3,10 +3,7 @@
 //! (`tenancy.x-k8s.io/vcname`, `tenancy.x-k8s.io/vcnamespace`) and its `tenancy.x-k8s.io/cluster`
 //! annotation is the VirtualCluster's cluster key (a recreated VirtualCluster of the same name has another).
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    io::Write,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crds::{
     VirtualCluster,
@@ -21,7 +18,7 @@ use k8s_openapi::{
 use kube::{Api, Client, ResourceExt, api::ListParams};
 
 use crate::{
-    Error, Result,
+    Error, Result, Streams,
     args::{Format, ListArgs},
     duration, output, table,
 };
@@ -167,13 +164,7 @@ pub fn selector(scope: &Scope) -> String {
 }
 
 /// `kubectl vc list`.
-pub async fn command(
-    client: &Client,
-    scope: Scope,
-    args: &ListArgs,
-    out: &mut (dyn Write + Send),
-    err: &mut (dyn Write + Send),
-) -> Result<()> {
+pub async fn command(client: &Client, scope: Scope, args: &ListArgs, io: &mut Streams<'_>) -> Result<()> {
     let (api, where_): (Api<VirtualCluster>, String) = match &scope {
         Scope::Namespace(ns) => (Api::namespaced(client.clone(), ns), format!("namespace {ns}")),
         Scope::All => (Api::all(client.clone()), "every namespace".into()),
@@ -183,13 +174,13 @@ pub async fn command(
         .await
         .map_err(|e| Error::api(format!("listing VirtualClusters in {where_}"), e))?
         .items;
-    if let Some(format) = args.output {
-        return print_objects(&vcs, format, out);
+    if let Some(format) = args.output.output {
+        return print_objects(&vcs, format, io);
     }
     if vcs.is_empty() {
         match &scope {
-            Scope::Namespace(ns) => writeln!(err, "No VirtualClusters found in namespace {ns}.")?,
-            Scope::All => writeln!(err, "No VirtualClusters found.")?,
+            Scope::Namespace(ns) => writeln!(io.err, "No VirtualClusters found in namespace {ns}.")?,
+            Scope::All => writeln!(io.err, "No VirtualClusters found.")?,
         }
         return Ok(());
     }
@@ -211,13 +202,14 @@ pub async fn command(
         .map(|p| p.metadata)
         .collect();
     let rows = rows(&vcs, &namespaces, &pods, Timestamp::now());
-    out.write_all(render(&rows, scope == Scope::All).as_bytes())?;
+    io.out.write_all(render(&rows, scope == Scope::All).as_bytes())?;
     Ok(())
 }
 
-fn print_objects(vcs: &[VirtualCluster], format: Format, out: &mut (dyn Write + Send)) -> Result<()> {
+fn print_objects(vcs: &[VirtualCluster], format: Format, io: &mut Streams<'_>) -> Result<()> {
     let list = output::list(vcs)?;
-    out.write_all(output::serialize(&list, format, "the VirtualClusters")?.as_bytes())?;
+    io.out
+        .write_all(output::serialize(&list, format, "the VirtualClusters")?.as_bytes())?;
     Ok(())
 }
 

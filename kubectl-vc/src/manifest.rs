@@ -2,7 +2,7 @@
 //! sent, then server-side applied under the field manager `kubectl-vc` (ClusterVersions first, so a
 //! VirtualCluster never waits for the version it names), and with `--wait` followed until Running.
 
-use std::{io::Write, path::Path, time::Duration};
+use std::{path::Path, time::Duration};
 
 use crds::{ClusterVersion, VirtualCluster};
 use kube::{
@@ -11,7 +11,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::{Error, Result, args::CreateArgs, progress};
+use crate::{Error, Result, Streams, args::CreateArgs, output, progress};
 
 /// The field manager of `kubectl vc create`.
 pub const FIELD_MANAGER: &str = "kubectl-vc";
@@ -231,13 +231,16 @@ pub struct Applied {
     pub document: Document,
     /// `metadata.generation` after the apply.
     pub generation: Option<i64>,
+    /// The object the apply returned (without managed fields).
+    pub object: Value,
 }
 
-/// Server-side applies the documents, ClusterVersions first; prints kubectl's line for each.
+/// Server-side applies the documents, ClusterVersions first; with `report`, prints kubectl's line for each.
 pub async fn apply(
     client: &Client,
     documents: &[Document],
-    out: &mut (dyn Write + Send),
+    io: &mut Streams<'_>,
+    report: bool,
 ) -> Result<Vec<Applied>> {
     let params = PatchParams::apply(FIELD_MANAGER).validation_strict();
     let mut ordered: Vec<&Document> = documents.iter().collect();
@@ -248,34 +251,36 @@ pub async fn apply(
             Some(ns) => format!("applying {} {ns}/{}", document.kind.name(), document.name),
             None => format!("applying {} {}", document.kind.name(), document.name),
         };
-        let generation = match document.kind {
+        let (generation, object) = match document.kind {
             Kind::ClusterVersion => {
                 let api: Api<ClusterVersion> = Api::all(client.clone());
-                api.patch(&document.name, &params, &Patch::Apply(&document.object))
+                let cv = api
+                    .patch(&document.name, &params, &Patch::Apply(&document.object))
                     .await
-                    .map_err(|e| Error::api(action(None), e))?
-                    .metadata
-                    .generation
+                    .map_err(|e| Error::api(action(None), e))?;
+                (cv.metadata.generation, output::without_managed_fields(&cv)?)
             }
             Kind::VirtualCluster => {
                 let namespace = document.namespace.as_deref().unwrap_or("default");
                 let api: Api<VirtualCluster> = Api::namespaced(client.clone(), namespace);
-                api.patch(&document.name, &params, &Patch::Apply(&document.object))
+                let vc = api
+                    .patch(&document.name, &params, &Patch::Apply(&document.object))
                     .await
-                    .map_err(|e| Error::api(action(Some(namespace)), e))?
-                    .metadata
-                    .generation
+                    .map_err(|e| Error::api(action(Some(namespace)), e))?;
+                (vc.metadata.generation, output::without_managed_fields(&vc)?)
             }
         };
-        writeln!(
-            out,
-            "{}/{} serverside-applied",
-            document.kind.resource(),
-            document.name
-        )?;
+        if report {
+            io.result(&format!(
+                "{}/{} serverside-applied",
+                document.kind.resource(),
+                document.name
+            ))?;
+        }
         applied.push(Applied {
             document: document.clone(),
             generation,
+            object,
         });
     }
     Ok(applied)
@@ -287,32 +292,59 @@ pub async fn command(
     namespace: &str,
     explicit_namespace: bool,
     args: &CreateArgs,
-    out: &mut (dyn Write + Send),
+    io: &mut Streams<'_>,
 ) -> Result<()> {
     let (path, text) = read(&args.file)?;
     let mut documents = parse(&path, &text)?;
     resolve_namespaces(&path, &mut documents, namespace, explicit_namespace)?;
-    let applied = apply(client, &documents, out).await?;
-    if !args.wait {
-        return Ok(());
+    let report = args.output.output.is_none();
+    let mut applied = apply(client, &documents, io, report).await?;
+    if args.wait {
+        wait(client, args, &mut applied, io, report).await?;
     }
+    if let Some(format) = args.output.output {
+        // kubectl's convention: one object as itself, several as a List.
+        let objects: Vec<&Value> = applied.iter().map(|a| &a.object).collect();
+        let text = match objects.as_slice() {
+            [one] => output::serialize(one, format, "the applied object")?,
+            several => output::serialize(&output::list(several)?, format, "the applied objects")?,
+        };
+        io.out.write_all(text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `--wait`: follows every applied VirtualCluster until it is Running, one after the other, within one
+/// `--timeout`; each one's object becomes the one last seen.
+async fn wait(
+    client: &Client,
+    args: &CreateArgs,
+    applied: &mut [Applied],
+    io: &mut Streams<'_>,
+    report: bool,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + args.timeout;
-    for applied in applied.iter().filter(|a| a.document.kind == Kind::VirtualCluster) {
+    for applied in applied
+        .iter_mut()
+        .filter(|a| a.document.kind == Kind::VirtualCluster)
+    {
         let document = &applied.document;
         let api: Api<VirtualCluster> =
             Api::namespaced(client.clone(), document.namespace.as_deref().unwrap_or("default"));
         let remaining = deadline
             .checked_duration_since(tokio::time::Instant::now())
             .unwrap_or(Duration::ZERO);
-        progress::wait_running(
+        let running = progress::wait_running(
             &api,
             &document.name,
             applied.generation,
             remaining,
             args.timeout,
-            out,
+            io,
+            report,
         )
         .await?;
+        applied.object = output::without_managed_fields(&running)?;
     }
     Ok(())
 }

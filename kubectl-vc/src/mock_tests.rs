@@ -32,7 +32,7 @@ struct Ran {
     result: Result<(), Error>,
 }
 
-/// Runs `kubectl vc <line>` against `script`.
+/// Runs `kubectl vc <line>` against `script`, as on a terminal (progress lines on stderr).
 async fn kubectl_vc<S>(line: &str, client: Client, script: S) -> Ran
 where
     S: std::future::Future<Output = ()> + Send + 'static,
@@ -41,7 +41,12 @@ where
         .expect("arguments");
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let result = mock_apiserver::run(script, cli::run(&args, client, &mut out, &mut err)).await;
+    let streams = cli::Streams::new(&mut out, &mut err, true);
+    let result = mock_apiserver::run(
+        script,
+        cli::run_with(&args, client, streams, std::future::pending()),
+    )
+    .await;
     Ran {
         out: String::from_utf8(out).expect("utf-8"),
         err: String::from_utf8(err).expect("utf-8"),
@@ -603,10 +608,12 @@ async fn delete_waits_until_the_finalizer_is_done() {
     ran.result.expect("succeeds");
     assert_eq!(
         ran.out,
-        "virtualcluster.tenancy.x-k8s.io \"vc-1\" deleted\n\
-         team/vc-1: waiting for finalizers tenancy.x-k8s.io/virtualcluster (vc-manager deletes the tenant's namespaces first)\n\
-         team/vc-1: no finalizers left; waiting for the apiserver to remove it\n\
-         team/vc-1 is gone\n"
+        "virtualcluster.tenancy.x-k8s.io \"vc-1\" deleted\nteam/vc-1 is gone\n"
+    );
+    assert_eq!(
+        ran.err,
+        "team/vc-1: waiting for finalizers tenancy.x-k8s.io/virtualcluster (vc-manager deletes the tenant's namespaces first)\n\
+         team/vc-1: no finalizers left; waiting for the apiserver to remove it\n"
     );
 }
 
@@ -730,20 +737,25 @@ async fn create_applies_and_follows_the_virtual_cluster_until_running() {
     .await;
     std::fs::remove_dir_all(&dir).ok();
     ran.result.expect("succeeds");
-    let lines: Vec<&str> = ran.out.lines().collect();
+    let results: Vec<&str> = ran.out.lines().collect();
+    assert_eq!(results.len(), 2, "{}", ran.out);
     assert_eq!(
-        lines[..6],
+        results[0],
+        "virtualcluster.tenancy.x-k8s.io/vc-1 serverside-applied"
+    );
+    assert!(results[1].starts_with("team/vc-1 is Running ("), "{}", results[1]);
+    let lines: Vec<&str> = ran.err.lines().collect();
+    assert_eq!(
+        lines,
         [
-            "virtualcluster.tenancy.x-k8s.io/vc-1 serverside-applied",
             "team/vc-1: no status yet (is vc-manager running?)",
             "team/vc-1: phase Pending: WaitingForEtcd: WaitingForEtcd message",
             "team/vc-1: PKIReady=True CertificatesValid: m",
             "team/vc-1: EtcdReady=False StatefulSetNotReady: m",
             "team/vc-1: phase Running: TenantControlPlaneRunning: TenantControlPlaneRunning message",
+            "team/vc-1: EtcdReady=True StatefulSetReady: m",
         ]
     );
-    assert_eq!(lines[6], "team/vc-1: EtcdReady=True StatefulSetReady: m");
-    assert!(lines[7].starts_with("team/vc-1 is Running ("), "{}", lines[7]);
 }
 
 #[tokio::test]
@@ -851,4 +863,274 @@ async fn describe_reads_namespaces_pods_and_events_of_this_virtual_cluster() {
         "{}",
         ran.out
     );
+}
+
+/// A loopback port nothing listens on (connections are refused at once).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// Answers the requests of a native tenant's admin kubeconfig whose node port is `node_port` on a node
+/// at 127.0.0.1.
+async fn serve_native_admin(api: &mut ApiServer, node_port: u16) {
+    let root = root();
+    get(api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+    get(
+        api,
+        &format!("/api/v1/namespaces/{root}/secrets/admin-kubeconfig"),
+    )
+    .await
+    .ok(secret("admin-kubeconfig"));
+    let mut service = node_port_service();
+    service["spec"]["ports"][0]["nodePort"] = json!(node_port);
+    service["spec"]["selector"] = json!({"component": "apiserver"});
+    get(api, &format!("/api/v1/namespaces/{root}/services/apiserver-svc"))
+        .await
+        .ok(service);
+    let mut nodes = nodes();
+    nodes["items"][0]["status"]["addresses"][0]["address"] = json!("127.0.0.1");
+    get(api, "/api/v1/nodes?").await.ok(nodes);
+    get(api, &format!("/api/v1/namespaces/{root}/secrets/apiserver-ca"))
+        .await
+        .ok(secret("apiserver-ca"));
+}
+
+#[tokio::test]
+async fn connect_merges_the_admin_context_into_the_kubeconfig_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: prod, cluster: {server: 'https://prod:6443'}}]\nusers: [{name: prod, user: {token: t}}]\ncontexts: [{name: prod, context: {cluster: prod, user: prod}}]\ncurrent-context: prod\n",
+    )
+    .expect("file");
+    let port = closed_port();
+    let (client, mut api) = mock();
+    let line = format!(
+        "connect vc-1 --write-kubeconfig {} --port-forward never --switch",
+        file.display()
+    );
+    let ran = kubectl_vc(&line, client, async move {
+        serve_native_admin(&mut api, port).await;
+    })
+    .await;
+    ran.result.expect("written");
+    let server = format!("https://127.0.0.1:{port}");
+    assert!(
+        ran.err
+            .contains(&format!("warning: {server} does not answer from here (")),
+        "{}",
+        ran.err
+    );
+    assert_eq!(
+        ran.out.lines().take(2).collect::<Vec<_>>(),
+        [
+            format!(
+                "Wrote context \"team-vc-1\" to {}: cluster \"team-vc-1\" added, user \"team-vc-1-admin\" added, context \"team-vc-1\" added.",
+                file.display()
+            ),
+            "Switched to context \"team-vc-1\".".to_owned(),
+        ]
+    );
+    assert!(
+        ran.out.contains(&format!(
+            "kubectl --kubeconfig {} --context team-vc-1 get namespaces",
+            file.display()
+        )),
+        "{}",
+        ran.out
+    );
+    let config = kube::config::Kubeconfig::read_from(&file).expect("kube reads it");
+    assert_eq!(config.current_context.as_deref(), Some("team-vc-1"));
+    assert_eq!(config.contexts.len(), 2, "prod kept");
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == "team-vc-1")
+        .and_then(|c| c.cluster.clone())
+        .expect("cluster");
+    assert_eq!(cluster.server.as_deref(), Some(server.as_str()));
+    assert!(cluster.insecure_skip_tls_verify.is_none());
+    assert_eq!(
+        cluster.certificate_authority_data.as_deref(),
+        Some(STANDARD.encode(secret_key("root-ca", "tls.crt")).as_str())
+    );
+
+    // -o json, under another context name: one document saying what was written, nothing else.
+    let (client, mut api) = mock();
+    let line = format!(
+        "connect vc-1 --write-kubeconfig {} --port-forward never --context-name mine -o json",
+        file.display()
+    );
+    let ran = kubectl_vc(&line, client, async move {
+        serve_native_admin(&mut api, port).await;
+    })
+    .await;
+    ran.result.expect("written");
+    let document: Value = serde_json::from_str(&ran.out).expect("only JSON on stdout");
+    assert_eq!(document["context"]["name"], "mine");
+    assert_eq!(document["context"]["context"]["user"], "mine-admin");
+    assert_eq!(document["cluster"]["cluster"]["server"], json!(server));
+    assert_eq!(document["currentContext"], "team-vc-1", "not switched");
+    assert_eq!(document["portForward"], Value::Null);
+    assert_eq!(
+        document["changes"][2],
+        json!({"kind": "context", "name": "mine", "change": "added"})
+    );
+    assert!(!ran.err.contains("Checking"), "no progress with -o: {}", ran.err);
+}
+
+#[tokio::test]
+async fn connect_refuses_to_replace_someone_elses_context_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config");
+    let before = "apiVersion: v1\nkind: Config\nclusters: [{name: team-vc-1, cluster: {server: 'https://elsewhere:6443'}}]\ncontexts: [{name: team-vc-1, context: {cluster: team-vc-1}}]\n";
+    std::fs::write(&file, before).expect("file");
+    let port = closed_port();
+    let (client, mut api) = mock();
+    let line = format!(
+        "connect vc-1 --write-kubeconfig {} --port-forward never",
+        file.display()
+    );
+    let ran = kubectl_vc(&line, client, async move {
+        serve_native_admin(&mut api, port).await;
+    })
+    .await;
+    let error = ran.result.expect_err("conflict");
+    assert!(matches!(error, Error::KubeconfigConflict { .. }), "{error}");
+    assert!(
+        error
+            .one_line()
+            .contains("already has cluster \"team-vc-1\", context \"team-vc-1\" for something else"),
+        "{}",
+        error.one_line()
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("file"), before);
+    assert_eq!(ran.out, "");
+}
+
+#[tokio::test]
+async fn connect_port_forwards_only_to_a_ready_apiserver_pod() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config");
+    let (client, mut api) = mock();
+    let line = format!(
+        "connect vc-1 --write-kubeconfig {} --port-forward always",
+        file.display()
+    );
+    let ran = kubectl_vc(&line, client, async move {
+        let root = root();
+        serve_native_admin(&mut api, closed_port()).await;
+        let mut service = node_port_service();
+        service["spec"]["selector"] = json!({"component": "apiserver"});
+        get(&mut api, &format!("/api/v1/namespaces/{root}/services/apiserver-svc"))
+            .await
+            .ok(service);
+        get(
+            &mut api,
+            &format!("/api/v1/namespaces/{root}/pods?&labelSelector=component%3Dapiserver"),
+        )
+        .await
+        .ok(json!({
+            "apiVersion": "v1",
+            "kind": "PodList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [{"metadata": {"name": "apiserver-0", "namespace": root}, "status": {"phase": "Pending"}}],
+        }));
+    })
+    .await;
+    let error = ran.result.expect_err("no ready pod");
+    assert!(
+        error.one_line().starts_with(&format!(
+            "port-forward to the tenant apiserver: no running and ready pod matches Service {}/apiserver-svc (component=apiserver); 1 found",
+            root()
+        )),
+        "{}",
+        error.one_line()
+    );
+    assert!(!file.exists(), "nothing written");
+}
+
+#[tokio::test]
+async fn connect_cannot_port_forward_to_an_adopted_apiserver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config");
+    let (client, mut api) = mock();
+    let line = format!("connect vc-1 --write-kubeconfig {}", file.display());
+    let unreachable = format!("https://127.0.0.1:{}", closed_port());
+    let kubeconfig = adopted_kubeconfig().replace("https://tenant.example.com:6443", &unreachable);
+    let ran = kubectl_vc(&line, client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+        get(&mut api, "/api/v1/namespaces/team/secrets/team-kubeconfig")
+            .await
+            .ok(json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+                "data": {"value": STANDARD.encode(kubeconfig)},
+            }));
+    })
+    .await;
+    let error = ran.result.expect_err("unreachable");
+    let line = error.one_line();
+    assert!(
+        line.starts_with(
+            "VirtualCluster team/vc-1 is adopted: its apiserver does not run in the super cluster"
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("{unreachable} does not answer from here")),
+        "{line}"
+    );
+    assert!(line.contains("--port-forward never"), "{line}");
+    assert!(!file.exists(), "nothing written");
+}
+
+#[tokio::test]
+async fn machine_readable_output_is_never_mixed_with_progress() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("delete vc-1 --wait -o json", client, async move {
+        let mut deleting = running_vc();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        deleting["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+        api.expect("DELETE", &format!("{VCS}/{VC_NAME}?"))
+            .await
+            .ok(deleting.clone());
+        get(&mut api, &format!("{VCS}/{VC_NAME}"))
+            .await
+            .not_found("virtualclusters.tenancy.x-k8s.io", "vc-1");
+    })
+    .await;
+    ran.result.expect("deleted");
+    assert_eq!(ran.err, "", "no progress even on a terminal");
+    let object: Value = serde_json::from_str(&ran.out).expect("only JSON");
+    assert_eq!(object["metadata"]["name"], "vc-1");
+    assert!(object["metadata"].get("managedFields").is_none());
+    assert!(object["metadata"]["deletionTimestamp"].is_string());
+}
+
+#[tokio::test]
+async fn describe_prints_one_document_with_o_yaml() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("describe vc-1 -o yaml", client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+        let call = api.next().await;
+        assert!(call.uri.starts_with("/api/v1/namespaces?"), "{}", call.uri);
+        call.ok(metadata_list(Vec::new()));
+        let call = api.next().await;
+        assert!(call.uri.starts_with("/api/v1/pods?"), "{}", call.uri);
+        call.ok(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}));
+        let call = api.next().await;
+        assert!(call.uri.contains("/events?"), "{}", call.uri);
+        call.ok(json!({"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": []}));
+    })
+    .await;
+    ran.result.expect("described");
+    let document: Value = serde_saphyr::from_str(&ran.out).expect("YAML");
+    assert_eq!(document["virtualCluster"]["metadata"]["name"], "vc-1");
+    assert_eq!(document["superNamespaces"], json!([]));
+    assert_eq!(document["usage"][0]["resource"], "pods");
+    assert_eq!(document["events"], json!([]));
 }

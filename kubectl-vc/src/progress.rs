@@ -1,7 +1,7 @@
 //! `--wait`: following a VirtualCluster through a watch, printing one line per change of its phase or a
 //! condition, until it is Running, fails, is gone, or time runs out.
 
-use std::{collections::BTreeMap, io::Write, ops::ControlFlow, time::Duration};
+use std::{collections::BTreeMap, ops::ControlFlow, time::Duration};
 
 use crds::{
     ClusterPhase, VirtualCluster,
@@ -16,7 +16,7 @@ use kube::{
     api::{WatchEvent, WatchParams},
 };
 
-use crate::{Error, Result, table};
+use crate::{Error, Result, Streams, table};
 
 /// Condition types in the order they come true while a control plane starts.
 const ORDER: [&str; 5] = [
@@ -267,16 +267,18 @@ pub async fn follow<T>(
     }
 }
 
-/// Waits until VirtualCluster `name` of `api` is Running for `generation`, printing each change to `out`
-/// as `<namespace>/<name>: <change>`. Fails when it reports phase Error, disappears, or `timeout` passes.
+/// Waits until VirtualCluster `name` of `api` is Running for `generation`, showing each change as progress
+/// (`<namespace>/<name>: <change>`) and, with `report`, the result as a line on stdout; returns the
+/// VirtualCluster as last seen. Fails when it reports phase Error, disappears, or `timeout` passes.
 pub async fn wait_running(
     api: &Api<VirtualCluster>,
     name: &str,
     generation: Option<i64>,
     timeout: Duration,
     total: Duration,
-    out: &mut (dyn Write + Send),
-) -> Result<()> {
+    io: &mut Streams<'_>,
+    report: bool,
+) -> Result<VirtualCluster> {
     let vc_ref = format!("{}/{name}", api.namespace().unwrap_or_default());
     let mut last: Option<Snapshot> = None;
     let started = tokio::time::Instant::now();
@@ -288,12 +290,12 @@ pub async fn wait_running(
             };
             let snapshot = Snapshot::of(vc);
             for line in changes(last.as_ref(), &snapshot) {
-                writeln!(out, "{vc_ref}: {line}")?;
+                io.progress(&format!("{vc_ref}: {line}"))?;
             }
             last = Some(snapshot);
             Ok(match outcome(vc, generation) {
                 Outcome::Waiting => ControlFlow::Continue(()),
-                Outcome::Running => ControlFlow::Break(Ok(())),
+                Outcome::Running => ControlFlow::Break(Ok(vc.clone())),
                 Outcome::Failed {
                     condition,
                     reason,
@@ -309,13 +311,14 @@ pub async fn wait_running(
     )
     .await;
     match followed {
-        Ok(Ok(Ok(()))) => {
-            writeln!(
-                out,
-                "{vc_ref} is Running ({} after applying)",
-                crate::duration::age(started.elapsed().as_secs() as i64)
-            )?;
-            Ok(())
+        Ok(Ok(Ok(vc))) => {
+            if report {
+                io.result(&format!(
+                    "{vc_ref} is Running ({} after applying)",
+                    crate::duration::age(started.elapsed().as_secs() as i64)
+                ))?;
+            }
+            Ok(vc)
         }
         Ok(Ok(Err(failed))) | Ok(Err(failed)) => Err(failed),
         Err(_) => Err(Error::Timeout {
@@ -327,13 +330,15 @@ pub async fn wait_running(
 }
 
 /// Waits until VirtualCluster `name` with `uid` is gone from `api` (another object of that name counts as
-/// gone), printing the finalizers it still waits for whenever they change.
+/// gone), showing the finalizers it still waits for as progress whenever they change and, with `report`,
+/// the result as a line on stdout.
 pub async fn wait_deleted(
     api: &Api<VirtualCluster>,
     name: &str,
     uid: Option<String>,
     timeout: Duration,
-    out: &mut (dyn Write + Send),
+    io: &mut Streams<'_>,
+    report: bool,
 ) -> Result<()> {
     let vc_ref = format!("{}/{name}", api.namespace().unwrap_or_default());
     let mut last: Option<Vec<String>> = None;
@@ -346,13 +351,14 @@ pub async fn wait_deleted(
             let finalizers = vc.finalizers().to_vec();
             if last.as_ref() != Some(&finalizers) {
                 if finalizers.is_empty() {
-                    writeln!(out, "{vc_ref}: no finalizers left; waiting for the apiserver to remove it")?;
+                    io.progress(&format!(
+                        "{vc_ref}: no finalizers left; waiting for the apiserver to remove it"
+                    ))?;
                 } else {
-                    writeln!(
-                        out,
+                    io.progress(&format!(
                         "{vc_ref}: waiting for finalizers {} (vc-manager deletes the tenant's namespaces first)",
                         finalizers.join(", ")
-                    )?;
+                    ))?;
                 }
                 last = Some(finalizers);
             }
@@ -363,7 +369,9 @@ pub async fn wait_deleted(
     match followed {
         Ok(result) => {
             result?;
-            writeln!(out, "{vc_ref} is gone")?;
+            if report {
+                io.result(&format!("{vc_ref} is gone"))?;
+            }
             Ok(())
         }
         Err(_) => Err(Error::Timeout {
