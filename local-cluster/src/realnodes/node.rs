@@ -15,6 +15,8 @@ use crate::{
 
 /// Where kubelets and containerd keep container logs.
 const POD_LOGS: &str = "/var/log/pods";
+/// Where every kubelet puts its device-plugin socket, whatever its --root-dir.
+const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
 
 /// The kubelet's port on the node's address.
 pub const KUBELET_PORT: u16 = 10250;
@@ -231,9 +233,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     // configurable (podLogsDir) depends on the version: each node gets a mount namespace of its own (a
     // slave of the host's) with its own folder over /var/log/pods. containerd writes the logs there and the
     // kubelet, which joins the namespace, reads them. Mounts made inside vanish with the namespace.
+    // The device-plugin socket folder is fixed in every kubelet version (not under --root-dir): two kubelets
+    // starting together remove each other's socket and one fails with "address already in use", so each
+    // node gets its own folder there too.
     let pod_logs = dir.join("pod-logs");
     std::fs::create_dir_all(&pod_logs).map_err(Error::io("creating the node's pod log folder"))?;
     std::fs::create_dir_all(POD_LOGS).map_err(Error::io(format!("creating {POD_LOGS}")))?;
+    let device_plugins = dir.join("device-plugins");
+    std::fs::create_dir_all(&device_plugins)
+        .map_err(Error::io("creating the node's device-plugin folder"))?;
+    std::fs::create_dir_all(DEVICE_PLUGINS).map_err(Error::io(format!("creating {DEVICE_PLUGINS}")))?;
     let unshare = find_tool("unshare").ok_or_else(|| missing("unshare"))?;
     let mut process = ManagedProcess::start(
         &format!("containerd {name}"),
@@ -245,11 +254,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "--".to_owned(),
             "/bin/sh".to_owned(),
             "-c".to_owned(),
-            format!("mount --bind \"$1\" {POD_LOGS} && exec \"$2\" --config=\"$3\""),
+            format!(
+                "mount --bind \"$1\" {POD_LOGS} && mount --bind \"$4\" {DEVICE_PLUGINS} && exec \"$2\" --config=\"$3\""
+            ),
             "sh".to_owned(),
             pod_logs.display().to_string(),
             containerd.display().to_string(),
             config_path.display().to_string(),
+            device_plugins.display().to_string(),
         ],
         dir.join("containerd.log"),
     )?;
