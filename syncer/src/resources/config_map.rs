@@ -6,19 +6,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{ResourceExt, runtime::reflector::Store};
 use serde_json::{Value, json};
 
-use super::{
-    copy::{self, Conversion, Downward},
-    outcome::Outcome,
-    synced::SyncedKind,
-};
-use crate::{
-    context::Context,
-    error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-};
+use super::copy::{Conversion, Downward, copied_kind};
+use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
 
 impl Downward for ConfigMap {
     const KIND: Kind = Kind::ConfigMap;
@@ -48,28 +37,4 @@ impl Downward for ConfigMap {
     }
 }
 
-impl TenantCache for kinds::ConfigMap {
-    type Cache = Store<ConfigMap>;
-
-    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
-        tenant.down(Self::KIND)
-    }
-}
-
-impl SuperCache for kinds::ConfigMap {
-    type Cache = Store<ConfigMap>;
-
-    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        supers.down(Self::KIND)
-    }
-}
-
-impl SyncedKind for kinds::ConfigMap {
-    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
-        copy::sync_down::<ConfigMap>(ctx, tenant, item).await
-    }
-
-    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
-        copy::patrol::<ConfigMap>(ctx, tenant)
-    }
-}
+copied_kind!(ConfigMap);

@@ -415,3 +415,45 @@ pub fn patrol<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
     }
     findings
 }
+
+/// The caches, watches, sync and patrol of a kind this engine copies down with nothing else to it: every
+/// object of the kind cached in tenants, the copies labelled as synced cached in the super cluster, each
+/// change queued down. `copied_kind!(ConfigMap)` implements them for `kinds::ConfigMap`, whose objects
+/// are `ConfigMap`s; the kind's module implements [`Downward`] for those.
+macro_rules! copied_kind {
+    ($kind:ident) => {
+        impl $crate::tenant::TenantCache for $crate::items::kinds::$kind {
+            type Cache = ::kube::runtime::reflector::Store<$kind>;
+
+            fn watch(tenant: &mut $crate::tenant::TenantWatch<'_>) -> Self::Cache {
+                tenant.down(Self::KIND)
+            }
+        }
+
+        impl $crate::super_stores::SuperCache for $crate::items::kinds::$kind {
+            type Cache = ::kube::runtime::reflector::Store<$kind>;
+
+            fn watch(supers: &mut $crate::super_stores::SuperWatch<'_>) -> Self::Cache {
+                supers.down(Self::KIND)
+            }
+        }
+
+        impl $crate::resources::SyncedKind for $crate::items::kinds::$kind {
+            async fn sync_down(
+                ctx: &$crate::context::Context,
+                tenant: &$crate::tenant::Tenant,
+                item: &$crate::items::Item,
+            ) -> $crate::error::Result<$crate::resources::Outcome> {
+                $crate::resources::copy::sync_down::<$kind>(ctx, tenant, item).await
+            }
+
+            fn patrol(
+                ctx: &$crate::context::Context,
+                tenant: &$crate::tenant::Tenant,
+            ) -> $crate::findings::Findings {
+                $crate::resources::copy::patrol::<$kind>(ctx, tenant)
+            }
+        }
+    };
+}
+pub(crate) use copied_kind;

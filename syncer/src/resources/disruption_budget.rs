@@ -5,19 +5,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use serde_json::Value;
 
-use super::{
-    copy::{self, Conversion, Downward},
-    outcome::Outcome,
-    synced::SyncedKind,
-};
-use crate::{
-    context::Context,
-    error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-};
+use super::copy::{Conversion, Downward, copied_kind};
+use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
 
 impl Downward for PodDisruptionBudget {
     const KIND: Kind = Kind::PodDisruptionBudget;
@@ -49,28 +38,4 @@ impl Downward for PodDisruptionBudget {
     }
 }
 
-impl TenantCache for kinds::PodDisruptionBudget {
-    type Cache = Store<PodDisruptionBudget>;
-
-    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
-        tenant.down(Self::KIND)
-    }
-}
-
-impl SuperCache for kinds::PodDisruptionBudget {
-    type Cache = Store<PodDisruptionBudget>;
-
-    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        supers.down(Self::KIND)
-    }
-}
-
-impl SyncedKind for kinds::PodDisruptionBudget {
-    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
-        copy::sync_down::<PodDisruptionBudget>(ctx, tenant, item).await
-    }
-
-    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
-        copy::patrol::<PodDisruptionBudget>(ctx, tenant)
-    }
-}
+copied_kind!(PodDisruptionBudget);

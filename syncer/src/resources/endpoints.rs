@@ -9,19 +9,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{
-    copy::{self, Conversion, Downward},
-    outcome::Outcome,
-    synced::SyncedKind,
-};
-use crate::{
-    context::Context,
-    error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-};
+use super::copy::{Conversion, Downward, copied_kind};
+use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
 
 /// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
 pub const REASON_ENDPOINTS_REFUSED: &str = "EndpointsRefused";
@@ -206,31 +195,7 @@ fn routable(ip: &str) -> bool {
     }
 }
 
-impl TenantCache for kinds::Endpoints {
-    type Cache = Store<Endpoints>;
-
-    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
-        tenant.down(Self::KIND)
-    }
-}
-
-impl SuperCache for kinds::Endpoints {
-    type Cache = Store<Endpoints>;
-
-    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        supers.down(Self::KIND)
-    }
-}
-
-impl SyncedKind for kinds::Endpoints {
-    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
-        copy::sync_down::<Endpoints>(ctx, tenant, item).await
-    }
-
-    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
-        copy::patrol::<Endpoints>(ctx, tenant)
-    }
-}
+copied_kind!(Endpoints);
 
 #[cfg(test)]
 mod tests {

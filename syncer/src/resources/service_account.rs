@@ -5,19 +5,8 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 
-use super::{
-    copy::{self, Conversion, Downward},
-    outcome::Outcome,
-    synced::SyncedKind,
-};
-use crate::{
-    context::Context,
-    error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-};
+use super::copy::{Conversion, Downward, copied_kind};
+use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
 
 impl Downward for ServiceAccount {
     const KIND: Kind = Kind::ServiceAccount;
@@ -46,28 +35,4 @@ impl Downward for ServiceAccount {
     }
 }
 
-impl TenantCache for kinds::ServiceAccount {
-    type Cache = Store<ServiceAccount>;
-
-    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
-        tenant.down(Self::KIND)
-    }
-}
-
-impl SuperCache for kinds::ServiceAccount {
-    type Cache = Store<ServiceAccount>;
-
-    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        supers.down(Self::KIND)
-    }
-}
-
-impl SyncedKind for kinds::ServiceAccount {
-    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
-        copy::sync_down::<ServiceAccount>(ctx, tenant, item).await
-    }
-
-    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
-        copy::patrol::<ServiceAccount>(ctx, tenant)
-    }
-}
+copied_kind!(ServiceAccount);
