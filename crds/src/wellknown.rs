@@ -50,6 +50,19 @@ pub const ANNOTATION_TENANT_CLUSTER_IP: &str = "tenancy.x-k8s.io/clusterIP";
 /// Annotation on a tenant pod: keep its DNS policy as is.
 pub const ANNOTATION_DISABLE_DNS_MUTATION: &str = "tenancy.x-k8s.io/disable.dnsPolicyMutation";
 
+// Objects the syncer alone keeps in a tenant's super namespaces, and what it reads of tenants, by name.
+/// Label on the Secrets holding tenant pods' service-account tokens: they are cached apart, metadata only.
+pub const LABEL_POD_TOKEN: &str = "tenancy.x-k8s.io/pod-token";
+/// Annotation on a pod's token Secret: the pod it serves.
+pub const ANNOTATION_TOKEN_FOR_POD: &str = "tenancy.x-k8s.io/token-for-pod";
+/// Annotation on vn-agent's RoleBinding in a super namespace: the tenant (cluster key) it serves.
+pub const ANNOTATION_GRANTS_CLUSTER: &str = "tenancy.x-k8s.io/grants-cluster";
+/// Annotation on vn-agent's RoleBinding in a super namespace: the tenant namespace it serves.
+pub const ANNOTATION_GRANTS_NAMESPACE: &str = "tenancy.x-k8s.io/grants-namespace";
+/// The ConfigMap every namespace gets from the controller-manager: the cluster's CA. The super cluster
+/// publishes its own under the same name, so the syncer never copies a tenant's.
+pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+
 // Adopt mode, as the original project spelled it.
 /// VirtualCluster annotation holding a base64-encoded admin kubeconfig.
 pub const ANNOTATION_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/admin-kubeconfig";

@@ -36,7 +36,7 @@ use crate::{
     budget::REASON_LIMIT_EXCEEDED,
     context::Context,
     identity::TenantIdentity,
-    items::UpItem,
+    items::{Kind, UpItem},
     metrics::StateLabels,
     settings::TenantSettings,
     tenant::{Connection, Tenant},
@@ -488,7 +488,7 @@ pub async fn delete_namespaces(ctx: &Context, doomed: impl Fn(&Namespace) -> boo
         if namespace.meta().deletion_timestamp.is_some() || !doomed(&namespace) {
             continue;
         }
-        match crate::resources::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
+        match crate::resources::write::delete(ctx, &api, &namespace.name_any(), namespace.uid(), None).await {
             Ok(()) => deleted += 1,
             Err(error) => {
                 tracing::warn!(namespace = %namespace.name_any(), error = &error as &dyn std::error::Error, "deleting a removed tenant's namespace")
@@ -695,29 +695,21 @@ async fn attach_or_check(
     // Outside `pods` mode the tenant sees its nodes from the start.
     if ctx.config.vnode_mode != crate::config::VNodeMode::Pods {
         for node in ctx.supers.nodes.state() {
-            ctx.queues.up.add(
-                &tenant.id,
-                UpItem::Node {
-                    name: node.name_any(),
-                },
-            );
+            ctx.queues
+                .up
+                .add(&tenant.id, UpItem::cluster(Kind::Node, &node.name_any()));
         }
     }
     // Public classes only change rarely; a new tenant needs the current set.
     for class in ctx.supers.storage_classes.state() {
-        ctx.queues.up.add(
-            &tenant.id,
-            UpItem::StorageClass {
-                name: class.name_any(),
-            },
-        );
+        ctx.queues
+            .up
+            .add(&tenant.id, UpItem::cluster(Kind::StorageClass, &class.name_any()));
     }
     for class in ctx.supers.priority_classes.state() {
         ctx.queues.up.add(
             &tenant.id,
-            UpItem::PriorityClass {
-                name: class.name_any(),
-            },
+            UpItem::cluster(Kind::PriorityClass, &class.name_any()),
         );
     }
     *attached = Some((tenant, print));
@@ -854,15 +846,12 @@ fn recount_objects(ctx: &Context, tenant: &crate::queue::TenantId) {
     for service in ctx.supers.services.state().iter().filter(|s| ours(s.meta())) {
         let usage = crate::quota::service_usage(service.spec.as_ref());
         ctx.quota
-            .observe_object(service.meta(), crate::items::Kind::Service, Some(usage));
+            .observe_object(service.meta(), Kind::Service, Some(usage));
     }
     for claim in ctx.supers.claims.state().iter().filter(|c| ours(c.meta())) {
         let usage = crate::quota::claim_usage(claim.spec.as_ref());
-        ctx.quota.observe_object(
-            claim.meta(),
-            crate::items::Kind::PersistentVolumeClaim,
-            Some(usage),
-        );
+        ctx.quota
+            .observe_object(claim.meta(), Kind::PersistentVolumeClaim, Some(usage));
     }
 }
 

@@ -1,30 +1,15 @@
-//! Kubernetes events: the syncer's own, in tenants and on VirtualClusters, and super-cluster events about
-//! synced pods and services copied up to their tenants.
+//! Kubernetes events: the syncer's own, in tenants, and the inbox where copies of super-cluster events
+//! wait for the upward workers (the copying is [`crate::resources::event`]'s).
 
-use std::{collections::HashMap, sync::Arc};
+use std::collections::HashMap;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
-    runtime::{
-        WatchStreamExt,
-        events::{Event, EventType},
-        reflector::ObjectRef,
-        watcher,
-    },
+    ResourceExt,
+    runtime::events::{Event, EventType},
 };
 
-use crate::{
-    context::Context,
-    error::{Result, on_tenant},
-    identity,
-    items::UpItem,
-    queue::TenantId,
-    resources::Outcome,
-    tenant::Tenant,
-};
+use crate::{queue::TenantId, tenant::Tenant};
 
 /// Publishes a warning about a tenant object in the tenant.
 pub async fn warn(tenant: &Tenant, reference: &ObjectReference, reason: &str, note: &str) {
@@ -100,6 +85,16 @@ impl EventInbox {
         event
     }
 
+    /// Puts back a copy a worker took but could not write, unless a newer version arrived meanwhile (it
+    /// waits again for the worker's retry).
+    pub fn put_back(&self, tenant: &TenantId, namespace: &str, name: &str, event: CoreEvent) {
+        self.pending()
+            .entry(tenant.clone())
+            .or_default()
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_insert(event);
+    }
+
     /// Drops the waiting events of a detached tenant.
     pub fn forget(&self, tenant: &TenantId) {
         self.pending().remove(tenant);
@@ -113,202 +108,5 @@ impl EventInbox {
     /// Whether no event waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// Queues new super-cluster events about synced pods and services for their tenants, with names and
-/// namespaces translated back. Events that existed before the syncer started are not copied again.
-pub async fn forward(ctx: Arc<Context>) {
-    let api: Api<CoreEvent> = Api::all(ctx.super_client.clone());
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    let mut stream = std::pin::pin!(stream);
-    let mut listed = false;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::InitDone) => listed = true,
-            Ok(watcher::Event::Apply(event)) if listed => queue_up(&ctx, &event),
-            Ok(_) => {}
-            Err(error) => tracing::debug!(%error, "super event watch interrupted; retrying"),
-        }
-    }
-}
-
-/// Puts the tenant copy of a super event in the inbox and queues it for its tenant.
-pub fn queue_up(ctx: &Context, event: &CoreEvent) {
-    let Some((tenant, copy)) = tenant_copy(ctx, event) else {
-        return;
-    };
-    let (namespace, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
-    if ctx.events.put(&tenant.id, copy) {
-        ctx.queues.up.add(&tenant.id, UpItem::Event { namespace, name });
-    } else {
-        ctx.metrics.events_dropped.inc();
-        tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, "too many events waiting for the tenant; dropping one");
-    }
-}
-
-/// The tenant and its copy of a super event, if the event concerns a synced pod or service.
-fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEvent)> {
-    let involved = &event.involved_object;
-    let (Some(kind), Some(super_namespace), Some(name)) =
-        (&involved.kind, &involved.namespace, &involved.name)
-    else {
-        return None;
-    };
-    let meta = match kind.as_str() {
-        "Pod" => ctx
-            .supers
-            .pods
-            .get(&ObjectRef::new(name).within(super_namespace))
-            .map(|p| p.meta().clone()),
-        "Service" => ctx
-            .supers
-            .services
-            .get(&ObjectRef::new(name).within(super_namespace))
-            .map(|s| s.meta().clone()),
-        _ => None,
-    }?;
-    let (Some(cluster), Some(tenant_namespace), Some(tenant_uid)) = (
-        identity::owner_cluster(&meta),
-        identity::tenant_namespace(&meta),
-        identity::tenant_uid(&meta),
-    ) else {
-        return None;
-    };
-    let tenant = ctx.tenants.get(cluster)?;
-    let translate = |text: &str| text.replace(super_namespace.as_str(), tenant_namespace);
-    let copy = CoreEvent {
-        metadata: kube::api::ObjectMeta {
-            name: event.metadata.name.clone(),
-            namespace: Some(tenant_namespace.to_owned()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            namespace: Some(tenant_namespace.to_owned()),
-            uid: Some(tenant_uid.to_owned()),
-            resource_version: None,
-            ..involved.clone()
-        },
-        message: event.message.as_deref().map(translate),
-        reason: event.reason.clone(),
-        type_: event.type_.clone(),
-        count: event.count,
-        first_timestamp: event.first_timestamp.clone(),
-        last_timestamp: event.last_timestamp.clone(),
-        event_time: event.event_time.clone(),
-        source: event.source.clone(),
-        reporting_component: event.reporting_component.clone(),
-        reporting_instance: event.reporting_instance.clone(),
-        action: event.action.clone(),
-        series: event.series.clone(),
-        related: None,
-    };
-    Some((tenant, copy))
-}
-
-/// Copies the waiting event `namespace/name` into its tenant. A failed copy waits in the inbox again for
-/// the worker's retry (unless a newer version arrived meanwhile).
-pub async fn copy_up(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
-    let Some(copy) = ctx.events.take(&tenant.id, namespace, name) else {
-        return Ok(Outcome::InSync);
-    };
-    let api: Api<CoreEvent> = Api::namespaced(tenant.client.clone(), namespace);
-    ctx.metrics.tenant_write("event", "apply");
-    let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
-    match api.patch(name, &params, &Patch::Apply(&copy)).await {
-        Ok(_) => Ok(Outcome::Created { writes: 1 }),
-        // The involved object's namespace is gone, or the tenant refuses the event: nothing to retry.
-        Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 429 => {
-            tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, code = status.code, message = %status.message, "the tenant refused an event copy");
-            Ok(Outcome::InSync)
-        }
-        Err(error) => {
-            let mut pending = ctx.events.pending();
-            let waiting = pending.entry(tenant.id.clone()).or_default();
-            waiting
-                .entry((namespace.to_owned(), name.to_owned()))
-                .or_insert(copy);
-            drop(pending);
-            Err(on_tenant(
-                &tenant.identity.cluster_key,
-                format!("copying event {namespace}/{name}"),
-            )(error))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_UID};
-    use serde_json::json;
-
-    use super::*;
-    use crate::{
-        cached::SuperPod, context::testing, identity::TenantIdentity, settings::TenantSettings,
-        tenant::Tenant,
-    };
-
-    fn identity(cluster_key: &str) -> TenantIdentity {
-        TenantIdentity {
-            cluster_key: cluster_key.into(),
-            vc_name: cluster_key.into(),
-            vc_namespace: "team".into(),
-            vc_uid: format!("{cluster_key}-uid"),
-        }
-    }
-
-    fn super_pod(cluster_key: &str) -> SuperPod {
-        testing::from_json(json!({"metadata": {
-            "name": "web", "namespace": format!("{cluster_key}-shop"),
-            "annotations": {ANNOTATION_CLUSTER: cluster_key, ANNOTATION_NAMESPACE: "shop", ANNOTATION_UID: "pod-uid"}
-        }}))
-    }
-
-    fn event(cluster_key: &str, name: &str) -> CoreEvent {
-        testing::from_json(json!({
-            "metadata": {"name": name, "namespace": format!("{cluster_key}-shop")},
-            "involvedObject": {"kind": "Pod", "namespace": format!("{cluster_key}-shop"), "name": "web"},
-            "reason": "BackOff", "message": format!("pod {cluster_key}-shop/web restarting")
-        }))
-    }
-
-    /// A tenant whose pods flood the super cluster with events waits behind its own events: another
-    /// tenant's event is handed out among the first, and the flood waits in a bounded inbox, not in one
-    /// task per event.
-    #[tokio::test]
-    async fn an_event_storm_waits_behind_its_own_tenant() {
-        let (super_client, _supers) = testing::mock();
-        let (ctx, mut writers) = testing::context(super_client);
-        for key in ["storm", "calm"] {
-            let (client, _) = testing::mock();
-            let (tenant, _) =
-                Tenant::for_tests(identity(key), client, TenantSettings::default(), &ctx.queues);
-            ctx.tenants.insert(tenant);
-            testing::put(&mut writers.pods, super_pod(key));
-        }
-        for n in 0..PENDING_EVENTS_PER_TENANT + 500 {
-            queue_up(&ctx, &event("storm", &format!("web.{n}")));
-        }
-        queue_up(&ctx, &event("calm", "web.1"));
-        assert_eq!(ctx.events.len(), PENDING_EVENTS_PER_TENANT + 1);
-        assert_eq!(ctx.metrics.events_dropped.get(), 500);
-
-        let mut handed_out = Vec::new();
-        for _ in 0..3 {
-            let work = ctx.queues.up.next().await.expect("work");
-            ctx.queues.up.done(&work);
-            handed_out.push(work.tenant.to_string());
-        }
-        assert!(
-            handed_out.iter().any(|t| t == "calm"),
-            "the calm tenant's event waited behind the storm: {handed_out:?}"
-        );
-        let copy = ctx
-            .events
-            .take(&Arc::from("calm"), "shop", "web.1")
-            .expect("copy");
-        assert_eq!(copy.involved_object.namespace.as_deref(), Some("shop"));
-        assert_eq!(copy.involved_object.uid.as_deref(), Some("pod-uid"));
-        assert_eq!(copy.message.as_deref(), Some("pod shop/web restarting"));
     }
 }

@@ -1,67 +1,97 @@
-//! What the work queues carry.
+//! What the work queues carry: the one list of kinds the syncer syncs, and items of those kinds.
 
 use std::fmt;
 
-/// Kinds synced from tenants down to the super cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// Namespaces.
-    Namespace,
-    /// Pods.
-    Pod,
-    /// Services.
-    Service,
-    /// Endpoints of selector-less services.
-    Endpoints,
-    /// ConfigMaps.
-    ConfigMap,
-    /// Secrets.
-    Secret,
-    /// ServiceAccounts.
-    ServiceAccount,
-    /// PersistentVolumeClaims.
-    PersistentVolumeClaim,
-    /// Ingresses (by flag).
-    Ingress,
-    /// NetworkPolicies, their namespace selectors confined to the tenant.
-    NetworkPolicy,
-    /// PodDisruptionBudgets, so that drains of super nodes respect tenant budgets.
-    PodDisruptionBudget,
-}
-
-impl Kind {
-    /// Every kind, in the order a tenant's objects are first synced (namespaces first).
-    pub const ALL: [Kind; 11] = [
-        Kind::Namespace,
-        Kind::ServiceAccount,
-        Kind::ConfigMap,
-        Kind::Secret,
-        Kind::Service,
-        Kind::Endpoints,
-        Kind::PersistentVolumeClaim,
-        Kind::Ingress,
-        Kind::NetworkPolicy,
-        Kind::PodDisruptionBudget,
-        Kind::Pod,
-    ];
-
-    /// Lower-case name for metric labels and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Namespace => "namespace",
-            Kind::Pod => "pod",
-            Kind::Service => "service",
-            Kind::Endpoints => "endpoints",
-            Kind::ConfigMap => "configmap",
-            Kind::Secret => "secret",
-            Kind::ServiceAccount => "serviceaccount",
-            Kind::PersistentVolumeClaim => "persistentvolumeclaim",
-            Kind::Ingress => "ingress",
-            Kind::NetworkPolicy => "networkpolicy",
-            Kind::PodDisruptionBudget => "poddisruptionbudget",
+/// The one list of kinds the syncer syncs, in the order a tenant's objects are first synced (namespaces
+/// first). Each line is a kind (named as the Kubernetes API names it), its metric label, the module of
+/// [`crate::resources`] that syncs it, and the field of the caches that holds its objects.
+///
+/// The list is handed to the macro `$then`, which makes of it what it needs: [`Kind`] and
+/// [`kinds`] here, the caches in [`crate::tenant::TenantStores`] and [`crate::super_stores::SuperStores`],
+/// the modules and the dispatch in [`crate::resources`]. Adding a kind is one module and one line here.
+macro_rules! with_kinds {
+    ($then:ident) => {
+        $then! {
+            /// Namespaces.
+            Namespace = "namespace" => namespace, namespaces;
+            /// ServiceAccounts.
+            ServiceAccount = "serviceaccount" => service_account, service_accounts;
+            /// ConfigMaps.
+            ConfigMap = "configmap" => config_map, config_maps;
+            /// Secrets.
+            Secret = "secret" => secret, secrets;
+            /// Services, down, and their super cluster IP and node ports up.
+            Service = "service" => service, services;
+            /// Endpoints of selector-less services.
+            Endpoints = "endpoints" => endpoints, endpoints;
+            /// PersistentVolumeClaims, down, and their status up.
+            PersistentVolumeClaim = "persistentvolumeclaim" => claim, claims;
+            /// Ingresses (by flag).
+            Ingress = "ingress" => ingress, ingresses;
+            /// NetworkPolicies, their namespace selectors confined to the tenant.
+            NetworkPolicy = "networkpolicy" => network, network_policies;
+            /// PodDisruptionBudgets, so that drains of super nodes respect tenant budgets.
+            PodDisruptionBudget = "poddisruptionbudget" => disruption_budget, disruption_budgets;
+            /// Pods, down, and their binding, status and deletion up.
+            Pod = "pod" => pod, pods;
+            /// Nodes: a tenant's vNodes, the super nodes as it sees them.
+            Node = "node" => vnode, nodes;
+            /// PersistentVolumes bound to tenant claims, up.
+            PersistentVolume = "persistentvolume" => volume, volumes;
+            /// Public StorageClasses, up.
+            StorageClass = "storageclass" => storage_class, storage_classes;
+            /// Public PriorityClasses, up.
+            PriorityClass = "priorityclass" => priority_class, priority_classes;
+            /// Events about synced pods and services, up.
+            Event = "event" => event, events;
         }
-    }
+    };
 }
+pub(crate) use with_kinds;
+
+macro_rules! kind_enum {
+    ($( $(#[$doc:meta])* $kind:ident = $label:literal => $module:ident, $caches:ident; )*) => {
+        /// A kind the syncer syncs.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Kind {
+            $( $(#[$doc])* $kind, )*
+        }
+
+        impl Kind {
+            /// Every kind, in the order a tenant's objects are first synced (namespaces first).
+            pub const ALL: &'static [Kind] = &[$( Kind::$kind, )*];
+
+            /// Lower-case name for metric labels and logs.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Kind::$kind => $label, )*
+                }
+            }
+
+            /// The kind of this Kubernetes API kind (`Pod`, `ConfigMap`, ...), if the syncer syncs it.
+            pub fn of_api_kind(api_kind: &str) -> Option<Kind> {
+                match api_kind {
+                    $( stringify!($kind) => Some(Kind::$kind), )*
+                    _ => None,
+                }
+            }
+        }
+
+        /// One type per kind, for the traits that say what a kind caches and how it syncs.
+        pub mod kinds {
+            $(
+                $(#[$doc])*
+                pub struct $kind;
+
+                impl $kind {
+                    /// Which kind.
+                    pub const KIND: super::Kind = super::Kind::$kind;
+                }
+            )*
+        }
+    };
+}
+with_kinds!(kind_enum);
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,18 +99,25 @@ impl fmt::Display for Kind {
     }
 }
 
-/// A tenant object to sync down: its kind, tenant namespace (empty for namespaces) and name.
+/// One object to sync: its kind, tenant namespace (empty for namespaces and cluster-scoped objects) and
+/// name. The downward queue carries tenant objects to sync into the super cluster, the upward queue
+/// objects whose state flows from the super cluster into one tenant.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DownItem {
+pub struct Item {
     /// The kind.
     pub kind: Kind,
-    /// Tenant namespace; for a namespace, empty.
+    /// Tenant namespace; for a namespace or a cluster-scoped object, empty.
     pub namespace: String,
     /// Name.
     pub name: String,
 }
 
-impl DownItem {
+/// An item of the downward queue: a tenant object to sync into the super cluster.
+pub type DownItem = Item;
+/// An item of the upward queue: an object whose state flows from the super cluster into one tenant.
+pub type UpItem = Item;
+
+impl Item {
     /// A namespaced object.
     pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
         Self {
@@ -92,79 +129,28 @@ impl DownItem {
 
     /// A namespace.
     pub fn namespace(name: &str) -> Self {
-        Self {
-            kind: Kind::Namespace,
-            namespace: String::new(),
-            name: name.to_owned(),
-        }
+        Self::cluster(Kind::Namespace, name)
+    }
+
+    /// A cluster-scoped object.
+    pub fn cluster(kind: Kind, name: &str) -> Self {
+        Self::new(kind, "", name)
     }
 }
 
-/// Work flowing up from the super cluster into one tenant.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum UpItem {
-    /// Status, binding and deletion of a tenant pod.
-    Pod {
-        /// Tenant namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// Status and super cluster IP of a tenant service.
-    Service {
-        /// Tenant namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// Status of a tenant PersistentVolumeClaim.
-    PersistentVolumeClaim {
-        /// Tenant namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A vNode: the tenant's view of a super node.
-    Node {
-        /// The super node's name.
-        name: String,
-    },
-    /// A super PersistentVolume bound to a tenant claim.
-    PersistentVolume {
-        /// Name.
-        name: String,
-    },
-    /// A public super StorageClass.
-    StorageClass {
-        /// Name.
-        name: String,
-    },
-    /// A public super PriorityClass.
-    PriorityClass {
-        /// Name.
-        name: String,
-    },
-    /// A super event about a synced pod or service, waiting in the event inbox as the tenant's copy.
-    Event {
-        /// Tenant namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl UpItem {
-    /// Lower-case resource name for metric labels.
-    pub fn resource(&self) -> &'static str {
-        match self {
-            UpItem::Pod { .. } => "pod",
-            UpItem::Service { .. } => "service",
-            UpItem::PersistentVolumeClaim { .. } => "persistentvolumeclaim",
-            UpItem::Node { .. } => "node",
-            UpItem::PersistentVolume { .. } => "persistentvolume",
-            UpItem::StorageClass { .. } => "storageclass",
-            UpItem::PriorityClass { .. } => "priorityclass",
-            UpItem::Event { .. } => "event",
+    #[test]
+    fn every_kind_is_found_by_its_api_kind_and_labelled_once() {
+        let mut labels: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        for kind in Kind::ALL {
+            assert_eq!(Kind::of_api_kind(&format!("{kind:?}")), Some(*kind));
         }
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), Kind::ALL.len());
+        assert_eq!(Kind::of_api_kind("RoleBinding"), None);
     }
 }

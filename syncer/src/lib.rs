@@ -2,7 +2,8 @@
 //!
 //! - [`attach`]: one supervisor per VirtualCluster attaches and detaches tenants.
 //! - [`tenant`] and [`super_stores`]: watch-fed caches on both sides, feeding the [`queue`]s.
-//! - [`resources`]: syncing each kind down (tenant → super) and up (super → tenant).
+//! - [`items`]: the one list of kinds; [`resources`]: one module per kind, syncing it down (tenant →
+//!   super) and up (super → tenant).
 //! - [`workers`]: draining the fair queues; [`patrol`]: periodic drift repair; [`quota`]: per-tenant usage.
 //! - [`identity`]: the metadata that says which tenant object a super object came from.
 
@@ -13,8 +14,10 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod findings;
 pub mod identity;
 pub mod items;
+pub mod kept;
 pub mod metrics;
 pub mod patrol;
 pub mod queue;
@@ -121,7 +124,7 @@ impl Syncer {
             tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
         }
         tasks.push(tokio::spawn(patrol::run(ctx.clone())));
-        tasks.push(tokio::spawn(events::forward(ctx.clone())));
+        tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
         health.set_ready(true);
         tracing::info!("syncer ready: super-cluster caches synced");

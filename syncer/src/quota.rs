@@ -28,6 +28,10 @@ use crate::{
 
 pub use crds::usage::Usage;
 
+/// Reason of the event (and of the tenant pod's PodScheduled condition) while a tenant's quota holds an
+/// object back.
+pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
+
 /// What a pod counts against quota (see [`crds::usage::pod_usage`]).
 pub fn pod_usage(spec: &CachedPodSpec) -> Usage {
     crds::usage::pod_usage(
@@ -146,7 +150,7 @@ impl ObjectUsage {
 /// What a super Service counts: one Service, its node ports (as ResourceQuota counts
 /// `services.nodeports`), and one load balancer when it is one.
 pub fn service_usage(spec: Option<&ServiceSpec>) -> ObjectUsage {
-    let node_ports = match crate::resources::kinds::needs_node_ports(spec) {
+    let node_ports = match needs_node_ports(spec) {
         true => spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len() as i64),
         false => 0,
     };
@@ -156,6 +160,15 @@ pub fn service_usage(spec: Option<&ServiceSpec>) -> ObjectUsage {
         load_balancers: i64::from(spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")),
         ..Default::default()
     }
+}
+
+/// Whether a Service of this spec has node ports: `NodePort`, and `LoadBalancer` unless it opts out.
+pub fn needs_node_ports(spec: Option<&ServiceSpec>) -> bool {
+    spec.is_some_and(|s| match s.type_.as_deref() {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => s.allocate_load_balancer_node_ports != Some(false),
+        _ => false,
+    })
 }
 
 /// What a super PersistentVolumeClaim counts: one claim and the storage it requests.

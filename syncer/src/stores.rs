@@ -1,6 +1,6 @@
 //! Watch-fed caches holding only what sync needs.
 
-use std::{fmt::Debug, hash::Hash};
+use std::{fmt::Debug, future::Future, hash::Hash};
 
 use futures::StreamExt;
 use kube::{
@@ -20,6 +20,52 @@ pub fn trim<K: Resource>(object: &mut K) {
     if let Some(annotations) = &mut meta.annotations {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// A kind's cache on one side: a store, `Option` of one for a kind synced by flag, or `()` for a kind with
+/// no cache on that side.
+pub trait Cache: Send + Sync + Sized + 'static {
+    /// Waits until the cache has listed once.
+    fn wait_ready(&self) -> impl Future<Output = ()> + Send;
+
+    /// A cache that is never filled, for tests to fill by hand.
+    #[cfg(test)]
+    fn empty() -> Self;
+}
+
+impl<K> Cache for Store<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    async fn wait_ready(&self) {
+        let _ = self.wait_until_ready().await;
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        reflector::store().0
+    }
+}
+
+impl<C: Cache> Cache for Option<C> {
+    async fn wait_ready(&self) {
+        if let Some(cache) = self {
+            cache.wait_ready().await;
+        }
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        None
+    }
+}
+
+impl Cache for () {
+    async fn wait_ready(&self) {}
+
+    #[cfg(test)]
+    fn empty() -> Self {}
 }
 
 /// What happened to a cached object.

@@ -1,83 +1,203 @@
 //! Caches of the super cluster, shared by every tenant, and how their events reach the queues.
 
-use std::sync::Arc;
+use std::{fmt::Debug, sync::Arc};
 
 use crds::wellknown::{
-    COMPONENT_APISERVER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_SUPER_PUBLIC, LABEL_VC_NAME,
+    COMPONENT_APISERVER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POD_TOKEN, LABEL_VC_NAME,
     MANAGED_BY_VC_MANAGER,
 };
 use k8s_openapi::api::{
-    core::v1::{
-        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
-        ServiceAccount,
-    },
-    networking::v1::{Ingress, NetworkPolicy},
-    policy::v1::PodDisruptionBudget,
+    core::v1::{Endpoints, Namespace, Secret},
     rbac::v1::RoleBinding,
-    scheduling::v1::PriorityClass,
-    storage::v1::StorageClass,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
     core::PartialObjectMeta,
     runtime::{reflector::Store, watcher},
 };
+use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use crate::{
-    cached::SuperPod,
     identity,
-    items::{DownItem, Kind, UpItem},
-    quota::Quota,
-    resources::pod::token,
-    stores::{Change, reflect, reflect_with, trim},
+    items::{DownItem, Kind, UpItem, kinds, with_kinds},
+    kept,
+    quota::{ObjectUsage, Quota},
+    stores::{Cache, Change, reflect, reflect_with, trim},
     tenant::{Queues, Tenants},
 };
 
-/// The super cluster's caches.
-pub struct SuperStores {
-    /// Tenant namespaces.
-    pub namespaces: Store<Namespace>,
-    /// Tenant pods.
-    pub pods: Store<SuperPod>,
-    /// Tenant services.
-    pub services: Store<Service>,
-    /// Endpoints of tenant services.
-    pub endpoints: Store<Endpoints>,
-    /// Endpoints of provisioned tenants' apiserver Services, in their root namespaces: the only
-    /// addresses besides its pods' that a tenant's `default/kubernetes` Endpoints may lead to.
-    pub apiservers: Store<Endpoints>,
-    /// Tenant ConfigMaps.
-    pub config_maps: Store<ConfigMap>,
-    /// Tenant Secrets.
-    pub secrets: Store<Secret>,
-    /// Metadata of pod token Secrets.
-    pub tokens: Store<PartialObjectMeta<Secret>>,
-    /// Tenant ServiceAccounts.
-    pub service_accounts: Store<ServiceAccount>,
-    /// Tenant PersistentVolumeClaims.
-    pub claims: Store<PersistentVolumeClaim>,
-    /// Tenant Ingresses, when synced.
-    pub ingresses: Option<Store<Ingress>>,
-    /// Tenant NetworkPolicies and the isolating ones the syncer keeps.
-    pub network_policies: Store<NetworkPolicy>,
-    /// Tenant PodDisruptionBudgets.
-    pub disruption_budgets: Store<PodDisruptionBudget>,
-    /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
-    pub role_bindings: Store<RoleBinding>,
-    /// Every node.
-    pub nodes: Store<Node>,
-    /// Every PersistentVolume.
-    pub volumes: Store<PersistentVolume>,
-    /// Public StorageClasses.
-    pub storage_classes: Store<StorageClass>,
-    /// Public PriorityClasses.
-    pub priority_classes: Store<PriorityClass>,
+/// What a kind caches of the super cluster, and how the cache's changes reach the queues. Implemented by
+/// each kind's module in [`crate::resources`].
+pub trait SuperCache {
+    /// The cache: a store, `Option` of one for a kind synced by flag, `()` for none.
+    type Cache: Cache;
+    /// Starts the watch that fills the cache.
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache;
+}
+
+macro_rules! super_stores {
+    ($( $(#[$doc:meta])* $kind:ident = $label:literal => $module:ident, $caches:ident; )*) => {
+        /// The super cluster's caches: one per kind, and those several kinds consult.
+        pub struct SuperStores {
+            $( $(#[$doc])* pub $caches: <kinds::$kind as SuperCache>::Cache, )*
+            /// Endpoints of provisioned tenants' apiserver Services, in their root namespaces: the only
+            /// addresses besides its pods' that a tenant's `default/kubernetes` Endpoints may lead to.
+            pub apiservers: Store<Endpoints>,
+            /// Metadata of pod token Secrets.
+            pub tokens: Store<PartialObjectMeta<Secret>>,
+            /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
+            pub role_bindings: Store<RoleBinding>,
+            tasks: Vec<JoinHandle<()>>,
+        }
+
+        impl SuperStores {
+            fn watch_kinds(
+                supers: &mut SuperWatch<'_>,
+                apiservers: Store<Endpoints>,
+                tokens: Store<PartialObjectMeta<Secret>>,
+                role_bindings: Store<RoleBinding>,
+            ) -> Self {
+                let mut stores = Self {
+                    $( $caches: <kinds::$kind as SuperCache>::watch(supers), )*
+                    apiservers,
+                    tokens,
+                    role_bindings,
+                    tasks: Vec::new(),
+                };
+                stores.tasks = std::mem::take(&mut supers.tasks);
+                stores
+            }
+
+            /// Waits until every cache has listed the super cluster once.
+            pub async fn wait_ready(&self) {
+                $( self.$caches.wait_ready().await; )*
+                self.apiservers.wait_ready().await;
+                self.tokens.wait_ready().await;
+                self.role_bindings.wait_ready().await;
+            }
+
+            #[cfg(test)]
+            fn empty() -> Self {
+                Self {
+                    $( $caches: Cache::empty(), )*
+                    apiservers: Cache::empty(),
+                    tokens: Cache::empty(),
+                    role_bindings: Cache::empty(),
+                    tasks: Vec::new(),
+                }
+            }
+        }
+    };
+}
+with_kinds!(super_stores);
+
+/// What a kind's watch of the super cluster is started with.
+pub struct SuperWatch<'a> {
+    /// Client of the super cluster.
+    pub client: &'a Client,
+    /// The queues the watch feeds.
+    pub queues: &'a Queues,
+    /// The attached tenants.
+    pub tenants: &'a Arc<Tenants>,
+    /// The quota ledger, which follows what counts against tenants' quotas.
+    pub quota: &'a Arc<Quota>,
+    /// The tenant namespaces: which tenant namespace each super namespace serves.
+    pub namespaces: &'a Store<Namespace>,
+    /// Whether Ingresses are synced.
+    pub sync_ingresses: bool,
+    /// Which super nodes tenants see.
+    pub vnode_mode: &'a crate::config::VNodeMode,
     tasks: Vec<JoinHandle<()>>,
 }
 
+impl SuperWatch<'_> {
+    /// Watches the super objects of `K` that `config` selects, each trimmed by `trim`, and calls
+    /// `on_change` with every change.
+    pub fn watch_with<K, T, F>(&mut self, config: watcher::Config, trim: T, on_change: F) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        T: FnMut(&mut K) + Send + 'static,
+        F: Fn(&K, Change) + Send + 'static,
+    {
+        let (store, task) = reflect_with(Api::all(self.client.clone()), config, trim, on_change);
+        self.tasks.push(task);
+        store
+    }
+
+    /// Watches the super objects of `K` that `config` selects and calls `on_change` with every change.
+    pub fn watch<K, F>(&mut self, config: watcher::Config, on_change: F) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        F: Fn(&K) + Send + 'static,
+    {
+        let (store, task) = reflect(Api::all(self.client.clone()), config, on_change);
+        self.tasks.push(task);
+        store
+    }
+
+    /// Watches the tenants' copies of `K` and queues each change down, as an item of `kind`, to the
+    /// tenant it belongs to.
+    pub fn down<K>(&mut self, kind: Kind) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let queue = self.queues.down.clone();
+        self.watch(ours(), move |o: &K| {
+            if let Some((tenant, namespace, name)) = tenant_key(o) {
+                queue.add(&tenant, DownItem::new(kind, &namespace, &name));
+            }
+        })
+    }
+
+    /// Like [`SuperWatch::down`] for a kind whose copies count against the tenant's object quotas (the
+    /// ledger follows them, by `usage`) and whose state also flows up.
+    pub fn counted<K>(&mut self, kind: Kind, usage: fn(&K) -> ObjectUsage) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let (down, up, quota) = (
+            self.queues.down.clone(),
+            self.queues.up.clone(),
+            self.quota.clone(),
+        );
+        self.watch_with(ours(), trim::<K>, move |o, change| {
+            let usage = match change {
+                Change::Applied => Some(usage(o)),
+                _ => None,
+            };
+            quota.observe_object(o.meta(), kind, usage);
+            if let Some((tenant, namespace, name)) = tenant_key(o) {
+                down.add(&tenant, DownItem::new(kind, &namespace, &name));
+                up.add(&tenant, UpItem::new(kind, &namespace, &name));
+            }
+        })
+    }
+
+    /// Watches the public super objects of `K` (labelled `tenancy.x-k8s.io/super.public=true`) and queues
+    /// each change up, as an item of `kind`, to every tenant.
+    pub fn public<K>(&mut self, kind: Kind) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let (queue, tenants) = (self.queues.up.clone(), self.tenants.clone());
+        let public =
+            watcher::Config::default().labels(&format!("{}=true", crds::wellknown::LABEL_SUPER_PUBLIC));
+        self.watch(public, move |o: &K| {
+            for tenant in tenants.all() {
+                queue.add(&tenant.id, UpItem::cluster(kind, &o.name_any()));
+            }
+        })
+    }
+}
+
+/// The super objects the syncer made for tenants: those labelled with a VirtualCluster's name.
+pub fn ours() -> watcher::Config {
+    watcher::Config::default().labels(LABEL_VC_NAME)
+}
+
 /// Where a super object's changes go: its tenant, tenant namespace and name.
-fn tenant_key<K: Resource>(object: &K) -> Option<(Arc<str>, String, String)> {
+pub fn tenant_key<K: Resource>(object: &K) -> Option<(Arc<str>, String, String)> {
     let meta = object.meta();
     let cluster = identity::owner_cluster(meta)?;
     let namespace = identity::tenant_namespace(meta)?.to_owned();
@@ -94,101 +214,35 @@ impl SuperStores {
         sync_ingresses: bool,
         vnode_mode: crate::config::VNodeMode,
     ) -> Self {
-        let ours = watcher::Config::default().labels(LABEL_VC_NAME);
         let _span = tracing::info_span!("super").entered();
-        let mut tasks = Vec::new();
-
-        macro_rules! downward {
-            ($type:ty, $kind:expr) => {{
-                let queue = queues.down.clone();
-                let (store, task) = reflect(Api::<$type>::all(client.clone()), ours.clone(), move |o| {
-                    if let Some((tenant, namespace, name)) = tenant_key(o) {
-                        queue.add(&tenant, DownItem::new($kind, &namespace, &name));
-                    }
-                });
-                tasks.push(task);
-                store
-            }};
-            ($type:ty, $kind:expr, $up:expr) => {{
-                let (down, up) = (queues.down.clone(), queues.up.clone());
-                let (store, task) = reflect(Api::<$type>::all(client.clone()), ours.clone(), move |o| {
-                    if let Some((tenant, namespace, name)) = tenant_key(o) {
-                        down.add(&tenant, DownItem::new($kind, &namespace, &name));
-                        up.add(&tenant, $up(namespace, name));
-                    }
-                });
-                tasks.push(task);
-                store
-            }};
-        }
-
-        let namespaces = {
+        // The tenant namespaces come first: other kinds' watches consult them.
+        let (namespaces, namespaces_task) = {
             let queue = queues.down.clone();
-            let (store, task) = reflect(Api::<Namespace>::all(client.clone()), ours.clone(), move |ns| {
+            reflect(Api::<Namespace>::all(client.clone()), ours(), move |ns| {
                 if let (Some(tenant), Some(tenant_ns)) = (
                     identity::owner_cluster(ns.meta()),
                     identity::tenant_namespace(ns.meta()),
                 ) {
                     queue.add(&Arc::from(tenant), DownItem::namespace(tenant_ns));
                 }
-            });
-            tasks.push(task);
-            store
+            })
         };
-        let pods = {
-            let (down, up, quota) = (queues.down.clone(), queues.up.clone(), quota.clone());
-            let (store, task) = reflect_with(
-                Api::<SuperPod>::all(client.clone()),
-                ours.clone(),
-                trim::<SuperPod>,
-                move |pod, change| {
-                    quota.observe(pod, change);
-                    if let Some((tenant, namespace, name)) = tenant_key(pod) {
-                        down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
-                        up.add(&tenant, UpItem::Pod { namespace, name });
-                    }
-                },
-            );
-            tasks.push(task);
-            store
+        let mut supers = SuperWatch {
+            client,
+            queues,
+            tenants: &tenants,
+            quota: &quota,
+            namespaces: &namespaces,
+            sync_ingresses,
+            vnode_mode: &vnode_mode,
+            tasks: vec![namespaces_task],
         };
-        // Services and claims count against the tenant's object quotas: the ledger follows them too.
-        macro_rules! counted {
-            ($type:ty, $kind:expr, $usage:expr, $up:expr) => {{
-                let (down, up, quota) = (queues.down.clone(), queues.up.clone(), quota.clone());
-                let (store, task) = reflect_with(
-                    Api::<$type>::all(client.clone()),
-                    ours.clone(),
-                    trim::<$type>,
-                    move |o, change| {
-                        let usage = match change {
-                            Change::Applied => Some($usage(o.spec.as_ref())),
-                            _ => None,
-                        };
-                        quota.observe_object(o.meta(), $kind, usage);
-                        if let Some((tenant, namespace, name)) = tenant_key(o) {
-                            down.add(&tenant, DownItem::new($kind, &namespace, &name));
-                            up.add(&tenant, $up(namespace, name));
-                        }
-                    },
-                );
-                tasks.push(task);
-                store
-            }};
-        }
-        let services = counted!(
-            Service,
-            Kind::Service,
-            crate::quota::service_usage,
-            |namespace, name| UpItem::Service { namespace, name }
-        );
-        let endpoints = downward!(Endpoints, Kind::Endpoints);
         let apiservers = {
             let queue = queues.down.clone();
             let selector = watcher::Config::default().labels(&format!(
                 "{LABEL_MANAGED_BY}={MANAGED_BY_VC_MANAGER},{LABEL_COMPONENT}={COMPONENT_APISERVER}"
             ));
-            let (store, task) = reflect(Api::<Endpoints>::all(client.clone()), selector, move |o| {
+            supers.watch(selector, move |o: &Endpoints| {
                 // A tenant's root namespace is its cluster key. Its apiserver moved: the tenant's own
                 // record of where its apiserver is may have been refused a moment ago.
                 if let Some(root) = o.namespace() {
@@ -197,206 +251,32 @@ impl SuperStores {
                         DownItem::new(Kind::Endpoints, "default", "kubernetes"),
                     );
                 }
-            });
-            tasks.push(task);
-            store
+            })
         };
-        let config_maps = downward!(ConfigMap, Kind::ConfigMap);
-        // Pod token Secrets are watched apart, metadata only: their values never need to be in memory.
-        let not_tokens =
-            watcher::Config::default().labels(&format!("{LABEL_VC_NAME},!{}", token::LABEL_POD_TOKEN));
-        let secrets = {
-            let queue = queues.down.clone();
-            let (store, task) = reflect(Api::<Secret>::all(client.clone()), not_tokens, move |secret| {
-                if let Some((tenant, namespace, name)) = tenant_key(secret) {
-                    queue.add(&tenant, DownItem::new(Kind::Secret, &namespace, &name));
-                }
-            });
-            tasks.push(task);
-            store
-        };
+        // Pod token Secrets are watched apart from the tenants' Secrets, metadata only: their values never
+        // need to be in memory.
         let tokens = {
             let queue = queues.down.clone();
-            let selector = watcher::Config::default().labels(&format!("{}=true", token::LABEL_POD_TOKEN));
-            let (store, task) = reflect(
-                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-                selector,
-                move |secret| {
-                    // A pod's token Secret is part of the pod: repairing it means syncing the pod.
-                    if let (Some((tenant, namespace, _)), Some(pod)) =
-                        (tenant_key(secret), token::pod_of_token_secret(secret.meta()))
-                    {
-                        queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
-                    }
-                },
-            );
-            tasks.push(task);
-            store
-        };
-        let service_accounts = downward!(ServiceAccount, Kind::ServiceAccount);
-        let claims = counted!(
-            PersistentVolumeClaim,
-            Kind::PersistentVolumeClaim,
-            crate::quota::claim_usage,
-            |namespace, name| UpItem::PersistentVolumeClaim { namespace, name }
-        );
-        let ingresses = sync_ingresses.then(|| downward!(Ingress, Kind::Ingress));
-        let disruption_budgets = downward!(PodDisruptionBudget, Kind::PodDisruptionBudget);
-        let network_policies = {
-            let queue = queues.down.clone();
-            let (store, task) = reflect(
-                Api::<NetworkPolicy>::all(client.clone()),
-                ours.clone(),
-                move |policy: &NetworkPolicy| {
-                    // An isolating policy is part of its namespace: repairing it means syncing that.
-                    if let Some((tenant, namespace)) = crate::resources::network::isolates(policy.meta()) {
-                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
-                    } else if let Some((tenant, namespace, name)) = tenant_key(policy) {
-                        queue.add(&tenant, DownItem::new(Kind::NetworkPolicy, &namespace, &name));
-                    }
-                },
-            );
-            tasks.push(task);
-            store
+            let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
+            supers.watch(selector, move |secret: &PartialObjectMeta<Secret>| {
+                // A pod's token Secret is part of the pod: repairing it means syncing the pod.
+                if let (Some((tenant, namespace, _)), Some(pod)) =
+                    (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
+                {
+                    queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                }
+            })
         };
         let role_bindings = {
             let queue = queues.down.clone();
-            let (store, task) = reflect(
-                Api::<RoleBinding>::all(client.clone()),
-                ours.clone(),
-                move |binding: &RoleBinding| {
-                    // A binding is part of its namespace: repairing it means syncing that.
-                    if let Some((tenant, namespace)) = crate::resources::access::grants(binding.meta()) {
-                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
-                    }
-                },
-            );
-            tasks.push(task);
-            store
+            supers.watch(ours(), move |binding: &RoleBinding| {
+                // A binding is part of its namespace: repairing it means syncing that.
+                if let Some((tenant, namespace)) = kept::grants(binding.meta()) {
+                    queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
+                }
+            })
         };
-
-        let nodes = {
-            let (queue, tenants) = (queues.up.clone(), tenants.clone());
-            // Outside `pods` mode every tenant may see every node: each looks at every node's changes.
-            let every_tenant = vnode_mode != crate::config::VNodeMode::Pods;
-            let (store, task) = reflect_with(
-                Api::<Node>::all(client.clone()),
-                watcher::Config::default(),
-                trim_node,
-                move |node, _| {
-                    let name = node.name_any();
-                    for tenant in tenants.all() {
-                        let has_vnode = tenant
-                            .stores
-                            .vnodes
-                            .get(&kube::runtime::reflector::ObjectRef::new(&name))
-                            .is_some();
-                        if has_vnode || every_tenant {
-                            queue.add(&tenant.id, UpItem::Node { name: name.clone() });
-                        }
-                    }
-                },
-            );
-            tasks.push(task);
-            store
-        };
-        let volumes = {
-            let (queue, namespaces) = (queues.up.clone(), namespaces.clone());
-            let (store, task) = reflect(
-                Api::<PersistentVolume>::all(client.clone()),
-                watcher::Config::default(),
-                move |pv| {
-                    let claim_namespace = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|c| c.namespace.clone());
-                    let Some(claim_namespace) = claim_namespace else {
-                        return;
-                    };
-                    let Some(ns) =
-                        namespaces.get(&kube::runtime::reflector::ObjectRef::new(&claim_namespace))
-                    else {
-                        return;
-                    };
-                    if let Some(tenant) = identity::owner_cluster(ns.meta()) {
-                        queue.add(
-                            &Arc::from(tenant),
-                            UpItem::PersistentVolume { name: pv.name_any() },
-                        );
-                    }
-                },
-            );
-            tasks.push(task);
-            store
-        };
-        let public = watcher::Config::default().labels(&format!("{LABEL_SUPER_PUBLIC}=true"));
-        macro_rules! broadcast {
-            ($type:ty, $item:expr) => {{
-                let (queue, tenants) = (queues.up.clone(), tenants.clone());
-                let (store, task) = reflect(
-                    Api::<$type>::all(client.clone()),
-                    public.clone(),
-                    move |o| {
-                        for tenant in tenants.all() {
-                            queue.add(&tenant.id, $item(o.name_any()));
-                        }
-                    },
-                );
-                tasks.push(task);
-                store
-            }};
-        }
-        let storage_classes = broadcast!(StorageClass, |name| UpItem::StorageClass { name });
-        let priority_classes = broadcast!(PriorityClass, |name| UpItem::PriorityClass { name });
-
-        Self {
-            namespaces,
-            pods,
-            services,
-            endpoints,
-            apiservers,
-            config_maps,
-            secrets,
-            tokens,
-            service_accounts,
-            claims,
-            ingresses,
-            network_policies,
-            disruption_budgets,
-            role_bindings,
-            nodes,
-            volumes,
-            storage_classes,
-            priority_classes,
-            tasks,
-        }
-    }
-
-    /// Waits until every cache has listed the super cluster once.
-    pub async fn wait_ready(&self) {
-        let _ = tokio::join!(
-            self.namespaces.wait_until_ready(),
-            self.pods.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.endpoints.wait_until_ready(),
-            self.apiservers.wait_until_ready(),
-            self.config_maps.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-            self.tokens.wait_until_ready(),
-            self.service_accounts.wait_until_ready(),
-            self.claims.wait_until_ready(),
-            self.network_policies.wait_until_ready(),
-            self.disruption_budgets.wait_until_ready(),
-            self.role_bindings.wait_until_ready(),
-            self.nodes.wait_until_ready(),
-            self.volumes.wait_until_ready(),
-            self.storage_classes.wait_until_ready(),
-            self.priority_classes.wait_until_ready(),
-        );
-        if let Some(ingresses) = &self.ingresses {
-            let _ = ingresses.wait_until_ready().await;
-        }
+        Self::watch_kinds(&mut supers, apiservers, tokens, role_bindings)
     }
 }
 
@@ -408,29 +288,20 @@ impl Drop for SuperStores {
     }
 }
 
-/// Nodes report images and volumes in use, which vNodes do not need and which dominate a node's size.
-fn trim_node(node: &mut Node) {
-    trim(node);
-    if let Some(status) = &mut node.status {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-    }
-}
-
 /// Writers of the caches tests fill by hand.
 #[cfg(test)]
 pub(crate) struct Writers {
     /// Tenant namespaces.
     pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
     /// Tenant services.
-    pub services: kube::runtime::reflector::store::Writer<Service>,
+    pub services: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Service>,
     /// Tenant pods.
-    pub pods: kube::runtime::reflector::store::Writer<SuperPod>,
+    pub pods: kube::runtime::reflector::store::Writer<crate::cached::SuperPod>,
     /// Public StorageClasses.
-    pub storage_classes: kube::runtime::reflector::store::Writer<StorageClass>,
+    pub storage_classes: kube::runtime::reflector::store::Writer<k8s_openapi::api::storage::v1::StorageClass>,
     /// NetworkPolicies.
-    pub network_policies: kube::runtime::reflector::store::Writer<NetworkPolicy>,
+    pub network_policies:
+        kube::runtime::reflector::store::Writer<k8s_openapi::api::networking::v1::NetworkPolicy>,
     /// Endpoints of provisioned tenants' apiservers.
     pub apiservers: kube::runtime::reflector::store::Writer<Endpoints>,
     /// The syncer's RoleBindings.
@@ -449,27 +320,14 @@ impl SuperStores {
         let (network_policies, network_policies_writer) = store();
         let (apiservers, apiservers_writer) = store();
         let (role_bindings, role_bindings_writer) = store();
-        let stores = Self {
-            namespaces,
-            pods,
-            services,
-            endpoints: store().0,
-            apiservers,
-            config_maps: store().0,
-            secrets: store().0,
-            tokens: store().0,
-            service_accounts: store().0,
-            claims: store().0,
-            ingresses: None,
-            network_policies,
-            disruption_budgets: store().0,
-            role_bindings,
-            nodes: store().0,
-            volumes: store().0,
-            storage_classes,
-            priority_classes: store().0,
-            tasks: Vec::new(),
-        };
+        let mut stores = Self::empty();
+        stores.namespaces = namespaces;
+        stores.pods = pods;
+        stores.services = services;
+        stores.apiservers = apiservers;
+        stores.network_policies = network_policies;
+        stores.role_bindings = role_bindings;
+        stores.storage_classes = storage_classes;
         let writers = Writers {
             namespaces: namespaces_writer,
             services: services_writer,

@@ -2,34 +2,25 @@
 
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::{
-    core::v1::{
-        ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service,
-        ServiceAccount,
-    },
-    networking::v1::{Ingress, NetworkPolicy},
-    policy::v1::PodDisruptionBudget,
-    scheduling::v1::PriorityClass,
-    storage::v1::StorageClass,
-};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     runtime::{
         events::{Recorder, Reporter},
         reflector::Store,
         watcher,
     },
 };
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::task::JoinHandle;
 
 use crate::{
     budget::{CacheBudget, CacheLimits},
-    cached::TenantPod,
     identity::TenantIdentity,
-    items::{DownItem, Kind, UpItem},
+    items::{DownItem, Kind, UpItem, kinds, with_kinds},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::{Change, OnRelist, reflect_budgeted},
+    stores::{Cache, Change, OnRelist, reflect_budgeted},
 };
 
 /// Objects per page when a tenant cache lists.
@@ -39,38 +30,135 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// PriorityClasses), so it only ever touches its own.
 pub const LABEL_SYNCED_FROM_SUPER: &str = "tenancy.x-k8s.io/synced-from-super";
 
-/// The tenant's caches.
-pub struct TenantStores {
-    /// Namespaces.
-    pub namespaces: Store<Namespace>,
-    /// Pods.
-    pub pods: Store<TenantPod>,
-    /// Services.
-    pub services: Store<Service>,
-    /// Endpoints.
-    pub endpoints: Store<Endpoints>,
-    /// ConfigMaps.
-    pub config_maps: Store<ConfigMap>,
-    /// Secrets.
-    pub secrets: Store<Secret>,
-    /// ServiceAccounts.
-    pub service_accounts: Store<ServiceAccount>,
-    /// PersistentVolumeClaims.
-    pub claims: Store<PersistentVolumeClaim>,
-    /// Ingresses, when synced.
-    pub ingresses: Option<Store<Ingress>>,
-    /// NetworkPolicies.
-    pub network_policies: Store<NetworkPolicy>,
-    /// PodDisruptionBudgets.
-    pub disruption_budgets: Store<PodDisruptionBudget>,
-    /// vNodes.
-    pub vnodes: Store<Node>,
-    /// PersistentVolumes the syncer made.
-    pub volumes: Store<PersistentVolume>,
-    /// StorageClasses the syncer made.
-    pub storage_classes: Store<StorageClass>,
-    /// PriorityClasses the syncer made.
-    pub priority_classes: Store<PriorityClass>,
+/// What a kind caches of every tenant, and how the cache's changes reach the queues. Implemented by each
+/// kind's module in [`crate::resources`].
+pub trait TenantCache {
+    /// The cache: a store, `Option` of one for a kind synced by flag, `()` for none.
+    type Cache: Cache;
+    /// Starts the watch that fills the cache.
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache;
+}
+
+macro_rules! tenant_stores {
+    ($( $(#[$doc:meta])* $kind:ident = $label:literal => $module:ident, $caches:ident; )*) => {
+        /// The tenant's caches, one per kind.
+        pub struct TenantStores {
+            $( $(#[$doc])* pub $caches: <kinds::$kind as TenantCache>::Cache, )*
+        }
+
+        impl TenantStores {
+            fn watch(tenant: &mut TenantWatch<'_>) -> Self {
+                Self {
+                    $( $caches: <kinds::$kind as TenantCache>::watch(tenant), )*
+                }
+            }
+
+            /// Waits until every cache has listed the tenant once.
+            async fn wait_ready(&self) {
+                $( self.$caches.wait_ready().await; )*
+            }
+
+            #[cfg(test)]
+            fn empty() -> Self {
+                Self {
+                    $( $caches: Cache::empty(), )*
+                }
+            }
+        }
+    };
+}
+with_kinds!(tenant_stores);
+
+/// What a kind's watch of a tenant is started with.
+pub struct TenantWatch<'a> {
+    /// Client of the tenant apiserver.
+    pub client: &'a Client,
+    /// The queues the watch feeds.
+    pub queues: &'a Queues,
+    /// The tenant's queue key.
+    pub id: &'a TenantId,
+    /// The uid of the tenant's `kube-system` namespace when it was attached.
+    pub kube_system_uid: &'a str,
+    /// Whether Ingresses are synced.
+    pub sync_ingresses: bool,
+    budget: &'a Arc<CacheBudget>,
+    check: &'a Arc<IdentityCheck>,
+    tasks: &'a mut Vec<JoinHandle<()>>,
+}
+
+impl TenantWatch<'_> {
+    /// Watches the tenant's objects of `K` (those `labels` selects, when given) into a cache charged to
+    /// the tenant's budget under `kind`'s name, and calls `on_change` with every change.
+    pub fn watch<K, F>(&mut self, kind: Kind, labels: Option<&str>, on_change: F) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        F: Fn(&K, Change) + Send + 'static,
+    {
+        // A page of a list is held whole in memory: smaller pages bound what a tenant's list of large
+        // objects takes before the budget sees it.
+        let mut config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+        if let Some(labels) = labels {
+            config = config.labels(labels);
+        }
+        let relisted: OnRelist = Arc::new(self.doubt_identity());
+        let (store, task) = reflect_budgeted(
+            Api::all(self.client.clone()),
+            config,
+            relisted,
+            self.budget.ledger(kind.as_str()),
+            on_change,
+        );
+        self.tasks.push(task);
+        store
+    }
+
+    /// Watches every tenant object of `K` and queues each change down as an item of `kind`.
+    pub fn down<K>(&mut self, kind: Kind) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (queue, id) = (self.queues.down.clone(), self.id.clone());
+        self.watch(kind, None, move |o: &K, _| queue.add(&id, namespaced(o, kind)))
+    }
+
+    /// Watches the tenant's objects of `K` that `labels` selects (the syncer's own objects of a
+    /// cluster-scoped kind) and queues each change up as an item of `kind`.
+    pub fn up<K>(&mut self, kind: Kind, labels: &str) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (queue, id) = (self.queues.up.clone(), self.id.clone());
+        self.watch(kind, Some(labels), move |o: &K, _| {
+            queue.add(&id, UpItem::cluster(kind, &o.name_any()))
+        })
+    }
+
+    /// Marks the caches unchecked: the tenant's work waits until its identity is confirmed again.
+    pub fn doubt_identity(&self) -> impl Fn() + Send + Sync + 'static {
+        let check = self.check.clone();
+        move || check.doubt()
+    }
 }
 
 /// A tenant the syncer is attached to.
@@ -189,7 +277,8 @@ pub struct Queues {
     pub up: Arc<FairQueue<UpItem>>,
 }
 
-fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
+/// The item of a namespaced object.
+pub fn namespaced<K: ResourceExt>(object: &K, kind: Kind) -> DownItem {
     DownItem::new(kind, &object.namespace().unwrap_or_default(), &object.name_any())
 }
 
@@ -225,132 +314,16 @@ impl Tenant {
             kube_system_uid.clone(),
             identity.vc_ref(),
         ))];
-        let relisted: OnRelist = {
-            let check = check.clone();
-            Arc::new(move || check.doubt())
-        };
-        let all = watcher::Config::default();
         let budget = CacheBudget::new(identity.vc_ref(), limits);
-        // A page of a list is held whole in memory: smaller pages bound what a tenant's list of large
-        // objects takes before the budget sees it.
-        let all = all.page_size(LIST_PAGE_SIZE);
-        macro_rules! reflect {
-            ($api:expr, $config:expr, $kind:expr, $on_change:expr) => {
-                reflect_budgeted(
-                    $api,
-                    $config,
-                    relisted.clone(),
-                    budget.ledger($kind),
-                    $on_change,
-                )
-            };
-        }
-
-        macro_rules! downward {
-            ($kind:expr) => {{
-                let (queue, id) = (queues.down.clone(), id.clone());
-                let (store, task) = reflect!(
-                    Api::all(client.clone()),
-                    all.clone(),
-                    $kind.as_str(),
-                    move |o, _| { queue.add(&id, namespaced(o, $kind)) }
-                );
-                tasks.push(task);
-                store
-            }};
-        }
-        let namespaces = {
-            let (queue, id, check, uid) = (
-                queues.down.clone(),
-                id.clone(),
-                check.clone(),
-                kube_system_uid.clone(),
-            );
-            let (store, task) = reflect!(
-                Api::<Namespace>::all(client.clone()),
-                all.clone(),
-                "namespace",
-                move |ns: &Namespace, change| {
-                    // A watch that resumed on a replaced etcd may show another kube-system, or its
-                    // deletion (which a real apiserver refuses), without relisting.
-                    if ns.name_any() == "kube-system"
-                        && (change == Change::Deleted || ns.uid().as_deref() != Some(uid.as_str()))
-                    {
-                        check.doubt();
-                    }
-                    queue.add(&id, DownItem::namespace(&ns.name_any()))
-                }
-            );
-            tasks.push(task);
-            store
-        };
-        let pods = {
-            let (queue, id) = (queues.down.clone(), id.clone());
-            let (store, task) = reflect!(
-                Api::<TenantPod>::all(client.clone()),
-                all.clone(),
-                "pod",
-                move |o: &TenantPod, _| queue.add(&id, namespaced(o, Kind::Pod))
-            );
-            tasks.push(task);
-            store
-        };
-        // A tenant Service is synced down, and up too: the super cluster's node ports and IP go back onto
-        // it, also after the tenant changed it.
-        let services = {
-            let (down, up, id) = (queues.down.clone(), queues.up.clone(), id.clone());
-            let (store, task) = reflect!(
-                Api::<Service>::all(client.clone()),
-                all.clone(),
-                "service",
-                move |o: &Service, _| {
-                    down.add(&id, namespaced(o, Kind::Service));
-                    up.add(
-                        &id,
-                        UpItem::Service {
-                            namespace: o.namespace().unwrap_or_default(),
-                            name: o.name_any(),
-                        },
-                    );
-                }
-            );
-            tasks.push(task);
-            store
-        };
-        let endpoints = downward!(Kind::Endpoints);
-        let config_maps = downward!(Kind::ConfigMap);
-        let secrets = downward!(Kind::Secret);
-        let service_accounts = downward!(Kind::ServiceAccount);
-        let claims = downward!(Kind::PersistentVolumeClaim);
-        let ingresses = sync_ingresses.then(|| downward!(Kind::Ingress));
-        let network_policies = downward!(Kind::NetworkPolicy);
-        let disruption_budgets = downward!(Kind::PodDisruptionBudget);
-
-        macro_rules! upward {
-            ($type:ty, $kind:expr, $selector:expr, $item:expr) => {{
-                let (queue, id) = (queues.up.clone(), id.clone());
-                let config = all.clone().labels($selector);
-                let (store, task) = reflect!(
-                    Api::<$type>::all(client.clone()),
-                    config,
-                    $kind,
-                    move |o: &$type, _| { queue.add(&id, $item(o.name_any())) }
-                );
-                tasks.push(task);
-                store
-            }};
-        }
-        let vnode_selector = format!("{}=true", crds::wellknown::LABEL_VIRTUAL_NODE);
-        let ours = format!("{LABEL_SYNCED_FROM_SUPER}=true");
-        let vnodes = upward!(Node, "node", &vnode_selector, |name| UpItem::Node { name });
-        let volumes = upward!(PersistentVolume, "persistentvolume", &ours, |name| {
-            UpItem::PersistentVolume { name }
-        });
-        let storage_classes = upward!(StorageClass, "storageclass", &ours, |name| UpItem::StorageClass {
-            name
-        });
-        let priority_classes = upward!(PriorityClass, "priorityclass", &ours, |name| {
-            UpItem::PriorityClass { name }
+        let stores = TenantStores::watch(&mut TenantWatch {
+            client: &client,
+            queues,
+            id: &id,
+            kube_system_uid: &kube_system_uid,
+            sync_ingresses,
+            budget: &budget,
+            check: &check,
+            tasks: &mut tasks,
         });
 
         queues
@@ -373,23 +346,7 @@ impl Tenant {
             apiserver_addresses: connection.apiserver_addresses,
             recorder,
             vnode_idle_since: Default::default(),
-            stores: TenantStores {
-                namespaces,
-                pods,
-                services,
-                endpoints,
-                config_maps,
-                secrets,
-                service_accounts,
-                claims,
-                ingresses,
-                network_policies,
-                disruption_budgets,
-                vnodes,
-                volumes,
-                storage_classes,
-                priority_classes,
-            },
+            stores,
             kube_system_uid,
             budget,
             settings: RwLock::new(Arc::new(settings)),
@@ -437,26 +394,7 @@ impl Tenant {
 
     /// Waits until every cache has listed the tenant once.
     pub async fn wait_ready(&self) {
-        let s = &self.stores;
-        let _ = tokio::join!(
-            s.namespaces.wait_until_ready(),
-            s.pods.wait_until_ready(),
-            s.services.wait_until_ready(),
-            s.endpoints.wait_until_ready(),
-            s.config_maps.wait_until_ready(),
-            s.secrets.wait_until_ready(),
-            s.service_accounts.wait_until_ready(),
-            s.claims.wait_until_ready(),
-            s.network_policies.wait_until_ready(),
-            s.disruption_budgets.wait_until_ready(),
-            s.vnodes.wait_until_ready(),
-            s.volumes.wait_until_ready(),
-            s.storage_classes.wait_until_ready(),
-            s.priority_classes.wait_until_ready(),
-        );
-        if let Some(ingresses) = &s.ingresses {
-            let _ = ingresses.wait_until_ready().await;
-        }
+        self.stores.wait_ready().await;
     }
 
     /// Stops the watches.
@@ -519,13 +457,13 @@ pub(crate) struct Writers {
     /// Namespaces.
     pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
     /// Pods.
-    pub pods: kube::runtime::reflector::store::Writer<TenantPod>,
+    pub pods: kube::runtime::reflector::store::Writer<crate::cached::TenantPod>,
     /// Services.
-    pub services: kube::runtime::reflector::store::Writer<Service>,
+    pub services: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Service>,
     /// vNodes.
-    pub vnodes: kube::runtime::reflector::store::Writer<Node>,
+    pub vnodes: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Node>,
     /// PersistentVolumeClaims.
-    pub claims: kube::runtime::reflector::store::Writer<PersistentVolumeClaim>,
+    pub claims: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
 }
 
 #[cfg(test)]
@@ -568,18 +506,9 @@ impl Tenant {
                 namespaces,
                 pods,
                 services,
-                endpoints: store().0,
-                config_maps: store().0,
-                secrets: store().0,
-                service_accounts: store().0,
+                nodes: vnodes,
                 claims,
-                ingresses: None,
-                network_policies: store().0,
-                disruption_budgets: store().0,
-                vnodes,
-                volumes: store().0,
-                storage_classes: store().0,
-                priority_classes: store().0,
+                ..TenantStores::empty()
             },
             kube_system_uid: "kube-system-uid".into(),
             budget: CacheBudget::new("test".into(), CacheLimits::default()),

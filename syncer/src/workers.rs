@@ -5,19 +5,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Endpoints, PersistentVolumeClaim, Secret, Service, ServiceAccount},
-    networking::v1::{Ingress, NetworkPolicy},
-    policy::v1::PodDisruptionBudget,
-};
-
 use crate::{
     context::Context,
     error::Result,
-    items::{DownItem, Kind, UpItem},
+    items::Item,
     metrics::{Direction, Operation, OperationLabels, ResourceLabels, TenantLabels},
-    queue::{TenantId, Work},
-    resources::{Outcome, namespace, pod, public, sync_down, up, vnode},
+    queue::{FairQueue, TenantId, Work},
+    resources::{self, Outcome},
     tenant::Tenant,
 };
 
@@ -42,35 +36,6 @@ fn operation(outcome: &Outcome) -> Operation {
         Outcome::Deleted => Operation::Delete,
         Outcome::InSync => Operation::None,
         Outcome::Waiting { .. } => Operation::Wait,
-    }
-}
-
-async fn sync_down_item(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {
-    match item.kind {
-        Kind::Namespace => namespace::sync(ctx, tenant, item).await,
-        Kind::Pod => pod::sync(ctx, tenant, item).await,
-        Kind::Service => sync_down::<Service>(ctx, tenant, item).await,
-        Kind::Endpoints => sync_down::<Endpoints>(ctx, tenant, item).await,
-        Kind::ConfigMap => sync_down::<ConfigMap>(ctx, tenant, item).await,
-        Kind::Secret => sync_down::<Secret>(ctx, tenant, item).await,
-        Kind::ServiceAccount => sync_down::<ServiceAccount>(ctx, tenant, item).await,
-        Kind::PersistentVolumeClaim => sync_down::<PersistentVolumeClaim>(ctx, tenant, item).await,
-        Kind::Ingress => sync_down::<Ingress>(ctx, tenant, item).await,
-        Kind::NetworkPolicy => sync_down::<NetworkPolicy>(ctx, tenant, item).await,
-        Kind::PodDisruptionBudget => sync_down::<PodDisruptionBudget>(ctx, tenant, item).await,
-    }
-}
-
-async fn sync_up_item(ctx: &Context, tenant: &Tenant, item: &UpItem) -> Result<Outcome> {
-    match item {
-        UpItem::Pod { namespace, name } => up::pod(ctx, tenant, namespace, name).await,
-        UpItem::Service { namespace, name } => up::service(ctx, tenant, namespace, name).await,
-        UpItem::PersistentVolumeClaim { namespace, name } => up::claim(ctx, tenant, namespace, name).await,
-        UpItem::Node { name } => vnode::sync(ctx, tenant, name).await,
-        UpItem::PersistentVolume { name } => public::volume(ctx, tenant, name).await,
-        UpItem::StorageClass { name } => public::storage_class(ctx, tenant, name).await,
-        UpItem::PriorityClass { name } => public::priority_class(ctx, tenant, name).await,
-        UpItem::Event { namespace, name } => crate::events::copy_up(ctx, tenant, namespace, name).await,
     }
 }
 
@@ -107,117 +72,88 @@ fn record(
 }
 
 /// Drains the downward queue until it closes.
-pub async fn downward(ctx: Arc<Context>, backoff: Arc<Backoff<DownItem>>) {
-    while let Some(work) = ctx.queues.down.next().await {
-        process_down(&ctx, &backoff, &work).await;
-        ctx.queues.down.done(&work);
+pub async fn downward(ctx: Arc<Context>, backoff: Arc<Backoff<Item>>) {
+    drain(&ctx, Direction::Down, &ctx.queues.down, &backoff).await;
+}
+
+/// Drains the upward queue until it closes.
+pub async fn upward(ctx: Arc<Context>, backoff: Arc<Backoff<Item>>) {
+    drain(&ctx, Direction::Up, &ctx.queues.up, &backoff).await;
+}
+
+async fn drain(ctx: &Context, direction: Direction, queue: &FairQueue<Item>, backoff: &Backoff<Item>) {
+    while let Some(work) = queue.next().await {
+        process(ctx, direction, queue, backoff, &work).await;
+        queue.done(&work);
     }
 }
 
-async fn process_down(ctx: &Context, backoff: &Backoff<DownItem>, work: &Work<DownItem>) {
+/// Syncs one item of `queue`, which flows in `direction`. Only the downward queue rate-limits tenants (by
+/// the writes their items make in the super cluster), so only its items are charged.
+async fn process(
+    ctx: &Context,
+    direction: Direction,
+    queue: &FairQueue<Item>,
+    backoff: &Backoff<Item>,
+    work: &Work<Item>,
+) {
+    let charged = direction == Direction::Down;
     let Some(tenant) = ctx.tenants.get(&work.tenant) else {
         // Detached meanwhile; its items are dropped with it.
-        ctx.queues.down.charge(&work.tenant, -1.0);
+        if charged {
+            queue.charge(&work.tenant, -1.0);
+        }
         return;
     };
     if !tenant.is_ready() {
-        ctx.queues.down.charge(&work.tenant, -1.0);
-        ctx.queues
-            .down
-            .add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
+        if charged {
+            queue.charge(&work.tenant, -1.0);
+        }
+        queue.add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
         return;
     }
     let started = Instant::now();
-    let result = sync_down_item(ctx, &tenant, &work.item).await;
+    let result = match direction {
+        Direction::Down => resources::sync_down(ctx, &tenant, &work.item).await,
+        Direction::Up => resources::sync_up(ctx, &tenant, &work.item).await,
+    };
     record(
         ctx,
         &tenant,
         work.item.kind.as_str(),
-        Direction::Down,
+        direction,
         work.waited,
         started,
         &result,
     );
+    let item = &work.item;
     match result {
         Ok(outcome) => {
-            backoff.reset(&(work.tenant.clone(), work.item.clone()));
-            // One token was taken when the item was handed out; settle for the writes actually made.
-            ctx.queues
-                .down
-                .charge(&work.tenant, f64::from(outcome.writes()) - 1.0);
+            backoff.reset(&(work.tenant.clone(), item.clone()));
+            if charged {
+                // One token was taken when the item was handed out; settle for the writes actually made.
+                queue.charge(&work.tenant, f64::from(outcome.writes()) - 1.0);
+            }
             if let Outcome::Waiting { reason, retry_after } = &outcome {
-                tracing::debug!(tenant = %tenant.identity.vc_ref(), kind = %work.item.kind, namespace = %work.item.namespace, name = %work.item.name, reason = %reason, "waiting");
+                tracing::debug!(tenant = %tenant.identity.vc_ref(), ?direction, kind = %item.kind, namespace = %item.namespace, name = %item.name, reason = %reason, "waiting");
                 if let Some(delay) = retry_after {
-                    ctx.queues.down.add_after(&work.tenant, work.item.clone(), *delay);
+                    queue.add_after(&work.tenant, item.clone(), *delay);
                 }
             }
         }
         Err(error) => {
-            let delay = backoff.failed(&(work.tenant.clone(), work.item.clone()));
+            let delay = backoff.failed(&(work.tenant.clone(), item.clone()));
             tracing::warn!(
                 tenant = %tenant.identity.vc_ref(),
-                kind = %work.item.kind,
-                namespace = %work.item.namespace,
-                name = %work.item.name,
+                ?direction,
+                kind = %item.kind,
+                namespace = %item.namespace,
+                name = %item.name,
                 error = &error as &dyn std::error::Error,
                 retry_in_ms = delay.as_millis() as u64,
-                "sync down failed"
+                "sync failed"
             );
-            ctx.queues.down.add_after(&work.tenant, work.item.clone(), delay);
-        }
-    }
-}
-
-/// Drains the upward queue until it closes.
-pub async fn upward(ctx: Arc<Context>, backoff: Arc<Backoff<UpItem>>) {
-    while let Some(work) = ctx.queues.up.next().await {
-        process_up(&ctx, &backoff, &work).await;
-        ctx.queues.up.done(&work);
-    }
-}
-
-async fn process_up(ctx: &Context, backoff: &Backoff<UpItem>, work: &Work<UpItem>) {
-    let Some(tenant) = ctx.tenants.get(&work.tenant) else {
-        return;
-    };
-    if !tenant.is_ready() {
-        ctx.queues
-            .up
-            .add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
-        return;
-    }
-    let started = Instant::now();
-    let result = sync_up_item(ctx, &tenant, &work.item).await;
-    record(
-        ctx,
-        &tenant,
-        work.item.resource(),
-        Direction::Up,
-        work.waited,
-        started,
-        &result,
-    );
-    match result {
-        Ok(outcome) => {
-            backoff.reset(&(work.tenant.clone(), work.item.clone()));
-            if let Outcome::Waiting {
-                retry_after: Some(delay),
-                ..
-            } = &outcome
-            {
-                ctx.queues.up.add_after(&work.tenant, work.item.clone(), *delay);
-            }
-        }
-        Err(error) => {
-            let delay = backoff.failed(&(work.tenant.clone(), work.item.clone()));
-            tracing::warn!(
-                tenant = %tenant.identity.vc_ref(),
-                item = ?work.item,
-                error = &error as &dyn std::error::Error,
-                retry_in_ms = delay.as_millis() as u64,
-                "sync up failed"
-            );
-            ctx.queues.up.add_after(&work.tenant, work.item.clone(), delay);
+            queue.add_after(&work.tenant, item.clone(), delay);
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::{
     metrics::Metrics,
     queue::FairQueue,
     quota::Quota,
+    resources::Outcome,
     settings::TenantSettings,
     super_stores::{self, SuperStores},
     tenant::{self, Queues, Tenant, Tenants},
@@ -108,4 +109,27 @@ pub async fn drain_up(ctx: &Context) -> Vec<UpItem> {
         items.push(work.item);
     }
     items
+}
+
+/// Runs `sync` of a tenant object in `shop` that the syncer must refuse: it asserts a Warning event with
+/// `reason` whose note says `says`, and that the sync waits.
+pub async fn refused_with_event(
+    sync: impl std::future::Future<Output = crate::Result<Outcome>>,
+    tenants: &mut ApiServer,
+    reason: &str,
+    says: &str,
+) {
+    let (outcome, ()) = tokio::join!(sync, async {
+        let event = tenants
+            .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+            .await;
+        assert_eq!(event.body["reason"], reason);
+        let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+        assert!(note.contains(says), "{note}");
+        event.echo();
+    });
+    assert!(
+        matches!(outcome.expect("synced"), Outcome::Waiting { .. }),
+        "not refused"
+    );
 }

@@ -8,32 +8,20 @@
 //! can reach is exactly what the syncer created for tenants. The binding is the syncer's alone; it is
 //! forced back when changed and goes with its namespace.
 
-use crds::wellknown::{LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+use crds::wellknown::{
+    ANNOTATION_GRANTS_CLUSTER, ANNOTATION_GRANTS_NAMESPACE, LABEL_VC_NAME, LABEL_VC_NAMESPACE,
+};
 use k8s_openapi::{
     api::rbac::v1::{RoleBinding, RoleRef, Subject},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{Api, Resource, runtime::reflector::ObjectRef};
 
-use super::{Kept, keep};
-use crate::{context::Context, error::Result, identity, tenant::Tenant};
+use super::write::{Kept, keep};
+use crate::{context::Context, error::Result, identity, kept::grants, tenant::Tenant};
 
 /// Name of the RoleBinding in every super namespace of a tenant.
 pub const VN_AGENT_BINDING_NAME: &str = "vc-vn-agent";
-
-/// Annotation on the binding: the tenant (cluster key) whose namespace it serves.
-pub const ANNOTATION_GRANTS_CLUSTER: &str = "tenancy.x-k8s.io/grants-cluster";
-/// Annotation on the binding: the tenant namespace whose super namespace it is in.
-pub const ANNOTATION_GRANTS_NAMESPACE: &str = "tenancy.x-k8s.io/grants-namespace";
-
-/// The tenant and tenant namespace a vn-agent binding serves, by its annotations.
-pub fn grants(meta: &ObjectMeta) -> Option<(&str, &str)> {
-    let annotations = meta.annotations.as_ref()?;
-    Some((
-        annotations.get(ANNOTATION_GRANTS_CLUSTER)?.as_str(),
-        annotations.get(ANNOTATION_GRANTS_NAMESPACE)?.as_str(),
-    ))
-}
 
 /// The vn-agent binding of a tenant namespace's super namespace, stamped with its hash; `None` when the
 /// syncer binds nothing.

@@ -10,23 +10,39 @@
 //! meanwhile. A tenant namespace whose super name is taken is refused with a `NameCollision` event and a
 //! log line, and none of its objects is synced.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use crds::wellknown::{
     ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE, ANNOTATION_UID, ANNOTATION_VC_NAME,
     ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE,
 };
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
-use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::PostParams,
+    runtime::reflector::{ObjectRef, Store},
+};
 
-use super::{Outcome, access, apply_copy, delete, network};
+use super::{
+    access, isolation,
+    outcome::Outcome,
+    synced::SyncedKind,
+    write::{apply_copy, delete},
+};
 use crate::{
     config::POD_SECURITY_PREFIX,
     context::Context,
     error::{Result, on_super},
-    events, identity,
-    items::DownItem,
-    tenant::Tenant,
+    events,
+    findings::{Findings, found},
+    identity,
+    items::{DownItem, Item, kinds},
+    stores::Change,
+    super_stores::{SuperCache, SuperWatch},
+    tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 /// The super namespace for a tenant namespace object.
@@ -235,7 +251,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
 /// What the syncer keeps in every super namespace besides the copies: the isolating NetworkPolicy and
 /// vn-agent's RoleBinding. Returns the writes made.
 async fn guard(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
-    Ok(network::ensure_isolation(ctx, tenant, tenant_namespace).await?
+    Ok(isolation::ensure_isolation(ctx, tenant, tenant_namespace).await?
         + access::ensure_vn_agent_access(ctx, tenant, tenant_namespace).await?)
 }
 
@@ -352,6 +368,112 @@ pub fn waiting_for_namespace(namespace: &str) -> Outcome {
     Outcome::Waiting {
         reason: format!("tenant namespace {namespace} is not in the cache yet"),
         retry_after: Some(std::time::Duration::from_millis(500)),
+    }
+}
+
+impl TenantCache for kinds::Namespace {
+    type Cache = Store<Namespace>;
+
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
+        let (queue, id, doubt, uid) = (
+            tenant.queues.down.clone(),
+            tenant.id.clone(),
+            tenant.doubt_identity(),
+            tenant.kube_system_uid.to_owned(),
+        );
+        tenant.watch(Self::KIND, None, move |ns: &Namespace, change| {
+            // A watch that resumed on a replaced etcd may show another kube-system, or its deletion
+            // (which a real apiserver refuses), without relisting.
+            if ns.name_any() == "kube-system"
+                && (change == Change::Deleted || ns.uid().as_deref() != Some(uid.as_str()))
+            {
+                doubt();
+            }
+            queue.add(&id, DownItem::namespace(&ns.name_any()))
+        })
+    }
+}
+
+impl SuperCache for kinds::Namespace {
+    type Cache = Store<Namespace>;
+
+    /// The super namespaces are watched before every kind, which consult them (see
+    /// [`crate::super_stores::SuperStores::start`]).
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
+        supers.namespaces.clone()
+    }
+}
+
+impl SyncedKind for kinds::Namespace {
+    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
+        sync(ctx, tenant, item).await
+    }
+
+    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+        patrol(ctx, tenant)
+    }
+}
+
+
+/// Compares a tenant's namespaces with their super namespaces, and the isolating NetworkPolicy in each.
+fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let mut supers: HashMap<String, Arc<Namespace>> = ctx
+        .supers
+        .namespaces
+        .state()
+        .into_iter()
+        .filter(|ns| identity::belongs_to(ns.meta(), &tenant.identity.cluster_key))
+        .filter_map(|ns| Some((identity::tenant_namespace(ns.meta())?.to_owned(), ns)))
+        .collect();
+    for namespace in tenant.stores.namespaces.state() {
+        let name = namespace.name_any();
+        let live = namespace.meta().deletion_timestamp.is_none();
+        match supers.remove(&name) {
+            None if live => {
+                findings.missing += 1;
+                found(ctx, "namespace", "missing");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
+            Some(existing)
+                if identity::tenant_uid(existing.meta()) != namespace.uid().as_deref() || !live =>
+            {
+                findings.drifted += 1;
+                found(ctx, "namespace", "drifted");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
+            Some(_) if live && isolation_drifted(ctx, tenant, &name) => {
+                findings.drifted += 1;
+                found(ctx, "networkpolicy", "drifted");
+                ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+            }
+            _ => {}
+        }
+    }
+    for (name, namespace) in supers {
+        if namespace.meta().deletion_timestamp.is_none() {
+            findings.orphaned += 1;
+            found(ctx, "namespace", "orphaned");
+            ctx.queues.down.add(&tenant.id, DownItem::namespace(&name));
+        }
+    }
+    findings
+}
+
+/// Whether the isolating NetworkPolicy of a tenant namespace's super namespace is missing, changed, or
+/// there although isolation is off.
+fn isolation_drifted(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> bool {
+    let super_namespace = tenant.identity.super_namespace(tenant_namespace);
+    let existing = ctx.supers.network_policies.get(
+        &kube::runtime::reflector::ObjectRef::new(isolation::ISOLATION_POLICY_NAME).within(&super_namespace),
+    );
+    match (ctx.config.network_isolation.enabled, existing) {
+        (true, None) => true,
+        (true, Some(existing)) => !isolation::isolation_in_sync(
+            &isolation::isolation_policy(ctx, tenant, tenant_namespace),
+            &existing,
+        ),
+        (false, existing) => existing.is_some_and(|e| isolation::isolates(e.meta()).is_some()),
     }
 }
 
@@ -495,7 +617,7 @@ mod tests {
                     "PATCH",
                     &format!(
                         "/apis/networking.k8s.io/v1/namespaces/{KEY}-prod/networkpolicies/{}?&force=true&fieldManager=vc-syncer",
-                        network::ISOLATION_POLICY_NAME
+                        isolation::ISOLATION_POLICY_NAME
                     ),
                 )
                 .await;
@@ -535,8 +657,8 @@ mod tests {
         for kind in [Kind::ConfigMap, Kind::Pod] {
             let item = DownItem::new(kind, &tail, "x");
             let outcome = match kind {
-                Kind::Pod => crate::resources::pod::sync(&ctx, &tenant, &item).await,
-                _ => crate::resources::sync_down::<ConfigMap>(&ctx, &tenant, &item).await,
+                Kind::Pod => crate::resources::pod::down::sync(&ctx, &tenant, &item).await,
+                _ => crate::resources::copy::sync_down::<ConfigMap>(&ctx, &tenant, &item).await,
             }
             .expect("synced");
             assert!(

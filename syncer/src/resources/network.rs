@@ -1,173 +1,43 @@
-//! Network isolation between tenants.
-//!
-//! Every super namespace of a tenant holds an isolating NetworkPolicy the syncer keeps
-//! ([`ISOLATION_POLICY_NAME`]): its pods accept traffic only from pods in the same tenant's super
-//! namespaces (selected by the `tenancy.x-k8s.io/cluster` label, which only the syncer sets on
-//! namespaces), and from what the platform lists (`--network-isolation-allow-namespaces`,
-//! `--network-isolation-allow-cidrs`). Only ingress is isolated: a tenant's pods reach DNS, their
-//! apiserver and the outside as before, and reach no other tenant's pods, because those accept nothing
-//! from them. The policy is repaired whenever it changes (the super watch queues its namespace) and by the
-//! patrol.
-//!
-//! Tenant NetworkPolicies are copied down with every namespace selector confined to the tenant's own super
+//! Tenant NetworkPolicies, copied down with every namespace selector confined to the tenant's own super
 //! namespaces (the cluster label is added to it, and `kubernetes.io/metadata.name` values are mapped to
 //! super names), so that no selector of a tenant ever matches another tenant's or the platform's
 //! namespaces. Rules with an ipBlock outside `--tenant-allowed-cidrs` are refused (left out, with an
-//! event); leaving a rule out only ever allows less.
-//!
-//! Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the e2e harness's
-//! bridge plugin among them), these objects exist and change nothing.
+//! event); leaving a rule out only ever allows less. The isolating policies beside them are
+//! [`super::isolation`]'s.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
-use crds::wellknown::{LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+use crds::wellknown::LABEL_CLUSTER;
 use k8s_openapi::{
     api::networking::v1::{
-        IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+        NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
         NetworkPolicyPort, NetworkPolicySpec,
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
+    apimachinery::pkg::apis::meta::v1::LabelSelector,
 };
-use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
+use kube::{Resource, ResourceExt, runtime::reflector::Store};
 use serde_json::Value;
 
-use super::{Conversion, Downward, Kept, keep};
+use super::{
+    copy::{self, Conversion, Downward},
+    isolation::{ISOLATION_POLICY_NAME, isolates, policy_view},
+    outcome::Outcome,
+    synced::SyncedKind,
+};
 use crate::{
-    context::Context, error::Result, identity, items::Kind, super_stores::SuperStores, tenant::Tenant,
-    tenant::TenantStores,
+    context::Context,
+    error::Result,
+    findings::Findings,
+    items::{Item, Kind, kinds},
+    super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key},
+    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
 
-/// Name of the isolating NetworkPolicy in every super namespace of a tenant. A tenant NetworkPolicy of
-/// this name is not synced.
-pub const ISOLATION_POLICY_NAME: &str = "vc-tenant-isolation";
-/// Annotation on an isolating NetworkPolicy: the cluster key of the tenant it isolates. Deliberately not
-/// `tenancy.x-k8s.io/cluster`: the policy is no copy of a tenant object, and the downward sync must
-/// never take it for one.
-pub const ANNOTATION_ISOLATES_CLUSTER: &str = "tenancy.x-k8s.io/isolates-cluster";
-/// Annotation on an isolating NetworkPolicy: the tenant namespace whose super namespace it isolates.
-pub const ANNOTATION_ISOLATES_NAMESPACE: &str = "tenancy.x-k8s.io/isolates-namespace";
 /// Reason of the event on a tenant NetworkPolicy some of whose rules are not synced.
 pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
 
 /// Label the apiserver sets on every namespace to its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
-/// The tenant and tenant namespace an isolating NetworkPolicy serves, by its annotations.
-pub fn isolates(meta: &ObjectMeta) -> Option<(&str, &str)> {
-    let annotations = meta.annotations.as_ref()?;
-    Some((
-        annotations.get(ANNOTATION_ISOLATES_CLUSTER)?.as_str(),
-        annotations.get(ANNOTATION_ISOLATES_NAMESPACE)?.as_str(),
-    ))
-}
-
-/// The isolating NetworkPolicy of a tenant's super namespace, stamped with its hash.
-pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> NetworkPolicy {
-    let identity = &tenant.identity;
-    let isolation = &ctx.config.network_isolation;
-    let own = NetworkPolicyPeer {
-        namespace_selector: Some(LabelSelector {
-            match_labels: Some([(LABEL_CLUSTER.to_owned(), identity.cluster_key.clone())].into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let mut platform: Vec<NetworkPolicyPeer> = isolation
-        .allow_namespaces
-        .iter()
-        .map(|(key, value)| NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some([(key.clone(), value.clone())].into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .collect();
-    platform.extend(isolation.allow_cidrs.iter().map(|cidr| NetworkPolicyPeer {
-        ip_block: Some(IPBlock {
-            cidr: cidr.to_string(),
-            except: None,
-        }),
-        ..Default::default()
-    }));
-    let mut ingress = vec![NetworkPolicyIngressRule {
-        from: Some(vec![own]),
-        ports: None,
-    }];
-    if !platform.is_empty() {
-        ingress.push(NetworkPolicyIngressRule {
-            from: Some(platform),
-            ports: None,
-        });
-    }
-    let mut policy = NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(ISOLATION_POLICY_NAME.to_owned()),
-            namespace: Some(identity.super_namespace(tenant_namespace)),
-            labels: Some(
-                [
-                    (LABEL_VC_NAME.to_owned(), identity.vc_name.clone()),
-                    (LABEL_VC_NAMESPACE.to_owned(), identity.vc_namespace.clone()),
-                ]
-                .into(),
-            ),
-            annotations: Some(
-                [
-                    (
-                        ANNOTATION_ISOLATES_CLUSTER.to_owned(),
-                        identity.cluster_key.clone(),
-                    ),
-                    (
-                        ANNOTATION_ISOLATES_NAMESPACE.to_owned(),
-                        tenant_namespace.to_owned(),
-                    ),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector::default()),
-            policy_types: Some(vec!["Ingress".to_owned()]),
-            ingress: Some(ingress),
-            egress: None,
-        }),
-    };
-    identity::stamp(&mut policy, |p| p.meta_mut());
-    policy
-}
-
-/// Brings the isolating NetworkPolicy of a tenant namespace's super namespace in line with the flags:
-/// there and as desired when isolation is on, gone when it is off. Returns the writes made.
-pub async fn ensure_isolation(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<u32> {
-    let super_namespace = tenant.identity.super_namespace(tenant_namespace);
-    let existing = ctx
-        .supers
-        .network_policies
-        .get(&ObjectRef::new(ISOLATION_POLICY_NAME).within(&super_namespace));
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
-    let kept = Kept {
-        name: ISOLATION_POLICY_NAME,
-        existing,
-        desired: ctx
-            .config
-            .network_isolation
-            .enabled
-            .then(|| isolation_policy(ctx, tenant, tenant_namespace)),
-        ours: |policy| isolates(policy.meta()).is_some(),
-        in_sync: isolation_in_sync,
-        replaced: |_, _| false,
-    };
-    keep(ctx, &api, kept).await
-}
-
-/// Whether the isolating policy as cached is the desired one.
-pub fn isolation_in_sync(desired: &NetworkPolicy, existing: &NetworkPolicy) -> bool {
-    isolates(existing.meta()) == isolates(desired.meta())
-        && identity::recorded_hash(existing.meta()) == identity::recorded_hash(desired.meta())
-        && identity::metadata_covers(desired.meta(), existing.meta())
-        && NetworkPolicy::view(desired) == NetworkPolicy::view(existing)
-}
 
 /// A namespace selector of a tenant, confined to that tenant's super namespaces.
 fn confine(selector: &LabelSelector, cx: &Conversion<'_>) -> LabelSelector {
@@ -286,37 +156,14 @@ fn translate(spec: &NetworkPolicySpec, cx: &Conversion<'_>) -> (NetworkPolicySpe
     )
 }
 
-/// JSON without empty objects and arrays: an empty selector or rule list means the same whether the
-/// apiserver keeps it or drops it, once policy types are spelled out.
-fn pruned(value: Value) -> Option<Value> {
-    match value {
-        Value::Null => None,
-        Value::Object(map) => {
-            let map: serde_json::Map<String, Value> = map
-                .into_iter()
-                .filter_map(|(k, v)| Some((k, pruned(v)?)))
-                .collect();
-            (!map.is_empty()).then_some(Value::Object(map))
-        }
-        Value::Array(items) => {
-            let items: Vec<Value> = items
-                .into_iter()
-                .map(|v| pruned(v).unwrap_or_else(|| Value::Object(Default::default())))
-                .collect();
-            (!items.is_empty()).then_some(Value::Array(items))
-        }
-        other => Some(other),
-    }
-}
-
 impl Downward for NetworkPolicy {
     const KIND: Kind = Kind::NetworkPolicy;
 
-    fn tenant_store(stores: &TenantStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+    fn tenant_store(stores: &TenantStores) -> Option<&Store<Self>> {
         Some(&stores.network_policies)
     }
 
-    fn super_store(stores: &SuperStores) -> Option<&kube::runtime::reflector::Store<Self>> {
+    fn super_store(stores: &SuperStores) -> Option<&Store<Self>> {
         Some(&stores.network_policies)
     }
 
@@ -353,8 +200,42 @@ impl Downward for NetworkPolicy {
     }
 
     fn view(object: &Self) -> Value {
-        let spec = serde_json::to_value(&object.spec).unwrap_or(Value::Null);
-        pruned(spec).unwrap_or(Value::Null)
+        policy_view(object)
+    }
+}
+
+
+impl TenantCache for kinds::NetworkPolicy {
+    type Cache = Store<NetworkPolicy>;
+
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
+        tenant.down(Self::KIND)
+    }
+}
+
+impl SuperCache for kinds::NetworkPolicy {
+    type Cache = Store<NetworkPolicy>;
+
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
+        let queue = supers.queues.down.clone();
+        supers.watch(ours(), move |policy: &NetworkPolicy| {
+            // An isolating policy is part of its namespace: repairing it means syncing that.
+            if let Some((tenant, namespace)) = isolates(policy.meta()) {
+                queue.add(&Arc::from(tenant), Item::namespace(namespace));
+            } else if let Some((tenant, namespace, name)) = tenant_key(policy) {
+                queue.add(&tenant, Item::new(Kind::NetworkPolicy, &namespace, &name));
+            }
+        })
+    }
+}
+
+impl SyncedKind for kinds::NetworkPolicy {
+    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
+        copy::sync_down::<NetworkPolicy>(ctx, tenant, item).await
+    }
+
+    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+        copy::patrol::<NetworkPolicy>(ctx, tenant)
     }
 }
 
@@ -365,7 +246,7 @@ mod tests {
     use super::*;
     use crate::{
         context::testing::{self, from_json},
-        resources::kinds::within,
+        resources::endpoints::within,
         settings::TenantSettings,
     };
 
@@ -463,71 +344,4 @@ mod tests {
         assert!(!within("10.0.0.1", &ctx.config.tenant_allowed_cidrs));
     }
 
-    #[tokio::test]
-    async fn isolation_turned_off_removes_the_policies_and_nothing_else() {
-        let (super_client, mut supers) = testing::mock();
-        let (tenant_client, mut tenants) = testing::mock();
-        let (mut ctx, mut super_caches) = testing::context(super_client);
-        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
-        let mut policy = isolation_policy(&ctx, &tenant, "shop");
-        policy.metadata.uid = Some("policy-uid".into());
-        testing::put(&mut super_caches.network_policies, policy.clone());
-        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("in sync"), 0);
-
-        ctx.config.network_isolation.enabled = false;
-        let super_namespace = tenant.identity.super_namespace("shop");
-        let (writes, ()) = tokio::join!(ensure_isolation(&ctx, &tenant, "shop"), async {
-            let call = supers
-                .expect(
-                    "DELETE",
-                    &format!(
-                        "/apis/networking.k8s.io/v1/namespaces/{super_namespace}/networkpolicies/{ISOLATION_POLICY_NAME}?"
-                    ),
-                )
-                .await;
-            assert_eq!(call.body["preconditions"]["uid"], "policy-uid");
-            call.echo();
-        });
-        assert_eq!(writes.expect("deleted"), 1);
-
-        // A tenant's own policy of that name (never synced, but say it were there) is not the syncer's.
-        let mut foreign = policy;
-        foreign.metadata.annotations = None;
-        testing::put(&mut super_caches.network_policies, foreign);
-        assert_eq!(ensure_isolation(&ctx, &tenant, "shop").await.expect("nothing"), 0);
-        supers.idle().await;
-        tenants.idle().await;
-    }
-
-    #[tokio::test]
-    async fn the_isolating_policy_admits_the_tenant_and_what_the_platform_lists() {
-        let (super_client, _supers) = testing::mock();
-        let (tenant_client, _tenants) = testing::mock();
-        let (mut ctx, _) = testing::context(super_client);
-        ctx.config.network_isolation.allow_namespaces =
-            vec![("kubernetes.io/metadata.name".into(), "ingress-nginx".into())];
-        ctx.config.network_isolation.allow_cidrs = vec!["10.0.0.0/24".parse().expect("cidr")];
-        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
-        let policy = isolation_policy(&ctx, &tenant, "shop");
-        assert_eq!(
-            isolates(&policy.metadata),
-            Some((tenant.identity.cluster_key.as_str(), "shop"))
-        );
-        assert!(!identity::belongs_to(
-            &policy.metadata,
-            &tenant.identity.cluster_key
-        ));
-        let spec = serde_json::to_value(&policy.spec).expect("json");
-        assert_eq!(spec["policyTypes"], json!(["Ingress"]));
-        assert_eq!(
-            spec["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"][LABEL_CLUSTER],
-            tenant.identity.cluster_key
-        );
-        assert_eq!(
-            spec["ingress"][1]["from"],
-            json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
-                   {"ipBlock": {"cidr": "10.0.0.0/24"}}])
-        );
-        assert!(isolation_in_sync(&policy, &policy));
-    }
 }

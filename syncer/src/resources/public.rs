@@ -1,24 +1,18 @@
-//! Cluster-scoped super objects tenants see: PersistentVolumes bound to their claims, and StorageClasses
-//! and PriorityClasses labelled `tenancy.x-k8s.io/super.public=true`.
+//! What the tenants' copies of cluster-scoped super objects share (PersistentVolumes bound to their claims,
+//! StorageClasses and PriorityClasses labelled `tenancy.x-k8s.io/super.public=true`): which are published,
+//! and how a copy is brought in line.
 
 use std::fmt::Debug;
 
-use k8s_openapi::{
-    ClusterResourceScope,
-    api::{
-        core::v1::{CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec},
-        scheduling::v1::PriorityClass,
-        storage::v1::StorageClass,
-    },
-};
+use k8s_openapi::ClusterResourceScope;
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, Resource,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams},
     runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{Outcome, kind_label};
+use super::{outcome::Outcome, write::kind_label};
 use crate::{
     context::Context,
     error::{Result, on_tenant},
@@ -37,7 +31,7 @@ pub fn is_published(meta: &ObjectMeta) -> bool {
 }
 
 /// Metadata of a tenant copy of a super object: same name, marked as the syncer's.
-fn copy_metadata(source: &ObjectMeta) -> ObjectMeta {
+pub fn copy_metadata(source: &ObjectMeta) -> ObjectMeta {
     let mut labels = source.labels.clone().unwrap_or_default();
     labels.insert(LABEL_SYNCED_FROM_SUPER.to_owned(), "true".to_owned());
     ObjectMeta {
@@ -48,7 +42,7 @@ fn copy_metadata(source: &ObjectMeta) -> ObjectMeta {
 }
 
 /// Brings a tenant's copy of a cluster-scoped object in line with `desired` (`None`: remove the copy).
-async fn reconcile_copy<K>(
+pub async fn reconcile_copy<K>(
     ctx: &Context,
     tenant: &Tenant,
     name: &str,
@@ -103,161 +97,7 @@ where
     }
 }
 
-fn get<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, name: &str) -> Option<std::sync::Arc<K>> {
+/// The object of this name in a cache of a cluster-scoped kind.
+pub fn get<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, name: &str) -> Option<std::sync::Arc<K>> {
     store.get(&ObjectRef::new(name))
-}
-
-/// Syncs a super PersistentVolume bound to one of the tenant's claims into the tenant, bound to the
-/// tenant claim (see [`tenant_volume`] for what the copy carries).
-pub async fn volume(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
-    let desired = get(&ctx.supers.volumes, name).and_then(|pv| {
-        let claim = pv.spec.as_ref()?.claim_ref.clone()?;
-        let super_namespace = ctx
-            .supers
-            .namespaces
-            .get(&ObjectRef::new(claim.namespace.as_deref()?))?;
-        if !identity::belongs_to(super_namespace.meta(), &tenant.identity.cluster_key) {
-            return None;
-        }
-        let tenant_namespace = identity::tenant_namespace(super_namespace.meta())?.to_owned();
-        let claim_name = claim.name.clone()?;
-        let tenant_claim = tenant
-            .stores
-            .claims
-            .get(&ObjectRef::new(&claim_name).within(&tenant_namespace))?;
-        let claim_ref = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolumeClaim".into()),
-            namespace: Some(tenant_namespace),
-            name: Some(claim_name),
-            uid: tenant_claim.uid(),
-            ..Default::default()
-        };
-        Some(tenant_volume(&pv, claim_ref))
-    });
-    reconcile_copy(ctx, tenant, name, get(&tenant.stores.volumes, name), desired).await
-}
-
-/// Syncs a public super StorageClass into the tenant.
-pub async fn storage_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
-    let desired = get(&ctx.supers.storage_classes, name).map(|sc| StorageClass {
-        metadata: ObjectMeta {
-            annotations: sc.metadata.annotations.clone(),
-            ..copy_metadata(&sc.metadata)
-        },
-        ..(*sc).clone()
-    });
-    reconcile_copy(
-        ctx,
-        tenant,
-        name,
-        get(&tenant.stores.storage_classes, name),
-        desired,
-    )
-    .await
-}
-
-/// Syncs a public super PriorityClass into the tenant.
-pub async fn priority_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
-    let desired = get(&ctx.supers.priority_classes, name).map(|pc| PriorityClass {
-        metadata: copy_metadata(&pc.metadata),
-        ..(*pc).clone()
-    });
-    reconcile_copy(
-        ctx,
-        tenant,
-        name,
-        get(&tenant.stores.priority_classes, name),
-        desired,
-    )
-    .await
-}
-
-/// CSI driver named as the source of every tenant copy of a volume. No node runs it: the tenant's pods run
-/// on super nodes, against the super volume; the copy only lets the tenant's claim show as bound.
-pub const TENANT_VOLUME_DRIVER: &str = "super-volume.tenancy.x-k8s.io";
-
-/// The tenant's copy of a super volume bound to `claim_ref`: what the tenant needs to see its claim bound
-/// (capacity, access modes, class, volume mode, claim) and nothing of how or where the volume is stored.
-/// The source, its volume attributes, secret references, server addresses, mount options, node affinity,
-/// labels and annotations stay in the super cluster; an apiserver requires one source, so the copy names a
-/// placeholder driver with the volume's name as its handle. The copy keeps `Retain`: deleting it must never
-/// reach the real volume. Its phase is the tenant's own controllers' business, as for any bound volume.
-pub fn tenant_volume(pv: &PersistentVolume, claim_ref: ObjectReference) -> PersistentVolume {
-    let source = pv.spec.clone().unwrap_or_default();
-    let spec = PersistentVolumeSpec {
-        capacity: source.capacity,
-        access_modes: source.access_modes,
-        storage_class_name: source.storage_class_name,
-        volume_mode: source.volume_mode,
-        claim_ref: Some(claim_ref),
-        persistent_volume_reclaim_policy: Some("Retain".into()),
-        csi: Some(CSIPersistentVolumeSource {
-            driver: TENANT_VOLUME_DRIVER.into(),
-            volume_handle: pv.name_any(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    PersistentVolume {
-        metadata: ObjectMeta {
-            name: pv.metadata.name.clone(),
-            labels: Some(std::collections::BTreeMap::from([(
-                LABEL_SYNCED_FROM_SUPER.to_owned(),
-                "true".to_owned(),
-            )])),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A volume with every kind of detail a tenant must not see: the copy keeps none of it.
-    #[test]
-    fn a_tenant_volume_carries_no_storage_details() {
-        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "pv-1", "labels": {"topology.example.com/rack": "r7"},
-                "annotations": {"pv.kubernetes.io/provisioned-by": "nfs.example.com"}},
-            "spec": {
-                "capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany"],
-                "storageClassName": "shared", "volumeMode": "Filesystem",
-                "persistentVolumeReclaimPolicy": "Delete", "mountOptions": ["nfsvers=4.1"],
-                "csi": {"driver": "nfs.csi.k8s.io", "volumeHandle": "10.1.2.3#/exports/team-a",
-                    "volumeAttributes": {"server": "10.1.2.3", "share": "/exports/team-a"},
-                    "nodePublishSecretRef": {"name": "nfs-creds", "namespace": "storage"}},
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": "topology.example.com/rack", "operator": "In", "values": ["r7"]}]}]}},
-                "claimRef": {"namespace": "super-ns", "name": "data", "uid": "super-uid"}
-            }
-        }))
-        .expect("pv");
-        let claim = ObjectReference {
-            namespace: Some("shop".into()),
-            name: Some("data".into()),
-            uid: Some("tenant-uid".into()),
-            ..Default::default()
-        };
-        let copy = tenant_volume(&pv, claim.clone());
-        let spec = copy.spec.as_ref().expect("spec");
-        assert_eq!(spec.capacity, pv.spec.as_ref().and_then(|s| s.capacity.clone()));
-        assert_eq!(spec.access_modes, Some(vec!["ReadWriteMany".to_owned()]));
-        assert_eq!(spec.storage_class_name.as_deref(), Some("shared"));
-        assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
-        assert_eq!(spec.claim_ref.as_ref(), Some(&claim));
-        assert_eq!(spec.persistent_volume_reclaim_policy.as_deref(), Some("Retain"));
-        let json = serde_json::to_string(&copy).expect("json");
-        for detail in ["10.1.2.3", "exports", "nfs", "rack", "super-ns", "super-uid"] {
-            assert!(!json.contains(detail), "{detail} reached the tenant: {json}");
-        }
-        let csi = spec.csi.as_ref().expect("placeholder source");
-        assert_eq!(
-            (csi.driver.as_str(), csi.volume_handle.as_str()),
-            (TENANT_VOLUME_DRIVER, "pv-1")
-        );
-    }
 }

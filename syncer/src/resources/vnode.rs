@@ -19,15 +19,22 @@ use k8s_openapi::api::core::v1::{
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::reflector::ObjectRef,
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
-use super::{Outcome, pod::policy};
+use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
 use crate::{
     config::{VNodeAddresses, VNodeMode},
     context::Context,
     error::{Error, Result, on_super, on_tenant},
-    tenant::Tenant,
+    findings::{Findings, found},
+    items::{Item, Kind, UpItem, kinds},
+    stores::trim,
+    super_stores::{SuperCache, SuperWatch},
+    tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 fn params() -> PatchParams {
@@ -233,7 +240,7 @@ async fn sync_taints(ctx: &Context, tenant: &Tenant, vnode: &Node, super_node: &
 
 /// Makes sure the tenant has a vNode for `node` before a pod is bound to it; returns the writes made.
 pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
-    if tenant.stores.vnodes.get(&ObjectRef::new(node)).is_some() {
+    if tenant.stores.nodes.get(&ObjectRef::new(node)).is_some() {
         return Ok(0);
     }
     let super_node = ctx
@@ -270,7 +277,7 @@ fn has_pods(tenant: &Tenant, node: &str) -> bool {
 pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
     let super_node = ctx.supers.nodes.get(&ObjectRef::new(name));
     let wanted = super_node.as_ref().is_some_and(|node| wanted(ctx, tenant, node));
-    let Some(vnode) = tenant.stores.vnodes.get(&ObjectRef::new(name)) else {
+    let Some(vnode) = tenant.stores.nodes.get(&ObjectRef::new(name)) else {
         tenant
             .vnode_idle_since
             .lock()
@@ -357,18 +364,103 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
     if let Some(idle) = idle_for {
         // Look again when the grace period ends.
         let remaining = ctx.config.vnode_grace.saturating_sub(idle);
-        ctx.queues.up.add_after(
-            &tenant.id,
-            crate::items::UpItem::Node {
-                name: name.to_owned(),
-            },
-            remaining,
-        );
+        ctx.queues
+            .up
+            .add_after(&tenant.id, UpItem::cluster(Kind::Node, name), remaining);
     }
     Ok(match writes {
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
     })
+}
+
+impl TenantCache for kinds::Node {
+    type Cache = Store<Node>;
+
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
+        tenant.up(Self::KIND, &format!("{LABEL_VIRTUAL_NODE}=true"))
+    }
+}
+
+impl SuperCache for kinds::Node {
+    type Cache = Store<Node>;
+
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
+        let (queue, tenants) = (supers.queues.up.clone(), supers.tenants.clone());
+        // Outside `pods` mode every tenant may see every node: each looks at every node's changes.
+        let every_tenant = *supers.vnode_mode != VNodeMode::Pods;
+        supers.watch_with(watcher::Config::default(), trim_node, move |node: &Node, _| {
+            let name = node.name_any();
+            for tenant in tenants.all() {
+                let has_vnode = tenant.stores.nodes.get(&ObjectRef::new(&name)).is_some();
+                if has_vnode || every_tenant {
+                    queue.add(&tenant.id, UpItem::cluster(Kind::Node, &name));
+                }
+            }
+        })
+    }
+}
+
+impl SyncedKind for kinds::Node {
+    async fn sync_up(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
+        sync(ctx, tenant, &item.name).await
+    }
+
+    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+        patrol(ctx, tenant)
+    }
+}
+
+/// Nodes report images and volumes in use, which vNodes do not need and which dominate a node's size.
+fn trim_node(node: &mut Node) {
+    trim(node);
+    if let Some(status) = &mut node.status {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
+/// Queues the vNodes a tenant should no longer have, and the nodes it should see but does not.
+fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+    let mut findings = Findings::default();
+    let used: std::collections::HashSet<String> = tenant
+        .stores
+        .pods
+        .state()
+        .iter()
+        .filter_map(|p| p.spec.node_name.clone())
+        .collect();
+    for vnode in tenant.stores.nodes.state() {
+        let name = vnode.name_any();
+        let super_node = ctx
+            .supers
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(&name));
+        let wanted = super_node
+            .as_ref()
+            .is_some_and(|node| wanted(ctx, tenant, node));
+        if super_node.is_none() || (!used.contains(&name) && !wanted) {
+            findings.stale_vnodes += 1;
+            found(ctx, "node", "stale-vnode");
+            ctx.queues.up.add(&tenant.id, UpItem::cluster(Kind::Node, &name));
+        }
+    }
+    // Nodes the tenant should see but does not (outside `pods` mode).
+    for node in ctx.supers.nodes.state() {
+        let name = node.name_any();
+        let missing = tenant
+            .stores
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(&name))
+            .is_none();
+        if missing && wanted(ctx, tenant, &node) {
+            findings.stale_vnodes += 1;
+            found(ctx, "node", "missing-vnode");
+            ctx.queues.up.add(&tenant.id, UpItem::cluster(Kind::Node, &name));
+        }
+    }
+    findings
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crds::{PodPolicy, wellknown::ANNOTATION_DISABLE_DNS_MUTATION};
+use crds::{
+    PodPolicy,
+    wellknown::{ANNOTATION_DISABLE_DNS_MUTATION, ROOT_CA_CONFIG_MAP},
+};
 use k8s_openapi::{
     api::core::v1::{
         Affinity, Container, EnvVar, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
@@ -232,7 +235,7 @@ fn rewrite_volume(volume: &mut Volume, secret: &str, tokens: &mut Vec<TokenNeed>
         projected.sources = Some(sources);
     }
     if let Some(config_map) = &volume.config_map
-        && config_map.name == super::super::kinds::ROOT_CA_CONFIG_MAP
+        && config_map.name == ROOT_CA_CONFIG_MAP
     {
         let items = config_map.items.clone().map(ca_items);
         volume.secret = Some(SecretVolumeSource {
@@ -347,7 +350,7 @@ fn rewrite_projection(
         )];
     }
     if let Some(config_map) = &source.config_map
-        && config_map.name == super::super::kinds::ROOT_CA_CONFIG_MAP
+        && config_map.name == ROOT_CA_CONFIG_MAP
     {
         *needs = true;
         let items = config_map.items.clone().map(ca_items).unwrap_or_else(|| {

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crds::wellknown::{ANNOTATION_TOKEN_FOR_POD, LABEL_POD_TOKEN, ROOT_CA_CONFIG_MAP};
 use k8s_openapi::{
     ByteString,
     api::{
@@ -28,10 +29,6 @@ use crate::{
     tenant::Tenant,
 };
 
-/// Label on token Secrets: they are cached apart, metadata only.
-pub const LABEL_POD_TOKEN: &str = "tenancy.x-k8s.io/pod-token";
-/// Annotation on a token Secret: the pod it serves.
-pub const ANNOTATION_TOKEN_FOR_POD: &str = "tenancy.x-k8s.io/token-for-pod";
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).
 pub const ANNOTATION_TOKEN_EXPIRES: &str = "tenancy.x-k8s.io/token-expires";
 /// Annotation on a token Secret: when its tokens were issued (unix seconds).
@@ -53,14 +50,6 @@ pub fn secret_name(pod: &str) -> String {
     }
     let digest = hex::encode(Sha256::digest(pod.as_bytes()));
     format!("{}.{}.vc-token", &pod[..200], &digest[..10])
-}
-
-/// The pod a token Secret serves.
-pub fn pod_of_token_secret(meta: &ObjectMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(ANNOTATION_TOKEN_FOR_POD)
-        .map(String::as_str)
 }
 
 /// The tokens a super pod needs, from its annotation; `None` when it needs no token Secret.
@@ -193,7 +182,7 @@ pub fn tenant_ca(tenant: &Tenant, namespace: &str) -> Option<String> {
     tenant
         .stores
         .config_maps
-        .get(&ObjectRef::new(super::super::kinds::ROOT_CA_CONFIG_MAP).within(namespace))
+        .get(&ObjectRef::new(ROOT_CA_CONFIG_MAP).within(namespace))
         .and_then(|cm| cm.data.as_ref()?.get(KEY_CA).cloned())
         .or_else(|| tenant.ca_pem.clone())
 }

@@ -1,0 +1,883 @@
+//! Tenant pods synced down: creation with admission (policy, quota), updates of the mutable fields, tokens,
+//! and deletion in both directions.
+
+use std::time::Duration;
+
+use k8s_openapi::{
+    api::core::v1::{Pod, PodCondition, PodStatus, Secret},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, GetParams, Patch, PatchParams, Preconditions},
+    runtime::reflector::ObjectRef,
+};
+
+use super::{
+    convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
+    token,
+};
+use crate::{
+    cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
+    context::Context,
+    error::{Result, on_super, on_tenant},
+    events, identity,
+    items::{DownItem, Kind},
+    quota::REASON_QUOTA_EXCEEDED,
+    resources::{
+        namespace,
+        outcome::Outcome,
+        public,
+        write::{apply, delete},
+    },
+    tenant::Tenant,
+};
+
+/// Reason of the event on a tenant pod the pod policy refuses.
+pub const REASON_POLICY_VIOLATION: &str = "PodPolicyViolation";
+
+/// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
+pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";
+
+/// The container resources a quota limits, for messages.
+fn limited_dimensions(quota: Option<&crds::TenantQuota>) -> String {
+    let Some(quota) = quota else {
+        return String::new();
+    };
+    [
+        (quota.requests_cpu.is_some(), "requests.cpu"),
+        (quota.requests_memory.is_some(), "requests.memory"),
+        (quota.limits_cpu.is_some(), "limits.cpu"),
+        (quota.limits_memory.is_some(), "limits.memory"),
+    ]
+    .into_iter()
+    .filter(|(set, _)| *set)
+    .map(|(_, name)| name)
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// Whether a tenant pod was placed by the syncer (bound after its super pod was scheduled), as opposed to
+/// a pod the tenant created with a node name.
+fn was_scheduled(pod: &TenantPod) -> bool {
+    let status = &pod.status;
+    status.pod_ip.is_some()
+        || status.phase.as_deref().is_some_and(|p| p != "Pending")
+        || status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+}
+
+/// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
+/// with a reason while it cannot be read.
+async fn tenant_dns_ip(ctx: &Context, service: &crate::config::TenantDnsService) -> Result<String, String> {
+    let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
+    if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+        && fresh(at)
+    {
+        return Ok(ip.clone());
+    }
+    let (namespace, name) = (&service.namespace, &service.name);
+    let found = Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.super_client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading the tenant DNS Service {namespace}/{name}: {e}"))?;
+    let ip = found
+        .and_then(|s| s.spec?.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| format!("waiting for the tenant DNS Service {namespace}/{name} and its cluster IP"))?;
+    *service.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some((ip.clone(), std::time::Instant::now()));
+    Ok(ip)
+}
+
+/// Where the tenant's DNS and apiserver are, from the synced Services (the DNS is `tenant_dns` when the
+/// syncer names a tenant DNS Service); `Err` with a reason while a Service the tenant has is not yet in the
+/// super cluster.
+fn tenant_endpoints(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_dns: Option<String>,
+) -> Result<TenantEndpoints, String> {
+    let lookup = |namespace: &str, name: &str| -> Result<Option<(String, i32)>, String> {
+        if tenant
+            .stores
+            .services
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let super_namespace = tenant.identity.super_namespace(namespace);
+        let service = ctx
+            .supers
+            .services
+            .get(&ObjectRef::new(name).within(&super_namespace))
+            .filter(|s| identity::belongs_to(s.meta(), &tenant.identity.cluster_key));
+        let spec = service.as_ref().and_then(|s| s.spec.as_ref());
+        match spec
+            .and_then(|s| s.cluster_ip.clone())
+            .filter(|ip| !ip.is_empty() && ip != "None")
+        {
+            Some(ip) => Ok(Some((
+                ip,
+                spec.and_then(|s| s.ports.as_ref()?.first().map(|p| p.port))
+                    .unwrap_or(443),
+            ))),
+            None => Err(format!(
+                "waiting for the tenant's {namespace}/{name} Service to reach the super cluster"
+            )),
+        }
+    };
+    let dns_ip = match tenant_dns {
+        Some(ip) => Some(ip),
+        None => lookup("kube-system", "kube-dns")?.map(|(ip, _)| ip),
+    };
+    Ok(TenantEndpoints {
+        dns_ip,
+        apiserver: lookup("default", "kubernetes")?,
+    })
+}
+
+fn convert(
+    ctx: &Context,
+    tenant: &Tenant,
+    pod: &Pod,
+    endpoints: &TenantEndpoints,
+) -> Result<Converted, Refusal> {
+    let settings = tenant.settings();
+    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let namespace = pod.namespace().unwrap_or_default();
+    let super_namespace = tenant.identity.super_namespace(&namespace);
+    let token_secret = token::secret_name(&pod.name_any());
+    let published_priority_class = |name: &str| {
+        ctx.supers
+            .priority_classes
+            .get(&ObjectRef::new(name))
+            .is_some_and(|class| public::is_published(class.meta()))
+    };
+    let cx = PodConversion {
+        identity: &tenant.identity,
+        opaque_prefixes: &opaque,
+        super_namespace: &super_namespace,
+        cluster_domain: &settings.cluster_domain,
+        runtime_class_name: settings.runtime_class_name.as_deref(),
+        pod_policy: &settings.pod_policy,
+        platform_policy: &ctx.config.pod_policy,
+        published_priority_class: &published_priority_class,
+        endpoints,
+        ndots: ctx.config.dns_ndots,
+        upstream_nameservers: &ctx.config.pod_upstream_nameservers,
+        token_secret: &token_secret,
+    };
+    convert::to_super(pod, &cx)
+}
+
+/// The super metadata a tenant pod calls for, and the sync hash over everything of a pod that may change
+/// after creation (labels, annotations, images, deadline): the rest of a pod is fixed when it is created.
+fn desired_state(
+    ctx: &Context,
+    tenant: &Tenant,
+    metadata: &ObjectMeta,
+    spec: &CachedPodSpec,
+) -> (ObjectMeta, String) {
+    let settings = tenant.settings();
+    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let super_namespace = tenant
+        .identity
+        .super_namespace(metadata.namespace.as_deref().unwrap_or_default());
+    let meta = identity::super_metadata(metadata, &tenant.identity, &opaque, Some(super_namespace), true);
+    let hash = identity::sync_hash(&(&meta.labels, &meta.annotations, convert::mutable_view(spec)));
+    (meta, hash)
+}
+
+fn with_annotation(mut meta: ObjectMeta, key: &str, value: String) -> ObjectMeta {
+    meta.annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.to_owned(), value);
+    meta
+}
+
+/// Syncs one tenant pod down.
+pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {
+    let super_namespace = tenant.identity.super_namespace(&item.namespace);
+    let tenant_pod = tenant
+        .stores
+        .pods
+        .get(&ObjectRef::new(&item.name).within(&item.namespace));
+    let super_pod = ctx
+        .supers
+        .pods
+        .get(&ObjectRef::new(&item.name).within(&super_namespace));
+    let api: Api<Pod> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
+
+    // A super namespace serves one tenant namespace: nothing of another is read, written or deleted there.
+    if let Some(taken) = namespace::taken(ctx, tenant, &item.namespace) {
+        return Ok(taken);
+    }
+    if let Some(existing) = &super_pod
+        && (!identity::belongs_to(existing.meta(), &tenant.identity.cluster_key)
+            || identity::tenant_namespace(existing.meta()) != Some(item.namespace.as_str()))
+    {
+        return Ok(Outcome::Waiting {
+            reason: "the super pod belongs to someone else".into(),
+            retry_after: None,
+        });
+    }
+    let Some(tenant_pod) = tenant_pod else {
+        ctx.quota.stop_waiting(&tenant.id, &item.namespace, &item.name);
+        return match super_pod {
+            Some(existing) => {
+                delete(ctx, &api, &item.name, existing.uid(), None).await?;
+                Ok(Outcome::Deleted)
+            }
+            None => Ok(Outcome::InSync),
+        };
+    };
+    if let Some(existing) = &super_pod
+        && identity::tenant_uid(existing.meta()) != tenant_pod.uid().as_deref()
+    {
+        // A new tenant pod of the same name: the old super pod goes first.
+        delete(ctx, &api, &item.name, existing.uid(), None).await?;
+        return Ok(Outcome::Deleted);
+    }
+    if tenant_pod.meta().deletion_timestamp.is_some() {
+        ctx.quota.stop_waiting(&tenant.id, &item.namespace, &item.name);
+        return terminate(ctx, tenant, &tenant_pod, super_pod.as_deref(), &api).await;
+    }
+    match super_pod {
+        None if was_scheduled(&tenant_pod) => replace_lost(ctx, tenant, &tenant_pod).await,
+        None => create(ctx, tenant, &tenant_pod, &api).await,
+        Some(existing) => update(ctx, tenant, &tenant_pod, &existing, &api).await,
+    }
+}
+
+/// The tenant deletes its pod: the super pod goes with the same grace period; once it is gone, the tenant
+/// pod's deletion is completed (what a kubelet does on a real node).
+async fn terminate(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    super_pod: Option<&SuperPod>,
+    api: &Api<Pod>,
+) -> Result<Outcome> {
+    match super_pod {
+        Some(existing) if existing.meta().deletion_timestamp.is_none() => {
+            let grace = tenant_pod
+                .metadata
+                .deletion_grace_period_seconds
+                .and_then(|g| u32::try_from(g).ok());
+            delete(ctx, api, &tenant_pod.name_any(), existing.uid(), grace).await?;
+            Ok(Outcome::Deleted)
+        }
+        Some(_) => Ok(Outcome::Waiting {
+            reason: "the super pod is terminating".into(),
+            retry_after: None,
+        }),
+        None => {
+            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
+            Ok(Outcome::InSync)
+        }
+    }
+}
+
+/// Completes a tenant pod's deletion.
+pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &ObjectMeta) -> Result<()> {
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: meta.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    ctx.metrics.tenant_write("pod", "delete");
+    match api.delete(&name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(on_tenant(
+            &tenant.identity.cluster_key,
+            format!("completing deletion of pod {namespace}/{name}"),
+        )(e)),
+    }
+}
+
+/// The super pod of a scheduled tenant pod disappeared behind the syncer's back: the tenant pod is deleted
+/// so that its controller replaces it, as when a node is lost.
+async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod) -> Result<Outcome> {
+    events::warn(
+        tenant,
+        &tenant_pod.object_ref(&()),
+        "SuperPodLost",
+        "the pod's copy in the super cluster was deleted after it was scheduled; deleting the pod so its controller replaces it",
+    )
+    .await;
+    finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
+    Ok(Outcome::Waiting {
+        reason: "super pod lost; tenant pod deleted".into(),
+        retry_after: None,
+    })
+}
+
+async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
+    let namespace = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    // A pod waiting for quota is queued again whenever room may have appeared (a pod ended, the quota
+    // changed, the patrol): while it still does not fit, the cache says so without reading the pod.
+    if ctx.quota.is_waiting(&tenant.id, &namespace, &name) {
+        let usage = crate::quota::pod_usage(&cached.spec);
+        let settings = tenant.settings();
+        if let Err(exceeded) = ctx
+            .quota
+            .check(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
+        {
+            hold_for_quota(ctx, tenant, cached, &exceeded.to_string()).await;
+            return Ok(Outcome::Waiting {
+                reason: exceeded.to_string(),
+                retry_after: None,
+            });
+        }
+    }
+    let tenant_dns = match &ctx.config.tenant_dns {
+        None => None,
+        Some(service) => match tenant_dns_ip(ctx, service).await {
+            Ok(ip) => Some(ip),
+            Err(reason) => {
+                return Ok(Outcome::Waiting {
+                    reason,
+                    retry_after: Some(Duration::from_secs(1)),
+                });
+            }
+        },
+    };
+    let endpoints = match tenant_endpoints(ctx, tenant, tenant_dns) {
+        Ok(endpoints) => endpoints,
+        Err(reason) => {
+            return Ok(Outcome::Waiting {
+                reason,
+                retry_after: Some(Duration::from_secs(1)),
+            });
+        }
+    };
+    // The cache keeps little of a pod; the whole pod is read (from the apiserver's watch cache) to copy it.
+    let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
+    let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
+    let tenant_pod = match tenant_api.get_with(&name, &at).await {
+        Ok(pod) => pod,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
+        Err(e) => {
+            return Err(on_tenant(
+                &tenant.identity.cluster_key,
+                format!("reading pod {namespace}/{name}"),
+            )(e));
+        }
+    };
+    let converted = match convert(ctx, tenant, &tenant_pod, &endpoints) {
+        Ok(converted) => converted,
+        Err(refusal) => {
+            let reason = match refusal {
+                Refusal::NodeNameSet(_) => "NotSupported",
+                Refusal::Policy(_) => REASON_POLICY_VIOLATION,
+            };
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{refusal}");
+            ctx.metrics.refused("pod", reason);
+            events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
+            return Ok(Outcome::Waiting {
+                reason: refusal.to_string(),
+                retry_after: None,
+            });
+        }
+    };
+    let settings = tenant.settings();
+    // A container that leaves out a resource the quota limits would not count against it.
+    let unstated = crate::quota::unstated_resources(settings.quota.as_ref(), &tenant_pod);
+    if !unstated.is_empty() {
+        let message = format!(
+            "the VirtualCluster's quota limits {}, so every container must state it; missing: {}; the pod is not synced",
+            limited_dimensions(settings.quota.as_ref()),
+            unstated.join(", ")
+        );
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
+        ctx.metrics.refused("pod", REASON_RESOURCES_REQUIRED);
+        events::warn(
+            tenant,
+            &cached.object_ref(&()),
+            REASON_RESOURCES_REQUIRED,
+            &message,
+        )
+        .await;
+        return Ok(Outcome::Waiting {
+            reason: message,
+            retry_after: None,
+        });
+    }
+    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
+    if let Err(exceeded) = ctx
+        .quota
+        .admit(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
+    {
+        hold_for_quota(ctx, tenant, cached, &exceeded.to_string()).await;
+        return Ok(Outcome::Waiting {
+            reason: exceeded.to_string(),
+            retry_after: None,
+        });
+    }
+    match create_admitted(ctx, tenant, &tenant_pod, converted, api).await {
+        // Not created (its namespace is not there yet, or refused): the reservation goes.
+        Ok(outcome @ Outcome::Waiting { .. }) => {
+            ctx.quota.release(&tenant.id, &namespace, &name);
+            Ok(outcome)
+        }
+        Ok(outcome) => Ok(outcome),
+        Err(error) => {
+            ctx.quota.release(&tenant.id, &namespace, &name);
+            Err(error)
+        }
+    }
+}
+
+async fn create_admitted(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &Pod,
+    converted: Converted,
+    api: &Api<Pod>,
+) -> Result<Outcome> {
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let mut writes = match namespace::ensure(ctx, tenant, &namespace).await? {
+        Ok(writes) => writes,
+        Err(outcome) => return Ok(outcome),
+    };
+    let subject = token::Subject {
+        namespace: &namespace,
+        name: tenant_pod.metadata.name.as_deref().unwrap_or_default(),
+        uid: tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
+        service_account: tenant_pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref()),
+    };
+    // Tokens before the pod: if the tenant cannot issue them, the pod is not created yet.
+    let minted = match converted.needs_secret {
+        true => Some(token::mint(tenant, &subject, &converted.tokens, ctx.config.token_ttl_seconds).await?),
+        false => None,
+    };
+    let (_, hash) = desired_state(
+        ctx,
+        tenant,
+        &tenant_pod.metadata,
+        &convert::cached_spec(tenant_pod),
+    );
+    let mut pod = converted.pod;
+    pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
+    if converted.needs_secret {
+        pod.metadata = with_annotation(
+            pod.metadata,
+            token::ANNOTATION_POD_TOKENS,
+            token::needs_annotation(&converted.tokens),
+        );
+    }
+    let created = match apply(ctx, api, pod, None).await {
+        Ok(created) => created,
+        // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
+        Err(error)
+            if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
+        {
+            let message = format!(
+                "the super cluster's Pod Security admission refused the pod ({}); the pod is not synced",
+                error.status_message().unwrap_or_default()
+            );
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
+            ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+            events::warn(
+                tenant,
+                &tenant_pod.object_ref(&()),
+                REASON_POLICY_VIOLATION,
+                &message,
+            )
+            .await;
+            return Ok(Outcome::Waiting {
+                reason: message,
+                retry_after: None,
+            });
+        }
+        Err(error) => return Err(error),
+    };
+    writes += 1;
+    if let Some(minted) = minted {
+        write_token_secret(
+            ctx,
+            tenant,
+            &subject,
+            &created.namespace().unwrap_or_default(),
+            &created.uid().unwrap_or_default(),
+            minted,
+        )
+        .await?;
+        writes += 1;
+    }
+    Ok(Outcome::Created { writes })
+}
+
+async fn write_token_secret(
+    ctx: &Context,
+    tenant: &Tenant,
+    subject: &token::Subject<'_>,
+    super_namespace: &str,
+    super_pod_uid: &str,
+    minted: token::Minted,
+) -> Result<()> {
+    let now = token::now();
+    let has_tokens = !minted.tokens.is_empty();
+    let ca = token::tenant_ca(tenant, subject.namespace);
+    let secret = token::secret(
+        &tenant.identity,
+        subject,
+        super_namespace,
+        super_pod_uid,
+        ca,
+        minted,
+        now,
+    );
+    let refresh = token::refresh_at(&secret.metadata);
+    let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), super_namespace);
+    apply(ctx, &api, secret, None).await?;
+    if let (true, Some(at)) = (has_tokens, refresh) {
+        schedule_refresh(ctx, tenant, subject.namespace, subject.name, at);
+    }
+    Ok(())
+}
+
+fn schedule_refresh(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str, at: i64) {
+    let delay = Duration::from_secs(u64::try_from(at - token::now()).unwrap_or(0));
+    ctx.queues
+        .down
+        .add_after(&tenant.id, DownItem::new(Kind::Pod, namespace, name), delay);
+}
+
+/// Tells the tenant why its pod waits: an event and a PodScheduled=False condition.
+async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, message: &str) {
+    let already =
+        tenant_pod.status.conditions.iter().any(|c| {
+            c.reason.as_deref() == Some(REASON_QUOTA_EXCEEDED) && c.message.as_deref() == Some(message)
+        });
+    if already {
+        return;
+    }
+    events::warn(
+        tenant,
+        &tenant_pod.object_ref(&()),
+        REASON_QUOTA_EXCEEDED,
+        message,
+    )
+    .await;
+    let status = Pod {
+        metadata: ObjectMeta {
+            name: Some(tenant_pod.name_any()),
+            ..Default::default()
+        },
+        status: Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: POD_SCHEDULED.into(),
+                status: "False".into(),
+                reason: Some(REASON_QUOTA_EXCEEDED.into()),
+                message: Some(message.to_owned()),
+                last_transition_time: Some(Time(Timestamp::now())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &tenant_pod.namespace().unwrap_or_default());
+    ctx.metrics.tenant_write("pod", "status");
+    let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
+    if let Err(error) = api
+        .patch_status(&tenant_pod.name_any(), &params, &Patch::Apply(&status))
+        .await
+    {
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %tenant_pod.name_any(), %error, "setting the quota condition");
+    }
+}
+
+async fn update(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    api: &Api<Pod>,
+) -> Result<Outcome> {
+    let mut writes = 0;
+    let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata, &tenant_pod.spec);
+    let in_sync = identity::recorded_hash(super_pod.meta()) == Some(hash.as_str())
+        && identity::metadata_covers(&desired_meta, super_pod.meta())
+        && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec);
+    if !in_sync {
+        // The whole super pod is applied back with the tenant's changes, which keeps the syncer's ownership
+        // of every field it set at creation; read it as it is now.
+        let at = GetParams::at(super_pod.meta().resource_version.as_deref().unwrap_or("0"));
+        let full = api
+            .get_with(&super_pod.name_any(), &at)
+            .await
+            .map_err(on_super(format!(
+                "reading pod {}/{}",
+                super_pod.namespace().unwrap_or_default(),
+                super_pod.name_any()
+            )))?;
+        let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
+        if let Some(tokens) = super_pod.annotations().get(token::ANNOTATION_POD_TOKENS) {
+            meta = with_annotation(meta, token::ANNOTATION_POD_TOKENS, tokens.clone());
+        }
+        apply(
+            ctx,
+            api,
+            updated_pod(&full, meta, &tenant_pod.spec),
+            super_pod.uid(),
+        )
+        .await?;
+        writes += 1;
+    }
+    if let Some(needs) = token::needs_of(super_pod.meta()) {
+        writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
+    }
+    writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
+    Ok(match writes {
+        0 => Outcome::InSync,
+        writes => Outcome::Updated { writes },
+    })
+}
+
+/// The super pod as it is, with the tenant's metadata, images and deadline.
+fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec) -> Pod {
+    let mut spec = super_pod.spec.clone().unwrap_or_default();
+    let image_of = |containers: &[crate::cached::ContainerImage], name: &str| {
+        containers
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.clone())
+    };
+    for container in &mut spec.containers {
+        if let Some(image) = image_of(&tenant.containers, &container.name) {
+            container.image = Some(image);
+        }
+    }
+    for container in spec.init_containers.iter_mut().flatten() {
+        if let Some(image) = image_of(&tenant.init_containers, &container.name) {
+            container.image = Some(image);
+        }
+    }
+    spec.active_deadline_seconds = tenant.active_deadline_seconds;
+    spec.node_name = None;
+    Pod {
+        metadata: ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            labels: metadata.labels,
+            annotations: metadata.annotations,
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+async fn refresh_token(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    needs: &[TokenNeed],
+) -> Result<u32> {
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let name = tenant_pod.name_any();
+    let super_namespace = super_pod.namespace().unwrap_or_default();
+    let existing = ctx
+        .supers
+        .tokens
+        .get(&ObjectRef::new(&token::secret_name(&name)).within(&super_namespace));
+    let tenant_uid = tenant_pod.uid().unwrap_or_default();
+    if !token::needs_refresh(
+        existing.as_ref().map(|s| s.meta()),
+        &tenant_uid,
+        needs,
+        token::now(),
+    ) {
+        if let Some(at) = existing.as_ref().and_then(|s| token::refresh_at(s.meta())) {
+            // Keep a wake-up scheduled across restarts.
+            schedule_refresh(ctx, tenant, &namespace, &name, at);
+        }
+        return Ok(0);
+    }
+    let subject = token::Subject {
+        namespace: &namespace,
+        name: &name,
+        uid: &tenant_uid,
+        service_account: tenant_pod.spec.service_account_name.as_deref(),
+    };
+    let minted = token::mint(tenant, &subject, needs, ctx.config.token_ttl_seconds).await?;
+    write_token_secret(
+        ctx,
+        tenant,
+        &subject,
+        &super_namespace,
+        &super_pod.uid().unwrap_or_default(),
+        minted,
+    )
+    .await?;
+    Ok(1)
+}
+
+/// Readiness-gate conditions set by tenant controllers go down to the super pod, whose readiness depends
+/// on them.
+async fn sync_readiness_gates(
+    ctx: &Context,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    api: &Api<Pod>,
+) -> Result<u32> {
+    let gates = &tenant_pod.spec.readiness_gates;
+    if gates.is_empty() {
+        return Ok(0);
+    }
+    let wanted: Vec<PodCondition> = tenant_pod
+        .status
+        .conditions
+        .iter()
+        .filter(|c| gates.contains(&c.type_))
+        .map(|c| PodCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            last_transition_time: Some(Time(Timestamp::now())),
+            ..Default::default()
+        })
+        .collect();
+    let have = super_pod
+        .parsed_status()
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    let differs = wanted
+        .iter()
+        .any(|w| !have.iter().any(|h| h.type_ == w.type_ && h.status == w.status));
+    if wanted.is_empty() || !differs {
+        return Ok(0);
+    }
+    let status = Pod {
+        metadata: ObjectMeta {
+            name: Some(super_pod.name_any()),
+            ..Default::default()
+        },
+        status: Some(PodStatus {
+            conditions: Some(wanted),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    ctx.metrics.super_write("pod", "apply");
+    api.patch_status(
+        &super_pod.name_any(),
+        &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .map_err(on_super(format!(
+        "setting readiness gates of pod {}",
+        super_pod.name_any()
+    )))?;
+    Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use crds::TenantQuota;
+    use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::api::resource::Quantity};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json, put},
+        quota::Usage,
+        settings::TenantSettings,
+    };
+
+    const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
+
+    fn pod_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "second", "namespace": "ns", "uid": "pod-uid", "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": REASON_QUOTA_EXCEEDED, "message": HELD}]}
+        })
+    }
+
+    fn quota(pods: &str) -> TenantSettings {
+        TenantSettings {
+            quota: Some(TenantQuota {
+                pods: Some(Quantity(pods.into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_pod_is_looked_at_from_the_cache_and_created_once_the_quota_is_raised() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, quota("1"));
+        let one = Usage {
+            pods: 1,
+            ..Default::default()
+        };
+        let limit = tenant.settings().quota.clone();
+        assert!(
+            ctx.quota
+                .admit(&tenant.id, limit.as_ref(), "ns", "first", one)
+                .is_ok()
+        );
+        let held = ctx
+            .quota
+            .admit(&tenant.id, limit.as_ref(), "ns", "second", one)
+            .expect_err("held");
+        assert_eq!(held.to_string(), HELD);
+        put(&mut caches.pods, from_json(pod_json()));
+        put(
+            &mut super_caches.namespaces,
+            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-ns", "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns"}}})),
+        );
+        let item = DownItem::new(Kind::Pod, "ns", "second");
+
+        // Queued again while it still does not fit: no read, no write (the tenant already shows why).
+        let outcome = sync(&ctx, &tenant, &item).await.expect("synced");
+        assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+        tenants.idle().await;
+
+        // The quota is raised: the pod is queued, read whole and created.
+        assert!(crate::attach::update_settings(&ctx, &tenant, quota("2")));
+        assert_eq!(testing::drain_down(&ctx).await, std::slice::from_ref(&item));
+        let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            tenants
+                .expect("GET", "/api/v1/namespaces/ns/pods/second?")
+                .await
+                .respond(200, &pod_json());
+            let created = supers
+                .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-ns/pods/second?")
+                .await;
+            created.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
+        assert!(!ctx.quota.is_waiting(&tenant.id, "ns", "second"));
+        assert_eq!(ctx.quota.used(&tenant.id).pods, 2);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+}

@@ -1,0 +1,290 @@
+//! Tenant pods synced up: binding to a vNode once the super pod is scheduled, status, and the completed
+//! deletion of a pod whose super pod is gone.
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{ObjectMeta, Patch, PostParams},
+    runtime::reflector::ObjectRef,
+};
+
+use super::down::finalize_tenant_pod;
+use crate::{
+    cached::{CachedCondition, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
+    context::Context,
+    error::{Result, on_tenant},
+    resources::{
+        outcome::Outcome,
+        upward::{matching_super, params, transparent},
+        vnode,
+    },
+    tenant::Tenant,
+};
+
+/// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
+/// manage (readiness gates) stay theirs.
+fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
+    PodStatus {
+        phase: super_status.phase,
+        message: super_status.message,
+        reason: super_status.reason,
+        host_ip: super_status.host_ip,
+        pod_ip: super_status.pod_ip,
+        pod_ips: super_status.pod_ips,
+        start_time: super_status.start_time,
+        conditions: super_status
+            .conditions
+            .map(|cs| cs.into_iter().filter(|c| !gates.contains(&c.type_)).collect()),
+        container_statuses: super_status.container_statuses,
+        init_container_statuses: super_status.init_container_statuses,
+        ephemeral_container_statuses: super_status.ephemeral_container_statuses,
+        ..Default::default()
+    }
+}
+
+/// Whether every field of `want` is already on the cached tenant status.
+fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
+    let conditions_present = want.conditions.iter().flatten().all(|w| {
+        have.conditions
+            .iter()
+            .any(|h| h.type_ == w.type_ && h.status == w.status && h.reason == w.reason)
+    });
+    want.phase == have.phase
+        && want.pod_ip == have.pod_ip
+        && want.host_ip == have.host_ip
+        && want.message == have.message
+        && want.reason == have.reason
+        && container_statuses_hash(want.container_statuses.as_deref().unwrap_or_default())
+            == have.container_statuses
+        && container_statuses_hash(want.init_container_statuses.as_deref().unwrap_or_default())
+            == have.init_container_statuses
+        && conditions_present
+}
+
+/// A tenant pod's status after its binding: the apiserver sets `PodScheduled=True` (no reason) itself, as
+/// for any bound pod, so a super status that says no more than that costs no status write of its own.
+fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
+    let mut status = before.clone();
+    status.conditions.retain(|c| c.type_ != POD_SCHEDULED);
+    status.conditions.push(CachedCondition {
+        type_: POD_SCHEDULED.to_owned(),
+        status: "True".to_owned(),
+        reason: None,
+        message: None,
+    });
+    status
+}
+
+/// Syncs one tenant pod up: binding to a vNode, status, completed deletion.
+pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
+    let Some(tenant_pod) = tenant.stores.pods.get(&ObjectRef::new(name).within(namespace)) else {
+        return Ok(Outcome::InSync);
+    };
+    let super_namespace = tenant.identity.super_namespace(namespace);
+    let super_pod = ctx
+        .supers
+        .pods
+        .get(&ObjectRef::new(name).within(&super_namespace));
+    let Some(super_pod) = matching_super(super_pod, tenant, tenant_pod.uid()) else {
+        if tenant_pod.meta().deletion_timestamp.is_some() {
+            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
+            return Ok(Outcome::Deleted);
+        }
+        return Ok(Outcome::InSync);
+    };
+    let mut writes = 0;
+    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), namespace);
+
+    let mut bound = false;
+    let tenant_node = &tenant_pod.spec.node_name;
+    let super_node = &super_pod.spec.node_name;
+    if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
+        writes += vnode::ensure(ctx, tenant, node).await?;
+        let binding = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": { "name": name, "uid": tenant_pod.uid() },
+            "target": { "apiVersion": "v1", "kind": "Node", "name": node },
+        });
+        ctx.metrics.tenant_write("pod", "bind");
+        match api
+            .create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+            .await
+        {
+            Ok(_) => {
+                writes += 1;
+                bound = true;
+            }
+            // Bound meanwhile (409) or gone (404): the next event shows the current state.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => {
+                return Err(on_tenant(
+                    &tenant.identity.cluster_key,
+                    format!("binding pod {namespace}/{name} to {node}"),
+                )(e));
+            }
+        }
+    }
+
+    if let Some(super_status) = super_pod.parsed_status() {
+        let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
+        let after_binding;
+        let have = if bound {
+            after_binding = bound_status(&tenant_pod.status);
+            &after_binding
+        } else {
+            &tenant_pod.status
+        };
+        if !status_matches(&want, have) {
+            let patch = Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                },
+                spec: None,
+                status: Some(want),
+            };
+            ctx.metrics.tenant_write("pod", "status");
+            match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
+                Ok(_) => writes += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(on_tenant(
+                        &tenant.identity.cluster_key,
+                        format!("updating status of pod {namespace}/{name}"),
+                    )(e));
+                }
+            }
+        }
+    }
+    writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;
+    Ok(match writes {
+        0 => Outcome::InSync,
+        writes => Outcome::Updated { writes },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        context::testing::{self, from_json, put},
+        settings::TenantSettings,
+    };
+
+    /// A tenant pod on no node yet and its super copy, bound to `node-1` (a vNode the tenant already has),
+    /// with `status`.
+    fn bound_below(
+        status: serde_json::Value,
+    ) -> (Context, Arc<Tenant>, testing::ApiServer, testing::ApiServer) {
+        let (super_client, supers) = testing::mock();
+        let (tenant_client, tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(
+            &mut caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+                "spec": {"containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Pending", "qosClass": "BestEffort"}
+            })),
+        );
+        put(
+            &mut super_caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                        "tenancy.x-k8s.io/namespace": "shop"}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": status
+            })),
+        );
+        put(
+            &mut caches.vnodes,
+            from_json(json!({"metadata": {"name": "node-1"}})),
+        );
+        (ctx, tenant, supers, tenants)
+    }
+
+    /// `pod`, failing instead of hanging when it makes a request the test does not answer.
+    async fn sync_pod(ctx: &Context, tenant: &Tenant) -> Result<Outcome> {
+        tokio::time::timeout(std::time::Duration::from_secs(5), pod(ctx, tenant, "shop", "web"))
+            .await
+            .expect("pod sync made a request the test did not expect")
+    }
+
+    const BINDING: &str = "/api/v1/namespaces/shop/pods/web/binding?";
+    const POD_STATUS: &str = "/api/v1/namespaces/shop/pods/web/status?&force=true&fieldManager=vc-syncer";
+
+    #[tokio::test]
+    async fn binding_alone_carries_a_scheduled_status() {
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-23T10:00:00Z"}]
+        }));
+        let (outcome, binding) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            let call = tenants.expect("POST", BINDING).await;
+            let body = call.body.clone();
+            call.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            body
+        });
+        // The binding sets PodScheduled=True in the tenant; a status apply on top would write nothing new.
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert_eq!(
+            binding["target"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "node-1"})
+        );
+        assert_eq!(binding["metadata"]["uid"], json!("pod-uid"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn binding_and_a_running_status_are_both_written() {
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Running", "hostIP": "192.168.0.7", "podIP": "10.244.1.9", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "image": "nginx", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-11-23T10:00:01Z"}}}]
+        }));
+        let (outcome, status) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            tenants.expect("PATCH", POD_STATUS).await.echo()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 2 });
+        assert_eq!(status["status"]["phase"], json!("Running"));
+        assert_eq!(status["status"]["podIP"], json!("10.244.1.9"));
+        assert_eq!(status["status"]["conditions"][1]["type"], json!("Ready"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_pod_bound_meanwhile_gets_its_status_from_the_cache_comparison() {
+        // 409: someone bound it already; nothing is assumed about its status, which is written.
+        let (ctx, tenant, mut supers, mut tenants) = bound_below(json!({
+            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]
+        }));
+        let (outcome, _) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.fail(
+                409,
+                "Conflict",
+                "pod web is already assigned to node node-1",
+            );
+            tenants.expect("PATCH", POD_STATUS).await.echo()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        supers.idle().await;
+        tenants.idle().await;
+    }
+}

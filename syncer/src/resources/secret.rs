@@ -1,0 +1,92 @@
+//! Secrets: copied down, legacy service-account token Secrets as Opaque ones. Pods' token Secrets, which
+//! the syncer makes itself, are the pods' ([`super::pod::token`]).
+
+use crds::wellknown::{LABEL_POD_TOKEN, LABEL_VC_NAME};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::{reflector::Store, watcher};
+use serde_json::{Value, json};
+
+use super::{
+    copy::{self, Conversion, Downward},
+    outcome::Outcome,
+    synced::SyncedKind,
+};
+use crate::{
+    context::Context,
+    error::Result,
+    findings::Findings,
+    items::{Item, Kind, kinds},
+    super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key},
+    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+};
+
+/// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
+/// controller would otherwise rewrite them).
+const SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+
+impl Downward for Secret {
+    const KIND: Kind = Kind::Secret;
+
+    fn tenant_store(stores: &TenantStores) -> Option<&Store<Self>> {
+        Some(&stores.secrets)
+    }
+
+    fn super_store(stores: &SuperStores) -> Option<&Store<Self>> {
+        Some(&stores.secrets)
+    }
+
+    fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
+        let type_ = match tenant.type_.as_deref() {
+            Some(SERVICE_ACCOUNT_TOKEN) => Some("Opaque".to_owned()),
+            other => other.map(str::to_owned),
+        };
+        Ok(Some(Secret {
+            metadata: cx.metadata(&tenant.metadata),
+            data: tenant.data.clone(),
+            string_data: None,
+            immutable: tenant.immutable,
+            type_,
+        }))
+    }
+
+    fn view(object: &Self) -> Value {
+        json!({
+            "data": object.data,
+            "type": object.type_.as_deref().unwrap_or("Opaque"),
+            "immutable": object.immutable.unwrap_or(false),
+        })
+    }
+}
+
+impl TenantCache for kinds::Secret {
+    type Cache = Store<Secret>;
+
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
+        tenant.down(Self::KIND)
+    }
+}
+
+impl SuperCache for kinds::Secret {
+    type Cache = Store<Secret>;
+
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
+        // Pod token Secrets are watched apart (see `SuperStores::tokens`), metadata only.
+        let selector = format!("{LABEL_VC_NAME},!{LABEL_POD_TOKEN}");
+        let queue = supers.queues.down.clone();
+        supers.watch(watcher::Config::default().labels(&selector), move |secret: &Secret| {
+            if let Some((tenant, namespace, name)) = tenant_key(secret) {
+                queue.add(&tenant, Item::new(Kind::Secret, &namespace, &name));
+            }
+        })
+    }
+}
+
+impl SyncedKind for kinds::Secret {
+    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
+        copy::sync_down::<Secret>(ctx, tenant, item).await
+    }
+
+    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+        copy::patrol::<Secret>(ctx, tenant)
+    }
+}

@@ -1,0 +1,92 @@
+//! What the upward syncs of copied objects share: the super copy that matches a tenant object, and the
+//! labels and annotations under the tenant's transparent prefixes copied onto it.
+
+use std::collections::BTreeMap;
+
+use kube::{
+    Api, Resource,
+    api::{ObjectMeta, Patch, PatchParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::write::kind_label;
+use crate::{
+    context::Context,
+    error::{Result, on_tenant},
+    identity,
+    tenant::Tenant,
+};
+
+/// Force-applied under the syncer's field manager: the fields it writes into tenants are its own.
+pub fn params() -> PatchParams {
+    PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force()
+}
+
+/// The super copy of a tenant object, if it exists and was made from this very tenant object.
+pub fn matching_super<K: Resource + Clone>(
+    super_object: Option<std::sync::Arc<K>>,
+    tenant: &Tenant,
+    tenant_uid: Option<String>,
+) -> Option<std::sync::Arc<K>> {
+    super_object.filter(|s| {
+        identity::belongs_to(s.meta(), &tenant.identity.cluster_key)
+            && identity::tenant_uid(s.meta()) == tenant_uid.as_deref()
+    })
+}
+
+/// Applies `labels`/`annotations` under the transparent prefixes onto a tenant object, if missing.
+pub async fn transparent<K>(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_meta: &ObjectMeta,
+    super_meta: &ObjectMeta,
+) -> Result<u32>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Default,
+{
+    let prefixes = tenant.settings().transparent_prefixes.clone();
+    if prefixes.is_empty() {
+        return Ok(0);
+    }
+    let (labels, annotations) = identity::transparent_metadata(super_meta, &prefixes);
+    let present = |want: &BTreeMap<String, String>, have: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    if present(&labels, &tenant_meta.labels) && present(&annotations, &tenant_meta.annotations) {
+        return Ok(0);
+    }
+    let name = tenant_meta.name.clone().unwrap_or_default();
+    let mut patch = K::default();
+    *patch.meta_mut() = ObjectMeta {
+        name: Some(name.clone()),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
+    let api: Api<K> = Api::namespaced(
+        tenant.client.clone(),
+        tenant_meta.namespace.as_deref().unwrap_or_default(),
+    );
+    api.patch(
+        &name,
+        &PatchParams::apply(TRANSPARENT_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(on_tenant(
+        &tenant.identity.cluster_key,
+        format!("copying transparent metadata to {name}"),
+    ))?;
+    ctx.metrics.tenant_write(kind_label::<K>(), "apply");
+    Ok(1)
+}
+
+/// A manager of its own for copied-up metadata, so that applying it never drops what the syncer applies
+/// to the same object's status.
+const TRANSPARENT_MANAGER: &str = "vc-syncer-transparent";

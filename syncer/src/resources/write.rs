@@ -1,0 +1,207 @@
+//! Writes to the super cluster that every kind shares: server-side apply of built objects and of copies
+//! (withholding what another manager owns), the objects the syncer alone keeps, deletes with uid
+//! preconditions, and the metric label of a kind.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    context::Context,
+    error::{Error, Result, on_super},
+    events, identity,
+    items::Kind,
+    tenant::Tenant,
+};
+
+/// Server-side applies `desired`; with `uid`, only onto the object with that uid.
+/// Forced: for objects the syncer builds whole (pods, token Secrets, isolating NetworkPolicies); copies
+/// of tenant objects go through [`apply_copy`], which never forces labels and annotations.
+pub async fn apply<K>(ctx: &Context, api: &Api<K>, desired: K, uid: Option<String>) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    apply_with(ctx, api, desired, uid, true).await
+}
+
+async fn apply_with<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    mut desired: K,
+    uid: Option<String>,
+    force: bool,
+) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    desired.meta_mut().uid = uid;
+    let name = desired.name_any();
+    let resource = K::plural(&()).into_owned();
+    let mut params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER);
+    params.force = force;
+    let result = api
+        .patch(&name, &params, &Patch::Apply(&desired))
+        .await
+        .map_err(on_super(format!(
+            "applying {resource} {}/{name}",
+            desired.namespace().unwrap_or_default()
+        )));
+    ctx.metrics.super_write(kind_label::<K>(), "apply");
+    result
+}
+
+/// Reason of the event on a tenant object some of whose labels or annotations another field manager of
+/// the super cluster owns on its copy.
+pub const REASON_METADATA_WITHHELD: &str = "MetadataWithheld";
+
+/// Server-side applies the super copy of a tenant object without forcing first: labels and annotations
+/// the tenant chose that another field manager of the super cluster owns stay that manager's. They are
+/// withheld (left off, recorded in [`identity::ANNOTATION_WITHHELD`]) with a `MetadataWithheld` event on
+/// the tenant object, and the rest is applied. Every other field of the copy is the tenant's desired
+/// state, which the syncer repairs: a conflict there (someone edited the copy) is forced.
+pub async fn apply_copy<K>(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_object: Option<&ObjectReference>,
+    api: &Api<K>,
+    desired: K,
+    uid: Option<String>,
+) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let error = match apply_with(ctx, api, desired.clone(), uid.clone(), false).await {
+        Ok(applied) => return Ok(applied),
+        Err(error) => error,
+    };
+    let Some(conflicts) = error.apply_conflicts() else {
+        return Err(error);
+    };
+    let (withheld, repaired): (Vec<_>, Vec<_>) = conflicts
+        .iter()
+        .map(|(field, manager)| (identity::withholdable_key(field), field, manager))
+        .partition(|(key, _, _)| key.is_some());
+    let name = format!(
+        "{}/{}",
+        desired.namespace().unwrap_or_default(),
+        desired.name_any()
+    );
+    let mut rest = desired;
+    if !withheld.is_empty() {
+        let keys: Vec<String> = withheld.iter().filter_map(|(key, _, _)| key.clone()).collect();
+        let described: Vec<String> = withheld
+            .iter()
+            .map(|(_, field, manager)| format!("{field} ({manager})"))
+            .collect();
+        tracing::warn!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %K::kind(&()),
+            object = %name,
+            withheld = %keys.join(","),
+            conflicts = %described.join(", "),
+            "MetadataWithheld: labels or annotations another field manager owns are left as they are"
+        );
+        if let Some(reference) = tenant_object {
+            let message = format!(
+                "not copied to the super cluster, where another manager owns them: {}",
+                described.join(", ")
+            );
+            events::warn(tenant, reference, REASON_METADATA_WITHHELD, &message).await;
+        }
+        identity::withhold(rest.meta_mut(), &keys);
+    }
+    if !repaired.is_empty() {
+        tracing::info!(
+            tenant = %tenant.identity.vc_ref(),
+            kind = %K::kind(&()),
+            object = %name,
+            fields = %repaired.iter().map(|(_, f, m)| format!("{f} ({m})")).collect::<Vec<_>>().join(", "),
+            "taking back fields of a super copy that someone else changed"
+        );
+    }
+    apply_with(ctx, api, rest, uid, !repaired.is_empty()).await
+}
+
+/// An object the syncer alone keeps in a super namespace beside the copies (the isolating NetworkPolicy,
+/// vn-agent's RoleBinding), by its cached state.
+pub struct Kept<'a, K> {
+    /// Its name.
+    pub name: &'a str,
+    /// As the cache shows it.
+    pub existing: Option<std::sync::Arc<K>>,
+    /// As it should be; `None` when the flags say there is none.
+    pub desired: Option<K>,
+    /// Whether a cached object is the syncer's (and may be deleted when none is desired).
+    pub ours: fn(&K) -> bool,
+    /// Whether the cached object is the desired one.
+    pub in_sync: fn(&K, &K) -> bool,
+    /// Whether the cached object cannot become the desired one in place (it is deleted first).
+    pub replaced: fn(&K, &K) -> bool,
+}
+
+/// Brings a [`Kept`] object in line: applied with force when it differs (it is the syncer's alone, and
+/// whoever changed it is overruled), the syncer's deleted when none is desired. Returns the writes made.
+pub async fn keep<K>(ctx: &Context, api: &Api<K>, kept: Kept<'_, K>) -> Result<u32>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let Kept {
+        name,
+        existing,
+        desired,
+        ours,
+        in_sync,
+        replaced,
+    } = kept;
+    let Some(desired) = desired else {
+        return match existing {
+            Some(existing) if ours(&existing) => {
+                delete(ctx, api, name, existing.uid(), None).await?;
+                Ok(1)
+            }
+            _ => Ok(0),
+        };
+    };
+    if let Some(existing) = &existing {
+        if in_sync(&desired, existing) {
+            return Ok(0);
+        }
+        if replaced(&desired, existing) {
+            delete(ctx, api, name, existing.uid(), None).await?;
+        }
+    }
+    apply(ctx, api, desired, None).await?;
+    Ok(1)
+}
+
+/// Deletes a super object, only if it still has `uid`.
+pub async fn delete<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    grace: Option<u32>,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    ctx.metrics.super_write(kind_label::<K>(), "delete");
+    // Gone already, or replaced by another object (whose sync will follow): nothing to do.
+    vc_runtime::cleanup::delete_pinned(api, name, uid, grace)
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Super {
+            context: format!("deleting {} {name}", K::plural(&())),
+            source,
+        })
+}
+
+/// The metric label of a kind.
+pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
+    Kind::of_api_kind(&K::kind(&())).map_or("other", Kind::as_str)
+}
