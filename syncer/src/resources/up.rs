@@ -259,11 +259,13 @@ fn port_key(port: &ServicePort) -> (&str, i32, &str) {
 
 /// What `tenant` should carry of `super_service`.
 pub fn service_up(tenant: &Service, super_service: &Service) -> ServiceUp {
+    // An ExternalName Service has no cluster IP: its super stub's `None` is not one.
+    let external_name = tenant.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName");
     let super_ip = super_service
         .spec
         .as_ref()
         .and_then(|s| s.cluster_ip.clone())
-        .filter(|ip| !ip.is_empty());
+        .filter(|ip| !ip.is_empty() && !external_name);
     let mut node_ports = Vec::new();
     // Both must have node ports: while a type change has not reached the super Service, its ports are not
     // the tenant's to take (and a tenant Service without node ports refuses them).
