@@ -92,7 +92,7 @@ pub fn external_name_target(value: &str) -> Result<String, &'static str> {
         .next()
         .is_some_and(|top| top.bytes().all(|b| b.is_ascii_digit()))
     {
-        return Err("it is an IP address (or ends in a numeric label), not a host name");
+        return Err("it is an IP address (or ends in a numeric label)");
     }
     Ok(name)
 }

@@ -636,7 +636,9 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         let server = format!(
             "mkdir -p /www && echo hello-from-{tenant} > /www/index.html && exec httpd -f -p 8080 -h /www"
         );
+        // `first` resolves before anything else it does, racing vc-dns's watch of its own address.
         for (name, labels, script) in [
+            ("first", json!({"app": "first"}), FIRST_LOOKUP),
             ("web-1", json!({"app": "web"}), server.as_str()),
             ("client", json!({"app": "client"}), "exec sleep 3600"),
         ] {
@@ -656,11 +658,19 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
                 "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
         )
         .await?;
+        // Under the syncer's default settings: a CNAME only vc-dns serves, chased in the tenant's zone.
+        create::<Service>(
+            &client,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alias"},
+                "spec": {"type": "ExternalName", "externalName": "web.default.svc.cluster.local"}}),
+        )
+        .await?;
         clients.push((tenant.clone(), client));
     }
     for (tenant, client) in &clients {
         let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-        for name in ["web-1", "client"] {
+        for name in ["first", "web-1", "client"] {
             wait::until_true(
                 Duration::from_secs(180),
                 &format!("{tenant}'s pod {name} Running"),
@@ -706,6 +716,50 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         );
         let lookup = exec(client, "client", &["nslookup", "web.default.svc.cluster.local"]).await?;
         eprintln!("{tenant}: nslookup web.default.svc.cluster.local:\n{lookup}");
+
+        // The pod's very first lookup: `kubernetes.default` through the search path, answered with the
+        // address its pods reach the tenant apiserver at.
+        let super_namespace = sandbox.tenancy().tenant(tenant).super_namespace("default");
+        let kubernetes = Api::<Service>::namespaced(sandbox.super_client(), &super_namespace)
+            .get("kubernetes")
+            .await?
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .context("the super cluster IP of the tenant's kubernetes Service")?;
+        let first = wait::until(
+            Duration::from_secs(30),
+            &format!("{tenant}'s first lookup"),
+            || {
+                let api = api.clone();
+                async move {
+                    let log = api.logs("first", &Default::default()).await.ok()?;
+                    log.contains(FIRST_LOOKUP_DONE).then_some(log)
+                }
+            },
+        )
+        .await?;
+        eprintln!("{tenant}'s first lookup:\n{first}");
+        assert!(
+            first.contains(&format!("Address: {kubernetes}")) && !first.contains("REFUSED"),
+            "{tenant}'s first lookup of kubernetes.default did not answer {kubernetes}:\n{first}"
+        );
+
+        // The ExternalName Service's CNAME, followed to web by the pod's own resolver.
+        let page = exec(
+            client,
+            "client",
+            &["timeout", "5", "wget", "-qO-", "http://alias/"],
+        )
+        .await?;
+        assert_eq!(page.trim(), format!("hello-from-{tenant}"), "http://alias/");
+        let lookup = exec(client, "client", &["nslookup", "alias"]).await?;
+        eprintln!("{tenant}: nslookup alias:\n{lookup}");
+        assert!(lookup.contains("web.default.svc.cluster.local"), "{lookup}");
     }
     Ok(())
 }
+
+/// What pod `first` runs: a lookup before anything else, then a marker that it is done.
+const FIRST_LOOKUP: &str = "nslookup kubernetes.default 2>&1; echo first-lookup-done; exec sleep 3600";
+/// See [`FIRST_LOOKUP`].
+const FIRST_LOOKUP_DONE: &str = "first-lookup-done";
