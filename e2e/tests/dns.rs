@@ -4,13 +4,18 @@
 //! asks only from that address and answers from the super cluster alone:
 //!
 //! - `each_tenant_resolves_its_own_services_and_nothing_else`: every record type (Service A, headless A,
-//!   StatefulSet-style hostnames, SRV, ExternalName CNAME chased upstream, PTR, `kubernetes.default`),
+//!   StatefulSet-style hostnames, SRV, ExternalName CNAME chased upstream under the syncer's default
+//!   settings, whose super stub leads nowhere, pod A records, PTR, `kubernetes.default`),
 //!   the same Service name answered differently for two tenants, other tenants' and super-cluster names
 //!   NXDOMAIN, an unknown source REFUSED, names outside the cluster forwarded to the upstream (which is
 //!   never asked a cluster name), and the syncer pointing pods at vc-dns and keeping opted-out pods off the
 //!   super cluster's DNS.
 //! - `changes_show_within_a_second`: a Service created, an endpoint added, a Service deleted: each shows in
 //!   the answers within a second of the super cluster holding the change.
+//! - `tenant_pods_reach_their_own_services_by_name_on_real_nodes`: busybox pods of two tenants on real
+//!   nodes fetch a page through a Service by its short name and through an ExternalName Service, and a
+//!   pod whose first command is `nslookup kubernetes.default` (sent before vc-dns can have seen the pod's
+//!   address) gets the tenant apiserver's address through the search path.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -127,7 +132,6 @@ async fn start() -> anyhow::Result<Setup> {
         "--downward-workers=4",
         "--upward-workers=4",
         "--tenant-dns-service=default/vc-dns",
-        "--external-name-services=allowed",
     ])?;
     let syncer = Syncer::start(
         super_client,
@@ -345,11 +349,44 @@ async fn each_tenant_resolves_its_own_services_and_nothing_else() -> anyhow::Res
         "{reply:?}"
     );
 
-    // ExternalName: a CNAME, chased through the upstream.
+    // ExternalName, under the syncer's default settings: a CNAME, chased through the upstream. The super
+    // cluster holds a stub that leads nowhere: headless, without selector, externalName or endpoints.
     let ext = "ext.shop.svc.cluster.local.";
     ask_until(&setup, source_a, ext, RecordType::CNAME, |r| r.is(&[PUBLIC_NAME])).await?;
     let reply = ask(setup.server(), source_a, ext, RecordType::A).await?;
     assert!(reply.is(&[&PUBLIC_ADDRESS.to_string(), PUBLIC_NAME]), "{reply:?}");
+    let super_namespace = a.super_namespace(NAMESPACE);
+    let stub = Api::<Service>::namespaced(setup.tenancy.super_client(), &super_namespace)
+        .get("ext")
+        .await?;
+    let spec = stub.spec.context("stub spec")?;
+    assert_eq!(
+        (spec.type_.as_deref(), spec.cluster_ip.as_deref()),
+        (Some("ClusterIP"), Some("None"))
+    );
+    assert_eq!(spec.external_name, None);
+    assert!(spec.selector.is_none_or(|s| s.is_empty()));
+    let slices = Api::<EndpointSlice>::namespaced(setup.tenancy.super_client(), &super_namespace)
+        .list(&ListParams::default().labels("kubernetes.io/service-name=ext"))
+        .await?;
+    assert!(slices.items.is_empty(), "{:?}", slices.items);
+    let endpoints = Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(
+        setup.tenancy.super_client(),
+        &super_namespace,
+    )
+    .get_opt("ext")
+    .await?;
+    assert!(
+        endpoints.is_none_or(|e| e.subsets.unwrap_or_default().is_empty()),
+        "the stub has endpoints"
+    );
+
+    // A pod by its dashed address: the tenant's own pods in that namespace only.
+    let pod_name = |ip: &IpAddr| format!("{}.shop.pod.cluster.local.", ip.to_string().replace('.', "-"));
+    let reply = ask(setup.server(), source_a, &pod_name(&source_a), RecordType::A).await?;
+    assert!(reply.is(&[&source_a.to_string()]), "{reply:?}");
+    let reply = ask(setup.server(), source_b, &pod_name(&source_a), RecordType::A).await?;
+    assert_eq!(reply.code, ResponseCode::NXDomain, "{reply:?}");
 
     // PTR of the tenant's own addresses; another tenant's are not found.
     let reply = ask(setup.server(), source_a, &reverse(&web_a), RecordType::PTR).await?;
