@@ -53,7 +53,7 @@ pub struct Args {
     /// Milliseconds a query from an address no tenant pod has waits for the pod watch to learn it (a new
     /// pod's first query can come before its address reaches vc-dns); still unknown then, REFUSED. 0
     /// refuses at once.
-    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAIT_MS", default_value_t = 1500)]
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAIT_MS", default_value_t = 2000)]
     pub unknown_source_wait_ms: u64,
     /// Queries from unknown addresses that may wait at once; more are refused at once, so a flood of
     /// them holds no more than this many tasks.
@@ -106,7 +106,7 @@ impl Settings {
             tenant_upstream_concurrency: 32,
             upstream_concurrency: 1024,
             upstream_timeout: Duration::from_secs(2),
-            unknown_source_wait: Duration::from_millis(1500),
+            unknown_source_wait: Duration::from_millis(2000),
             unknown_source_waiters: 256,
             tcp_idle: Duration::from_secs(10),
         }
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(settings.upstream[1].port(), 5353);
         assert_eq!(settings.never_forward[1].to_ascii(), "super.example.");
         assert_eq!(settings.tenant_qps, 5);
-        assert_eq!(settings.unknown_source_wait, Duration::from_millis(1500));
+        assert_eq!(settings.unknown_source_wait, Duration::from_millis(2000));
         assert_eq!(settings.unknown_source_waiters, 256);
         let bad = Args::try_parse_from(["vc-dns", "--upstream=dns.example"]).expect("flags");
         assert!(bad.settings().is_err());

@@ -5,7 +5,8 @@
 //!
 //! - `each_tenant_resolves_its_own_services_and_nothing_else`: every record type (Service A, headless A,
 //!   StatefulSet-style hostnames, SRV, ExternalName CNAME chased upstream under the syncer's default
-//!   settings, whose super stub leads nowhere, pod A records, PTR, `kubernetes.default`),
+//!   settings, whose super stub leads nowhere, pod A records, PTR, `kubernetes.default`, also through the
+//!   search path as a pod's resolver asks it),
 //!   the same Service name answered differently for two tenants, other tenants' and super-cluster names
 //!   NXDOMAIN, an unknown source REFUSED, names outside the cluster forwarded to the upstream (which is
 //!   never asked a cluster name), and the syncer pointing pods at vc-dns and keeping opted-out pods off the
@@ -14,8 +15,8 @@
 //!   the answers within a second of the super cluster holding the change.
 //! - `tenant_pods_reach_their_own_services_by_name_on_real_nodes`: busybox pods of two tenants on real
 //!   nodes fetch a page through a Service by its short name and through an ExternalName Service, and a
-//!   pod whose first command looks up `kubernetes.default` (sent before vc-dns can have seen the pod's
-//!   address) gets the tenant apiserver's address through the search path.
+//!   pod whose first command looks up `web.default` (sent before vc-dns can have seen the pod's address)
+//!   gets web's address through the search path.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -36,7 +37,7 @@ use kube::{
 };
 use local_cluster::{
     Binary,
-    dns::{FakeUpstream, Reply, ask},
+    dns::{FakeUpstream, Reply, ask, ask_through_search},
     tenancy::{Tenancy, TenancyOptions, TenantMaster},
     wait,
 };
@@ -402,6 +403,20 @@ async fn each_tenant_resolves_its_own_services_and_nothing_else() -> anyhow::Res
         let ip = super_service_ip(&setup, &tenant.super_namespace("default"), "kubernetes").await?;
         ask_until(&setup, source, kubernetes, RecordType::A, |r| r.is(&[&ip])).await?;
     }
+    // As a pod's resolver asks `kubernetes.default`: through the search path the syncer wrote (ndots 5),
+    // `kubernetes.default.shop.svc.cluster.local` and `kubernetes.default.svc.svc.cluster.local` do not
+    // exist and `kubernetes.default.svc.cluster.local` is the tenant's apiserver.
+    let ip = super_service_ip(&setup, &a.super_namespace("default"), "kubernetes").await?;
+    let reply = ask_through_search(
+        setup.server(),
+        source_a,
+        "kubernetes.default",
+        RecordType::A,
+        &["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"],
+        5,
+    )
+    .await?;
+    assert!(reply.is(&[&ip]), "{reply:?}");
     let super_kubernetes = super_service_ip(&setup, "default", "kubernetes").await?;
     let reply = ask(setup.server(), source_a, kubernetes, RecordType::A).await?;
     assert!(
@@ -673,21 +688,6 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         let server = format!(
             "mkdir -p /www && echo hello-from-{tenant} > /www/index.html && exec httpd -f -p 8080 -h /www"
         );
-        // `first` resolves before anything else it does, racing vc-dns's watch of its own address.
-        for (name, labels, script) in [
-            ("first", json!({"app": "first"}), FIRST_LOOKUP),
-            ("web-1", json!({"app": "web"}), server.as_str()),
-            ("client", json!({"app": "client"}), "exec sleep 3600"),
-        ] {
-            create::<Pod>(
-                &client,
-                "default",
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-                    "spec": {"terminationGracePeriodSeconds": 1,
-                        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script]}]}}),
-            )
-            .await?;
-        }
         create::<Service>(
             &client,
             "default",
@@ -703,6 +703,22 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
                 "spec": {"type": "ExternalName", "externalName": "web.default.svc.cluster.local"}}),
         )
         .await?;
+        // `first` resolves before anything else it does, racing vc-dns's watch of its own address (the
+        // Services come first, so that its answer exists).
+        for (name, labels, script) in [
+            ("first", json!({"app": "first"}), FIRST_LOOKUP),
+            ("web-1", json!({"app": "web"}), server.as_str()),
+            ("client", json!({"app": "client"}), "exec sleep 3600"),
+        ] {
+            create::<Pod>(
+                &client,
+                "default",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+                    "spec": {"terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script]}]}}),
+            )
+            .await?;
+        }
         clients.push((tenant.clone(), client));
     }
     for (tenant, client) in &clients {
@@ -754,15 +770,15 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         let lookup = exec(client, "client", &["nslookup", "web.default.svc.cluster.local"]).await?;
         eprintln!("{tenant}: nslookup web.default.svc.cluster.local:\n{lookup}");
 
-        // The pod's very first lookup: `kubernetes.default` through the search path, answered with the
-        // address its pods reach the tenant apiserver at.
+        // The pod's very first lookup: `web.default` through the search path (a miss first), answered with
+        // web's super cluster IP.
         let super_namespace = sandbox.tenancy().tenant(tenant).super_namespace("default");
-        let kubernetes = Api::<Service>::namespaced(sandbox.super_client(), &super_namespace)
-            .get("kubernetes")
+        let web = Api::<Service>::namespaced(sandbox.super_client(), &super_namespace)
+            .get("web")
             .await?
             .spec
             .and_then(|s| s.cluster_ip)
-            .context("the super cluster IP of the tenant's kubernetes Service")?;
+            .context("the super cluster IP of the tenant's web Service")?;
         let first = wait::until(
             Duration::from_secs(30),
             &format!("{tenant}'s first lookup"),
@@ -777,10 +793,8 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         .await?;
         eprintln!("{tenant}'s first lookup:\n{first}");
         assert!(
-            first.contains(&format!(
-                "Connecting to kubernetes.default:443 ({kubernetes}:443)"
-            )),
-            "{tenant}'s first lookup of kubernetes.default did not answer {kubernetes}:\n{first}"
+            first.contains(&format!("Connecting to web.default ({web}:80)")),
+            "{tenant}'s first lookup of web.default did not answer {web}:\n{first}"
         );
 
         // The ExternalName Service's CNAME, followed to web by the pod's own resolver.
@@ -800,8 +814,9 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
 
 /// What pod `first` runs: a lookup before anything else, then a marker that it is done. The lookup is
 /// wget's, through the C library's resolver, which tries the search path first for a name with fewer dots
-/// than `ndots` (busybox's own nslookup tries it only for names without a dot); wget prints the address it
-/// connects to (HTTP to the HTTPS port then fails, which does not matter here).
-const FIRST_LOOKUP: &str = "timeout 5 wget -O /dev/null http://kubernetes.default:443/ 2>&1; echo first-lookup-done; exec sleep 3600";
+/// than `ndots` (busybox's own nslookup tries it only for names without a dot), and prints the address it
+/// connects to. (Not `kubernetes.default`: the pod's hosts file has it, so no DNS query would be sent.)
+const FIRST_LOOKUP: &str =
+    "timeout 5 wget -O /dev/null http://web.default/ 2>&1; echo first-lookup-done; exec sleep 3600";
 /// See [`FIRST_LOOKUP`].
 const FIRST_LOOKUP_DONE: &str = "first-lookup-done";
