@@ -54,9 +54,103 @@ pub fn super_namespace(cluster_key: &str, tenant_namespace: &str) -> String {
     fit_dns_label(&format!("{cluster_key}-{tenant_namespace}"))
 }
 
+/// Longest DNS name, without the trailing dot (RFC 1035).
+pub const MAX_DNS_NAME: usize = 253;
+
+/// The target of an ExternalName Service as a host name (RFC 1123): lower case, without the trailing dot.
+/// Tenants write it, so it is hostile input: the reason it is not a host name otherwise. An IP address is
+/// refused (RFC 1123 host names never have a numeric top-level label): it would be a CNAME to a name made
+/// of digits, which resolves nowhere; an address is what a Service without selector and its Endpoints
+/// are for.
+pub fn external_name_target(value: &str) -> Result<String, &'static str> {
+    let name = value.strip_suffix('.').unwrap_or(value).to_ascii_lowercase();
+    if name.is_empty() {
+        return Err("it is empty");
+    }
+    if name.len() > MAX_DNS_NAME {
+        return Err("it is longer than 253 characters");
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err("it has an empty label");
+        }
+        if label.len() > MAX_DNS_LABEL {
+            return Err("it has a label longer than 63 characters");
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err("only letters, digits, '-' and '.' make a host name");
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err("a label starts or ends with '-'");
+        }
+    }
+    if name
+        .rsplit('.')
+        .next()
+        .is_some_and(|top| top.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err("it is an IP address (or ends in a numeric label)");
+    }
+    Ok(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn external_name_targets_are_host_names() {
+        for (value, target) in [
+            ("db.example.com", "db.example.com"),
+            ("DB.Example.COM.", "db.example.com"),
+            ("localhost", "localhost"),
+            ("web.shop.svc.cluster.local", "web.shop.svc.cluster.local"),
+            ("1password.example", "1password.example"),
+        ] {
+            assert_eq!(external_name_target(value).as_deref(), Ok(target), "{value}");
+        }
+        let longest = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(longest.len(), 253);
+        assert!(external_name_target(&longest).is_ok());
+        for (value, says) in [
+            ("", "empty"),
+            (".", "empty"),
+            ("a..b", "empty label"),
+            (".example.com", "empty label"),
+            ("example.com..", "empty label"),
+            ("evil\\.name", "only letters"),
+            ("x.y\u{0}z", "only letters"),
+            ("under_score.example", "only letters"),
+            (" padded.example", "only letters"),
+            ("-lead.example", "starts or ends"),
+            ("trail-.example", "starts or ends"),
+            ("10.0.0.1", "IP address"),
+            ("192.168.1.1.", "IP address"),
+            ("host.123", "IP address"),
+        ] {
+            let reason = external_name_target(value).expect_err(value);
+            assert!(reason.contains(says), "{value:?}: {reason}");
+        }
+        assert!(
+            external_name_target(&format!("{}.example", "l".repeat(64)))
+                .expect_err("long label")
+                .contains("63")
+        );
+        assert!(
+            external_name_target(&format!("{longest}a"))
+                .expect_err("long")
+                .contains("253")
+        );
+    }
 
     #[test]
     fn cluster_key_matches_the_original_scheme() {

@@ -47,6 +47,10 @@ pub const ANNOTATION_ROOT_NAMESPACE: &str = "tenancy.x-k8s.io/vcrootns";
 pub const ANNOTATION_SUPER_CLUSTER_IP: &str = "transparency.tenancy.x-k8s.io/clusterIP";
 /// Annotation on a super Service: its ClusterIP in the tenant.
 pub const ANNOTATION_TENANT_CLUSTER_IP: &str = "tenancy.x-k8s.io/clusterIP";
+/// Annotation on the super-cluster stub of a tenant ExternalName Service (a selector-less headless Service
+/// that nothing in the super cluster follows): the validated target, which only vc-dns reads and serves to
+/// the tenant's pods as the Service name's CNAME.
+pub const ANNOTATION_EXTERNAL_NAME: &str = "tenancy.x-k8s.io/external-name";
 /// Annotation on a tenant pod: keep its DNS policy as is.
 pub const ANNOTATION_DISABLE_DNS_MUTATION: &str = "tenancy.x-k8s.io/disable.dnsPolicyMutation";
 

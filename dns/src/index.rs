@@ -238,6 +238,18 @@ pub fn dashed(ip: &IpAddr) -> String {
     }
 }
 
+/// The address a dashed name stands for (the inverse of [`dashed`]).
+pub fn undashed(label: &str) -> Option<IpAddr> {
+    if let Ok(v4) = label.replace('-', ".").parse::<std::net::Ipv4Addr>() {
+        return Some(IpAddr::V4(v4));
+    }
+    label
+        .replace('-', ":")
+        .parse::<std::net::Ipv6Addr>()
+        .ok()
+        .map(IpAddr::V6)
+}
+
 /// The SOA record of a tenant zone (for negative answers: its minimum is the negative TTL).
 pub fn soa(zone: &Name) -> Record {
     let mname = Name::from_ascii("ns.dns")
@@ -579,13 +591,9 @@ impl Index {
         self.domains.get(cluster)
     }
 
-    /// The Service `name` in tenant namespace `tenant_namespace` of `cluster`, with its super namespace.
-    fn service(
-        &self,
-        cluster: &str,
-        tenant_namespace: &str,
-        name: &str,
-    ) -> Option<(&Namespace, &ServiceRecord)> {
+    /// The super namespace serving tenant namespace `tenant_namespace` of `cluster`, with its name, when its
+    /// annotations say so.
+    fn tenant_namespace(&self, cluster: &str, tenant_namespace: &str) -> Option<(String, &Namespace)> {
         let super_namespace = crds::naming::super_namespace(cluster, tenant_namespace);
         let entry = self.owned(&super_namespace, cluster)?;
         if entry
@@ -595,6 +603,35 @@ impl Index {
         {
             return None;
         }
+        Some((super_namespace, entry))
+    }
+
+    /// Whether `ip` is an address of a live pod of `cluster` in tenant namespace `tenant_namespace`.
+    fn has_pod_address(&self, cluster: &str, tenant_namespace: &str, ip: IpAddr) -> bool {
+        let Some((super_namespace, entry)) = self.tenant_namespace(cluster, tenant_namespace) else {
+            return false;
+        };
+        self.addresses
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .any(|used| match used {
+                Use::Pod { namespace, pod } => {
+                    **namespace == *super_namespace
+                        && entry.pods.get(pod).is_some_and(|p| &*p.cluster == cluster)
+                }
+                _ => false,
+            })
+    }
+
+    /// The Service `name` in tenant namespace `tenant_namespace` of `cluster`, with its super namespace.
+    fn service(
+        &self,
+        cluster: &str,
+        tenant_namespace: &str,
+        name: &str,
+    ) -> Option<(&Namespace, &ServiceRecord)> {
+        let (_, entry) = self.tenant_namespace(cluster, tenant_namespace)?;
         let service = entry.services.get(name)?;
         (&*service.owner.cluster == cluster && &*service.owner.tenant_namespace == tenant_namespace)
             .then_some((entry, service))
@@ -661,12 +698,24 @@ impl Index {
         let depth = labels.len() - usize::from(zone.num_labels());
         let relative = &labels[..depth];
         match relative {
-            // The zone itself and `svc.<zone>`: they exist, with no data but the zone's SOA.
+            // The zone itself, `svc.<zone>` and `pod.<zone>`: they exist, with no data but the zone's SOA.
             [] => match qtype {
                 RecordType::SOA => found(vec![soa(zone)], Vec::new()),
                 _ => found(Vec::new(), Vec::new()),
             },
-            [svc] if svc == "svc" => found(Vec::new(), Vec::new()),
+            [subdomain] if matches!(subdomain.as_str(), "svc" | "pod") => found(Vec::new(), Vec::new()),
+            // A pod by its dashed address, as CoreDNS's `pods verified`: only the asking tenant's own live
+            // pods in that namespace have one.
+            [host, namespace, pod] if pod == "pod" => match undashed(host) {
+                Some(ip) if self.has_pod_address(cluster, namespace, ip) => found(
+                    wants(qtype, &ip)
+                        .then(|| address_record(name.clone(), ip))
+                        .into_iter()
+                        .collect(),
+                    Vec::new(),
+                ),
+                _ => nx(),
+            },
             [service, namespace, svc] if svc == "svc" => {
                 let Some((entry, record)) = self.service(cluster, namespace, service) else {
                     return nx();
@@ -1313,6 +1362,88 @@ mod tests {
             )),
             ["db.example.com."]
         );
+    }
+
+    #[test]
+    fn pod_names_only_for_the_tenants_own_pods_in_that_namespace() {
+        let mut index = index();
+        // a's client pod, 10.244.0.5, in shop.
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "10-244-0-5.shop.pod.cluster.local.",
+                RecordType::A
+            )),
+            ["10.244.0.5"]
+        );
+        // The name exists without an AAAA record.
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "10-244-0-5.shop.pod.cluster.local.",
+                RecordType::AAAA
+            )),
+            Vec::<String>::new()
+        );
+        for (key, query) in [
+            // b's pod, asked by a; a's pod, asked by b.
+            (A_KEY, "10-244-0-6.shop.pod.cluster.local."),
+            (B_KEY, "10-244-0-5.shop.pod.cluster.local."),
+            // The right pod in another namespace.
+            (A_KEY, "10-244-0-5.other.pod.cluster.local."),
+            // A Service address and an endpoint that is no pod of the index, and not an address at all.
+            (A_KEY, "10-96-0-10.shop.pod.cluster.local."),
+            (A_KEY, "10-244-1-7.shop.pod.cluster.local."),
+            (A_KEY, "10-244-0-x.shop.pod.cluster.local."),
+            (A_KEY, "010-244-0-5.shop.pod.cluster.local."),
+            (A_KEY, "shop.pod.cluster.local."),
+        ] {
+            assert!(
+                matches!(
+                    resolve(&index, key, query, RecordType::A),
+                    Resolution::NxDomain { .. }
+                ),
+                "{key} {query}"
+            );
+        }
+        // A pod whose label names a's tenant, in b's namespace: not a's.
+        let namespace = crds::naming::super_namespace(B_KEY, "shop");
+        index.set_pod(
+            &namespace,
+            "forged",
+            Some(PodAddresses {
+                cluster: A_KEY.into(),
+                addresses: vec![ip("10.244.9.9")],
+            }),
+        );
+        for key in [A_KEY, B_KEY] {
+            assert!(matches!(
+                resolve(&index, key, "10-244-9-9.shop.pod.cluster.local.", RecordType::A),
+                Resolution::NxDomain { .. }
+            ));
+        }
+        // IPv6, dashed as CoreDNS does.
+        let namespace = crds::naming::super_namespace(A_KEY, "shop");
+        index.set_pod(
+            &namespace,
+            "v6",
+            Some(PodAddresses {
+                cluster: A_KEY.into(),
+                addresses: vec![ip("fd00::5")],
+            }),
+        );
+        assert_eq!(
+            addresses(&resolve(
+                &index,
+                A_KEY,
+                "fd00--5.shop.pod.cluster.local.",
+                RecordType::AAAA
+            )),
+            ["fd00::5"]
+        );
+        assert_eq!(undashed(&dashed(&ip("fd00::5"))), Some(ip("fd00::5")));
     }
 
     #[test]

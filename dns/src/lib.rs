@@ -87,6 +87,7 @@ async fn bind(address: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr
 pub struct Dns {
     local_addr: SocketAddr,
     index: SharedIndex,
+    changes: watch::IndexChanges,
     synced: Option<watch::Synced>,
     watches: CancellationToken,
     server_shutdown: CancellationToken,
@@ -106,21 +107,37 @@ impl Dns {
     /// query is refused (no pod is known yet).
     pub async fn start(settings: Settings, client: kube::Client, metrics: Metrics) -> Result<Self> {
         let index: SharedIndex = Arc::new(RwLock::new(index::Index::new()));
+        let changes = watch::index_changes();
         let watches = CancellationToken::new();
-        let synced = watch::start(client, index.clone(), metrics.clone(), watches.clone());
-        let mut dns = Self::serve(settings, index, metrics, watches.clone()).await?;
+        let synced = watch::start(
+            client,
+            index.clone(),
+            metrics.clone(),
+            changes.clone(),
+            watches.clone(),
+        );
+        let mut dns = Self::serve(settings, index, changes, metrics, watches.clone()).await?;
         dns.synced = Some(synced);
         Ok(dns)
     }
 
-    /// Serves from `index`, filled by the caller (benchmarks, tests of the server alone).
+    /// Serves from `index`, filled by the caller (benchmarks, tests of the server alone), who tells
+    /// [`Dns::index_changes`] of changes made while serving.
     pub async fn serve_index(settings: Settings, index: SharedIndex, metrics: Metrics) -> Result<Self> {
-        Self::serve(settings, index, metrics, CancellationToken::new()).await
+        Self::serve(
+            settings,
+            index,
+            watch::index_changes(),
+            metrics,
+            CancellationToken::new(),
+        )
+        .await
     }
 
     async fn serve(
         settings: Settings,
         index: SharedIndex,
+        changes: watch::IndexChanges,
         metrics: Metrics,
         watches: CancellationToken,
     ) -> Result<Self> {
@@ -134,6 +151,11 @@ impl Dns {
         );
         let shared = Arc::new(server::Shared {
             index: index.clone(),
+            changes: changes.clone(),
+            unknown_sources: server::UnknownSources::new(
+                settings.unknown_source_wait,
+                settings.unknown_source_waiters,
+            ),
             limits,
             forwarder,
             metrics,
@@ -169,6 +191,7 @@ impl Dns {
         Ok(Self {
             local_addr,
             index,
+            changes,
             synced: None,
             watches,
             server_shutdown,
@@ -184,6 +207,11 @@ impl Dns {
     /// The index answered from.
     pub fn index(&self) -> SharedIndex {
         self.index.clone()
+    }
+
+    /// Where changes of the index are told (queries from unknown addresses wait on it).
+    pub fn index_changes(&self) -> watch::IndexChanges {
+        self.changes.clone()
     }
 
     /// Waits until every watch has listed once.

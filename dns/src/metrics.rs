@@ -33,6 +33,14 @@ pub struct LatencyLabels {
     pub source: &'static str,
 }
 
+/// Labels of a query from an address the index did not know when it arrived.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnknownSourceLabels {
+    /// `learned` (the pod watch delivered the address while the query waited), `unknown` (still unknown
+    /// after the wait: refused) or `busy` (every waiting slot taken: refused at once).
+    pub outcome: &'static str,
+}
+
 /// The metrics.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -44,6 +52,8 @@ pub struct Metrics {
     pub rate_limited: Family<TenantLabels, Counter>,
     /// Upstream queries refused (SERVFAIL) because the tenant, or everyone, had too many in flight.
     pub upstream_busy: Family<TenantLabels, Counter>,
+    /// Queries from addresses the index did not know when they arrived, by what became of them.
+    pub unknown_sources: Family<UnknownSourceLabels, Counter>,
     /// Objects in the index.
     pub records: Gauge,
     /// Tenants with a cluster domain.
@@ -62,6 +72,7 @@ impl Default for Metrics {
             }),
             rate_limited: Family::default(),
             upstream_busy: Family::default(),
+            unknown_sources: Family::default(),
             records: Gauge::default(),
             tenants: Gauge::default(),
         }
@@ -92,6 +103,11 @@ impl Metrics {
             "upstream_busy",
             "Forwarded queries answered SERVFAIL because the tenant's (or every) upstream slot was taken",
             metrics.upstream_busy.clone(),
+        );
+        registry.register(
+            "unknown_source_queries",
+            "Queries from addresses no known tenant pod had when they arrived, by outcome (learned while waiting, still unknown, no waiting slot)",
+            metrics.unknown_sources.clone(),
         );
         registry.register(
             "index_objects",

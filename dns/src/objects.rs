@@ -4,7 +4,10 @@
 
 use std::net::IpAddr;
 
-use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE, LABEL_CLUSTER};
+use crds::wellknown::{
+    ANNOTATION_CLUSTER, ANNOTATION_EXTERNAL_NAME, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE,
+    LABEL_CLUSTER,
+};
 use hickory_proto::rr::Name;
 use k8s_openapi::{
     api::{
@@ -82,42 +85,36 @@ fn ports<'a>(ports: impl Iterator<Item = (Option<&'a str>, Option<&'a str>, i32)
 pub fn service_record(service: &Service) -> Option<ServiceRecord> {
     let owner = owner(&service.metadata)?;
     let spec = service.spec.as_ref()?;
-    let kind = match spec.type_.as_deref() {
-        Some("ExternalName") => {
-            let target = spec.external_name.as_deref()?.trim().trim_end_matches('.');
-            let valid = !target.is_empty()
-                && target.len() <= 253
-                && target.split('.').all(|label| {
-                    !label.is_empty()
-                        && label.len() <= 63
-                        && label
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                });
-            if !valid {
+    let headless = spec.cluster_ip.as_deref() == Some("None");
+    // A real ExternalName Service (`--external-name-services=synced`), or the syncer's stub of one: a
+    // headless Service carrying the target in an annotation that nothing else reads.
+    let external_name = match spec.type_.as_deref() {
+        Some("ExternalName") => Some(spec.external_name.as_deref().unwrap_or_default()),
+        _ if headless => annotation(&service.metadata, ANNOTATION_EXTERNAL_NAME),
+        _ => None,
+    };
+    let kind = match external_name {
+        Some(target) => {
+            let target = crds::naming::external_name_target(target).ok()?;
+            ServiceKind::ExternalName(Name::from_ascii(format!("{target}.")).ok()?)
+        }
+        None if headless => ServiceKind::Headless,
+        None => {
+            let mut ips: Vec<IpAddr> = spec
+                .cluster_ips
+                .iter()
+                .flatten()
+                .chain(spec.cluster_ip.iter())
+                .filter_map(|ip| ip.parse().ok())
+                .collect();
+            ips.sort();
+            ips.dedup();
+            if ips.is_empty() {
+                // Not allocated yet: the name appears with its address.
                 return None;
             }
-            ServiceKind::ExternalName(Name::from_ascii(format!("{}.", target.to_ascii_lowercase())).ok()?)
+            ServiceKind::ClusterIp(ips)
         }
-        _ => match spec.cluster_ip.as_deref() {
-            Some("None") => ServiceKind::Headless,
-            _ => {
-                let mut ips: Vec<IpAddr> = spec
-                    .cluster_ips
-                    .iter()
-                    .flatten()
-                    .chain(spec.cluster_ip.iter())
-                    .filter_map(|ip| ip.parse().ok())
-                    .collect();
-                ips.sort();
-                ips.dedup();
-                if ips.is_empty() {
-                    // Not allocated yet: the name appears with its address.
-                    return None;
-                }
-                ServiceKind::ClusterIp(ips)
-            }
-        },
     };
     let ports = ports(
         spec.ports
@@ -309,7 +306,14 @@ mod tests {
         let names: Vec<&str> = record.ports.iter().map(|p| &*p.name).collect();
         assert_eq!(names, ["http", "dns"]);
 
-        for external in ["evil\\.name", "a..b", "", "x.y\u{0}z"] {
+        for external in [
+            "evil\\.name",
+            "a..b",
+            "",
+            "x.y\u{0}z",
+            "under_score.example",
+            "10.0.0.1",
+        ] {
             let service: Service = serde_json::from_value(json!({
                 "metadata": meta(json!({})),
                 "spec": {"type": "ExternalName", "externalName": external}
@@ -317,6 +321,28 @@ mod tests {
             .expect("service");
             assert_eq!(service_record(&service), None, "{external:?}");
         }
+        // A real ExternalName Service and the syncer's stub of one are the same CNAME; the annotation on
+        // anything but a headless Service is not read.
+        let external = |spec: serde_json::Value| -> Option<ServiceRecord> {
+            let mut metadata = meta(json!({}));
+            metadata["annotations"]["tenancy.x-k8s.io/external-name"] = json!("DB.example.com.");
+            service_record(
+                &serde_json::from_value(json!({"metadata": metadata, "spec": spec})).expect("service"),
+            )
+        };
+        let cname = ServiceKind::ExternalName(Name::from_ascii("db.example.com.").expect("name"));
+        assert_eq!(
+            external(json!({"type": "ExternalName", "externalName": "db.example.com"})).map(|r| r.kind),
+            Some(cname.clone())
+        );
+        assert_eq!(
+            external(json!({"clusterIP": "None"})).map(|r| r.kind),
+            Some(cname)
+        );
+        assert_eq!(
+            external(json!({"clusterIP": "10.96.0.7"})).map(|r| r.kind),
+            Some(ServiceKind::ClusterIp(vec!["10.96.0.7".parse().expect("ip")]))
+        );
         // Without the syncer's annotations: nobody's.
         let service: Service = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "kube-system"},

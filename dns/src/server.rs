@@ -4,7 +4,7 @@
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use hickory_proto::{
@@ -20,15 +20,88 @@ use hickory_server::{
 use crate::{
     index::{self, Key, Resolution},
     limits::{Limits, UpstreamSlot},
-    metrics::{LatencyLabels, Metrics, QueryLabels, TenantLabels, UNKNOWN_TENANT},
+    metrics::{LatencyLabels, Metrics, QueryLabels, TenantLabels, UNKNOWN_TENANT, UnknownSourceLabels},
     upstream::Forwarder,
-    watch::SharedIndex,
+    watch::{IndexChanges, SharedIndex},
 };
+use tokio::sync::Semaphore;
+
+/// How queries from addresses the index does not know are held: a new pod's first query can arrive before
+/// the pod watch delivers the pod's address (the kubelet reports it after the containers started), and
+/// REFUSED is an answer resolvers do not ask again. Such a query waits, briefly, for the index to learn the
+/// address; a bounded number wait at once, so a flood of unknown sources costs a bounded number of tasks.
+#[derive(Debug)]
+pub struct UnknownSources {
+    wait: Duration,
+    slots: Semaphore,
+}
+
+impl UnknownSources {
+    /// Queries wait up to `wait`, at most `waiters` at once.
+    pub fn new(wait: Duration, waiters: usize) -> Self {
+        Self {
+            wait,
+            slots: Semaphore::new(waiters.min(Semaphore::MAX_PERMITS)),
+        }
+    }
+}
+
+/// The tenant whose pod has address `source`. An address the index does not know is waited for (see
+/// [`UnknownSources`]); unknown still, or with every waiting slot taken, it has none.
+pub async fn tenant_of_source(
+    index: &SharedIndex,
+    changes: &IndexChanges,
+    unknown: &UnknownSources,
+    metrics: &Metrics,
+    source: IpAddr,
+) -> Option<Key> {
+    let known = || index.read().unwrap_or_else(|e| e.into_inner()).tenant_of(source);
+    if let Some(tenant) = known() {
+        return Some(tenant);
+    }
+    if unknown.wait.is_zero() {
+        return None;
+    }
+    let count = |outcome: &'static str| {
+        metrics
+            .unknown_sources
+            .get_or_create(&UnknownSourceLabels { outcome })
+            .inc();
+    };
+    let Ok(_slot) = unknown.slots.try_acquire() else {
+        count("busy");
+        return None;
+    };
+    // Subscribed before looking again, so that no change between the two is missed.
+    let mut changed = changes.subscribe();
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + unknown.wait;
+    loop {
+        if let Some(tenant) = known() {
+            count("learned");
+            tracing::debug!(%source, tenant = %tenant, waited_ms = started.elapsed().as_millis() as u64, "source learned while its query waited");
+            return Some(tenant);
+        }
+        match tokio::time::timeout_at(deadline, changed.changed()).await {
+            Ok(Ok(())) => {}
+            // The deadline, or the watches are gone: one last look.
+            Ok(Err(_)) | Err(_) => {
+                let tenant = known();
+                count(if tenant.is_some() { "learned" } else { "unknown" });
+                return tenant;
+            }
+        }
+    }
+}
 
 /// Everything a query is answered with.
 pub struct Shared {
     /// The index.
     pub index: SharedIndex,
+    /// Told of every change of the index.
+    pub changes: IndexChanges,
+    /// How queries from unknown addresses wait.
+    pub unknown_sources: UnknownSources,
     /// Per-tenant limits.
     pub limits: Limits,
     /// The upstream resolvers.
@@ -232,10 +305,14 @@ impl RequestHandler for Handler {
         mut response_handle: R,
     ) -> ResponseInfo {
         let started = Instant::now();
-        let tenant = {
-            let index = self.shared.index.read().unwrap_or_else(|e| e.into_inner());
-            index.tenant_of(source_address(request.src()))
-        };
+        let tenant = tenant_of_source(
+            &self.shared.index,
+            &self.shared.changes,
+            &self.shared.unknown_sources,
+            &self.shared.metrics,
+            source_address(request.src()),
+        )
+        .await;
         let answer = self.answer(request, tenant.as_ref()).await;
 
         let response_edns = request.edns.as_ref().map(|edns| {
@@ -288,5 +365,134 @@ impl RequestHandler for Handler {
             })
             .observe(started.elapsed().as_secs_f64());
         info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::RwLock;
+
+    use super::*;
+    use crate::index::{Index, NamespaceOwner, PodAddresses};
+
+    const KEY: &str = "default-aaaaaa-a";
+
+    fn source() -> IpAddr {
+        IpAddr::from([10, 244, 0, 5])
+    }
+
+    fn learn(index: &SharedIndex) {
+        let mut index = index.write().expect("index");
+        let namespace = crds::naming::super_namespace(KEY, "shop");
+        index.set_namespace(
+            &namespace,
+            Some(NamespaceOwner {
+                cluster: KEY.into(),
+                tenant_namespace: "shop".into(),
+            }),
+        );
+        index.set_pod(
+            &namespace,
+            "new",
+            Some(PodAddresses {
+                cluster: KEY.into(),
+                addresses: vec![source()],
+            }),
+        );
+    }
+
+    fn counted(metrics: &Metrics, outcome: &'static str) -> u64 {
+        metrics
+            .unknown_sources
+            .get_or_create(&UnknownSourceLabels { outcome })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn an_unknown_source_waits_for_the_index_to_learn_it_and_no_longer() {
+        let wait = Duration::from_millis(600);
+        let index: SharedIndex = Arc::new(RwLock::new(Index::new()));
+        let changes = crate::watch::index_changes();
+        let unknown = UnknownSources::new(wait, 2);
+        let metrics = Metrics::default();
+
+        // Learned while waiting: answered as soon as the index says so, not at the end of the wait.
+        let started = Instant::now();
+        let (tenant, ()) = tokio::join!(
+            tenant_of_source(&index, &changes, &unknown, &metrics, source()),
+            async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                learn(&index);
+                changes.send_replace(());
+            }
+        );
+        let waited = started.elapsed();
+        assert_eq!(tenant.as_deref(), Some(KEY));
+        assert!(
+            waited >= Duration::from_millis(100) && waited < wait,
+            "{waited:?}"
+        );
+        assert_eq!(counted(&metrics, "learned"), 1);
+        // Known: no wait, nothing counted.
+        assert_eq!(
+            tenant_of_source(&index, &changes, &unknown, &metrics, source())
+                .await
+                .as_deref(),
+            Some(KEY)
+        );
+        assert_eq!(counted(&metrics, "learned"), 1);
+
+        // Never learned (changes of other objects wake it, and it goes on waiting): none, after the wait.
+        let stranger = IpAddr::from([10, 244, 9, 9]);
+        let started = Instant::now();
+        let (tenant, ()) = tokio::join!(
+            tenant_of_source(&index, &changes, &unknown, &metrics, stranger),
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                changes.send_replace(());
+            }
+        );
+        assert_eq!(tenant, None);
+        assert!(started.elapsed() >= wait, "{:?}", started.elapsed());
+        assert_eq!(counted(&metrics, "unknown"), 1);
+
+        // Every slot taken: refused at once, while the others wait.
+        let (first, second, third) = tokio::join!(
+            tenant_of_source(
+                &index,
+                &changes,
+                &unknown,
+                &metrics,
+                IpAddr::from([10, 244, 9, 1])
+            ),
+            tenant_of_source(
+                &index,
+                &changes,
+                &unknown,
+                &metrics,
+                IpAddr::from([10, 244, 9, 2])
+            ),
+            async {
+                tokio::task::yield_now().await;
+                let started = Instant::now();
+                let third = tenant_of_source(&index, &changes, &unknown, &metrics, stranger).await;
+                (third, started.elapsed())
+            }
+        );
+        assert_eq!((first, second), (None, None));
+        assert_eq!(third.0, None);
+        assert!(third.1 < wait / 2, "{:?}", third.1);
+        assert_eq!(counted(&metrics, "busy"), 1);
+        assert_eq!(counted(&metrics, "unknown"), 3);
+
+        // No wait configured: refused at once, and not counted as waiting.
+        let immediate = UnknownSources::new(Duration::ZERO, 2);
+        let started = Instant::now();
+        assert_eq!(
+            tenant_of_source(&index, &changes, &immediate, &metrics, stranger).await,
+            None
+        );
+        assert!(started.elapsed() < wait / 2);
+        assert_eq!(counted(&metrics, "unknown"), 3);
     }
 }

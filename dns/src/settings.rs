@@ -50,6 +50,15 @@ pub struct Args {
     /// Milliseconds an upstream resolver has for one attempt (two attempts).
     #[arg(long, env = "VC_DNS_UPSTREAM_TIMEOUT_MS", default_value_t = 2000)]
     pub upstream_timeout_ms: u64,
+    /// Milliseconds a query from an address no tenant pod has waits for the pod watch to learn it (a new
+    /// pod's first query can come before its address reaches vc-dns); still unknown then, REFUSED. 0
+    /// refuses at once.
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAIT_MS", default_value_t = 2000)]
+    pub unknown_source_wait_ms: u64,
+    /// Queries from unknown addresses that may wait at once; more are refused at once, so a flood of
+    /// them holds no more than this many tasks.
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAITERS", default_value_t = 256)]
+    pub unknown_source_waiters: usize,
     /// Seconds an idle TCP connection stays open.
     #[arg(long, default_value_t = 10)]
     pub tcp_idle_seconds: u64,
@@ -77,6 +86,10 @@ pub struct Settings {
     pub upstream_concurrency: usize,
     /// Upstream attempt timeout.
     pub upstream_timeout: Duration,
+    /// How long a query from an unknown address waits for the pod watch to learn it.
+    pub unknown_source_wait: Duration,
+    /// Queries from unknown addresses that may wait at once.
+    pub unknown_source_waiters: usize,
     /// TCP idle timeout.
     pub tcp_idle: Duration,
 }
@@ -93,6 +106,8 @@ impl Settings {
             tenant_upstream_concurrency: 32,
             upstream_concurrency: 1024,
             upstream_timeout: Duration::from_secs(2),
+            unknown_source_wait: Duration::from_millis(2000),
+            unknown_source_waiters: 256,
             tcp_idle: Duration::from_secs(10),
         }
     }
@@ -142,6 +157,8 @@ impl Args {
             tenant_upstream_concurrency: self.tenant_upstream_concurrency,
             upstream_concurrency: self.upstream_concurrency,
             upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(100)),
+            unknown_source_wait: Duration::from_millis(self.unknown_source_wait_ms),
+            unknown_source_waiters: self.unknown_source_waiters,
             tcp_idle: Duration::from_secs(self.tcp_idle_seconds.max(1)),
         })
     }
@@ -167,6 +184,8 @@ mod tests {
         assert_eq!(settings.upstream[1].port(), 5353);
         assert_eq!(settings.never_forward[1].to_ascii(), "super.example.");
         assert_eq!(settings.tenant_qps, 5);
+        assert_eq!(settings.unknown_source_wait, Duration::from_millis(2000));
+        assert_eq!(settings.unknown_source_waiters, 256);
         let bad = Args::try_parse_from(["vc-dns", "--upstream=dns.example"]).expect("flags");
         assert!(bad.settings().is_err());
     }

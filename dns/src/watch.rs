@@ -29,6 +29,15 @@ use crate::{
 /// The shared index.
 pub type SharedIndex = Arc<RwLock<Index>>;
 
+/// Told whenever a watch changed the index: a query from an address not known yet waits on it for the pod
+/// watch to learn the address.
+pub type IndexChanges = Arc<watch::Sender<()>>;
+
+/// A new [`IndexChanges`].
+pub fn index_changes() -> IndexChanges {
+    Arc::new(watch::channel(()).0)
+}
+
 /// How many watches have listed once; ready when all have.
 #[derive(Clone, Debug)]
 pub struct Synced {
@@ -137,6 +146,7 @@ async fn feed<K: Kind>(
     index: SharedIndex,
     metrics: Metrics,
     listed: Arc<watch::Sender<usize>>,
+    changes: IndexChanges,
     cancel: CancellationToken,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -167,6 +177,7 @@ async fn feed<K: Kind>(
                     }
                     metrics.records.set(index.records() as i64);
                 }
+                changes.send_replace(());
                 tracing::info!(kind = K::NAME, objects = count, "listed");
                 if !counted {
                     counted = true;
@@ -183,6 +194,7 @@ async fn feed<K: Kind>(
                 continue;
             }
         }
+        changes.send_replace(());
         metrics
             .records
             .set(index.read().map(|i| i.records()).unwrap_or_default() as i64);
@@ -195,6 +207,7 @@ fn spawn<K: Kind>(
     index: &SharedIndex,
     metrics: &Metrics,
     listed: &Arc<watch::Sender<usize>>,
+    changes: &IndexChanges,
     cancel: &CancellationToken,
 ) {
     let stream = watcher(api, config).default_backoff();
@@ -203,6 +216,7 @@ fn spawn<K: Kind>(
         index.clone(),
         metrics.clone(),
         listed.clone(),
+        changes.clone(),
         cancel.clone(),
     ));
 }
@@ -276,8 +290,14 @@ async fn feed_domains(
     }
 }
 
-/// Starts the watches; they run until `cancel`.
-pub fn start(client: Client, index: SharedIndex, metrics: Metrics, cancel: CancellationToken) -> Synced {
+/// Starts the watches; they run until `cancel`, and tell `changes` of every change of the index.
+pub fn start(
+    client: Client,
+    index: SharedIndex,
+    metrics: Metrics,
+    changes: IndexChanges,
+    cancel: CancellationToken,
+) -> Synced {
     let (sender, listed) = watch::channel(0usize);
     let sender = Arc::new(sender);
     let ours = watcher::Config::default().labels(LABEL_VC_NAME);
@@ -294,6 +314,7 @@ pub fn start(client: Client, index: SharedIndex, metrics: Metrics, cancel: Cance
         &index,
         &metrics,
         &sender,
+        &changes,
         &cancel,
     );
     spawn(
@@ -302,6 +323,7 @@ pub fn start(client: Client, index: SharedIndex, metrics: Metrics, cancel: Cance
         &index,
         &metrics,
         &sender,
+        &changes,
         &cancel,
     );
     spawn(
@@ -310,6 +332,7 @@ pub fn start(client: Client, index: SharedIndex, metrics: Metrics, cancel: Cance
         &index,
         &metrics,
         &sender,
+        &changes,
         &cancel,
     );
     spawn(
@@ -318,6 +341,7 @@ pub fn start(client: Client, index: SharedIndex, metrics: Metrics, cancel: Cance
         &index,
         &metrics,
         &sender,
+        &changes,
         &cancel,
     );
     Synced { listed, total: 5 }

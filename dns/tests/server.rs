@@ -94,6 +94,8 @@ async fn a_flooding_tenant_is_held_to_its_rate_and_another_is_answered() {
     let mut settings = Settings::local(vec![SocketAddr::from(([127, 0, 0, 1], 9))]);
     settings.tenant_qps = 20;
     settings.tenant_burst = 20;
+    // An unknown address waits this long for the pod watch (there is none here) before it is refused.
+    settings.unknown_source_wait = Duration::from_millis(300);
     let dns = Dns::serve_index(settings, Arc::new(RwLock::new(index())), metrics)
         .await
         .expect("server");
@@ -141,6 +143,7 @@ async fn a_flooding_tenant_is_held_to_its_rate_and_another_is_answered() {
         format!("vc_dns_queries_total{{tenant=\"{NOISY}\",rcode=\"NOERROR\"}} {answered}\n"),
         format!("vc_dns_queries_total{{tenant=\"{NOISY}\",rcode=\"REFUSED\"}} "),
         "vc_dns_queries_total{tenant=\"unknown\",rcode=\"REFUSED\"} ".to_owned(),
+        "vc_dns_unknown_source_queries_total{outcome=\"unknown\"} ".to_owned(),
         format!("vc_dns_rate_limited_total{{tenant=\"{NOISY}\"}} "),
         "vc_dns_query_duration_seconds_count{source=\"local\"} ".to_owned(),
     ] {

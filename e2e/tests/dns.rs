@@ -4,13 +4,19 @@
 //! asks only from that address and answers from the super cluster alone:
 //!
 //! - `each_tenant_resolves_its_own_services_and_nothing_else`: every record type (Service A, headless A,
-//!   StatefulSet-style hostnames, SRV, ExternalName CNAME chased upstream, PTR, `kubernetes.default`),
+//!   StatefulSet-style hostnames, SRV, ExternalName CNAME chased upstream under the syncer's default
+//!   settings, whose super stub leads nowhere, pod A records, PTR, `kubernetes.default`, also through the
+//!   search path as a pod's resolver asks it),
 //!   the same Service name answered differently for two tenants, other tenants' and super-cluster names
 //!   NXDOMAIN, an unknown source REFUSED, names outside the cluster forwarded to the upstream (which is
 //!   never asked a cluster name), and the syncer pointing pods at vc-dns and keeping opted-out pods off the
 //!   super cluster's DNS.
 //! - `changes_show_within_a_second`: a Service created, an endpoint added, a Service deleted: each shows in
 //!   the answers within a second of the super cluster holding the change.
+//! - `tenant_pods_reach_their_own_services_by_name_on_real_nodes`: busybox pods of two tenants on real
+//!   nodes fetch a page through a Service by its short name and through an ExternalName Service, and a
+//!   pod whose first command looks up `web.default` (sent before vc-dns can have seen the pod's address)
+//!   gets web's address through the search path.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -31,7 +37,7 @@ use kube::{
 };
 use local_cluster::{
     Binary,
-    dns::{FakeUpstream, Reply, ask},
+    dns::{FakeUpstream, Reply, ask, ask_through_search},
     tenancy::{Tenancy, TenancyOptions, TenantMaster},
     wait,
 };
@@ -127,7 +133,6 @@ async fn start() -> anyhow::Result<Setup> {
         "--downward-workers=4",
         "--upward-workers=4",
         "--tenant-dns-service=default/vc-dns",
-        "--external-name-services=allowed",
     ])?;
     let syncer = Syncer::start(
         super_client,
@@ -345,11 +350,44 @@ async fn each_tenant_resolves_its_own_services_and_nothing_else() -> anyhow::Res
         "{reply:?}"
     );
 
-    // ExternalName: a CNAME, chased through the upstream.
+    // ExternalName, under the syncer's default settings: a CNAME, chased through the upstream. The super
+    // cluster holds a stub that leads nowhere: headless, without selector, externalName or endpoints.
     let ext = "ext.shop.svc.cluster.local.";
     ask_until(&setup, source_a, ext, RecordType::CNAME, |r| r.is(&[PUBLIC_NAME])).await?;
     let reply = ask(setup.server(), source_a, ext, RecordType::A).await?;
     assert!(reply.is(&[&PUBLIC_ADDRESS.to_string(), PUBLIC_NAME]), "{reply:?}");
+    let super_namespace = a.super_namespace(NAMESPACE);
+    let stub = Api::<Service>::namespaced(setup.tenancy.super_client(), &super_namespace)
+        .get("ext")
+        .await?;
+    let spec = stub.spec.context("stub spec")?;
+    assert_eq!(
+        (spec.type_.as_deref(), spec.cluster_ip.as_deref()),
+        (Some("ClusterIP"), Some("None"))
+    );
+    assert_eq!(spec.external_name, None);
+    assert!(spec.selector.is_none_or(|s| s.is_empty()));
+    let slices = Api::<EndpointSlice>::namespaced(setup.tenancy.super_client(), &super_namespace)
+        .list(&ListParams::default().labels("kubernetes.io/service-name=ext"))
+        .await?;
+    assert!(slices.items.is_empty(), "{:?}", slices.items);
+    let endpoints = Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(
+        setup.tenancy.super_client(),
+        &super_namespace,
+    )
+    .get_opt("ext")
+    .await?;
+    assert!(
+        endpoints.is_none_or(|e| e.subsets.unwrap_or_default().is_empty()),
+        "the stub has endpoints"
+    );
+
+    // A pod by its dashed address: the tenant's own pods in that namespace only.
+    let pod_name = |ip: &IpAddr| format!("{}.shop.pod.cluster.local.", ip.to_string().replace('.', "-"));
+    let reply = ask(setup.server(), source_a, &pod_name(&source_a), RecordType::A).await?;
+    assert!(reply.is(&[&source_a.to_string()]), "{reply:?}");
+    let reply = ask(setup.server(), source_b, &pod_name(&source_a), RecordType::A).await?;
+    assert_eq!(reply.code, ResponseCode::NXDomain, "{reply:?}");
 
     // PTR of the tenant's own addresses; another tenant's are not found.
     let reply = ask(setup.server(), source_a, &reverse(&web_a), RecordType::PTR).await?;
@@ -365,6 +403,20 @@ async fn each_tenant_resolves_its_own_services_and_nothing_else() -> anyhow::Res
         let ip = super_service_ip(&setup, &tenant.super_namespace("default"), "kubernetes").await?;
         ask_until(&setup, source, kubernetes, RecordType::A, |r| r.is(&[&ip])).await?;
     }
+    // As a pod's resolver asks `kubernetes.default`: through the search path the syncer wrote (ndots 5),
+    // `kubernetes.default.shop.svc.cluster.local` and `kubernetes.default.svc.svc.cluster.local` do not
+    // exist and `kubernetes.default.svc.cluster.local` is the tenant's apiserver.
+    let ip = super_service_ip(&setup, &a.super_namespace("default"), "kubernetes").await?;
+    let reply = ask_through_search(
+        setup.server(),
+        source_a,
+        "kubernetes.default",
+        RecordType::A,
+        &["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"],
+        5,
+    )
+    .await?;
+    assert!(reply.is(&[&ip]), "{reply:?}");
     let super_kubernetes = super_service_ip(&setup, "default", "kubernetes").await?;
     let reply = ask(setup.server(), source_a, kubernetes, RecordType::A).await?;
     assert!(
@@ -636,7 +688,25 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         let server = format!(
             "mkdir -p /www && echo hello-from-{tenant} > /www/index.html && exec httpd -f -p 8080 -h /www"
         );
+        create::<Service>(
+            &client,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+        )
+        .await?;
+        // Under the syncer's default settings: a CNAME only vc-dns serves, chased in the tenant's zone.
+        create::<Service>(
+            &client,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alias"},
+                "spec": {"type": "ExternalName", "externalName": "web.default.svc.cluster.local"}}),
+        )
+        .await?;
+        // `first` resolves before anything else it does, racing vc-dns's watch of its own address (the
+        // Services come first, so that its answer exists).
         for (name, labels, script) in [
+            ("first", json!({"app": "first"}), FIRST_LOOKUP),
             ("web-1", json!({"app": "web"}), server.as_str()),
             ("client", json!({"app": "client"}), "exec sleep 3600"),
         ] {
@@ -649,18 +719,11 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
             )
             .await?;
         }
-        create::<Service>(
-            &client,
-            "default",
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
-        )
-        .await?;
         clients.push((tenant.clone(), client));
     }
     for (tenant, client) in &clients {
         let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-        for name in ["web-1", "client"] {
+        for name in ["first", "web-1", "client"] {
             wait::until_true(
                 Duration::from_secs(180),
                 &format!("{tenant}'s pod {name} Running"),
@@ -706,6 +769,54 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
         );
         let lookup = exec(client, "client", &["nslookup", "web.default.svc.cluster.local"]).await?;
         eprintln!("{tenant}: nslookup web.default.svc.cluster.local:\n{lookup}");
+
+        // The pod's very first lookup: `web.default` through the search path (a miss first), answered with
+        // web's super cluster IP.
+        let super_namespace = sandbox.tenancy().tenant(tenant).super_namespace("default");
+        let web = Api::<Service>::namespaced(sandbox.super_client(), &super_namespace)
+            .get("web")
+            .await?
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .context("the super cluster IP of the tenant's web Service")?;
+        let first = wait::until(
+            Duration::from_secs(30),
+            &format!("{tenant}'s first lookup"),
+            || {
+                let api = api.clone();
+                async move {
+                    let log = api.logs("first", &Default::default()).await.ok()?;
+                    log.contains(FIRST_LOOKUP_DONE).then_some(log)
+                }
+            },
+        )
+        .await?;
+        eprintln!("{tenant}'s first lookup:\n{first}");
+        assert!(
+            first.contains(&format!("Connecting to web.default ({web}:80)")),
+            "{tenant}'s first lookup of web.default did not answer {web}:\n{first}"
+        );
+
+        // The ExternalName Service's CNAME, followed to web by the pod's own resolver.
+        let page = exec(
+            client,
+            "client",
+            &["timeout", "5", "wget", "-qO-", "http://alias/"],
+        )
+        .await?;
+        assert_eq!(page.trim(), format!("hello-from-{tenant}"), "http://alias/");
+        let lookup = exec(client, "client", &["nslookup", "alias"]).await?;
+        eprintln!("{tenant}: nslookup alias:\n{lookup}");
+        assert!(lookup.contains("web.default.svc.cluster.local"), "{lookup}");
     }
     Ok(())
 }
+
+/// What pod `first` runs: a lookup before anything else, then a marker that it is done. The lookup is
+/// wget's, through the C library's resolver, which tries the search path first for a name with fewer dots
+/// than `ndots` (busybox's own nslookup tries it only for names without a dot), and prints the address it
+/// connects to. (Not `kubernetes.default`: the pod's hosts file has it, so no DNS query would be sent.)
+const FIRST_LOOKUP: &str =
+    "timeout 5 wget -O /dev/null http://web.default/ 2>&1; echo first-lookup-done; exec sleep 3600";
+/// See [`FIRST_LOOKUP`].
+const FIRST_LOOKUP_DONE: &str = "first-lookup-done";

@@ -12,8 +12,10 @@
 //! - `selector_less_endpoints_lead_only_to_the_tenants_own_pods`: Endpoints aimed at another tenant's pod,
 //!   a node and the super cluster's `kubernetes` Service reach the super cluster without those addresses
 //!   (`EndpointsRefused`); the tenant's own pod stays.
-//! - `external_name_services_are_refused`: an ExternalName Service naming the super apiserver is not
-//!   synced (`ExternalNameRefused`).
+//! - `external_name_services_reach_the_super_cluster_as_inert_stubs`: an ExternalName Service naming the
+//!   super apiserver reaches the super cluster as a headless Service without selector or externalName
+//!   (its target only in vc-dns's annotation); one naming an address is not synced
+//!   (`ExternalNameRefused`).
 //! - `other_tenants_cannot_reach_a_tenants_pods`: every super namespace of a tenant holds an isolating
 //!   NetworkPolicy admitting only that tenant's namespaces and the platform's; deleting or loosening it in
 //!   the super cluster is repaired, and a tenant namespace labelled like a platform-admitted namespace
@@ -373,10 +375,15 @@ async fn selector_less_endpoints_lead_only_to_the_tenants_own_pods() -> anyhow::
 }
 
 /// Attack: an ExternalName Service naming the super apiserver, for super ingress controllers and gateways
-/// to proxy to with their network position (CVE-2021-25740).
+/// to proxy to with their network position (CVE-2021-25740). Under the default the super cluster gets a
+/// stub that leads nowhere (headless, no selector, no externalName; the target only in vc-dns's
+/// annotation), and an address in place of a host name gets nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn external_name_services_are_refused() -> anyhow::Result<()> {
-    if !local_cluster::require("external_name_services_are_refused", NEEDS) {
+async fn external_name_services_reach_the_super_cluster_as_inert_stubs() -> anyhow::Result<()> {
+    if !local_cluster::require(
+        "external_name_services_reach_the_super_cluster_as_inert_stubs",
+        NEEDS,
+    ) {
         return Ok(());
     }
     let (tenancy, _syncer) = start(small(), &[]).await?;
@@ -386,10 +393,18 @@ async fn external_name_services_are_refused() -> anyhow::Result<()> {
         &a.client(),
         Some("shop"),
         json!({"metadata": {"name": "api"}, "spec": {"type": "ExternalName",
-            "externalName": "kubernetes.default.svc.cluster.local"}}),
+            "externalName": "kubernetes.default.svc.cluster.local", "ports": [{"port": 443}]}}),
     )
     .await?;
-    // A plain Service created after it syncs: the syncer did see the namespace's objects.
+    // The apiserver takes an address as a name made of digits; the syncer does not.
+    create::<Service>(
+        &a.client(),
+        Some("shop"),
+        json!({"metadata": {"name": "by-address"}, "spec": {"type": "ExternalName",
+            "externalName": "10.96.0.1"}}),
+    )
+    .await?;
+    // A plain Service created after them syncs: the syncer did see the namespace's objects.
     create::<Service>(
         &a.client(),
         Some("shop"),
@@ -398,11 +413,33 @@ async fn external_name_services_are_refused() -> anyhow::Result<()> {
     .await?;
     let services = super_api::<Service>(&tenancy, a, "shop");
     until(&services, "web", "super copy of shop/web", |s| s.is_some()).await?;
-    let note = event(a, "shop", "api", "ExternalNameRefused").await?;
-    assert!(note.contains("kubernetes.default.svc.cluster.local"), "{note}");
+    let stub = until(&services, "api", "super stub of shop/api", |s| s.is_some())
+        .await?
+        .context("stub")?;
+    let spec = stub.spec.clone().context("spec")?;
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"), "{spec:?}");
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "{spec:?}");
+    assert_eq!(spec.external_name, None, "{spec:?}");
     assert!(
-        services.get_opt("api").await?.is_none(),
-        "the ExternalName Service reached the super cluster"
+        spec.selector.is_none_or(|s| s.is_empty()),
+        "a selector on the stub"
+    );
+    assert_eq!(
+        stub.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(crds::wellknown::ANNOTATION_EXTERNAL_NAME)
+            .map(String::as_str),
+        Some("kubernetes.default.svc.cluster.local")
+    );
+    let note = event(a, "shop", "by-address", "ExternalNameRefused").await?;
+    assert!(
+        note.contains("by-address") && note.contains("IP address"),
+        "{note}"
+    );
+    assert!(
+        services.get_opt("by-address").await?.is_none(),
+        "an ExternalName Service naming an address reached the super cluster"
     );
     Ok(())
 }

@@ -46,31 +46,62 @@ impl Reply {
 /// Asks `server` for `name` of `qtype` over UDP from `source` (an address of this machine), without cache
 /// or retries.
 pub async fn ask(server: SocketAddr, source: IpAddr, name: &str, qtype: RecordType) -> Result<Reply> {
+    let mut fqdn = dns_name(name)?;
+    fqdn.set_fqdn(true);
+    reply(server, source, fqdn, qtype, &[], 0).await
+}
+
+/// Asks as a pod's resolver does: `name` as written, through the `searches` first when it has fewer than
+/// `ndots` dots (the syncer writes `<ns>.svc.<domain>`, `svc.<domain>`, `<domain>` and ndots 5).
+pub async fn ask_through_search(
+    server: SocketAddr,
+    source: IpAddr,
+    name: &str,
+    qtype: RecordType,
+    searches: &[&str],
+    ndots: usize,
+) -> Result<Reply> {
+    let searches = searches.iter().map(|s| dns_name(s)).collect::<Result<Vec<_>>>()?;
+    reply(server, source, dns_name(name)?, qtype, &searches, ndots).await
+}
+
+fn dns_name(name: &str) -> Result<Name> {
+    Name::from_ascii(name).map_err(|e| Error::Io {
+        context: format!("DNS name {name:?}"),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+async fn reply(
+    server: SocketAddr,
+    source: IpAddr,
+    name: Name,
+    qtype: RecordType,
+    searches: &[Name],
+    ndots: usize,
+) -> Result<Reply> {
     let mut connection = ConnectionConfig::udp();
     connection.port = server.port();
     connection.bind_addr = Some(SocketAddr::new(source, 0));
     let mut options = ResolverOpts::default();
     options.cache_size = 0;
     options.attempts = 1;
-    options.ndots = 0;
+    options.ndots = ndots;
     options.timeout = Duration::from_secs(3);
     options.preserve_intermediates = true;
-    let resolver = TokioResolver::builder_with_config(
-        ResolverConfig::from_name_servers(vec![NameServerConfig::new(server.ip(), true, vec![connection])]),
-        TokioRuntimeProvider::default(),
-    )
-    .with_options(options)
-    .build()
-    .map_err(|e| Error::Io {
-        context: "building a DNS client".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let mut fqdn = Name::from_ascii(name).map_err(|e| Error::Io {
-        context: format!("DNS name {name:?}"),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    fqdn.set_fqdn(true);
-    Ok(match resolver.lookup(fqdn, qtype).await {
+    let mut config =
+        ResolverConfig::from_name_servers(vec![NameServerConfig::new(server.ip(), true, vec![connection])]);
+    for search in searches {
+        config.add_search(search.clone());
+    }
+    let resolver = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
+        .with_options(options)
+        .build()
+        .map_err(|e| Error::Io {
+            context: "building a DNS client".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    Ok(match resolver.lookup(name.clone(), qtype).await {
         Ok(lookup) => {
             let mut answers: Vec<String> = lookup.answers().iter().map(|r| r.data.to_string()).collect();
             answers.sort();

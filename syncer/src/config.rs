@@ -5,17 +5,22 @@ use std::time::Duration;
 use crate::budget::CacheLimits;
 use ipnet::IpNet;
 
-/// Whether tenants' ExternalName Services reach the super cluster.
+/// What the super cluster gets of a tenant's ExternalName Service. Either way the target must be a host
+/// name (`crds::naming::external_name_target`); otherwise nothing is synced and the tenant Service gets a
+/// Warning `ExternalNameRefused` event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExternalNameServices {
-    /// Not synced: a Warning `ExternalNameRefused` event on the tenant Service. Super-cluster ingress
-    /// controllers and gateways follow ExternalName Services with their own network position, so one
-    /// would let a tenant aim them at any name, the super apiserver and other namespaces' Services
-    /// included (CVE-2021-25740).
+    /// A stub nothing in the super cluster follows: a selector-less headless Service without endpoints,
+    /// with the target in an annotation only vc-dns reads, so the name is a CNAME inside the tenant's pods
+    /// and nowhere else. Super-cluster ingress controllers and gateways follow real ExternalName Services
+    /// with their own network position, so a real one would let a tenant aim them at any name, the super
+    /// apiserver and other namespaces' Services included (CVE-2021-25740). `refused` is the old name.
     #[default]
-    Refused,
-    /// Synced like any other Service.
-    Allowed,
+    #[value(name = "dns-only", alias = "refused")]
+    DnsOnly,
+    /// A real ExternalName Service, which super-cluster controllers follow. `allowed` is the old name.
+    #[value(name = "synced", alias = "allowed")]
+    Synced,
 }
 
 /// The NetworkPolicy the syncer keeps in every super namespace of a tenant.
@@ -277,8 +282,10 @@ pub struct SyncerArgs {
     /// NetworkPolicy ipBlocks; anything else is refused. Default: none.
     #[arg(long, env = "TENANT_ALLOWED_CIDRS", value_delimiter = ',')]
     pub tenant_allowed_cidrs: Vec<String>,
-    /// Whether tenants' ExternalName Services are synced (`refused` or `allowed`).
-    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::Refused)]
+    /// What the super cluster gets of tenants' ExternalName Services: `dns-only` (an inert stub; the name
+    /// resolves only through vc-dns) or `synced` (a real ExternalName Service). `refused` and `allowed`
+    /// are accepted as their old names.
+    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::DnsOnly)]
     pub external_name_services: ExternalNameServices,
     /// Keep a NetworkPolicy in every super namespace of a tenant that lets in only that tenant's pods and
     /// what the two flags below list (`false` deletes them).
@@ -558,7 +565,7 @@ impl Default for SyncerConfig {
             pod_security: PodSecurityLabels::default(),
             pod_policy: PlatformPodPolicy::default(),
             tenant_allowed_cidrs: Vec::new(),
-            external_name_services: ExternalNameServices::Refused,
+            external_name_services: ExternalNameServices::DnsOnly,
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
         }
@@ -772,7 +779,12 @@ mod tests {
         assert!(config.network_isolation.enabled);
         assert!(config.network_isolation.allow_namespaces.is_empty());
         assert!(config.tenant_allowed_cidrs.is_empty());
-        assert_eq!(config.external_name_services, ExternalNameServices::Refused);
+        assert_eq!(config.external_name_services, ExternalNameServices::DnsOnly);
+        // The old names still parse, to what they always kept out of the super cluster or let in.
+        let old = parse(&["--external-name-services=refused"]).expect("old name");
+        assert_eq!(old.external_name_services, ExternalNameServices::DnsOnly);
+        let old = parse(&["--external-name-services=allowed"]).expect("old name");
+        assert_eq!(old.external_name_services, ExternalNameServices::Synced);
     }
 
     #[test]
@@ -782,7 +794,7 @@ mod tests {
             "--network-isolation-allow-namespaces=kubernetes.io/metadata.name=ingress-nginx,team=platform",
             "--network-isolation-allow-cidrs=10.0.0.7/24",
             "--tenant-allowed-cidrs=203.0.113.0/24,2001:db8::/32",
-            "--external-name-services=allowed",
+            "--external-name-services=synced",
         ])
         .expect("valid");
         assert!(!config.network_isolation.enabled);
@@ -799,7 +811,7 @@ mod tests {
         // Host bits are cleared, so that the policy names the network.
         assert_eq!(config.network_isolation.allow_cidrs[0].to_string(), "10.0.0.0/24");
         assert_eq!(config.tenant_allowed_cidrs.len(), 2);
-        assert_eq!(config.external_name_services, ExternalNameServices::Allowed);
+        assert_eq!(config.external_name_services, ExternalNameServices::Synced);
 
         let error = parse(&["--tenant-allowed-cidrs=10.0.0.300/8"]).expect_err("not a CIDR");
         assert!(error.contains("--tenant-allowed-cidrs"), "{error}");

@@ -111,6 +111,12 @@ pub trait Downward:
         None
     }
 
+    /// Whether `existing` cannot become `desired` in place (a field the apiserver will not change): it is
+    /// deleted, and the copy created anew once the deletion shows in the cache.
+    fn replaced(_desired: &Self, _existing: &Self) -> bool {
+        false
+    }
+
     /// What the super object counts against the tenant's object quotas, if anything.
     fn quota_usage(_super_object: &Self) -> Option<ObjectUsage> {
         None
@@ -218,6 +224,10 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     Ok(Outcome::Deleted)
                 }
                 Some(existing) if in_sync(&desired, &existing) => Ok(Outcome::InSync),
+                Some(existing) if K::replaced(&desired, &existing) => {
+                    delete(ctx, &api, &item.name, existing.uid(), None).await?;
+                    Ok(Outcome::Deleted)
+                }
                 Some(existing) => {
                     if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
                         return Ok(held);

@@ -111,11 +111,13 @@ impl Downward for Endpoints {
             .stores
             .services
             .get(&ObjectRef::new(&tenant.name_any()).within(&tenant.namespace().unwrap_or_default()));
+        // An ExternalName Service has no endpoints (its super stub must lead nowhere).
         let selector_less = service.is_some_and(|s| {
-            s.spec
-                .as_ref()
-                .and_then(|spec| spec.selector.as_ref())
-                .is_none_or(|sel| sel.is_empty())
+            !super::service::is_external_name(&s)
+                && s.spec
+                    .as_ref()
+                    .and_then(|spec| spec.selector.as_ref())
+                    .is_none_or(|sel| sel.is_empty())
         });
         if !selector_less {
             return Ok(None);

@@ -1,7 +1,7 @@
 //! Services: copied down, where the super cluster allocates their cluster IP and node ports, and those and
 //! the load-balancer status copied back up onto the tenant Service.
 
-use crds::wellknown::{ANNOTATION_SUPER_CLUSTER_IP, ANNOTATION_TENANT_CLUSTER_IP};
+use crds::wellknown::{ANNOTATION_EXTERNAL_NAME, ANNOTATION_SUPER_CLUSTER_IP, ANNOTATION_TENANT_CLUSTER_IP};
 use k8s_openapi::{
     api::core::v1::{Service, ServicePort, ServiceSpec},
     apimachinery::pkg::util::intstr::IntOrString,
@@ -65,11 +65,17 @@ impl Downward for Service {
     }
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
-        if is_external_name(tenant) && cx.ctx.config.external_name_services == ExternalNameServices::Refused {
-            return Ok(None);
+        let mut spec = tenant.spec.clone().unwrap_or_default();
+        if is_external_name(tenant) {
+            let Ok(target) = external_name_target(tenant) else {
+                return Ok(None);
+            };
+            if cx.ctx.config.external_name_services == ExternalNameServices::DnsOnly {
+                return Ok(Some(external_name_stub(cx.metadata(&tenant.metadata), target)));
+            }
+            spec.external_name = Some(target);
         }
         let mut metadata = cx.metadata(&tenant.metadata);
-        let spec = tenant.spec.clone().unwrap_or_default();
         let headless = spec.cluster_ip.as_deref() == Some("None");
         if let Some(ip) = spec
             .cluster_ip
@@ -137,18 +143,27 @@ impl Downward for Service {
         Some(service_usage(super_object.spec.as_ref()))
     }
 
-    fn refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
-        (is_external_name(tenant) && cx.ctx.config.external_name_services == ExternalNameServices::Refused)
-            .then(|| {
-                (
-                    REASON_EXTERNAL_NAME_REFUSED,
-                    format!(
-                        "ExternalName Services are not synced on this platform; {} is not reachable from the super cluster as {:?}",
-                        tenant.name_any(),
-                        tenant.spec.as_ref().and_then(|s| s.external_name.as_deref()).unwrap_or_default()
-                    ),
-                )
-            })
+    fn refusal(tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        if !is_external_name(tenant) {
+            return None;
+        }
+        let reason = external_name_target(tenant).err()?;
+        Some((
+            REASON_EXTERNAL_NAME_REFUSED,
+            format!(
+                "ExternalName Service {}: {:?} is not a host name: {reason}; it is not synced and its name does not resolve",
+                tenant.name_any(),
+                tenant
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.external_name.as_deref())
+                    .unwrap_or_default()
+            ),
+        ))
+    }
+
+    fn replaced(desired: &Self, existing: &Self) -> bool {
+        service_shape(desired) != service_shape(existing)
     }
 
     fn with_creation_hints(tenant: &Self, desired: &Self) -> Option<Self> {
@@ -201,11 +216,50 @@ impl Downward for Service {
 /// Reason of the event on a tenant Service whose node port the super cluster could not give it.
 pub const REASON_NODE_PORT_UNAVAILABLE: &str = "NodePortUnavailable";
 
-/// Reason of the event on a tenant ExternalName Service that the platform does not sync.
+/// Reason of the event on a tenant ExternalName Service whose target is not a host name (not synced).
 pub const REASON_EXTERNAL_NAME_REFUSED: &str = "ExternalNameRefused";
 
-fn is_external_name(service: &Service) -> bool {
+pub(crate) fn is_external_name(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName")
+}
+
+/// The target of an ExternalName Service as a host name, or why it is none (tenant input: hostile).
+fn external_name_target(service: &Service) -> std::result::Result<String, &'static str> {
+    let value = service.spec.as_ref().and_then(|s| s.external_name.as_deref());
+    crds::naming::external_name_target(value.unwrap_or_default())
+}
+
+/// The super-cluster stub of a tenant ExternalName Service (`--external-name-services=dns-only`): a
+/// selector-less headless Service, so no controller gives it endpoints and no cluster IP is spent, with
+/// the target in an annotation only vc-dns reads. Ingress controllers and gateways of the super cluster
+/// see a Service that leads nowhere; the tenant's pods get the CNAME from vc-dns. Ports are left out:
+/// they mean nothing without endpoints.
+pub fn external_name_stub(mut metadata: ObjectMeta, target: String) -> Service {
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_EXTERNAL_NAME.to_owned(), target);
+    Service {
+        metadata,
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            cluster_ip: Some("None".to_owned()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// What a Service is, as far as changing it in place goes: a cluster IP is fixed once allocated (or
+/// `None`), so a Service that turns headless or stops being headless is replaced; ExternalName Services
+/// have none, and a change to or from one is replaced too, which keeps the rules the apiserver applies to
+/// such changes out of the way.
+fn service_shape(service: &Service) -> (bool, bool) {
+    let spec = service.spec.as_ref();
+    (
+        is_external_name(service),
+        spec.and_then(|s| s.cluster_ip.as_deref()) == Some("None"),
+    )
 }
 
 /// What the upward sync keeps on a tenant Service's main resource: the super cluster IP as an annotation,
@@ -230,11 +284,13 @@ fn port_key(port: &ServicePort) -> (&str, i32, &str) {
 
 /// What `tenant` should carry of `super_service`.
 pub fn service_up(tenant: &Service, super_service: &Service) -> ServiceUp {
+    // An ExternalName Service has no cluster IP: its super stub's `None` is not one.
+    let external_name = is_external_name(tenant);
     let super_ip = super_service
         .spec
         .as_ref()
         .and_then(|s| s.cluster_ip.clone())
-        .filter(|ip| !ip.is_empty());
+        .filter(|ip| !ip.is_empty() && !external_name);
     let mut node_ports = Vec::new();
     // Both must have node ports: while a type change has not reached the super Service, its ports are not
     // the tenant's to take (and a tenant Service without node ports refuses them).
@@ -681,6 +737,103 @@ mod tests {
         assert_ne!(Service::view(&desired), Service::view(&changed));
     }
 
+    /// Under the default, a tenant ExternalName Service becomes a stub super controllers cannot follow,
+    /// with the target for vc-dns alone; `synced` makes it a real one; a target that is not a host name
+    /// gets no copy in either mode, and says why.
+    #[tokio::test]
+    async fn external_name_services_become_inert_stubs_unless_synced() {
+        use crate::context::testing::{self, from_json};
+        let (super_client, _supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (mut ctx, _) = testing::context(super_client);
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, crate::settings::TenantSettings::default());
+        let service = |spec: Value| -> Service {
+            from_json(
+                json!({"metadata": {"name": "ext", "namespace": "shop", "uid": "ext-uid",
+                "annotations": {ANNOTATION_EXTERNAL_NAME: "forged.example", "team": "a"}}, "spec": spec}),
+            )
+        };
+        let external = service(json!({"type": "ExternalName", "externalName": "DB.Example.com.",
+            "selector": {"app": "x"}, "ports": [{"name": "pg", "port": 5432}]}));
+        let convert = |ctx: &crate::context::Context, tenant_service: &Service| {
+            let cx = Conversion {
+                ctx,
+                tenant: &tenant,
+                opaque_prefixes: &[],
+                super_namespace: "team-abc123-vc-shop",
+            };
+            (
+                Service::to_super(tenant_service, &cx).expect("converted"),
+                Service::refusal(tenant_service, &cx),
+            )
+        };
+
+        let (stub, refusal) = convert(&ctx, &external);
+        let stub = stub.expect("a stub");
+        assert_eq!(refusal, None);
+        let spec = stub.spec.clone().expect("spec");
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(
+            (spec.selector, spec.ports, spec.external_name),
+            (None, None, None)
+        );
+        let annotations = stub.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations[ANNOTATION_EXTERNAL_NAME], "db.example.com");
+        assert_eq!(annotations["team"], "a");
+        // The stub and its stored form (what the apiserver defaults) are in sync.
+        let stored: Service = from_json(json!({"metadata": {"name": "ext"}, "spec": {"type": "ClusterIP",
+            "clusterIP": "None", "clusterIPs": ["None"], "sessionAffinity": "None",
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "internalTrafficPolicy": "Cluster"}}));
+        assert_eq!(Service::view(&stub), Service::view(&stored));
+
+        // A tenant cannot make another kind of Service a CNAME: the annotation is the syncer's.
+        let (plain, refusal) = convert(
+            &ctx,
+            &service(json!({"selector": {"app": "web"}, "ports": [{"port": 80}]})),
+        );
+        let plain = plain.expect("a copy");
+        assert_eq!(refusal, None);
+        assert!(!plain.annotations().contains_key(ANNOTATION_EXTERNAL_NAME));
+
+        // A stub cannot become a Service with a cluster IP in place, nor a real ExternalName one.
+        let allocated: Service = from_json(json!({"metadata": {"name": "ext"},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.9"}}));
+        assert!(Service::replaced(&stub, &allocated));
+        assert!(Service::replaced(&plain, &stored));
+        assert!(!Service::replaced(&stub, &stored));
+        assert!(!Service::replaced(&plain, &allocated));
+
+        ctx.config.external_name_services = ExternalNameServices::Synced;
+        let (real, refusal) = convert(&ctx, &external);
+        let real = real.expect("synced");
+        assert_eq!(refusal, None);
+        let spec = real.spec.clone().expect("spec");
+        assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
+        assert_eq!(spec.external_name.as_deref(), Some("db.example.com"));
+        assert!(!real.annotations().contains_key(ANNOTATION_EXTERNAL_NAME));
+        assert!(Service::replaced(&real, &stored));
+
+        for mode in [ExternalNameServices::Synced, ExternalNameServices::DnsOnly] {
+            ctx.config.external_name_services = mode;
+            for (target, says) in [
+                ("10.0.0.1", "IP address"),
+                ("under_score.example", "only letters"),
+                ("", "empty"),
+            ] {
+                let (copy, refusal) = convert(
+                    &ctx,
+                    &service(json!({"type": "ExternalName", "externalName": target})),
+                );
+                assert_eq!(copy, None, "{mode:?} {target:?}");
+                let (reason, message) = refusal.expect("refused");
+                assert_eq!(reason, REASON_EXTERNAL_NAME_REFUSED);
+                assert!(message.contains("ExternalName Service ext"), "{message}");
+                assert!(message.contains(says), "{message}");
+            }
+        }
+    }
+
     mod node_ports {
         use k8s_openapi::api::core::v1::Namespace;
 
@@ -824,6 +977,58 @@ mod tests {
                 );
             });
             assert!(outcome.is_err());
+            supers.idle().await;
+            tenants.idle().await;
+        }
+
+        /// A tenant Service turned ExternalName: its copy's cluster IP cannot go in place, so the copy is
+        /// deleted, and the stub created when the deletion shows.
+        #[tokio::test]
+        async fn a_service_turned_external_name_is_replaced_by_its_stub() {
+            let (super_client, mut supers) = testing::mock();
+            let (tenant_client, mut tenants) = testing::mock();
+            let (ctx, mut super_caches) = testing::context(super_client);
+            let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+            put(&mut super_caches.namespaces, super_namespace());
+            put(&mut caches.services, tenant_service(30080));
+            let item = DownItem::new(Kind::Service, "shop", "web");
+            let (outcome, created) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                supers.expect("PATCH", APPLY).await.echo()
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
+            let mut copy: Service = from_json(created);
+            copy.metadata.uid = Some("copy-uid".into());
+            copy.spec.as_mut().expect("spec").cluster_ip = Some("10.96.0.9".into());
+            put(&mut super_caches.services, copy.clone());
+
+            let mut external = tenant_service(30080);
+            external.spec = Some(from_json(
+                json!({"type": "ExternalName", "externalName": "db.example.com"}),
+            ));
+            put(&mut caches.services, external);
+            let (outcome, ()) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                let call = supers
+                    .expect("DELETE", "/api/v1/namespaces/team-abc123-vc-shop/services/web?")
+                    .await;
+                assert_eq!(call.body["preconditions"]["uid"], "copy-uid");
+                call.echo();
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Deleted);
+
+            super_caches
+                .services
+                .apply_watcher_event(&kube::runtime::watcher::Event::Delete(copy));
+            let (outcome, ()) = tokio::join!(sync_down::<Service>(&ctx, &tenant, &item), async {
+                let call = supers.expect("PATCH", APPLY).await;
+                assert_eq!(call.body["spec"]["clusterIP"], "None");
+                assert_eq!(call.body["spec"]["externalName"], Value::Null);
+                assert_eq!(
+                    call.body["metadata"]["annotations"][ANNOTATION_EXTERNAL_NAME],
+                    "db.example.com"
+                );
+                call.echo();
+            });
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
             supers.idle().await;
             tenants.idle().await;
         }
