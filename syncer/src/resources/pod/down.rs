@@ -247,7 +247,9 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
         return terminate(ctx, tenant, &tenant_pod, super_pod.as_deref(), &api).await;
     }
     match super_pod {
-        None if was_scheduled(&tenant_pod) => replace_lost(ctx, tenant, &tenant_pod).await,
+        None if was_scheduled(&tenant_pod) && !tenant.paused_away(tenant_pod.meta()) => {
+            replace_lost(ctx, tenant, &tenant_pod).await
+        }
         None => create(ctx, tenant, &tenant_pod, &api).await,
         Some(existing) => update(ctx, tenant, &tenant_pod, &existing, &api).await,
     }
@@ -366,7 +368,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     // The cache keeps little of a pod; the whole pod is read (from the apiserver's watch cache) to copy it.
     let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
     let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
-    let tenant_pod = match tenant_api.get_with(&name, &at).await {
+    let mut tenant_pod = match tenant_api.get_with(&name, &at).await {
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
         Err(e) => {
@@ -376,6 +378,13 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             )(e));
         }
     };
+    if was_scheduled(cached)
+        && let Some(spec) = tenant_pod.spec.as_mut()
+    {
+        // A scheduled pod gets here only when a pause removed its super pod (`Tenant::paused_away`): its
+        // node name is the syncer's binding, and the super scheduler places the copy anew.
+        spec.node_name = None;
+    }
     let converted = match convert(ctx, tenant, &tenant_pod, &endpoints) {
         Ok(converted) => converted,
         Err(refusal) => {
@@ -432,7 +441,10 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             ctx.quota.release(&tenant.id, &namespace, &name);
             Ok(outcome)
         }
-        Ok(outcome) => Ok(outcome),
+        Ok(outcome) => {
+            tenant.restored(cached.meta());
+            Ok(outcome)
+        }
         Err(error) => {
             ctx.quota.release(&tenant.id, &namespace, &name);
             Err(error)
