@@ -71,15 +71,22 @@ pub fn paused_phase(components: &[(Component, ComponentState)]) -> (ClusterPhase
         .filter(|(_, s)| matches!(s, ComponentState::Observed { ready, .. } if *ready > 0))
         .map(|(c, _)| c.to_string())
         .collect();
-    let message = if stopping.is_empty() {
-        "spec.paused is true: the control plane is scaled to zero (volumes, PKI and Services kept)".to_owned()
-    } else {
+    if stopping.is_empty() {
+        return (
+            ClusterPhase::Paused,
+            REASON_PAUSED.to_owned(),
+            "spec.paused is true: the control plane is scaled to zero (volumes, PKI and Services kept)"
+                .to_owned(),
+        );
+    }
+    (
+        ClusterPhase::Paused,
+        "Pausing".to_owned(),
         format!(
             "spec.paused is true: scaling the control plane to zero; still running: {}",
             stopping.join(", ")
-        )
-    };
-    (ClusterPhase::Paused, REASON_PAUSED.to_owned(), message)
+        ),
+    )
 }
 
 /// A condition to write, before timestamps are filled in.
@@ -611,6 +618,38 @@ mod tests {
                 ..Default::default()
             });
         assert!(!ComponentState::of(&on_delete).is_rolling());
+    }
+
+    #[test]
+    fn a_paused_tenant_is_pausing_until_no_component_runs() {
+        let stopping = [
+            (Component::Etcd, ComponentState::of(&sts(0, 0, 0, 2, 2))),
+            (Component::Apiserver, ComponentState::of(&sts(0, 1, 0, 2, 2))),
+        ];
+        let (phase, reason, message) = paused_phase(&stopping);
+        assert_eq!(
+            (phase, reason.as_str(), message.as_str()),
+            (
+                ClusterPhase::Paused,
+                "Pausing",
+                "spec.paused is true: scaling the control plane to zero; still running: apiserver"
+            )
+        );
+        let stopped = [(Component::Etcd, ComponentState::of(&sts(0, 0, 0, 2, 2)))];
+        assert_eq!(paused_phase(&stopped).1, REASON_PAUSED);
+    }
+
+    #[test]
+    fn the_paused_condition_appears_with_a_pause_and_stays_after_it() {
+        let mut vc = vc_with(Some(ClusterPhase::Running), vec![]);
+        assert_eq!(paused_condition(&vc), None);
+        vc.spec.paused = true;
+        let paused = paused_condition(&vc).expect("paused");
+        assert!(paused.is_true() && paused.reason == REASON_PAUSED, "{paused:?}");
+        vc.spec.paused = false;
+        vc.status.as_mut().expect("status").conditions = vec![condition(CONDITION_PAUSED, "True")];
+        let resumed = paused_condition(&vc).expect("resumed");
+        assert_eq!((resumed.status, resumed.reason.as_str()), ("False", "Resumed"));
     }
 
     #[test]
