@@ -624,7 +624,7 @@ mod tests {
     fn a_paused_tenant_is_pausing_until_no_component_runs() {
         let stopping = [
             (Component::Etcd, ComponentState::of(&sts(0, 0, 0, 2, 2))),
-            (Component::Apiserver, ComponentState::of(&sts(0, 1, 0, 2, 2))),
+            (Component::ApiServer, ComponentState::of(&sts(0, 1, 0, 2, 2))),
         ];
         let (phase, reason, message) = paused_phase(&stopping);
         assert_eq!(

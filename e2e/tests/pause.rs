@@ -1,0 +1,232 @@
+//! Pausing and resuming tenants: the syncer removes a paused tenant's super pods and keeps everything else,
+//! and recreates the same pods on resume (a provisioned tenant stand-in, phases set as vc-manager sets
+//! them); vc-manager scales a native control plane to zero and back (simulated nodes).
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::Context as _;
+use crds::{VirtualCluster, wellknown};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use local_cluster::{
+    Binary,
+    tenancy::{Tenancy, TenancyOptions},
+    wait,
+};
+use serde_json::json;
+
+use crate::{
+    object_support::{create, until},
+    syncer::{config, pod_json, seed, start_syncer, tenant_synced},
+};
+
+const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn tenancy_annotation<'a>(object: &'a impl kube::Resource, key: &str) -> Option<&'a str> {
+    object.meta().annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The uids of the pods in `api`, by name.
+async fn uids(api: &Api<Pod>) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_tenant_loses_its_super_pods_only_and_gets_the_same_ones_back() -> anyhow::Result<()> {
+    if !local_cluster::require(
+        "a_paused_tenant_loses_its_super_pods_only_and_gets_the_same_ones_back",
+        NEEDS,
+    ) {
+        return Ok(());
+    }
+    let mut tenancy = Tenancy::start(TenancyOptions {
+        tenants: 0,
+        ..Default::default()
+    })
+    .await?;
+    // A tenant master registered as vc-manager registers a provisioned tenant (root namespace, admin
+    // kubeconfig); the test writes the phases vc-manager writes while it pauses and resumes one.
+    let super_client = tenancy.super_client();
+    let vcs: Api<VirtualCluster> =
+        Api::namespaced(super_client.clone(), local_cluster::tenancy::VC_NAMESPACE);
+    tenancy.add_tenant("master", Default::default()).await?;
+    vcs.delete("master", &DeleteParams::default()).await?;
+    until(&vcs, "master", "adopted VirtualCluster gone", |vc| vc.is_none()).await?;
+    let master = tenancy.tenant("master");
+    let vc = create::<VirtualCluster>(
+        &super_client,
+        Some(local_cluster::tenancy::VC_NAMESPACE),
+        json!({"metadata": {"name": "sleepy"}, "spec": {"clusterVersionName": "v1"}}),
+    )
+    .await?;
+    let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    create::<Namespace>(&super_client, None, json!({"metadata": {"name": key}})).await?;
+    create::<Secret>(
+        &super_client,
+        Some(&key),
+        json!({"metadata": {"name": "admin-kubeconfig"},
+            "stringData": {"admin-kubeconfig": master.control_plane.apiserver().admin_kubeconfig()}}),
+    )
+    .await?;
+    let set_phase = |phase: &'static str| {
+        let (vcs, key) = (vcs.clone(), key.clone());
+        async move {
+            vcs.patch_status(
+                "sleepy",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase, "clusterNamespace": key}})),
+            )
+            .await
+        }
+    };
+    // As `kubectl vc pause` / `resume` patch it.
+    let set_paused = |paused: bool| {
+        let vcs = vcs.clone();
+        async move {
+            vcs.patch(
+                "sleepy",
+                &PatchParams::default(),
+                &Patch::Merge(kubectl_vc::pause::patch(paused)),
+            )
+            .await
+        }
+    };
+    set_phase("Running").await?;
+    let syncer = start_syncer(&tenancy, config()).await?;
+    tenant_synced(&tenancy, "sleepy", "True").await?;
+
+    seed(master, "apps").await?;
+    let client = master.client();
+    let tenant_pods = Api::<Pod>::namespaced(client.clone(), "apps");
+    let super_apps = crds::naming::super_namespace(&key, "apps");
+    let super_pods = Api::<Pod>::namespaced(super_client.clone(), &super_apps);
+    let running = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    for name in ["web-1", "web-2"] {
+        create::<Pod>(
+            &client,
+            Some("apps"),
+            pod_json(name, json!({"app": "web"}), "busybox"),
+        )
+        .await?;
+        until(&tenant_pods, name, &format!("{name} Running"), running).await?;
+    }
+    create::<Service>(
+        &client,
+        Some("apps"),
+        json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    )
+    .await?;
+    let super_services = Api::<Service>::namespaced(super_client.clone(), &super_apps);
+    let service = until(&super_services, "web", "super Service", |s| s.is_some())
+        .await?
+        .context("super Service")?;
+    let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+    assert!(cluster_ip.is_some(), "{service:?}");
+    let tenant_uids = uids(&tenant_pods).await?;
+    let tenant_service_uid = Api::<Service>::namespaced(client.clone(), "apps")
+        .get("web")
+        .await?
+        .uid();
+
+    // Pause: the super pods go, the tenant is detached, nothing in the tenant changes.
+    set_paused(true).await?;
+    set_phase("Paused").await?;
+    let vc = until(&vcs, "sleepy", "TenantSynced=False TenantPaused", |vc| {
+        vc.and_then(|vc| vc.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == wellknown::CONDITION_TENANT_SYNCED && c.reason == "TenantPaused")
+        })
+    })
+    .await?
+    .context("VirtualCluster")?;
+    println!(
+        "paused: {:?}",
+        vc.status
+            .as_ref()
+            .map(|s| &s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == wellknown::CONDITION_TENANT_SYNCED)
+    );
+    wait::until_true(PATIENCE, "super pods removed", || async {
+        super_pods
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await?;
+    assert!(
+        syncer.context.tenants.all().is_empty(),
+        "a paused tenant stays attached"
+    );
+    // Health checks and patrols come and go (2 s and 3 s): nothing is recreated while paused.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(super_pods.list(&ListParams::default()).await?.items.is_empty());
+    assert_eq!(
+        uids(&tenant_pods).await?,
+        tenant_uids,
+        "tenant pods changed during the pause"
+    );
+    let kept = super_services.get("web").await?;
+    assert_eq!(kept.uid(), service.uid(), "the super Service was replaced");
+    println!(
+        "while paused: tenant pods {:?}, super pods 0, super Service web {:?}",
+        tenant_uids.keys().collect::<Vec<_>>(),
+        cluster_ip
+    );
+
+    // Resume: vc-manager brings the control plane back (Pending, then Running); the same pods return.
+    set_paused(false).await?;
+    set_phase("Pending").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        syncer.context.tenants.all().is_empty(),
+        "attached before vc-manager said Running"
+    );
+    set_phase("Running").await?;
+    tenant_synced(&tenancy, "sleepy", "True").await?;
+    for (name, uid) in &tenant_uids {
+        let copy = until(&super_pods, name, &format!("{name} recreated"), |p| p.is_some())
+            .await?
+            .context("super pod")?;
+        assert_eq!(
+            tenancy_annotation(&copy, "tenancy.x-k8s.io/uid"),
+            Some(uid.as_str()),
+            "{name} is a copy of another pod"
+        );
+        until(&super_pods, name, &format!("{name} Running again"), running).await?;
+    }
+    assert_eq!(
+        uids(&tenant_pods).await?,
+        tenant_uids,
+        "tenant pods replaced on resume"
+    );
+    let after = super_services.get("web").await?;
+    assert_eq!(after.spec.as_ref().and_then(|s| s.cluster_ip.clone()), cluster_ip);
+    assert_eq!(
+        Api::<Service>::namespaced(client.clone(), "apps")
+            .get("web")
+            .await?
+            .uid(),
+        tenant_service_uid
+    );
+    println!(
+        "resumed: pods {:?} recreated for the same tenant uids, super Service web {:?}",
+        tenant_uids.keys().collect::<Vec<_>>(),
+        cluster_ip
+    );
+    Ok(())
+}
