@@ -6,13 +6,16 @@ use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::Context as _;
 use crds::{VirtualCluster, wellknown};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::{
+    apps::v1::StatefulSet,
+    core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret, Service},
+};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
 use local_cluster::{
-    Binary,
+    Binary, ControlPlane, ControlPlaneOptions, NodeSimulator, NodeSimulatorOptions, apply,
     tenancy::{Tenancy, TenancyOptions},
     wait,
 };
@@ -21,6 +24,7 @@ use serde_json::json;
 use crate::{
     object_support::{create, until},
     syncer::{config, pod_json, seed, start_syncer, tenant_synced},
+    vc_manager_support::{RunningManager, condition, fast_settings, init_logging, wait_vc},
 };
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
@@ -228,5 +232,162 @@ async fn a_paused_tenant_loses_its_super_pods_only_and_gets_the_same_ones_back()
         tenant_uids.keys().collect::<Vec<_>>(),
         cluster_ip
     );
+    Ok(())
+}
+
+/// Runs `kubectl vc` (the library, as the binary does) against `client`; returns stdout and stderr.
+async fn kubectl_vc(client: &kube::Client, line: &str) -> anyhow::Result<(String, String)> {
+    use clap::Parser;
+    let args =
+        kubectl_vc::Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace()))?;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let streams = kubectl_vc::Streams::new(&mut out, &mut err, true);
+    kubectl_vc::run_with(&args, client.clone(), streams, std::future::pending()).await?;
+    Ok((String::from_utf8(out)?, String::from_utf8(err)?))
+}
+
+/// Names and uids of what the control plane keeps while paused: Secrets, Services and claims.
+async fn kept(client: &kube::Client, root: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut kept = BTreeMap::new();
+    let params = ListParams::default();
+    for s in Api::<Secret>::namespaced(client.clone(), root)
+        .list(&params)
+        .await?
+        .items
+    {
+        kept.insert(format!("secret/{}", s.name_any()), s.uid().unwrap_or_default());
+    }
+    for s in Api::<Service>::namespaced(client.clone(), root)
+        .list(&params)
+        .await?
+        .items
+    {
+        kept.insert(format!("service/{}", s.name_any()), s.uid().unwrap_or_default());
+    }
+    for c in Api::<PersistentVolumeClaim>::namespaced(client.clone(), root)
+        .list(&params)
+        .await?
+        .items
+    {
+        kept.insert(format!("pvc/{}", c.name_any()), c.uid().unwrap_or_default());
+    }
+    Ok(kept)
+}
+
+#[tokio::test]
+async fn a_paused_native_control_plane_scales_to_zero_keeps_its_state_and_comes_back() -> anyhow::Result<()> {
+    if !local_cluster::require(
+        "a_paused_native_control_plane_scales_to_zero_keeps_its_state_and_comes_back",
+        NEEDS,
+    ) {
+        return Ok(());
+    }
+    Box::pin(native_pause()).await
+}
+
+async fn native_pause() -> anyhow::Result<()> {
+    init_logging();
+    let cluster = ControlPlane::start(ControlPlaneOptions::super_cluster()).await?;
+    let client = cluster.client();
+    local_cluster::install_crds(&client).await?;
+    let _nodes = NodeSimulator::start(
+        &cluster,
+        NodeSimulatorOptions {
+            kubelet: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let cv = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/clusterversion-clusterip.yaml"),
+    )?;
+    apply::apply_yaml(&client, &cv, "default").await?;
+    create::<Namespace>(&client, None, json!({"metadata": {"name": "tenants"}})).await?;
+    let _manager = RunningManager::start(client.clone(), fast_settings(), None).await?;
+    let vcs: Api<VirtualCluster> = Api::namespaced(client.clone(), "tenants");
+    create::<VirtualCluster>(
+        &client,
+        Some("tenants"),
+        json!({"metadata": {"name": "nap"},
+            "spec": {"clusterVersionName": "cv-v1-33-clusterip", "serviceCidr": "10.32.0.0/16"}}),
+    )
+    .await?;
+    let running = |vc: &VirtualCluster| {
+        vc.status.as_ref().and_then(|s| s.phase) == Some(crds::ClusterPhase::Running)
+            && vc.status.as_ref().and_then(|s| s.observed_generation) == vc.metadata.generation
+    };
+    let vc = wait_vc(&vcs, "nap", Duration::from_secs(120), "Running", running).await?;
+    let root = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &root);
+    let pods = Api::<Pod>::namespaced(client.clone(), &root);
+    let before = kept(&client, &root).await?;
+    assert!(before.contains_key("secret/admin-kubeconfig") && before.contains_key("service/apiserver-svc"));
+
+    let (out, err) = kubectl_vc(&client, "pause nap -n tenants --wait --timeout 2m").await?;
+    println!("kubectl vc pause nap --wait\n{err}{out}");
+    assert!(out.contains("tenants/nap is Paused"), "{out}");
+    for sts in statefulsets.list(&ListParams::default()).await?.items {
+        let spec = sts.spec.as_ref().and_then(|s| s.replicas);
+        let ready = sts.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+        assert_eq!((spec, ready), (Some(0), 0), "{}", sts.name_any());
+    }
+    wait::until_true(Duration::from_secs(60), "control-plane pods gone", || async {
+        pods.list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await?;
+    let vc = vcs.get("nap").await?;
+    assert_eq!(
+        vc.status.as_ref().and_then(|s| s.phase),
+        Some(crds::ClusterPhase::Paused)
+    );
+    let paused = condition(&vc, wellknown::CONDITION_PAUSED).context("Paused condition")?;
+    assert_eq!(paused.status, "True");
+    assert_eq!(
+        condition(&vc, wellknown::CONDITION_READY).map(|c| c.status.as_str()),
+        Some("False")
+    );
+    // A while later, after resyncs: still at zero, nothing deleted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        kept(&client, &root).await?,
+        before,
+        "a paused control plane lost state"
+    );
+    assert!(
+        statefulsets
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .all(|s| s.spec.as_ref().and_then(|s| s.replicas) == Some(0))
+    );
+
+    let (out, err) = kubectl_vc(&client, "resume nap -n tenants --wait --timeout 2m").await?;
+    println!("kubectl vc resume nap --wait\n{err}{out}");
+    assert!(out.contains("tenants/nap is Running"), "{out}");
+    for sts in statefulsets.list(&ListParams::default()).await?.items {
+        assert_eq!(
+            sts.spec.as_ref().and_then(|s| s.replicas),
+            Some(1),
+            "{}",
+            sts.name_any()
+        );
+        assert_eq!(
+            sts.status.as_ref().and_then(|s| s.ready_replicas),
+            Some(1),
+            "{}",
+            sts.name_any()
+        );
+    }
+    let vc = vcs.get("nap").await?;
+    let resumed = condition(&vc, wellknown::CONDITION_PAUSED).context("Paused condition")?;
+    assert_eq!(
+        (resumed.status.as_str(), resumed.reason.as_str()),
+        ("False", "Resumed")
+    );
+    assert!(!vc.spec.paused);
+    assert_eq!(kept(&client, &root).await?, before, "resuming replaced state");
     Ok(())
 }
