@@ -212,6 +212,10 @@ async fn a_paused_tenant_loses_its_super_pods_only_and_gets_the_same_ones_back()
             "{name} is a copy of another pod"
         );
         until(&super_pods, name, &format!("{name} Running again"), running).await?;
+        // Back on the node the tenant pod is bound to (a preference the free nodes let it follow).
+        let tenant_node = tenant_pods.get(name).await?.spec.and_then(|s| s.node_name);
+        let super_node = super_pods.get(name).await?.spec.and_then(|s| s.node_name);
+        assert_eq!(super_node, tenant_node, "{name} moved");
     }
     assert_eq!(
         uids(&tenant_pods).await?,
