@@ -290,7 +290,7 @@ impl RealNodes {
 
     /// The control-plane images that were built from the harness's binaries.
     pub fn control_plane_images() -> Result<ControlPlaneImages> {
-        Ok(registry::Registry::shared()?.store().versions.clone())
+        Ok(registry::Registry::shared()?.versions())
     }
 
     /// The last lines of every node daemon's log, for a failure report.
