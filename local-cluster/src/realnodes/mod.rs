@@ -293,6 +293,12 @@ impl RealNodes {
         Ok(registry::Registry::shared()?.versions())
     }
 
+    /// Serves an image of a program built on this machine under `reference` to every node (see
+    /// [`images::ImageStore::add_program`]); blocks while it writes the layer.
+    pub fn add_program_image(reference: &str, program: &std::path::Path) -> Result<()> {
+        registry::Registry::shared()?.add_program(reference, program)
+    }
+
     /// The last lines of every node daemon's log, for a failure report.
     pub fn log_tails(&self, lines: usize) -> String {
         let mut text = String::new();
