@@ -145,6 +145,25 @@ fn top_rows(output: &str, skip_columns: usize) -> anyhow::Result<Vec<(String, u6
         .collect()
 }
 
+/// The server's pods, events and log, for a failure report.
+async fn server_state(kubectl: &Kubectl) -> String {
+    let mut report = String::new();
+    for args in [
+        &["get", "pods", "-n", NAMESPACE, "-o", "wide"][..],
+        &["get", "events", "-n", NAMESPACE],
+        &["logs", "-n", NAMESPACE, &format!("deployment/{NAME}")],
+    ] {
+        match kubectl.run(args, None).await {
+            Ok(output) => report.push_str(&format!(
+                "kubectl {args:?}:\n{}{}\n",
+                output.stdout, output.stderr
+            )),
+            Err(error) => report.push_str(&format!("kubectl {args:?}: {error}\n")),
+        }
+    }
+    report
+}
+
 #[tokio::test]
 async fn a_tenant_s_webhook_and_metrics_api_run_as_its_own_pods() -> anyhow::Result<()> {
     const TEST: &str = "a_tenant_s_webhook_and_metrics_api_run_as_its_own_pods";
@@ -192,8 +211,14 @@ async fn a_tenant_s_webhook_and_metrics_api_run_as_its_own_pods() -> anyhow::Res
                 .next()
         }
     })
-    .await
-    .with_context(|| format!("{NAME} never became ready"))?;
+    .await;
+    let address = match address {
+        Ok(address) => address,
+        Err(error) => anyhow::bail!(
+            "{NAME} never became ready: {error}\n{}",
+            server_state(&kubectl).await
+        ),
+    };
     let vcs: Api<crds::VirtualCluster> = Api::namespaced(sandbox.super_client(), "default");
     let key = crds::naming::cluster_key_of(&vcs.get("ext").await?).context("cluster key")?;
     let super_pods: Api<Pod> = Api::namespaced(

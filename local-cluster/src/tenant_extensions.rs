@@ -35,8 +35,9 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::{Error, Result};
 
-/// The image the e2e harness builds from the `tenant-extensions` binary.
-pub const IMAGE: &str = "localhost/virtualcluster-rs/tenant-extensions:e2e";
+/// The image the e2e harness builds from the `tenant-extensions` binary, under a registry name the real
+/// nodes' containerd mirrors to the harness's registry (nothing is pulled from the network).
+pub const IMAGE: &str = "ghcr.io/virtualcluster-rs/e2e-tenant-extensions:local";
 /// Objects with this label set to `true` are refused by the webhook.
 pub const DENY_LABEL: &str = "deny";
 /// The webhook's path.
