@@ -322,14 +322,21 @@ fn usage(stats: &Value) -> Option<Value> {
     Some(json!({"cpu": format!("{cpu}n"), "memory": format!("{}Ki", memory / 1024)}))
 }
 
-/// PodMetrics of the pods in `summaries` (in `namespace`, named `name`, when given). A pod some of whose
-/// containers have no figures yet is left out, as metrics-server does.
+/// PodMetrics of the pods in `summaries` (in `namespace`, named `name`, when given), once each, by
+/// namespace and name. A pod some of whose containers have no figures yet is left out, as metrics-server
+/// does.
 pub fn pod_metrics(summaries: &[Value], namespace: Option<&str>, name: Option<&str>) -> Vec<Value> {
-    summaries
+    let pods: std::collections::BTreeMap<(String, String), Value> = summaries
         .iter()
         .flat_map(|summary| summary["pods"].as_array().cloned().unwrap_or_default())
         .filter(|pod| namespace.is_none_or(|ns| pod["podRef"]["namespace"] == ns))
         .filter(|pod| name.is_none_or(|n| pod["podRef"]["name"] == n))
+        .map(|pod| {
+            let key = |field: &str| pod["podRef"][field].as_str().unwrap_or_default().to_owned();
+            ((key("namespace"), key("name")), pod)
+        })
+        .collect();
+    pods.into_values()
         .filter_map(|pod| {
             let containers = pod["containers"]
                 .as_array()?
@@ -495,6 +502,8 @@ mod tests {
             json!([{"name": "main", "usage": {"cpu": "2000000n", "memory": "2048Ki"}}])
         );
         assert_eq!(pod_metrics(&summaries, None, None).len(), 2);
+        // Two vNodes served by one agent list the same pods: each once.
+        assert_eq!(pod_metrics(&[summary(), summary()], None, None).len(), 2);
         assert_eq!(pod_metrics(&summaries, Some("data"), Some("db")).len(), 1);
         assert!(pod_metrics(&summaries, Some("shop"), Some("db")).is_empty());
 
