@@ -145,6 +145,27 @@ fn top_rows(output: &str, skip_columns: usize) -> anyhow::Result<Vec<(String, u6
         .collect()
 }
 
+/// GET `path` straight from the server pod at `address` (as any pod could), verifying its certificate
+/// for the Service's name and presenting `identity` when given; returns the status line.
+async fn get_directly(
+    address: &str,
+    ca: &str,
+    identity: Option<&local_cluster::pki::CertifiedKey>,
+    path: &str,
+) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = local_cluster::http_client::client_tls(ca, identity)?;
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls_pki_types::ServerName::try_from(format!("{NAME}.{NAMESPACE}.svc"))?;
+    let tcp = tokio::net::TcpStream::connect((address, 8443)).await?;
+    let mut tls = connector.connect(name, tcp).await?;
+    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: {NAME}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_string(&mut response)).await??;
+    Ok(response.lines().next().unwrap_or_default().to_owned())
+}
+
 /// The server's pods, events and log, for a failure report.
 async fn server_state(kubectl: &Kubectl) -> String {
     let mut report = String::new();
@@ -237,6 +258,22 @@ async fn a_tenant_s_webhook_and_metrics_api_run_as_its_own_pods() -> anyhow::Res
         vec![address.clone()],
         "the endpoint is the super pod's address"
     );
+
+    // The metrics are the front proxy's alone: a pod of the tenant reaching the server straight, without
+    // the front proxy's client certificate or with a made-up one, reads nothing.
+    let pods_path = "/apis/metrics.k8s.io/v1beta1/pods";
+    let healthz = get_directly(&address, ca.cert_pem(), None, "/healthz").await?;
+    assert!(healthz.contains(" 200 "), "{healthz}");
+    let anonymous = get_directly(&address, ca.cert_pem(), None, pods_path).await?;
+    assert!(anonymous.contains(" 401 "), "{anonymous}");
+    let forged = ca.issue("front-proxy-client", &[], &[], local_cluster::pki::Usage::Client)?;
+    match get_directly(&address, ca.cert_pem(), Some(&forged), pods_path).await {
+        Ok(status) => assert!(
+            !status.contains(" 200 "),
+            "a forged front proxy read metrics: {status}"
+        ),
+        Err(refused) => tracing::debug!(%refused, "the forged certificate was refused in the handshake"),
+    }
 
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca.cert_pem());
     apply(&kubectl, &registrations(&ca_bundle).to_string())
