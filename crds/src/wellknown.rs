@@ -121,3 +121,6 @@ pub const CONDITION_CONTROLLER_MANAGER_READY: &str = "ControllerManagerReady";
 pub const CONDITION_READY: &str = "Ready";
 /// syncer: the tenant is attached and syncing (False with a reason when unreachable).
 pub const CONDITION_TENANT_SYNCED: &str = "TenantSynced";
+
+/// Label the apiserver sets on every namespace to the namespace's own name.
+pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";

@@ -24,6 +24,7 @@ mod native_tenants;
 mod real_nodes;
 mod sandbox;
 mod syncer;
+mod tenant_extensions;
 mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;
