@@ -449,7 +449,14 @@ fn admits_only(policy: &NetworkPolicy, cluster_key: &str) -> bool {
     spec["policyTypes"] == json!(["Ingress"])
         && spec["podSelector"].as_object().is_none_or(|s| s.is_empty())
         && spec["ingress"][0]["from"]
-            == json!([{"namespaceSelector": {"matchLabels": {"tenancy.x-k8s.io/cluster": cluster_key}}}])
+            == json!([
+                {"namespaceSelector": {"matchLabels": {"tenancy.x-k8s.io/cluster": cluster_key}}},
+                // The tenant's own apiserver pods in its root namespace (its webhooks and aggregated APIs).
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster_key,
+                    "app.kubernetes.io/managed-by": "vc-manager"}},
+                 "podSelector": {"matchLabels": {"app.kubernetes.io/component": "apiserver",
+                    "app.kubernetes.io/managed-by": "vc-manager"}}}
+            ])
         && spec["ingress"][1]["from"]
             == json!([{"namespaceSelector": {"matchLabels": {PLATFORM_INGRESS_LABEL: "true"}}}])
         && spec["ingress"].as_array().map(Vec::len) == Some(2)

@@ -25,6 +25,7 @@ mod pause;
 mod real_nodes;
 mod sandbox;
 mod syncer;
+mod tenant_extensions;
 mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;

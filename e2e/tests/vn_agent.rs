@@ -113,7 +113,7 @@ fn keep_ca_bundle(super_client: &Client) -> (CaBundle, AbortOnDrop) {
     let task = tokio::spawn(vc_manager::ca_bundle::maintain(
         super_client.clone(),
         reference,
-        vc_manager::context::LeaderFlag::always(),
+        vc_manager::leader::LeaderFlag::always(),
         std::future::pending(),
     ));
     (bundle, AbortOnDrop(task))

@@ -28,7 +28,7 @@ use crate::{
 use vc_manager::{
     adopt,
     pki::CertifiedKey,
-    tenant_pki::{SECRET_APISERVER, SECRET_ROOT_CA},
+    secret_names::{SECRET_APISERVER, SECRET_ROOT_CA},
 };
 
 /// Lifetime of a minted user certificate when `--ttl` is not given.

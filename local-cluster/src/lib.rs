@@ -36,6 +36,7 @@ mod process;
 pub mod realnodes;
 pub mod sandbox;
 pub mod tenancy;
+pub mod tenant_extensions;
 pub mod wait;
 mod workdir;
 

@@ -65,9 +65,6 @@ const OUR_MANAGERS: &[&str] = &[
 /// syncer never forces them, and counts the object in sync without them until the tenant object changes.
 pub const ANNOTATION_WITHHELD: &str = "tenancy.x-k8s.io/withheld-keys";
 
-/// Label every namespace carries with its own name.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
 /// Namespace labels that configure Pod Security admission.
 const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
 
@@ -158,7 +155,7 @@ pub fn super_namespace_metadata(
     meta.name = tenant.name.as_deref().map(|n| identity.super_namespace(n));
     if let Some(labels) = meta.labels.as_mut() {
         // The apiserver sets this label to the namespace's own name; the tenant's value cannot stay.
-        labels.remove(NAMESPACE_NAME_LABEL);
+        labels.remove(crds::wellknown::LABEL_NAMESPACE_NAME);
         // Pod Security admission reads these from the super namespace: a tenant must not relax it.
         labels.retain(|key, _| !key.starts_with(POD_SECURITY_PREFIX));
     }

@@ -10,105 +10,21 @@ use crds::{
     v1alpha1::Adoption,
     wellknown::{CONDITION_APISERVER_READY, CONDITION_PKI_READY, CONDITION_READY, SECRET_KUBELET_CLIENT},
 };
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{controller::Action, events::EventType},
 };
-use vc_runtime::clients::ClientTimeouts;
 
 use crate::{
     Error, Result,
     context::Context,
     identity::TenantIdentity,
-    kubeconfig, native,
+    kubeconfig,
     status::{self, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace},
     tenant_pki::Scope,
 };
-
-/// What an adopted apiserver answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeReport {
-    /// The kubeconfig's server URL.
-    pub server: String,
-    /// `gitVersion` from `/version`.
-    pub version: String,
-}
-
-/// Checks that a kubeconfig reaches a working apiserver.
-pub trait TenantProbe: Send + Sync {
-    /// Calls `/version` and lists one namespace with the kubeconfig (YAML) found at `origin` (for
-    /// messages).
-    fn version(&self, origin: String, kubeconfig: String) -> BoxFuture<'static, Result<ProbeReport>>;
-}
-
-/// The real probe: a kube client from the kubeconfig, with timeouts.
-#[derive(Clone, Debug)]
-pub struct KubeconfigProbe {
-    /// Connect and read timeouts.
-    pub timeouts: ClientTimeouts,
-}
-
-impl TenantProbe for KubeconfigProbe {
-    fn version(&self, origin: String, kubeconfig: String) -> BoxFuture<'static, Result<ProbeReport>> {
-        let timeouts = self.timeouts;
-        Box::pin(async move {
-            let invalid = |source: Box<dyn std::error::Error + Send + Sync>| Error::KubeconfigInvalid {
-                origin: origin.clone(),
-                source,
-            };
-            let config = vc_runtime::clients::config_from_kubeconfig_yaml(&kubeconfig, timeouts)
-                .await
-                .map_err(|e| match e {
-                    vc_runtime::Error::KubeconfigRefused { field, problem } => Error::KubeconfigRefused {
-                        origin: origin.clone(),
-                        field,
-                        problem,
-                    },
-                    e => invalid(Box::new(e)),
-                })?;
-            let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
-            let client = kube::Client::try_from(config).map_err(|e| invalid(Box::new(e)))?;
-            let deadline = timeouts.connect + timeouts.read;
-            // `/version` answers anonymous callers too; listing one namespace proves the credentials.
-            let answer = tokio::time::timeout(deadline, async {
-                let info = client.apiserver_version().await?;
-                kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                    .list_metadata(&kube::api::ListParams::default().limit(1))
-                    .await?;
-                Ok::<_, kube::Error>(info)
-            })
-            .await;
-            match answer {
-                Ok(Ok(info)) => Ok(ProbeReport {
-                    server,
-                    version: info.git_version,
-                }),
-                Ok(Err(source)) => Err(classify(server, source)),
-                Err(_) => Err(Error::TenantUnreachable {
-                    server,
-                    source: kube::Error::Service(
-                        format!("no answer within {} s", deadline.as_secs_f64()).into(),
-                    ),
-                }),
-            }
-        })
-    }
-}
-
-/// Which failure an error from `/version` is.
-pub fn classify(server: String, source: kube::Error) -> Error {
-    match &source {
-        kube::Error::Api(status) if status.code == 401 => Error::TenantUnauthorized { server, source },
-        kube::Error::Api(status) if status.code == 403 => Error::TenantForbidden { server, source },
-        kube::Error::Api(_) | kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => {
-            Error::TenantError { server, source }
-        }
-        _ => Error::TenantUnreachable { server, source },
-    }
-}
 
 /// Reads the kubeconfig of an adopted tenant with `client` (the super cluster): `(where it came from, YAML)`.
 /// `kubectl vc kubeconfig` reads it the same way.
@@ -204,7 +120,7 @@ pub async fn reconcile(
 ) -> Result<Action> {
     let namespace = identity.root_namespace();
     match steps::ensure_root_namespace(identity, ctx).await? {
-        RootNamespace::Terminating => return native::wait_for_root_namespace(vc, identity, ctx).await,
+        RootNamespace::Terminating => return steps::wait_for_root_namespace(vc, identity, ctx).await,
         RootNamespace::Ready { created: true } => {
             ctx.publish(
                 &vc.object_ref(&()),
@@ -268,70 +184,4 @@ pub async fn reconcile(
     steps::write_status(vc, &desired, ctx, true).await?;
     let interval = ctx.settings.adopt_check_interval.max(Duration::from_secs(1));
     Ok(Action::requeue(steps::requeue_after(interval, plan.next_renewal)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api_error(code: u16) -> kube::Error {
-        kube::Error::Api(Box::new(kube::core::Status {
-            code,
-            message: "nope".into(),
-            ..Default::default()
-        }))
-    }
-
-    #[test]
-    fn errors_from_version_are_told_apart() {
-        let server = || "https://tenant:6443".to_owned();
-        assert_eq!(classify(server(), api_error(401)).reason(), "Unauthorized");
-        assert_eq!(classify(server(), api_error(403)).reason(), "Forbidden");
-        assert_eq!(classify(server(), api_error(500)).reason(), "APIServerError");
-        assert_eq!(
-            classify(server(), kube::Error::Service("connection refused".into())).reason(),
-            "APIServerUnreachable"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_real_probe_reports_unparsable_and_unreachable_kubeconfigs() {
-        let probe = KubeconfigProbe {
-            timeouts: ClientTimeouts {
-                connect: Duration::from_secs(2),
-                read: Duration::from_secs(2),
-            },
-        };
-        let error = probe
-            .version("Secret a/b key value".into(), "clusters: [unclosed".into())
-            .await
-            .expect_err("unparsable");
-        assert_eq!(error.reason(), "KubeconfigInvalid");
-        assert!(
-            error.full_message().contains("Secret a/b key value"),
-            "{}",
-            error.full_message()
-        );
-
-        // A port nobody listens on.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("port");
-        let yaml = format!(
-            "apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]
-users: [{{name: t, user: {{token: abc}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t}}}}]
-current-context: t
-"
-        );
-        let error = probe.version("test".into(), yaml).await.expect_err("unreachable");
-        assert_eq!(error.reason(), "APIServerUnreachable", "{}", error.full_message());
-        assert!(
-            error.to_string().contains(&format!("127.0.0.1:{port}")),
-            "{error}"
-        );
-    }
 }

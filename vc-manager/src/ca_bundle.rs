@@ -16,7 +16,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector, watcher},
 };
 
-use crate::context::LeaderFlag;
+use crate::leader::LeaderFlag;
 
 /// Where the bundle lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

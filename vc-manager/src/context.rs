@@ -1,12 +1,6 @@
 //! What reconciles share: clients, caches, metrics, settings.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use crds::VirtualCluster;
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::ObjectReference};
@@ -20,7 +14,10 @@ use kube::{
 use tokio::sync::mpsc;
 use vc_runtime::{backoff::Backoff, clients::ClientTimeouts};
 
-use crate::{adopt::TenantProbe, cached::CachedClusterVersion, metrics::Metrics};
+use crate::{
+    ca_bundle::BundleRef, cached::CachedClusterVersion, leader::LeaderFlag, metrics::Metrics,
+    probe::TenantProbe,
+};
 
 /// The reporting controller of vc-manager's events.
 pub const REPORTER: &str = "vc-manager";
@@ -52,7 +49,7 @@ pub struct Settings {
     /// The longest a tenant's leaf certificate may live, whatever its `pkiExpireDays` (platform policy).
     pub max_certificate_lifetime: Option<Duration>,
     /// The ConfigMap vc-manager keeps the tenants' kubelet-client CAs in, for vn-agent (none: not kept).
-    pub kubelet_client_ca_bundle: Option<crate::ca_bundle::BundleRef>,
+    pub kubelet_client_ca_bundle: Option<BundleRef>,
 }
 
 /// When a provisioned tenant counts as Running.
@@ -86,29 +83,6 @@ impl Default for Settings {
             max_certificate_lifetime: None,
             kubelet_client_ca_bundle: None,
         }
-    }
-}
-
-/// Whether this replica may write. Without leader election it always may.
-#[derive(Clone, Debug, Default)]
-pub struct LeaderFlag(Arc<AtomicBool>);
-
-impl LeaderFlag {
-    /// A flag that is already set (no leader election).
-    pub fn always() -> Self {
-        let flag = Self::default();
-        flag.set(true);
-        flag
-    }
-
-    /// Sets or clears the flag.
-    pub fn set(&self, leader: bool) {
-        self.0.store(leader, Ordering::SeqCst);
-    }
-
-    /// Whether this replica leads.
-    pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -309,14 +283,5 @@ mod tests {
         let cut = truncate("é".repeat(600), 1024);
         assert!(cut.len() <= 1024);
         assert!(cut.ends_with("..."));
-    }
-
-    #[test]
-    fn leader_flag() {
-        let flag = LeaderFlag::default();
-        assert!(!flag.is_leader());
-        flag.set(true);
-        assert!(flag.clone().is_leader());
-        assert!(LeaderFlag::always().is_leader());
     }
 }

@@ -3,7 +3,7 @@
 
 use crds::wellknown::{CONDITION_APISERVER_READY, CONDITION_PKI_READY, CONDITION_READY};
 
-use crate::render::Component;
+use crate::component::Component;
 
 /// Errors of vc-manager.
 #[derive(Debug, thiserror::Error)]

@@ -104,7 +104,7 @@ pub fn stored_secrets(scope: &Scope) -> Vec<Secret> {
 /// The network the test ClusterVersion gives when the apiserver Service gets `10.96.0.50`.
 pub fn network() -> Network {
     Network {
-        apiserver: crate::render::ApiServerEndpoint {
+        apiserver: crate::component::ApiServerEndpoint {
             service: "apiserver-svc".into(),
             port: 6443,
         },

@@ -24,8 +24,9 @@ use k8s_openapi::{
 };
 
 use crate::{
-    render::{Component, flag_value, main_container, set_flag},
-    tenant_pki::{
+    component::{Component, main_container},
+    container_flags::{flag_value, set_flag},
+    secret_names::{
         SECRET_APISERVER, SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_ETCD_SERVER, SECRET_ROOT_CA,
         SECRET_SERVICE_ACCOUNT,
     },

@@ -24,13 +24,12 @@ use kube::{
 
 use crate::{
     Error, Result,
-    adopt::ProbeReport,
     cached::CachedClusterVersion,
+    component::Component,
     context::{Context, NativeReadiness},
     identity::TenantIdentity,
-    render::{
-        self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, Component, RenderInputs,
-    },
+    probe::ProbeReport,
+    render::{self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, RenderInputs},
     status::{self, ComponentState, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace, apply_params},
     tenant_pki::{Network, Scope, first_service_ips},
@@ -45,7 +44,7 @@ pub async fn reconcile(
 ) -> Result<Action> {
     let namespace = identity.root_namespace();
     match steps::ensure_root_namespace(identity, ctx).await? {
-        RootNamespace::Terminating => return wait_for_root_namespace(vc, identity, ctx).await,
+        RootNamespace::Terminating => return steps::wait_for_root_namespace(vc, identity, ctx).await,
         RootNamespace::Ready { created: true } => {
             ctx.publish(
                 &vc.object_ref(&()),
@@ -235,37 +234,6 @@ async fn reach_at_cluster_ip(
     };
     let reachable = vc_runtime::clients::cluster_ip_url(client, server, namespace).await?;
     Ok(kubeconfig.replacen(&format!("server: {server}"), &format!("server: {reachable}"), 1))
-}
-
-/// The root namespace is being deleted by someone: report it and come back once it is gone.
-pub async fn wait_for_root_namespace(
-    vc: &VirtualCluster,
-    identity: &TenantIdentity,
-    ctx: &Context,
-) -> Result<Action> {
-    let namespace = identity.root_namespace();
-    let message = format!("root namespace {namespace} is being deleted; it is recreated once it is gone");
-    let mut conditions = status::current_conditions(vc);
-    for condition in &mut conditions {
-        if condition.type_ == CONDITION_READY || condition.type_ == CONDITION_PKI_READY {
-            *condition = ConditionState::unmet(condition.type_, "RootNamespaceTerminating", message.clone());
-        }
-    }
-    let phase = match vc.phase() {
-        Some(ClusterPhase::Running | ClusterPhase::Updating) => ClusterPhase::Updating,
-        _ => ClusterPhase::Pending,
-    };
-    let desired = DesiredStatus {
-        phase,
-        reason: "RootNamespaceTerminating".into(),
-        message,
-        cluster_namespace: namespace.to_owned(),
-        mode: crds::ControlPlaneMode::Provisioned,
-        conditions,
-        observed_generation: vc.status.as_ref().and_then(|s| s.observed_generation),
-    };
-    steps::write_status(vc, &desired, ctx, true).await?;
-    Ok(Action::requeue(ctx.settings.deletion_poll_interval))
 }
 
 async fn apply_services(

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crds::{ClusterVersion, StatefulSetSvcBundle, VirtualCluster};
+use crds::{ClusterVersion, VirtualCluster};
 use k8s_openapi::{
     ByteString,
     api::{
@@ -27,6 +27,8 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::{
+    component::{ApiServerEndpoint, Component, main_container},
+    container_flags::{flag_value, set_flag},
     identity::{TenantIdentity, managed_labels},
     legacy, tenant_pki,
 };
@@ -39,85 +41,6 @@ pub const ANNOTATION_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/cluster-version";
 pub const ANNOTATION_CLUSTER_VERSION_GENERATION: &str = "tenancy.x-k8s.io/cluster-version-generation";
 /// Prefix of the pod-template annotations holding the SHA-256 of each mounted Secret.
 pub const SECRET_CHECKSUM_PREFIX: &str = "checksum.tenancy.x-k8s.io/";
-
-/// A component of a tenant control plane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Component {
-    /// etcd.
-    Etcd,
-    /// kube-apiserver.
-    ApiServer,
-    /// kube-controller-manager.
-    ControllerManager,
-}
-
-impl Component {
-    /// In start order: each waits for the one before it to be ready when first created.
-    pub const ALL: [Self; 3] = [Self::Etcd, Self::ApiServer, Self::ControllerManager];
-
-    /// The value of the `app.kubernetes.io/component` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Etcd => "etcd",
-            Self::ApiServer => crds::wellknown::COMPONENT_APISERVER,
-            Self::ControllerManager => "controller-manager",
-        }
-    }
-
-    /// The component in CamelCase, for condition and event reasons.
-    pub fn camel(self) -> &'static str {
-        match self {
-            Self::Etcd => "Etcd",
-            Self::ApiServer => "APIServer",
-            Self::ControllerManager => "ControllerManager",
-        }
-    }
-
-    /// The VirtualCluster condition reporting this component.
-    pub fn condition(self) -> &'static str {
-        use crds::wellknown::{
-            CONDITION_APISERVER_READY, CONDITION_CONTROLLER_MANAGER_READY, CONDITION_ETCD_READY,
-        };
-        match self {
-            Self::Etcd => CONDITION_ETCD_READY,
-            Self::ApiServer => CONDITION_APISERVER_READY,
-            Self::ControllerManager => CONDITION_CONTROLLER_MANAGER_READY,
-        }
-    }
-
-    /// This component's bundle in a ClusterVersion.
-    pub fn bundle(self, cv: &ClusterVersion) -> &StatefulSetSvcBundle {
-        match self {
-            Self::Etcd => &cv.spec.etcd,
-            Self::ApiServer => &cv.spec.api_server,
-            Self::ControllerManager => &cv.spec.controller_manager,
-        }
-    }
-
-    /// Substrings that identify this component's main container by name or command.
-    fn binary(self) -> &'static str {
-        match self {
-            Self::Etcd => "etcd",
-            Self::ApiServer => "apiserver",
-            Self::ControllerManager => "controller-manager",
-        }
-    }
-}
-
-impl std::fmt::Display for Component {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Where the tenant apiserver is reached inside the super cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiServerEndpoint {
-    /// Name of the apiserver Service.
-    pub service: String,
-    /// Its port.
-    pub port: i32,
-}
 
 /// Checks that a ClusterVersion can be rendered; the error says what to fix.
 pub fn validate(cv: &ClusterVersion) -> Result<(), String> {
@@ -467,26 +390,6 @@ pub fn apiserver_service_range(vc: &VirtualCluster, cv: &ClusterVersion) -> Opti
     flag_value(container, "--service-cluster-ip-range")
 }
 
-/// Index of the container running the component: named after it or running its binary, else the first.
-pub(crate) fn main_container(pod: &PodSpec, component: Component) -> usize {
-    let binary = component.binary();
-    pod.containers
-        .iter()
-        .position(|c| {
-            c.name.contains(binary)
-                || c.command
-                    .iter()
-                    .flatten()
-                    .chain(c.args.iter().flatten())
-                    .any(|a| {
-                        a.split_whitespace()
-                            .next()
-                            .is_some_and(|word| word.rsplit('/').next().is_some_and(|b| b.contains(binary)))
-                    })
-        })
-        .unwrap_or(0)
-}
-
 /// Environment variables bound to the pod name (`fieldRef: metadata.name`), as `$(NAME)` references.
 fn pod_name_variables(container: &Container) -> Vec<String> {
     container
@@ -501,18 +404,6 @@ fn pod_name_variables(container: &Container) -> Vec<String> {
         })
         .map(|e| format!("$({})", e.name))
         .collect()
-}
-
-/// Value of a `--flag=value` in the container's command or arguments.
-pub(crate) fn flag_value(container: &Container, flag: &str) -> Option<String> {
-    let prefix = format!("{flag}=");
-    container
-        .command
-        .iter()
-        .flatten()
-        .chain(container.args.iter().flatten())
-        .flat_map(|a| a.split_whitespace())
-        .find_map(|word| word.strip_prefix(&prefix).map(str::to_owned))
 }
 
 /// etcd's `--initial-cluster`: `<pod>=<peer URL>` for every replica. The peer URL is the template's
@@ -536,41 +427,6 @@ fn initial_cluster(container: &Container, sts_name: &str, peer_service: &str, re
         })
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Sets `--flag=value` wherever the flag appears in the command or arguments (also inside a shell
-/// command line); appends it to the arguments when it appears nowhere.
-pub(crate) fn set_flag(container: &mut Container, flag: &str, value: &str) {
-    let prefix = format!("{flag}=");
-    let mut found = false;
-    let replace = |arg: &mut String, found: &mut bool| {
-        if !arg.contains(&prefix) {
-            return;
-        }
-        let words: Vec<String> = arg
-            .split(' ')
-            .map(|word| match word.strip_prefix(&prefix) {
-                Some(_) => {
-                    *found = true;
-                    format!("{prefix}{value}")
-                }
-                None => word.to_owned(),
-            })
-            .collect();
-        *arg = words.join(" ");
-    };
-    for arg in container.command.iter_mut().flatten() {
-        replace(arg, &mut found);
-    }
-    for arg in container.args.iter_mut().flatten() {
-        replace(arg, &mut found);
-    }
-    if !found {
-        container
-            .args
-            .get_or_insert_with(Default::default)
-            .push(format!("{prefix}{value}"));
-    }
 }
 
 #[cfg(test)]
@@ -812,31 +668,6 @@ mod tests {
             &RenderInputs::default(),
         ));
         assert!(args.contains(&"--service-cluster-ip-range=10.32.0.0/16".to_owned()));
-    }
-
-    #[test]
-    fn service_cidr_is_added_when_the_template_has_none_and_replaced_inside_shell_commands() {
-        let mut container = Container {
-            name: "apiserver".into(),
-            command: Some(vec![
-                "sh".into(),
-                "-c".into(),
-                "kube-apiserver --service-cluster-ip-range=1.0.0.0/8 --v=2".into(),
-            ]),
-            ..Default::default()
-        };
-        set_flag(&mut container, "--service-cluster-ip-range", "10.0.0.0/24");
-        assert_eq!(
-            container.command.as_ref().map(|c| c[2].as_str()),
-            Some("kube-apiserver --service-cluster-ip-range=10.0.0.0/24 --v=2")
-        );
-        assert!(container.args.is_none());
-        let mut bare = Container::default();
-        set_flag(&mut bare, "--service-cluster-ip-range", "10.0.0.0/24");
-        assert_eq!(
-            bare.args,
-            Some(vec!["--service-cluster-ip-range=10.0.0.0/24".to_owned()])
-        );
     }
 
     #[test]

@@ -29,12 +29,13 @@ pub use vc_runtime::leader::LeaderElection;
 
 use crate::{
     Error, Result,
-    adopt::{KubeconfigProbe, TenantProbe},
     cached::CachedClusterVersion,
     cluster_version,
-    context::{Context, LeaderFlag, Settings, synced},
+    context::{Context, Settings, synced},
     identity::{managed_selector, owner_of},
+    leader::LeaderFlag,
     metrics::Metrics,
+    probe::{KubeconfigProbe, TenantProbe},
     virtual_cluster,
 };
 

@@ -16,7 +16,7 @@ use k8s_openapi::{
 };
 use kube::Resource;
 
-use crate::render::Component;
+use crate::component::Component;
 
 /// The conditions vc-manager owns on a provisioned VirtualCluster.
 pub const NATIVE_CONDITIONS: [&str; 5] = [

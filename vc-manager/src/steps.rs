@@ -5,7 +5,10 @@ use std::{collections::BTreeMap, time::Duration};
 
 use crds::{
     ClusterPhase, VirtualCluster,
-    wellknown::{ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, FIELD_MANAGER_VC_MANAGER},
+    wellknown::{
+        ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, CONDITION_PKI_READY, CONDITION_READY,
+        FIELD_MANAGER_VC_MANAGER,
+    },
 };
 use k8s_openapi::{
     api::core::v1::{Namespace, Secret},
@@ -22,7 +25,7 @@ use crate::{
     Error, Result,
     context::Context,
     identity::{TenantIdentity, managed_labels},
-    status::{ConditionState, DesiredStatus},
+    status::{ConditionState, DesiredStatus, current_conditions},
     tenant_pki::{self, Change, Lifetimes, PkiInput, PkiPlan, Scope},
 };
 
@@ -100,6 +103,37 @@ pub async fn ensure_root_namespace(identity: &TenantIdentity, ctx: &Context) -> 
     Ok(RootNamespace::Ready {
         created: existing.is_none(),
     })
+}
+
+/// The root namespace is being deleted by someone: report it and come back once it is gone.
+pub async fn wait_for_root_namespace(
+    vc: &VirtualCluster,
+    identity: &TenantIdentity,
+    ctx: &Context,
+) -> Result<Action> {
+    let namespace = identity.root_namespace();
+    let message = format!("root namespace {namespace} is being deleted; it is recreated once it is gone");
+    let mut conditions = current_conditions(vc);
+    for condition in &mut conditions {
+        if condition.type_ == CONDITION_READY || condition.type_ == CONDITION_PKI_READY {
+            *condition = ConditionState::unmet(condition.type_, "RootNamespaceTerminating", message.clone());
+        }
+    }
+    let phase = match vc.phase() {
+        Some(ClusterPhase::Running | ClusterPhase::Updating) => ClusterPhase::Updating,
+        _ => ClusterPhase::Pending,
+    };
+    let desired = DesiredStatus {
+        phase,
+        reason: "RootNamespaceTerminating".into(),
+        message,
+        cluster_namespace: namespace.to_owned(),
+        mode: crds::ControlPlaneMode::Provisioned,
+        conditions,
+        observed_generation: vc.status.as_ref().and_then(|s| s.observed_generation),
+    };
+    write_status(vc, &desired, ctx, true).await?;
+    Ok(Action::requeue(ctx.settings.deletion_poll_interval))
 }
 
 /// Reads the root namespace's Secrets, writes those the plan changes, announces the changes and records

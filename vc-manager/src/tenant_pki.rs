@@ -14,32 +14,16 @@ use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::me
 
 use crate::{
     Result,
+    component::ApiServerEndpoint,
     identity::{TenantIdentity, managed_labels},
     kubeconfig,
     pki::{CertificateAuthority, CertifiedKey, LeafSpec, ServiceAccountKey, Usage},
-    render::ApiServerEndpoint,
+    secret_names::{
+        SECRET_APISERVER, SECRET_CONTROLLER_MANAGER_KUBECONFIG, SECRET_ETCD_CA, SECRET_ETCD_CLIENT,
+        SECRET_ETCD_SERVER, SECRET_FRONT_PROXY_CA, SECRET_FRONT_PROXY_CLIENT, SECRET_KUBELET_CLIENT_CA,
+        SECRET_ROOT_CA, SECRET_SERVICE_ACCOUNT,
+    },
 };
-
-/// Cluster CA: client CA of the apiserver, signer of its serving and client certificates.
-pub const SECRET_ROOT_CA: &str = "root-ca";
-/// The apiserver's serving certificate (the name is the original project's).
-pub const SECRET_APISERVER: &str = "apiserver-ca";
-/// etcd CA.
-pub const SECRET_ETCD_CA: &str = "etcd-ca";
-/// etcd serving and peer certificate.
-pub const SECRET_ETCD_SERVER: &str = "etcd-server";
-/// The apiserver's etcd client certificate.
-pub const SECRET_ETCD_CLIENT: &str = "etcd-client";
-/// Front-proxy (aggregation) CA.
-pub const SECRET_FRONT_PROXY_CA: &str = "front-proxy-ca";
-/// The apiserver's front-proxy client certificate.
-pub const SECRET_FRONT_PROXY_CLIENT: &str = "front-proxy-client";
-/// Service-account signing key pair (ECDSA, despite the original project's name).
-pub const SECRET_SERVICE_ACCOUNT: &str = "serviceaccount-rsa";
-/// The CA vn-agent trusts for this tenant.
-pub const SECRET_KUBELET_CLIENT_CA: &str = "kubelet-client-ca";
-/// The controller-manager's kubeconfig.
-pub const SECRET_CONTROLLER_MANAGER_KUBECONFIG: &str = "controller-manager-kubeconfig";
 
 /// Common name of the admin kubeconfig's user (in `system:masters`).
 pub const ADMIN_USER: &str = "kubernetes-admin";

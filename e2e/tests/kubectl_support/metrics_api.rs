@@ -2,7 +2,8 @@
 //! from each vNode's kubelet `/stats/summary`, scraped the way metrics-server scrapes kubelets: at the
 //! vNode's InternalIP and kubelet port (vn-agent), with the tenant's kubelet-client certificate
 //! (metrics-server's `--kubelet-client-certificate`). That is the path `kubectl top pod` takes in a
-//! tenant. (The apiserver's `nodes/proxy` refuses loopback node addresses, which every node here has.)
+//! tenant. (The apiserver's `nodes/proxy` refuses loopback node addresses, which every node here has.) The
+//! figures become PodMetrics and NodeMetrics as in the tenant-extensions server of the real-node tests.
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,6 +22,7 @@ use hyper_util::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, api::ListParams};
+use local_cluster::tenant_extensions;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -183,44 +185,20 @@ async fn summaries(scraper: &Scraper) -> anyhow::Result<Vec<Value>> {
     Ok(summaries)
 }
 
-fn usage(stats: &Value) -> Value {
-    json!({
-        "cpu": format!("{}n", stats["cpu"]["usageNanoCores"].as_u64().unwrap_or(0)),
-        "memory": format!("{}", stats["memory"]["workingSetBytes"].as_u64().unwrap_or(0)),
-    })
+async fn pod_metrics(scraper: &Scraper, namespace: Option<&str>) -> Response {
+    match summaries(scraper).await {
+        // One agent serves every simulated node here, so each vNode's summary lists the same pods; the
+        // shared conversion lists each once.
+        Ok(summaries) => list(
+            "PodMetricsList",
+            tenant_extensions::pod_metrics(&summaries, namespace, None),
+        ),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
 }
 
-async fn pod_metrics(scraper: &Scraper, namespace: Option<&str>) -> Response {
-    let summaries = match summaries(scraper).await {
-        Ok(summaries) => summaries,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
-    };
-    // One agent serves every simulated node here, so each vNode's summary lists the same pods: once each.
-    let unique: std::collections::BTreeMap<(String, String), Value> = summaries
-        .iter()
-        .flat_map(|s| s["pods"].as_array().cloned().unwrap_or_default())
-        .filter(|pod| namespace.is_none_or(|ns| pod["podRef"]["namespace"] == ns))
-        .map(|pod| {
-            let key = (
-                pod["podRef"]["namespace"].as_str().unwrap_or("").to_owned(),
-                pod["podRef"]["name"].as_str().unwrap_or("").to_owned(),
-            );
-            (key, pod)
-        })
-        .collect();
-    let items: Vec<Value> = unique
-        .into_values()
-        .map(|pod| {
-            json!({
-                "metadata": {"name": pod["podRef"]["name"], "namespace": pod["podRef"]["namespace"]},
-                "timestamp": pod["cpu"]["time"], "window": "10s",
-                "containers": pod["containers"].as_array().cloned().unwrap_or_default().iter()
-                    .map(|c| json!({"name": c["name"], "usage": usage(c)}))
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    Json(json!({"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}))
+fn list(kind: &str, items: Vec<Value>) -> Response {
+    Json(json!({"kind": kind, "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}))
         .into_response()
 }
 
@@ -233,20 +211,11 @@ async fn namespace_pods(State(scraper): State<Scraper>, Path(namespace): Path<St
 }
 
 async fn nodes(State(scraper): State<Scraper>) -> Response {
-    let summaries = match summaries(&scraper).await {
-        Ok(summaries) => summaries,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
-    };
-    let items: Vec<Value> = summaries
-        .iter()
-        .map(|s| {
-            json!({
-                "metadata": {"name": s["node"]["nodeName"]},
-                "timestamp": s["node"]["cpu"]["time"], "window": "10s",
-                "usage": usage(&s["node"])
-            })
-        })
-        .collect();
-    Json(json!({"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}))
-        .into_response()
+    match summaries(&scraper).await {
+        Ok(summaries) => list(
+            "NodeMetricsList",
+            tenant_extensions::node_metrics(&summaries, None),
+        ),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
 }

@@ -3,7 +3,8 @@
 //! No registry is reachable here, so the images pods use are made from local binaries: a busybox image from
 //! Debian's busybox-static (under the name users type, `busybox`), a pause image, a kubectl image, and the
 //! control-plane images a ClusterVersion names (etcd, kube-apiserver, kube-controller-manager) from the
-//! harness's binaries, tagged with the versions those binaries report. Each image is an OCI manifest, a
+//! harness's binaries, tagged with the versions those binaries report; tests add images of programs built
+//! with the workspace ([`ImageStore::add_program`]). Each image is an OCI manifest, a
 //! config and uncompressed layer tarballs, served by the [`registry`](super::registry) that every node's
 //! containerd uses as its mirror, so `imagePullPolicy: Always` works as on a real cluster.
 
@@ -60,6 +61,8 @@ pub struct ImageStore {
     pub blobs: BTreeMap<String, Blob>,
     /// Versions of the control-plane images that were built, by component.
     pub versions: ControlPlaneImages,
+    /// The busybox layer every image starts with.
+    base: Blob,
     _dir: WorkDir,
 }
 
@@ -104,13 +107,15 @@ impl ImageStore {
     pub fn build() -> Result<Self> {
         let dir = WorkDir::new("images")?;
         let busybox = find_busybox()?;
+        let mut blobs = BTreeMap::new();
+        let base = write_layer(&dir, &mut blobs, "busybox", &busybox_layer(&busybox)?)?;
         let mut store = Self {
             images: Vec::new(),
-            blobs: BTreeMap::new(),
+            blobs,
             versions: ControlPlaneImages::default(),
+            base: base.clone(),
             _dir: dir,
         };
-        let base = store.write_layer("busybox", &busybox_layer(&busybox)?)?;
 
         let mut specs = vec![
             ImageSpec {
@@ -180,6 +185,43 @@ impl ImageStore {
         Ok(store)
     }
 
+    /// Adds an image of a program built on this machine (a binary of the workspace, which links glibc
+    /// dynamically): the busybox layer, then the program at `/usr/local/bin/<its file name>` with the
+    /// shared libraries and the loader `ldd` lists, as the entrypoint. Known as `reference` (a full name
+    /// with tag); a reference that is already there keeps its image.
+    pub fn add_program(&mut self, reference: &str, program: &Path) -> Result<()> {
+        if self.image(reference).is_some() {
+            return Ok(());
+        }
+        let file_name = program
+            .file_name()
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| Error::Io {
+                context: format!("the image {reference}"),
+                source: std::io::Error::other(format!("{} names no file", program.display())),
+            })?;
+        let destination = format!("/usr/local/bin/{file_name}");
+        let mut files = vec![(program.to_owned(), destination.clone())];
+        files.extend(shared_libraries(program).into_iter().map(|lib| {
+            let dest = lib.display().to_string();
+            (lib, dest)
+        }));
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        files.dedup_by(|a, b| a.1 == b.1);
+        let spec = ImageSpec {
+            names: vec![reference.to_owned()],
+            layer: LayerSpec {
+                files,
+                ..LayerSpec::default()
+            },
+            entrypoint: vec![destination],
+            cmd: Vec::new(),
+        };
+        let own = self.write_layer(reference, &spec.layer)?;
+        let layers = [self.base.clone(), own];
+        self.add_image(spec, &layers)
+    }
+
     /// The image known by `reference` (a full name with tag).
     pub fn image(&self, reference: &str) -> Option<&Image> {
         self.images
@@ -193,75 +235,7 @@ impl ImageStore {
     }
 
     fn write_layer(&mut self, purpose: &str, spec: &LayerSpec) -> Result<Blob> {
-        let path = self
-            ._dir
-            .join(&format!("layer-{}.tar", purpose.replace(['/', ':'], "_")));
-        let file = std::fs::File::create(&path).map_err(Error::io(format!("creating {}", path.display())))?;
-        let mut writer = HashingWriter::new(file);
-        {
-            let mut tar = tar::Builder::new(&mut writer);
-            tar.follow_symlinks(true);
-            let mut dirs: Vec<String> = spec.dirs.clone();
-            for path in spec
-                .files
-                .iter()
-                .map(|(_, d)| d)
-                .chain(spec.links.iter().map(|(l, _)| l))
-                .chain(spec.texts.iter().map(|(p, _)| p))
-            {
-                let mut parent = Path::new(path).parent();
-                while let Some(p) = parent.filter(|p| p.as_os_str() != "/" && !p.as_os_str().is_empty()) {
-                    dirs.push(p.display().to_string());
-                    parent = p.parent();
-                }
-            }
-            dirs.sort();
-            dirs.dedup();
-            let io = |what: &str| Error::io(format!("writing {what} into layer {purpose}"));
-            for dir in &dirs {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(if dir == "/tmp" { 0o1777 } else { 0o755 });
-                header.set_size(0);
-                header.set_mtime(0);
-                tar.append_data(&mut header, dir.trim_start_matches('/'), std::io::empty())
-                    .map_err(io(dir))?;
-            }
-            for (source, dest) in &spec.files {
-                let mut file = std::fs::File::open(source).map_err(io(dest))?;
-                let meta = file.metadata().map_err(io(dest))?;
-                let mut header = tar::Header::new_gnu();
-                header.set_size(meta.len());
-                header.set_mode(0o755);
-                header.set_mtime(0);
-                tar.append_data(&mut header, dest.trim_start_matches('/'), &mut file)
-                    .map_err(io(dest))?;
-            }
-            for (path, contents) in &spec.texts {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(contents.len() as u64);
-                header.set_mode(0o644);
-                header.set_mtime(0);
-                tar.append_data(&mut header, path.trim_start_matches('/'), contents.as_bytes())
-                    .map_err(io(path))?;
-            }
-            for (link, target) in &spec.links {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Symlink);
-                header.set_size(0);
-                header.set_mode(0o777);
-                header.set_mtime(0);
-                tar.append_link(&mut header, link.trim_start_matches('/'), target)
-                    .map_err(io(link))?;
-            }
-            tar.finish().map_err(io("the end"))?;
-        }
-        let (digest, size) = writer
-            .finish()
-            .map_err(Error::io(format!("writing {}", path.display())))?;
-        let blob = Blob { digest, size, path };
-        self.blobs.insert(blob.digest.clone(), blob.clone());
-        Ok(blob)
+        write_layer(&self._dir, &mut self.blobs, purpose, spec)
     }
 
     fn write_blob(&mut self, bytes: &[u8]) -> Result<Blob> {
@@ -311,6 +285,82 @@ impl ImageStore {
         });
         Ok(())
     }
+}
+
+/// Writes a layer tarball into `dir` and records it in `blobs`.
+fn write_layer(
+    dir: &WorkDir,
+    blobs: &mut BTreeMap<String, Blob>,
+    purpose: &str,
+    spec: &LayerSpec,
+) -> Result<Blob> {
+    let path = dir.join(&format!("layer-{}.tar", purpose.replace(['/', ':'], "_")));
+    let file = std::fs::File::create(&path).map_err(Error::io(format!("creating {}", path.display())))?;
+    let mut writer = HashingWriter::new(file);
+    {
+        let mut tar = tar::Builder::new(&mut writer);
+        tar.follow_symlinks(true);
+        let mut dirs: Vec<String> = spec.dirs.clone();
+        for path in spec
+            .files
+            .iter()
+            .map(|(_, d)| d)
+            .chain(spec.links.iter().map(|(l, _)| l))
+            .chain(spec.texts.iter().map(|(p, _)| p))
+        {
+            let mut parent = Path::new(path).parent();
+            while let Some(p) = parent.filter(|p| p.as_os_str() != "/" && !p.as_os_str().is_empty()) {
+                dirs.push(p.display().to_string());
+                parent = p.parent();
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        let io = |what: &str| Error::io(format!("writing {what} into layer {purpose}"));
+        for dir in &dirs {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_mode(if dir == "/tmp" { 0o1777 } else { 0o755 });
+            header.set_size(0);
+            header.set_mtime(0);
+            tar.append_data(&mut header, dir.trim_start_matches('/'), std::io::empty())
+                .map_err(io(dir))?;
+        }
+        for (source, dest) in &spec.files {
+            let mut file = std::fs::File::open(source).map_err(io(dest))?;
+            let meta = file.metadata().map_err(io(dest))?;
+            let mut header = tar::Header::new_gnu();
+            header.set_size(meta.len());
+            header.set_mode(0o755);
+            header.set_mtime(0);
+            tar.append_data(&mut header, dest.trim_start_matches('/'), &mut file)
+                .map_err(io(dest))?;
+        }
+        for (path, contents) in &spec.texts {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(contents.len() as u64);
+            header.set_mode(0o644);
+            header.set_mtime(0);
+            tar.append_data(&mut header, path.trim_start_matches('/'), contents.as_bytes())
+                .map_err(io(path))?;
+        }
+        for (link, target) in &spec.links {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Symlink);
+            header.set_size(0);
+            header.set_mode(0o777);
+            header.set_mtime(0);
+            tar.append_link(&mut header, link.trim_start_matches('/'), target)
+                .map_err(io(link))?;
+        }
+        tar.finish().map_err(io("the end"))?;
+    }
+    let (digest, size) = writer
+        .finish()
+        .map_err(Error::io(format!("writing {}", path.display())))?;
+    let blob = Blob { digest, size, path };
+    blobs.insert(blob.digest.clone(), blob.clone());
+    Ok(blob)
 }
 
 /// Debian's busybox-static.

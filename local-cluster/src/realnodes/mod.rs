@@ -290,7 +290,13 @@ impl RealNodes {
 
     /// The control-plane images that were built from the harness's binaries.
     pub fn control_plane_images() -> Result<ControlPlaneImages> {
-        Ok(registry::Registry::shared()?.store().versions.clone())
+        Ok(registry::Registry::shared()?.versions())
+    }
+
+    /// Serves an image of a program built on this machine under `reference` to every node (see
+    /// [`images::ImageStore::add_program`]); blocks while it writes the layer.
+    pub fn add_program_image(reference: &str, program: &std::path::Path) -> Result<()> {
+        registry::Registry::shared()?.add_program(reference, program)
     }
 
     /// The last lines of every node daemon's log, for a failure report.

@@ -8,7 +8,8 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, OnceLock},
+    path::Path as FilePath,
+    sync::{Arc, OnceLock, RwLock},
 };
 
 use axum::{
@@ -27,7 +28,7 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Registry {
     address: SocketAddr,
-    store: Arc<ImageStore>,
+    store: Arc<RwLock<ImageStore>>,
 }
 
 impl Registry {
@@ -44,7 +45,7 @@ impl Registry {
     }
 
     fn start() -> Result<Self> {
-        let store = Arc::new(ImageStore::build()?);
+        let store = Arc::new(RwLock::new(ImageStore::build()?));
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding the registry"))?;
         listener
@@ -80,10 +81,23 @@ impl Registry {
         format!("http://{}", self.address)
     }
 
-    /// The images.
-    pub fn store(&self) -> &ImageStore {
-        &self.store
+    /// The control-plane images that were built.
+    pub fn versions(&self) -> super::ControlPlaneImages {
+        read(&self.store).versions.clone()
     }
+
+    /// Builds and serves an image of a program built on this machine ([`ImageStore::add_program`]).
+    pub fn add_program(&self, reference: &str, program: &FilePath) -> Result<()> {
+        self.store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add_program(reference, program)
+    }
+}
+
+/// The store, also after a panic elsewhere (it is only ever added to).
+fn read(store: &RwLock<ImageStore>) -> std::sync::RwLockReadGuard<'_, ImageStore> {
+    store.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(serde::Deserialize)]
@@ -92,11 +106,12 @@ struct Namespace {
 }
 
 async fn serve(
-    State(store): State<Arc<ImageStore>>,
+    State(store): State<Arc<RwLock<ImageStore>>>,
     Path(path): Path<String>,
     Query(namespace): Query<Namespace>,
 ) -> Response {
     if let Some((repository, reference)) = path.rsplit_once("/manifests/") {
+        let store = read(&store);
         let image = match reference.starts_with("sha256:") {
             true => store.image_by_digest(reference),
             false => {
@@ -120,7 +135,7 @@ async fn serve(
         };
     }
     if let Some((_, digest)) = path.rsplit_once("/blobs/") {
-        let Some(blob) = store.blobs.get(digest) else {
+        let Some(blob) = read(&store).blobs.get(digest).cloned() else {
             return not_found("BLOB_UNKNOWN", &path);
         };
         let Ok(file) = tokio::fs::File::open(&blob.path).await else {

@@ -3,7 +3,9 @@
 //! Every super namespace of a tenant holds an isolating NetworkPolicy the syncer keeps
 //! ([`ISOLATION_POLICY_NAME`]): its pods accept traffic only from pods in the same tenant's super
 //! namespaces (selected by the `tenancy.x-k8s.io/cluster` label, which only the syncer sets on
-//! namespaces), and from what the platform lists (`--network-isolation-allow-namespaces`,
+//! namespaces), from the tenant's own apiserver pods in its root namespace (a native tenant's apiserver
+//! calls the admission webhooks and aggregated APIs the tenant runs as pods, at their pod addresses), and
+//! from what the platform lists (`--network-isolation-allow-namespaces`,
 //! `--network-isolation-allow-cidrs`). Only ingress is isolated: a tenant's pods reach DNS, their
 //! apiserver and the outside as before, and reach no other tenant's pods, because those accept nothing
 //! from them. The policy is part of its namespace: it is repaired whenever it changes (the super watch
@@ -12,7 +14,10 @@
 //! Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the e2e harness's
 //! bridge plugin among them), these objects exist and change nothing.
 
-use crds::wellknown::{LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+use crds::wellknown::{
+    COMPONENT_APISERVER, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAMESPACE_NAME,
+    LABEL_VC_NAME, LABEL_VC_NAMESPACE, MANAGED_BY_VC_MANAGER,
+};
 use k8s_openapi::{
     api::networking::v1::{
         IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
@@ -55,6 +60,39 @@ pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) 
         }),
         ..Default::default()
     };
+    // A native tenant's apiserver runs in the tenant's root namespace and, with endpoint routing
+    // (`--enable-aggregator-routing`), calls the tenant's webhooks and aggregated APIs at their pod addresses
+    // here. Admitted: only the apiserver pods of this tenant's root namespace, by labels that vc-manager alone
+    // sets there (the root namespace's name, which the apiserver sets, and vc-manager's `managed-by`, which
+    // the syncer never copies onto a tenant's namespaces or pods), so no other tenant's pods and none of
+    // this tenant's workloads gain anything.
+    let vc_manager = (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VC_MANAGER.to_owned());
+    let own_apiserver = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(
+                [
+                    (
+                        LABEL_NAMESPACE_NAME.to_owned(),
+                        identity.root_namespace().to_owned(),
+                    ),
+                    vc_manager.clone(),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(
+                [
+                    (LABEL_COMPONENT.to_owned(), COMPONENT_APISERVER.to_owned()),
+                    vc_manager,
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let mut platform: Vec<NetworkPolicyPeer> = isolation
         .allow_namespaces
         .iter()
@@ -74,7 +112,7 @@ pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) 
         ..Default::default()
     }));
     let mut ingress = vec![NetworkPolicyIngressRule {
-        from: Some(vec![own]),
+        from: Some(vec![own, own_apiserver]),
         ports: None,
     }];
     if !platform.is_empty() {
@@ -254,5 +292,49 @@ mod tests {
                    {"ipBlock": {"cidr": "10.0.0.0/24"}}])
         );
         assert!(isolation_in_sync(&policy, &policy));
+    }
+
+    #[tokio::test]
+    async fn only_the_tenant_s_own_apiserver_pods_reach_its_pods_from_the_root_namespace() {
+        let (super_client, _supers) = testing::mock();
+        let (ctx, _) = testing::context(super_client);
+        let (tenant_client, _tenants) = testing::mock();
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let spec = serde_json::to_value(&isolation_policy(&ctx, &tenant, "shop").spec).expect("json");
+        assert_eq!(spec["ingress"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            spec["ingress"][0]["from"][1],
+            json!({
+                "namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": tenant.identity.root_namespace(),
+                    "app.kubernetes.io/managed-by": "vc-manager"}},
+                "podSelector": {"matchLabels": {
+                    "app.kubernetes.io/component": "apiserver",
+                    "app.kubernetes.io/managed-by": "vc-manager"}}
+            })
+        );
+        assert!(spec["ingress"][0].get("ports").is_none());
+
+        // Another tenant's policy admits its own apiserver only, never this one's.
+        let (other_client, _others) = testing::mock();
+        let other_identity = crds::TenantIdentity {
+            cluster_key: "elsewhere-def456-other".into(),
+            vc_name: "other".into(),
+            vc_namespace: "elsewhere".into(),
+            vc_uid: "other-uid".into(),
+        };
+        let (other, _) = Tenant::for_tests(
+            other_identity,
+            other_client,
+            TenantSettings::default(),
+            &ctx.queues,
+        );
+        let other_spec = serde_json::to_value(&isolation_policy(&ctx, &other, "shop").spec).expect("json");
+        let admitted = &other_spec["ingress"][0]["from"][1]["namespaceSelector"]["matchLabels"];
+        assert_eq!(
+            admitted["kubernetes.io/metadata.name"],
+            other.identity.root_namespace()
+        );
+        assert_ne!(other.identity.root_namespace(), tenant.identity.root_namespace());
     }
 }

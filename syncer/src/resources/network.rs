@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use crds::wellknown::LABEL_CLUSTER;
+use crds::wellknown::{LABEL_CLUSTER, LABEL_NAMESPACE_NAME};
 use k8s_openapi::{
     api::networking::v1::{
         NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -36,21 +36,18 @@ use crate::{
 /// Reason of the event on a tenant NetworkPolicy some of whose rules are not synced.
 pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
 
-/// Label the apiserver sets on every namespace to its own name.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
 /// A namespace selector of a tenant, confined to that tenant's super namespaces.
 fn confine(selector: &LabelSelector, cx: &Conversion<'_>) -> LabelSelector {
     let identity = cx.identity();
     let mut confined = selector.clone();
     let labels = confined.match_labels.get_or_insert_with(BTreeMap::new);
-    if let Some(name) = labels.get_mut(NAMESPACE_NAME_LABEL) {
+    if let Some(name) = labels.get_mut(LABEL_NAMESPACE_NAME) {
         *name = identity.super_namespace(name);
     }
     // Whatever the tenant said about this key, only its own namespaces carry this value.
     labels.insert(LABEL_CLUSTER.to_owned(), identity.cluster_key.clone());
     for expression in confined.match_expressions.iter_mut().flatten() {
-        if expression.key == NAMESPACE_NAME_LABEL {
+        if expression.key == LABEL_NAMESPACE_NAME {
             for value in expression.values.iter_mut().flatten() {
                 *value = identity.super_namespace(value);
             }
@@ -297,7 +294,7 @@ mod tests {
         let named = &rules[1]["from"][0]["namespaceSelector"]["matchLabels"];
         assert_eq!(named[LABEL_CLUSTER], key);
         assert_eq!(
-            named[NAMESPACE_NAME_LABEL],
+            named[LABEL_NAMESPACE_NAME],
             tenant.identity.super_namespace("kube-system")
         );
         let expression = &rules[2]["from"][0]["namespaceSelector"];

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{adopt::classify, tenant_pki::Scope, virtual_cluster::reconcile};
+use crate::{probe::classify, tenant_pki::Scope, virtual_cluster::reconcile};
 
 const SECRET: &str = "tenant-kubeconfig";
 
@@ -36,7 +36,7 @@ fn adopted_vc() -> VirtualCluster {
     vc
 }
 
-fn answering() -> Arc<dyn crate::adopt::TenantProbe> {
+fn answering() -> Arc<dyn crate::probe::TenantProbe> {
     Arc::new(FakeProbe(Box::new(|origin, kubeconfig| {
         assert_eq!(origin, format!("Secret {VC_NAMESPACE}/{SECRET} key value"));
         assert_eq!(kubeconfig, KUBECONFIG);
@@ -47,7 +47,7 @@ fn answering() -> Arc<dyn crate::adopt::TenantProbe> {
     })))
 }
 
-fn failing(code: u16) -> Arc<dyn crate::adopt::TenantProbe> {
+fn failing(code: u16) -> Arc<dyn crate::probe::TenantProbe> {
     Arc::new(FakeProbe(Box::new(move |_, _| {
         Err(classify(
             "https://tenant.example:6443".into(),
@@ -364,7 +364,7 @@ async fn a_forbidden_version_call_is_told_apart() {
 
 #[tokio::test]
 async fn an_unreachable_tenant_is_reported_with_the_real_probe() {
-    let probe = Arc::new(crate::adopt::KubeconfigProbe {
+    let probe = Arc::new(crate::probe::KubeconfigProbe {
         timeouts: vc_runtime::clients::ClientTimeouts {
             connect: Duration::from_millis(500),
             read: Duration::from_millis(500),

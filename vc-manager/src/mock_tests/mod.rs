@@ -27,11 +27,11 @@ use serde_json::{Value, json};
 
 use crate::{
     Context, Settings,
-    adopt::{ProbeReport, TenantProbe},
     cached::CachedClusterVersion,
-    context::LeaderFlag,
     identity::TenantIdentity,
+    leader::LeaderFlag,
     metrics::Metrics,
+    probe::{ProbeReport, TenantProbe},
     tenant_pki::{self, Lifetimes, PkiInput},
 };
 
@@ -238,7 +238,7 @@ pub fn secret_list(secrets: &[Secret]) -> Value {
 }
 
 /// A StatefulSet of the test tenant as the cache would hold it (ready).
-pub fn cached_statefulset(component: crate::render::Component, ready: bool) -> StatefulSet {
+pub fn cached_statefulset(component: crate::component::Component, ready: bool) -> StatefulSet {
     let cv = cluster_version();
     let identity = TenantIdentity::of(&native_vc()).expect("identity");
     let mut sts =

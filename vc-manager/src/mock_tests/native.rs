@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::{
     Error,
+    component::Component,
     pki::{inspect, is_signed_by},
-    render::Component,
     tenant_pki::Scope,
     virtual_cluster::{error_policy, reconcile},
 };
