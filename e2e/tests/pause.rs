@@ -395,3 +395,155 @@ async fn native_pause() -> anyhow::Result<()> {
     assert_eq!(kept(&client, &root).await?, before, "resuming replaced state");
     Ok(())
 }
+
+/// Whether the VirtualCluster's `TenantSynced` condition has `reason`.
+fn synced_reason(vc: Option<&VirtualCluster>, reason: &str) -> bool {
+    vc.and_then(|vc| vc.status.as_ref()).is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == wellknown::CONDITION_TENANT_SYNCED && c.reason == reason)
+    })
+}
+
+#[tokio::test]
+async fn a_native_tenant_on_real_nodes_pauses_quietly_and_resumes_with_the_same_pods() -> anyhow::Result<()> {
+    const TEST: &str = "a_native_tenant_on_real_nodes_pauses_quietly_and_resumes_with_the_same_pods";
+    let needs = [
+        Binary::Etcd,
+        Binary::KubeApiserver,
+        Binary::KubeControllerManager,
+        Binary::KubeScheduler,
+    ];
+    if !local_cluster::require(TEST, &needs) || !local_cluster::realnodes::require(TEST) {
+        return Ok(());
+    }
+    Box::pin(native_real_pause()).await
+}
+
+async fn native_real_pause() -> anyhow::Result<()> {
+    use local_cluster::sandbox::{NodeKind, Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["dozy".to_owned()],
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    let super_client = sandbox.super_client();
+    let kubeconfig = sandbox.tenant_kubeconfigs()["dozy"].clone();
+    let client = local_cluster::client_from_kubeconfig_file(&kubeconfig).await?;
+    let vcs: Api<VirtualCluster> =
+        Api::namespaced(super_client.clone(), local_cluster::tenancy::VC_NAMESPACE);
+    let vc = vcs.get("dozy").await?;
+    let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), "default");
+    until(&accounts, "default", "the default service account", |sa| {
+        sa.is_some()
+    })
+    .await?;
+    let tenant_pods = Api::<Pod>::namespaced(client.clone(), "default");
+    create::<Pod>(
+        &client,
+        Some("default"),
+        json!({"metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "busybox", "command": ["sleep", "3600"]}]}}),
+    )
+    .await?;
+    let running = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    wait::until_true(Duration::from_secs(120), "web Running", || async {
+        running(tenant_pods.get_opt("web").await.ok().flatten().as_ref())
+    })
+    .await?;
+    create::<Service>(
+        &client,
+        Some("default"),
+        json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    )
+    .await?;
+    let super_default = crds::naming::super_namespace(&key, "default");
+    let super_pods = Api::<Pod>::namespaced(super_client.clone(), &super_default);
+    let super_services = Api::<Service>::namespaced(super_client.clone(), &super_default);
+    let service = until(&super_services, "web", "super Service", |s| s.is_some())
+        .await?
+        .context("super Service")?;
+    let web_uid = tenant_pods.get("web").await?.uid();
+
+    // Pause: the control plane and the pod stop; the syncer says so once and stays quiet.
+    vcs.patch(
+        "dozy",
+        &PatchParams::default(),
+        &Patch::Merge(kubectl_vc::pause::patch(true)),
+    )
+    .await?;
+    wait::until_true(
+        Duration::from_secs(120),
+        "Paused with everything stopped",
+        || async {
+            vcs.get("dozy")
+                .await
+                .is_ok_and(|vc| kubectl_vc::pause::is_paused(&vc, vc.metadata.generation))
+        },
+    )
+    .await?;
+    wait::until_true(Duration::from_secs(60), "super pod gone", || async {
+        super_pods.get_opt("web").await.is_ok_and(|p| p.is_none())
+    })
+    .await?;
+    let root_pods = Api::<Pod>::namespaced(super_client.clone(), &key);
+    wait::until_true(Duration::from_secs(120), "control-plane pods gone", || async {
+        root_pods
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await?;
+    // The apiserver is gone: the syncer does not report it unreachable (it is not watching it).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(synced_reason(vcs.get("dozy").await.ok().as_ref(), "TenantPaused"));
+    assert!(
+        super_pods.get_opt("web").await?.is_none(),
+        "recreated while paused"
+    );
+
+    // Resume: same kubeconfig, same pod, same super Service.
+    vcs.patch(
+        "dozy",
+        &PatchParams::default(),
+        &Patch::Merge(kubectl_vc::pause::patch(false)),
+    )
+    .await?;
+    wait::until_true(Duration::from_secs(180), "Running and synced again", || async {
+        vcs.get("dozy").await.is_ok_and(|vc| {
+            vc.status.as_ref().and_then(|s| s.phase) == Some(crds::ClusterPhase::Running)
+                && synced_reason(Some(&vc), "TenantAttached")
+        })
+    })
+    .await?;
+    wait::until_true(
+        Duration::from_secs(120),
+        "web Running again in the super cluster",
+        || async { running(super_pods.get_opt("web").await.ok().flatten().as_ref()) },
+    )
+    .await?;
+    let copy = super_pods.get("web").await?;
+    assert_eq!(
+        tenancy_annotation(&copy, "tenancy.x-k8s.io/uid"),
+        web_uid.as_deref(),
+        "the copy is of another pod"
+    );
+    assert_eq!(
+        tenant_pods.get("web").await?.uid(),
+        web_uid,
+        "the tenant pod was replaced"
+    );
+    let after = super_services.get("web").await?;
+    assert_eq!(after.uid(), service.uid());
+    assert_eq!(
+        after.spec.and_then(|s| s.cluster_ip),
+        service.spec.and_then(|s| s.cluster_ip)
+    );
+    Ok(())
+}
