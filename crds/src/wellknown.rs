@@ -121,6 +121,8 @@ pub const CONDITION_CONTROLLER_MANAGER_READY: &str = "ControllerManagerReady";
 pub const CONDITION_READY: &str = "Ready";
 /// syncer: the tenant is attached and syncing (False with a reason when unreachable).
 pub const CONDITION_TENANT_SYNCED: &str = "TenantSynced";
+/// Condition: the tenant is paused (`spec.paused`); its transition time says since when, or since when it runs again.
+pub const CONDITION_PAUSED: &str = "Paused";
 
 /// Label the apiserver sets on every namespace to the namespace's own name.
 pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";

@@ -32,7 +32,7 @@ use vc_runtime::admin::Health;
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn config() -> SyncerConfig {
+pub(crate) fn config() -> SyncerConfig {
     SyncerConfig {
         patrol_interval: Duration::from_secs(3),
         vnode_grace: Duration::from_secs(3),
@@ -47,7 +47,7 @@ fn config() -> SyncerConfig {
     }
 }
 
-async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result<Syncer> {
+pub(crate) async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result<Syncer> {
     // Shown with --nocapture; RUST_LOG=syncer=debug for detail.
     vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
     Ok(Syncer::start(
@@ -59,7 +59,11 @@ async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result
     .await?)
 }
 
-async fn tenant_synced(tenancy: &Tenancy, name: &str, status: &str) -> anyhow::Result<VirtualCluster> {
+pub(crate) async fn tenant_synced(
+    tenancy: &Tenancy,
+    name: &str,
+    status: &str,
+) -> anyhow::Result<VirtualCluster> {
     let api: Api<VirtualCluster> =
         Api::namespaced(tenancy.super_client(), local_cluster::tenancy::VC_NAMESPACE);
     let vc = until(&api, name, &format!("{name} TenantSynced={status}"), |vc| {
@@ -85,7 +89,7 @@ where
 }
 
 /// Objects every test tenant gets: a namespace and a kube-dns Service, as a tenant running CoreDNS has.
-async fn seed(tenant: &TenantMaster, namespace: &str) -> anyhow::Result<()> {
+pub(crate) async fn seed(tenant: &TenantMaster, namespace: &str) -> anyhow::Result<()> {
     let client = tenant.client();
     create::<Namespace>(&client, None, json!({"metadata": {"name": namespace}})).await?;
     if Api::<Service>::namespaced(client.clone(), "kube-system")
@@ -136,7 +140,7 @@ async fn node_port_copied_up(
     .map_err(Into::into)
 }
 
-fn pod_json(name: &str, labels: serde_json::Value, image: &str) -> serde_json::Value {
+pub(crate) fn pod_json(name: &str, labels: serde_json::Value, image: &str) -> serde_json::Value {
     json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {"containers": [{

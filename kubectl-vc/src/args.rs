@@ -52,6 +52,11 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Delete a VirtualCluster; with --wait, until vc-manager has removed everything it made.
     Delete(DeleteArgs),
+    /// Pause a VirtualCluster: its pods stop running in the super cluster and a provisioned control plane
+    /// scales to zero; nothing in the tenant is deleted. With --wait, until it is paused.
+    Pause(PauseArgs),
+    /// Resume a paused VirtualCluster: its control plane and pods come back; with --wait, until Running.
+    Resume(PauseArgs),
     /// Write a context for a tenant into a kubeconfig file, port-forwarding to its apiserver when it is not
     /// reachable from here (then staying in the foreground until Ctrl-C).
     Connect(ConnectArgs),
@@ -68,6 +73,7 @@ impl Command {
             Self::List(a) => a.output.output,
             Self::Describe(a) => a.output.output,
             Self::Delete(a) => a.output.output,
+            Self::Pause(a) | Self::Resume(a) => a.output.output,
             Self::Connect(a) => a.output.output,
             Self::Completion(_) => None,
         }
@@ -164,6 +170,22 @@ pub struct DeleteArgs {
     #[arg(long)]
     pub ignore_not_found: bool,
     /// Output: the object as the delete returned it (a `Status` when it was removed at once).
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `pause` and `resume`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PauseArgs {
+    /// The VirtualCluster.
+    pub name: String,
+    /// Wait until it is paused (its control plane at zero and the syncer done), or Running again.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    pub timeout: Duration,
+    /// Output: the VirtualCluster as patched (after --wait, as last seen).
     #[command(flatten)]
     pub output: OutputFlag,
 }
@@ -270,6 +292,26 @@ mod tests {
         };
         assert_eq!(delete.timeout, Duration::from_secs(90));
         assert!(parse("create -f x --timeout 10").is_err());
+    }
+
+    #[test]
+    fn pause_and_resume_take_a_name_wait_and_output() {
+        let Command::Pause(pause) = parse("pause vc-1 --wait -o yaml -n team")
+            .expect("parses")
+            .command
+        else {
+            panic!("pause");
+        };
+        assert_eq!(pause.name, "vc-1");
+        assert!(pause.wait);
+        assert_eq!(pause.output.output, Some(Format::Yaml));
+        assert_eq!(pause.timeout, Duration::from_secs(600));
+        let Command::Resume(resume) = parse("resume vc-1 --timeout 2m").expect("parses").command else {
+            panic!("resume");
+        };
+        assert!(!resume.wait);
+        assert_eq!(resume.timeout, Duration::from_secs(120));
+        assert!(parse("pause").is_err());
     }
 
     #[test]

@@ -353,6 +353,8 @@ mod tests {
                 "list",
                 "describe",
                 "delete",
+                "pause",
+                "resume",
                 "connect",
                 "completion"
             ]

@@ -8,7 +8,8 @@
 //! - [`args`]: the command line; [`duration`]: `90m`, `7d` and ages; [`error`]: one-line failures.
 //! - [`manifest`]: `create -f` (parse, check kinds, server-side apply); [`progress`]: `--wait` on a watch.
 //! - [`kubeconfig`]: tenant kubeconfigs with a reachable server; [`certs`]: per-user certificates.
-//! - [`list`], [`describe`] ([`usage`] against quota), [`delete`]; [`table`] and [`output`] format them.
+//! - [`list`], [`describe`] ([`usage`] against quota), [`delete`], [`pause`] (and resume); [`table`] and
+//!   [`output`] format them.
 //! - [`connect`]: a tenant context merged into a kubeconfig file ([`kubeconfig_file`]), through a
 //!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
 //! - [`completion`]: shell completion scripts and kubectl's plugin completion (`__complete`).
@@ -28,6 +29,7 @@ pub mod kubeconfig_file;
 pub mod list;
 pub mod manifest;
 pub mod output;
+pub mod pause;
 pub mod progress;
 pub mod streams;
 pub mod table;
@@ -131,6 +133,8 @@ pub async fn run_with(
         }
         Command::Describe(describe) => describe::command(&client, &namespace, describe, io).await,
         Command::Delete(delete) => delete::command(&client, &namespace, delete, io).await,
+        Command::Pause(pause) => pause::command(&client, &namespace, pause, true, io).await,
+        Command::Resume(resume) => pause::command(&client, &namespace, resume, false, io).await,
         Command::Connect(connect) => {
             connect::command(&client, &namespace, &args.global, connect, io, interrupt).await
         }

@@ -668,6 +668,100 @@ async fn delete_wait_times_out_naming_the_finalizer() {
 }
 
 #[tokio::test]
+async fn pause_sets_spec_paused_and_waits_for_the_control_plane_and_the_syncer() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("pause vc-1 --wait --timeout 30s", client, async move {
+        let call = api
+            .expect("PATCH", &format!("{VCS}/{VC_NAME}?&fieldManager=kubectl-vc"))
+            .await;
+        assert_eq!(call.content_type, "application/merge-patch+json");
+        assert!(call.uri.contains("fieldManager=kubectl-vc"), "{}", call.uri);
+        assert_eq!(call.body, json!({"spec": {"paused": true}}));
+        let mut patched = running_vc();
+        patched["spec"]["paused"] = json!(true);
+        patched["metadata"]["generation"] = json!(3);
+        patched["metadata"]["resourceVersion"] = json!("101");
+        call.ok(patched.clone());
+        get(&mut api, &format!("{VCS}/{VC_NAME}"))
+            .await
+            .ok(patched.clone());
+        let watch = api.next().await;
+        assert!(
+            watch.uri.starts_with(&format!("{VCS}?&watch=true")),
+            "{}",
+            watch.uri
+        );
+        let condition = |type_: &str, status: &str, reason: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": "m",
+                "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let mut pausing = patched.clone();
+        pausing["status"]["phase"] = json!("Paused");
+        pausing["status"]["reason"] = json!("Pausing");
+        pausing["status"]["message"] = json!("scaling the control plane to zero; still running: etcd");
+        pausing["status"]["conditions"] = json!([condition("Paused", "True", "Paused")]);
+        let mut paused = pausing.clone();
+        paused["status"]["reason"] = json!("Paused");
+        paused["status"]["message"] = json!("the control plane is scaled to zero");
+        paused["status"]["conditions"] = json!([
+            condition("Paused", "True", "Paused"),
+            condition("TenantSynced", "False", "TenantPaused"),
+        ]);
+        respond_raw(
+            watch,
+            watch_events(&[("MODIFIED", pausing), ("MODIFIED", paused)]),
+        );
+    })
+    .await;
+    ran.result.expect("succeeds");
+    assert!(
+        ran.out
+            .starts_with("virtualcluster.tenancy.x-k8s.io \"vc-1\" paused\nteam/vc-1 is Paused ("),
+        "{}",
+        ran.out
+    );
+    assert!(
+        ran.err.contains(
+            "team/vc-1: phase Paused: Pausing: scaling the control plane to zero; still running: etcd\n"
+        ) && ran
+            .err
+            .contains("team/vc-1: TenantSynced=False TenantPaused: m\n"),
+        "{}",
+        ran.err
+    );
+}
+
+#[tokio::test]
+async fn resume_removes_spec_paused_and_prints_the_object() {
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("resume vc-1 -o json", client, async move {
+        let call = api
+            .expect("PATCH", &format!("{VCS}/{VC_NAME}?&fieldManager=kubectl-vc"))
+            .await;
+        assert_eq!(call.body, json!({"spec": {"paused": null}}));
+        call.ok(running_vc());
+    })
+    .await;
+    ran.result.expect("succeeds");
+    let printed: Value = serde_json::from_str(&ran.out).expect("json");
+    assert_eq!(printed["metadata"]["name"], VC_NAME);
+    assert!(printed["metadata"]["managedFields"].is_null());
+    assert!(ran.err.is_empty(), "{}", ran.err);
+    let (client, mut api) = mock();
+    let ran = kubectl_vc("pause vc-1", client, async move {
+        api.expect("PATCH", &format!("{VCS}/{VC_NAME}?&fieldManager=kubectl-vc"))
+            .await
+            .not_found("virtualclusters.tenancy.x-k8s.io", "vc-1");
+    })
+    .await;
+    assert!(
+        matches!(ran.result, Err(Error::NotFound { .. })),
+        "{:?}",
+        ran.result
+    );
+}
+
+#[tokio::test]
 async fn create_applies_and_follows_the_virtual_cluster_until_running() {
     let dir = std::env::temp_dir().join(format!("kubectl-vc-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -12,7 +12,7 @@ use crds::{
 };
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
-    api::core::v1::{Namespace, Secret},
+    api::core::v1::{Namespace, Pod, Secret},
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
@@ -73,6 +73,8 @@ pub fn identity_of(vc: &VirtualCluster) -> Option<TenantIdentity> {
 ///   not ready, a root namespace recreated after an `Error`). A tenant that never ran is not attached:
 ///   while it is provisioned (or its provisioning failed) its kubeconfig and apiserver are not there yet,
 ///   and trying would only report failures until vc-manager says `Running`.
+/// - Provisioned, `Paused`: not attached; the control plane is scaled to zero (a paused VirtualCluster is
+///   handled before this is asked: its pods are removed, see `supervise_one`).
 pub fn eligible(vc: &VirtualCluster, attached: bool) -> bool {
     if vc.meta().deletion_timestamp.is_some() {
         return false;
@@ -91,7 +93,49 @@ pub fn eligible(vc: &VirtualCluster, attached: bool) -> bool {
     match vc.phase() {
         Some(crds::ClusterPhase::Running | crds::ClusterPhase::Updating) => true,
         Some(crds::ClusterPhase::Pending | crds::ClusterPhase::Error) | None => attached || synced_before(vc),
+        // Resumed, and vc-manager has not scaled the control plane back yet.
+        Some(crds::ClusterPhase::Paused) => false,
     }
+}
+
+/// The `TenantSynced` reason of a paused tenant.
+pub const REASON_TENANT_PAUSED: &str = "TenantPaused";
+/// How soon a paused tenant's super pods are looked at again while some are still there.
+const PAUSED_RECHECK: Duration = Duration::from_secs(2);
+
+/// Whether the tenant is attached for the first time since a pause: the syncer's last word was that it is
+/// paused, or (an attempt failed meanwhile) it is not synced and vc-manager says it was resumed.
+fn resuming(vc: &VirtualCluster) -> bool {
+    let Some(status) = vc.status.as_ref() else {
+        return false;
+    };
+    let find = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let synced = find(CONDITION_TENANT_SYNCED);
+    synced.is_some_and(|c| c.reason == REASON_TENANT_PAUSED)
+        || (synced.is_none_or(|c| c.status != "True")
+            && find(crds::wellknown::CONDITION_PAUSED).is_some_and(|c| c.status == "False"))
+}
+
+/// Removes a paused tenant's super pods, each pinned to its uid and with its own grace period; nothing in
+/// the tenant is touched. Returns how many of its super pods are still there (terminating, or refused).
+pub async fn remove_paused_pods(ctx: &Context, cluster_key: &str) -> usize {
+    let mut remaining = 0;
+    for pod in ctx.supers.pods.state() {
+        if !crate::identity::belongs_to(pod.meta(), cluster_key) {
+            continue;
+        }
+        remaining += 1;
+        if pod.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        let namespace = pod.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(ctx.super_client.clone(), &namespace);
+        if let Err(error) = crate::resources::write::delete(ctx, &api, &pod.name_any(), pod.uid(), None).await
+        {
+            tracing::warn!(%namespace, pod = %pod.name_any(), error = &error as &dyn std::error::Error, "removing a paused tenant's super pod");
+        }
+    }
+    remaining
 }
 
 /// Whether the syncer last reported the tenant as synced (`TenantSynced=True`).
@@ -535,7 +579,25 @@ async fn supervise_one(
             }
             continue;
         };
-        let wait = if !eligible(&vc, attached.is_some()) {
+        let wait = if vc.spec.paused && vc.meta().deletion_timestamp.is_none() {
+            // Paused: stop watching (a provisioned apiserver is going away) and remove the super pods; the
+            // super Services and every other copy stay, so resuming gets the same cluster IPs back.
+            if attached.take().is_some() {
+                detach(&ctx, &identity.cluster_key);
+            }
+            enter(&ctx, Some("paused"));
+            let remaining = remove_paused_pods(&ctx, &identity.cluster_key).await;
+            report(
+                &ctx,
+                &recorder,
+                &vc,
+                false,
+                REASON_TENANT_PAUSED,
+                "spec.paused is true: the tenant's pods are removed from the super cluster and not recreated until it is resumed; nothing in the tenant is deleted",
+            )
+            .await;
+            (remaining > 0).then_some(PAUSED_RECHECK)
+        } else if !eligible(&vc, attached.is_some()) {
             if attached.take().is_some() {
                 detach(&ctx, &identity.cluster_key);
             }
@@ -685,6 +747,11 @@ async fn attach_or_check(
         ctx.config.sync_ingresses,
         ctx.config.tenant_cache_limits,
     );
+    if resuming(vc) {
+        // Before the caches are ready, so before any pod is synced.
+        let _ = tenant.resumed.set(crate::tenant::Resumed::at(Timestamp::now()));
+        tracing::info!(vc = %identity.vc_ref(), "tenant resumed; its pods' super copies are recreated");
+    }
     tokio::spawn({
         let tenant = tenant.clone();
         async move { tenant.become_ready().await }
@@ -1196,5 +1263,119 @@ current-context: x
         assert!(testing::drain_down(&ctx).await.is_empty());
         supers.idle().await;
         tenants.idle().await;
+    }
+
+    fn super_pod(name: &str, cluster_key: &str, deleting: bool) -> crate::cached::SuperPod {
+        let mut pod: crate::cached::SuperPod = from_json(json!({"metadata": {
+            "name": name, "namespace": format!("{cluster_key}-shop"), "uid": format!("uid-{name}"),
+            "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key},
+        }}));
+        if deleting {
+            pod.metadata.deletion_timestamp =
+                Some(Time(Timestamp::from_second(1_800_000_000).expect("time")));
+        }
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_paused_tenants_super_pods_are_removed_pinned_and_nothing_else() {
+        let (super_client, mut supers) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        let key = testing::identity().cluster_key;
+        for pod in [
+            super_pod("web-a", &key, false),
+            super_pod("web-b", &key, false),
+            super_pod("web-going", &key, true),
+            super_pod("theirs", "team-ffffff-vc", false),
+        ] {
+            testing::put(&mut writers.pods, pod);
+        }
+        let prefix = format!("/api/v1/namespaces/{key}-shop/pods/");
+        let (remaining, mut deleted) = tokio::join!(remove_paused_pods(&ctx, &key), async {
+            let mut deleted = Vec::new();
+            for _ in 0..2 {
+                let call = supers.expect("DELETE", &prefix).await;
+                let name = call.uri[prefix.len()..].trim_end_matches('?').to_owned();
+                assert_eq!(
+                    call.body["preconditions"]["uid"],
+                    format!("uid-{name}"),
+                    "{}",
+                    call.body
+                );
+                // A refused delete does not stop the others; it counts as still there.
+                if deleted.is_empty() {
+                    call.fail(403, "Forbidden", "pods is forbidden");
+                } else {
+                    call.ok(json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+                }
+                deleted.push(name);
+            }
+            deleted
+        });
+        deleted.sort();
+        assert_eq!(deleted, ["web-a", "web-b"]);
+        // The terminating one is not deleted again but is still there, as are the two just deleted (the
+        // cache shows them until their watch events come).
+        assert_eq!(remaining, 3);
+        supers.idle().await;
+    }
+
+    fn with_conditions(mut vc: VirtualCluster, conditions: serde_json::Value) -> VirtualCluster {
+        vc.status.as_mut().expect("status").conditions = from_json(conditions);
+        vc
+    }
+
+    #[test]
+    fn a_tenant_is_resuming_until_the_syncer_attached_it_again() {
+        let condition = |type_: &str, status: &str, reason: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let paused = crds::wellknown::CONDITION_PAUSED;
+        let vc = provisioned(Some("Running"), None);
+        assert!(!resuming(&vc), "never paused");
+        let reported_paused = with_conditions(
+            vc.clone(),
+            json!([condition(CONDITION_TENANT_SYNCED, "False", REASON_TENANT_PAUSED)]),
+        );
+        assert!(resuming(&reported_paused));
+        // An attempt failed after the resume: vc-manager's Paused=False still says so.
+        let failed_since = with_conditions(
+            vc.clone(),
+            json!([
+                condition(CONDITION_TENANT_SYNCED, "False", "TenantUnreachable"),
+                condition(paused, "False", "Resumed"),
+            ]),
+        );
+        assert!(resuming(&failed_since));
+        // Attached since: the pods it lost after that are lost.
+        let attached = with_conditions(
+            vc.clone(),
+            json!([
+                condition(CONDITION_TENANT_SYNCED, "True", "TenantAttached"),
+                condition(paused, "False", "Resumed"),
+            ]),
+        );
+        assert!(!resuming(&attached));
+        // A paused provisioned tenant is not attached; resumed, it waits for vc-manager to leave Paused.
+        assert!(!eligible(&provisioned(Some("Paused"), Some("True")), true));
+    }
+
+    #[test]
+    fn only_pods_older_than_the_resume_and_not_recreated_yet_were_paused_away() {
+        let resumed = crate::tenant::Resumed::at(Timestamp::from_second(1_800_000_000).expect("time"));
+        let pod = |uid: &str, created: i64| kube::api::ObjectMeta {
+            uid: Some(uid.into()),
+            creation_timestamp: Some(Time(Timestamp::from_second(created).expect("time"))),
+            ..Default::default()
+        };
+        let old = pod("old", 1_700_000_000);
+        assert!(resumed.removed(&old));
+        // Created during the pause or after: never had a copy the pause removed.
+        assert!(!resumed.removed(&pod("new", 1_800_000_001)));
+        // Recreated once: a copy lost after that is lost.
+        resumed.restored(&old);
+        assert!(!resumed.removed(&old));
+        assert!(resumed.removed(&pod("other-old", 1_700_000_000)));
     }
 }

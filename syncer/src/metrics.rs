@@ -107,7 +107,8 @@ pub struct RefusalLabels {
 /// Labels of the tenant-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// `attached`, `unreachable`, `over_limit` (detached for its cache limits) or `waiting`.
+    /// `attached`, `unreachable`, `over_limit` (detached for its cache limits), `paused` (`spec.paused`) or
+    /// `waiting`.
     pub state: &'static str,
 }
 

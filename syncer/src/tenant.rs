@@ -184,10 +184,52 @@ pub struct Tenant {
     pub kube_system_uid: String,
     /// What the tenant's caches hold, against the syncer's per-tenant limits.
     pub budget: Arc<CacheBudget>,
+    /// Set when the tenant is attached again after a pause (see [`Tenant::paused_away`]).
+    pub resumed: std::sync::OnceLock<Resumed>,
     settings: RwLock<Arc<TenantSettings>>,
     ready: std::sync::atomic::AtomicBool,
     check: Arc<IdentityCheck>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// A tenant attached again after a pause: the pods it had then lost their super copies to the pause, not to
+/// a lost node, and get them back.
+#[derive(Debug)]
+pub struct Resumed {
+    at: k8s_openapi::jiff::Timestamp,
+    restored: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Resumed {
+    /// Attached again at `at`.
+    pub fn at(at: k8s_openapi::jiff::Timestamp) -> Self {
+        Self {
+            at,
+            restored: Default::default(),
+        }
+    }
+
+    /// Whether the pod was there before the tenant was attached again and its copy not recreated yet.
+    pub fn removed(&self, pod: &kube::api::ObjectMeta) -> bool {
+        let older = pod.creation_timestamp.as_ref().is_some_and(|t| t.0 < self.at);
+        let restored = pod.uid.as_ref().is_some_and(|uid| {
+            self.restored
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(uid)
+        });
+        older && !restored
+    }
+
+    /// Records that the pod's copy was recreated.
+    pub fn restored(&self, pod: &kube::api::ObjectMeta) {
+        if let Some(uid) = &pod.uid {
+            self.restored
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.clone());
+        }
+    }
 }
 
 /// Whether the caches show the cluster the tenant was attached to.
@@ -349,6 +391,7 @@ impl Tenant {
             stores,
             kube_system_uid,
             budget,
+            resumed: std::sync::OnceLock::new(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(false),
             check,
@@ -371,6 +414,21 @@ impl Tenant {
         self.wait_ready().await;
         self.ready.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!(tenant = %self.identity.vc_ref(), "tenant caches synced");
+    }
+
+    /// Whether the missing super pod of this scheduled tenant pod was removed by a pause, so that it is
+    /// to be recreated rather than treated as lost (which deletes the tenant pod for its controller to
+    /// replace): the tenant was attached again after a pause, the pod is older than that, and its super pod
+    /// has not been recreated since (a copy lost after that is lost).
+    pub fn paused_away(&self, pod: &kube::api::ObjectMeta) -> bool {
+        self.resumed.get().is_some_and(|resumed| resumed.removed(pod))
+    }
+
+    /// Records that a pod's super copy was recreated after a pause.
+    pub fn restored(&self, pod: &kube::api::ObjectMeta) {
+        if let Some(resumed) = self.resumed.get() {
+            resumed.restored(pod);
+        }
     }
 
     /// The current settings.
@@ -512,6 +570,7 @@ impl Tenant {
             },
             kube_system_uid: "kube-system-uid".into(),
             budget: CacheBudget::new("test".into(), CacheLimits::default()),
+            resumed: std::sync::OnceLock::new(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(true),
             check: Arc::new(IdentityCheck::default()),

@@ -21,7 +21,7 @@ use crate::{
     context::Context,
     identity::TenantIdentity,
     kubeconfig,
-    status::{ConditionState, DesiredStatus, Progress},
+    status::{self, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace},
     tenant_pki::Scope,
 };
@@ -154,17 +154,31 @@ pub async fn reconcile(
     }
     let report = ctx.probe.version(origin, yaml).await?;
     let message = format!("{} answered /version with {}", report.server, report.version);
+    let mut conditions = vec![
+        pki,
+        ConditionState::met(CONDITION_APISERVER_READY, "Reachable", message.clone()),
+        ConditionState::met(CONDITION_READY, "TenantReachable", message.clone()),
+    ];
+    conditions.extend(status::paused_condition(vc));
+    // An adopted control plane is not vc-manager's: pausing one stops only its pods (the syncer's part).
+    let (phase, reason, message) = if vc.spec.paused {
+        (
+            crds::ClusterPhase::Paused,
+            status::REASON_PAUSED.into(),
+            format!(
+                "spec.paused is true: the syncer removes the tenant's pods from the super cluster; the adopted control plane keeps running ({message})"
+            ),
+        )
+    } else {
+        (crds::ClusterPhase::Running, "TenantReachable".into(), message)
+    };
     let desired = DesiredStatus {
-        phase: crds::ClusterPhase::Running,
-        reason: "TenantReachable".into(),
-        message: message.clone(),
+        phase,
+        reason,
+        message,
         cluster_namespace: namespace.to_owned(),
         mode: crds::ControlPlaneMode::Adopted,
-        conditions: vec![
-            pki,
-            ConditionState::met(CONDITION_APISERVER_READY, "Reachable", message.clone()),
-            ConditionState::met(CONDITION_READY, "TenantReachable", message),
-        ],
+        conditions,
         observed_generation: vc.meta().generation,
     };
     steps::write_status(vc, &desired, ctx, true).await?;

@@ -100,10 +100,20 @@ pub async fn reconcile(
     let mut previous: Option<(Component, bool)> = None;
     let mut changes = StatefulSetChanges::default();
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let paused = vc.spec.paused;
     for component in Component::ALL {
-        let desired = render::render_statefulset(component, &cv, identity, &inputs);
+        let mut desired = render::render_statefulset(component, &cv, identity, &inputs);
         let name = desired.metadata.name.clone().unwrap_or_default();
         let cached = ctx.statefulsets.get(&ObjectRef::new(&name).within(namespace));
+        if paused {
+            // Scaled to zero, not deleted: volumes, PKI and Services stay, so resuming loses nothing.
+            if cached.is_none() {
+                continue;
+            }
+            if let Some(spec) = desired.spec.as_mut() {
+                spec.replicas = Some(0);
+            }
+        }
         // A new component starts once the one before it is ready (the apiserver needs etcd, the
         // controller-manager the apiserver); an existing one is always kept up to date.
         if let Some((before, false)) = previous
@@ -130,8 +140,16 @@ pub async fn reconcile(
     }
     changes.announce(vc, ctx).await;
 
-    let (mut phase, mut reason, mut message) = status::native_phase(vc.phase(), &components);
-    let mut ready = status::native_ready(phase, &reason, &message, &components);
+    let (mut phase, mut reason, mut message) = if paused {
+        status::paused_phase(&components)
+    } else {
+        status::native_phase(vc.phase(), &components)
+    };
+    let mut ready = if paused {
+        ConditionState::unmet(CONDITION_READY, &reason, &message)
+    } else {
+        status::native_ready(phase, &reason, &message, &components)
+    };
     let mut answered = true;
     if phase == ClusterPhase::Running && ctx.settings.native_readiness == NativeReadiness::ApiserverAnswers {
         match apiserver_answers(&secrets, identity, ctx).await {
@@ -153,6 +171,7 @@ pub async fn reconcile(
     let mut conditions = vec![pki];
     conditions.extend(components.iter().map(|(c, s)| s.condition(*c)));
     conditions.push(ready);
+    conditions.extend(status::paused_condition(vc));
     let desired = DesiredStatus {
         phase,
         reason,

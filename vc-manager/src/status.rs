@@ -6,7 +6,7 @@ use crds::{
     ClusterPhase, VirtualCluster,
     wellknown::{
         CONDITION_APISERVER_READY, CONDITION_CONTROLLER_MANAGER_READY, CONDITION_ETCD_READY,
-        CONDITION_PKI_READY, CONDITION_READY,
+        CONDITION_PAUSED, CONDITION_PKI_READY, CONDITION_READY,
     },
 };
 use k8s_openapi::{
@@ -35,6 +35,58 @@ pub fn owned_conditions(vc: &VirtualCluster) -> &'static [&'static str] {
         Some(_) => &ADOPTED_CONDITIONS,
         None => &NATIVE_CONDITIONS,
     }
+}
+
+/// Reason of the `Paused` phase and condition.
+pub const REASON_PAUSED: &str = "Paused";
+
+/// The `Paused` condition vc-manager writes: True while `spec.paused` is set, False ("Resumed") once a
+/// paused tenant was resumed, none for a tenant that was never paused (so nothing changes for those). Its
+/// transition time says since when the tenant is paused, or runs again.
+pub fn paused_condition(vc: &VirtualCluster) -> Option<ConditionState> {
+    if vc.spec.paused {
+        return Some(ConditionState::met(
+            CONDITION_PAUSED,
+            REASON_PAUSED,
+            "spec.paused is true: the tenant's pods are removed from the super cluster and nothing in the tenant is deleted",
+        ));
+    }
+    let was_paused = vc
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_PAUSED));
+    was_paused.then(|| {
+        ConditionState::unmet(
+            CONDITION_PAUSED,
+            "Resumed",
+            "spec.paused is false: the tenant runs again",
+        )
+    })
+}
+
+/// Phase, reason and message of a paused provisioned tenant, from its components.
+pub fn paused_phase(components: &[(Component, ComponentState)]) -> (ClusterPhase, String, String) {
+    let stopping: Vec<String> = components
+        .iter()
+        .filter(|(_, s)| matches!(s, ComponentState::Observed { ready, .. } if *ready > 0))
+        .map(|(c, _)| c.to_string())
+        .collect();
+    if stopping.is_empty() {
+        return (
+            ClusterPhase::Paused,
+            REASON_PAUSED.to_owned(),
+            "spec.paused is true: the control plane is scaled to zero (volumes, PKI and Services kept)"
+                .to_owned(),
+        );
+    }
+    (
+        ClusterPhase::Paused,
+        "Pausing".to_owned(),
+        format!(
+            "spec.paused is true: scaling the control plane to zero; still running: {}",
+            stopping.join(", ")
+        ),
+    )
 }
 
 /// A condition to write, before timestamps are filled in.
@@ -363,6 +415,7 @@ pub fn failed(
             *condition = ConditionState::unmet(condition.type_, &reason, message.clone());
         }
     }
+    conditions.extend(paused_condition(vc));
     let previous = vc.phase();
     let phase = match previous {
         Some(phase @ (ClusterPhase::Running | ClusterPhase::Updating)) if ready_before && !unusable => phase,
@@ -565,6 +618,38 @@ mod tests {
                 ..Default::default()
             });
         assert!(!ComponentState::of(&on_delete).is_rolling());
+    }
+
+    #[test]
+    fn a_paused_tenant_is_pausing_until_no_component_runs() {
+        let stopping = [
+            (Component::Etcd, ComponentState::of(&sts(0, 0, 0, 2, 2))),
+            (Component::ApiServer, ComponentState::of(&sts(0, 1, 0, 2, 2))),
+        ];
+        let (phase, reason, message) = paused_phase(&stopping);
+        assert_eq!(
+            (phase, reason.as_str(), message.as_str()),
+            (
+                ClusterPhase::Paused,
+                "Pausing",
+                "spec.paused is true: scaling the control plane to zero; still running: apiserver"
+            )
+        );
+        let stopped = [(Component::Etcd, ComponentState::of(&sts(0, 0, 0, 2, 2)))];
+        assert_eq!(paused_phase(&stopped).1, REASON_PAUSED);
+    }
+
+    #[test]
+    fn the_paused_condition_appears_with_a_pause_and_stays_after_it() {
+        let mut vc = vc_with(Some(ClusterPhase::Running), vec![]);
+        assert_eq!(paused_condition(&vc), None);
+        vc.spec.paused = true;
+        let paused = paused_condition(&vc).expect("paused");
+        assert!(paused.is_true() && paused.reason == REASON_PAUSED, "{paused:?}");
+        vc.spec.paused = false;
+        vc.status.as_mut().expect("status").conditions = vec![condition(CONDITION_PAUSED, "True")];
+        let resumed = paused_condition(&vc).expect("resumed");
+        assert_eq!((resumed.status, resumed.reason.as_str()), ("False", "Resumed"));
     }
 
     #[test]

@@ -114,6 +114,13 @@ pub struct VirtualClusterSpec {
     /// every tenant. Anything not allowed is refused. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_policy: Option<PodPolicy>,
+
+    /// Pause the tenant: its pods stop running in the super cluster (their super pods are removed, nothing
+    /// in the tenant is deleted) and a provisioned control plane scales to zero, keeping its volumes, PKI and
+    /// Services. Set back to false (or remove) to resume: the same pods are recreated from the tenant's
+    /// objects. Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 fn default_cluster_domain() -> String {
@@ -143,6 +150,7 @@ impl Default for VirtualClusterSpec {
             rate_limit: None,
             runtime_class_name: None,
             pod_policy: None,
+            paused: false,
         }
     }
 }
@@ -293,7 +301,7 @@ fn is_false(value: &bool) -> bool {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualClusterStatus {
-    /// Lifecycle phase: Pending, Running, Updating or Error.
+    /// Lifecycle phase: Pending, Running, Updating, Paused or Error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ClusterPhase>,
     /// Namespace of the super cluster holding this tenant's control plane (its root namespace).
@@ -350,6 +358,8 @@ pub enum ClusterPhase {
     Updating,
     /// The last attempt failed; it is retried with backoff.
     Error,
+    /// `spec.paused` is set: no tenant pod runs, a provisioned control plane is scaled to zero.
+    Paused,
 }
 
 impl ClusterPhase {
@@ -360,6 +370,7 @@ impl ClusterPhase {
             Self::Running => "Running",
             Self::Updating => "Updating",
             Self::Error => "Error",
+            Self::Paused => "Paused",
         }
     }
 }

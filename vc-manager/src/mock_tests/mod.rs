@@ -6,6 +6,7 @@ mod adopt;
 mod cleanup;
 mod cluster_version;
 mod native;
+mod pause;
 
 use std::{collections::BTreeMap, future::Future, sync::Arc, time::Duration};
 

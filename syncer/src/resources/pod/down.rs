@@ -247,7 +247,9 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
         return terminate(ctx, tenant, &tenant_pod, super_pod.as_deref(), &api).await;
     }
     match super_pod {
-        None if was_scheduled(&tenant_pod) => replace_lost(ctx, tenant, &tenant_pod).await,
+        None if was_scheduled(&tenant_pod) && !tenant.paused_away(tenant_pod.meta()) => {
+            replace_lost(ctx, tenant, &tenant_pod).await
+        }
         None => create(ctx, tenant, &tenant_pod, &api).await,
         Some(existing) => update(ctx, tenant, &tenant_pod, &existing, &api).await,
     }
@@ -323,6 +325,32 @@ async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod) ->
     })
 }
 
+/// Adds a scheduling preference for `node` to a super pod: a pod recreated after a pause goes back where it
+/// ran when that node still fits. Only a preference, scored by the super scheduler: it can never place a pod
+/// where its policy-checked constraints and the node's taints would not let it run.
+fn prefer_node(pod: &mut Pod, node: &str) {
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PreferredSchedulingTerm,
+    };
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
+    let node_affinity = affinity.node_affinity.get_or_insert_with(NodeAffinity::default);
+    node_affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(PreferredSchedulingTerm {
+            weight: 100,
+            preference: NodeSelectorTerm {
+                match_fields: Some(vec![NodeSelectorRequirement {
+                    key: "metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.to_owned()]),
+                }]),
+                match_expressions: None,
+            },
+        });
+}
+
 async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
     let namespace = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
@@ -366,7 +394,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     // The cache keeps little of a pod; the whole pod is read (from the apiserver's watch cache) to copy it.
     let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
     let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
-    let tenant_pod = match tenant_api.get_with(&name, &at).await {
+    let mut tenant_pod = match tenant_api.get_with(&name, &at).await {
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
         Err(e) => {
@@ -376,8 +404,19 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             )(e));
         }
     };
+    // A scheduled pod gets here only when a pause removed its super pod (`Tenant::paused_away`): its node
+    // name is the syncer's binding, and the super scheduler places the copy again, preferring that node.
+    let previous_node = match tenant_pod.spec.as_mut() {
+        Some(spec) if was_scheduled(cached) => spec.node_name.take(),
+        _ => None,
+    };
     let converted = match convert(ctx, tenant, &tenant_pod, &endpoints) {
-        Ok(converted) => converted,
+        Ok(mut converted) => {
+            if let Some(node) = previous_node {
+                prefer_node(&mut converted.pod, &node);
+            }
+            converted
+        }
         Err(refusal) => {
             let reason = match refusal {
                 Refusal::NodeNameSet(_) => "NotSupported",
@@ -432,7 +471,10 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             ctx.quota.release(&tenant.id, &namespace, &name);
             Ok(outcome)
         }
-        Ok(outcome) => Ok(outcome),
+        Ok(outcome) => {
+            tenant.restored(cached.meta());
+            Ok(outcome)
+        }
         Err(error) => {
             ctx.quota.release(&tenant.id, &namespace, &name);
             Err(error)
@@ -879,5 +921,27 @@ mod tests {
         assert_eq!(ctx.quota.used(&tenant.id).pods, 2);
         supers.idle().await;
         tenants.idle().await;
+    }
+
+    #[test]
+    fn a_pod_recreated_after_a_pause_prefers_its_node_and_keeps_its_own_affinity() {
+        let mut pod: Pod = from_json(json!({
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "app", "image": "nginx"}], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}
+        }));
+        prefer_node(&mut pod, "node-1");
+        let affinity = serde_json::to_value(&pod.spec.as_ref().expect("spec").affinity).expect("json");
+        assert_eq!(
+            affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"],
+            json!([{"weight": 100, "preference": {"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}}])
+        );
+        assert_eq!(
+            affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                ["matchExpressions"][0]["key"],
+            "zone"
+        );
     }
 }
