@@ -21,6 +21,7 @@ mod hostile_pods;
 mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;
+mod pod_updates;
 mod real_nodes;
 mod sandbox;
 mod syncer;
