@@ -594,6 +594,52 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .uid();
     assert_eq!(copied.involved_object.uid, tenant_pod_uid);
 
+    // So do events about the other synced kinds: a provisioner's about a claim.
+    let super_data = super_api::<PersistentVolumeClaim>(&tenancy, a, "shop")
+        .get("data")
+        .await?;
+    let provisioning = Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some("data.provisioning".into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            name: Some("data".into()),
+            namespace: Some(a.super_namespace("shop")),
+            uid: super_data.uid(),
+            ..Default::default()
+        },
+        reason: Some("Provisioning".into()),
+        message: Some(format!(
+            "provisioning a volume for claim \"{}/data\"",
+            a.super_namespace("shop")
+        )),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(tenancy.super_client(), &a.super_namespace("shop"))
+        .create(&PostParams::default(), &provisioning)
+        .await?;
+    let copied = until(
+        &tenant_events,
+        "data.provisioning",
+        "claim event copied up",
+        |e| e.is_some(),
+    )
+    .await?
+    .context("claim event")?;
+    assert_eq!(
+        copied.message.as_deref(),
+        Some("provisioning a volume for claim \"shop/data\"")
+    );
+    let tenant_claim_uid = Api::<PersistentVolumeClaim>::namespaced(a.client(), "shop")
+        .get("data")
+        .await?
+        .uid();
+    assert_eq!(copied.involved_object.uid, tenant_claim_uid);
+
     create::<PriorityClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "important", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "value": 1000})).await?;
     for tenant in [a, b] {
         until(
