@@ -13,6 +13,7 @@ use k8s_openapi::api::{
         ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
         Service, ServiceAccount,
     },
+    networking::v1::Ingress,
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -639,6 +640,72 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .await?
         .uid();
     assert_eq!(copied.involved_object.uid, tenant_claim_uid);
+
+    // An ingress goes down; the super ingress controller's address and events come back up.
+    create::<Ingress>(
+        &a.client(),
+        Some("shop"),
+        json!({"metadata": {"name": "site"}, "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}}),
+    )
+    .await?;
+    let super_ingresses = super_api::<Ingress>(&tenancy, a, "shop");
+    let super_site = until(&super_ingresses, "site", "super ingress", |i| i.is_some())
+        .await?
+        .context("super ingress")?;
+    super_ingresses
+        .patch_status(
+            "site",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}}})),
+        )
+        .await?;
+    let tenant_ingresses = Api::<Ingress>::namespaced(a.client(), "shop");
+    until(
+        &tenant_ingresses,
+        "site",
+        "tenant ingress with the super address",
+        |i| {
+            i.and_then(|i| {
+                i.status
+                    .as_ref()?
+                    .load_balancer
+                    .as_ref()?
+                    .ingress
+                    .as_ref()?
+                    .first()?
+                    .ip
+                    .clone()
+            })
+            .as_deref()
+                == Some("192.0.2.7")
+        },
+    )
+    .await?;
+    let synced_event = Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some("site.sync".into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("networking.k8s.io/v1".into()),
+            kind: Some("Ingress".into()),
+            name: Some("site".into()),
+            namespace: Some(a.super_namespace("shop")),
+            uid: super_site.uid(),
+            ..Default::default()
+        },
+        reason: Some("Sync".into()),
+        message: Some("Scheduled for sync".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(tenancy.super_client(), &a.super_namespace("shop"))
+        .create(&PostParams::default(), &synced_event)
+        .await?;
+    until(&tenant_events, "site.sync", "ingress event copied up", |e| {
+        e.is_some()
+    })
+    .await?;
 
     create::<PriorityClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "important", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "value": 1000})).await?;
     for tenant in [a, b] {
