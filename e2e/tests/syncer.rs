@@ -13,7 +13,7 @@ use k8s_openapi::api::{
         ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
         Service, ServiceAccount,
     },
-    networking::v1::Ingress,
+    networking::v1::{Ingress, IngressClass},
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -640,6 +640,42 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .await?
         .uid();
     assert_eq!(copied.involved_object.uid, tenant_claim_uid);
+
+    // Public IngressClasses appear in tenants, the platform's default marked default there too.
+    create::<IngressClass>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "shared-nginx", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"},
+            "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "k8s.io/ingress-nginx"}}),
+    )
+    .await?;
+    create::<IngressClass>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "internal"}, "spec": {"controller": "example.com/internal"}}),
+    )
+    .await?;
+    let classes = Api::<IngressClass>::all(a.client());
+    let copied_class = until(
+        &classes,
+        "shared-nginx",
+        "public IngressClass in the tenant",
+        |c| c.is_some(),
+    )
+    .await?
+    .context("class")?;
+    assert_eq!(
+        copied_class
+            .annotations()
+            .get("ingressclass.kubernetes.io/is-default-class")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        classes.get_opt("internal").await?.is_none(),
+        "an unpublished IngressClass reached a tenant"
+    );
 
     // An ingress goes down; the super ingress controller's address and events come back up.
     create::<Ingress>(
