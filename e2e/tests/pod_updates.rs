@@ -5,7 +5,7 @@
 //! - `a_running_pods_changes_reach_its_super_pod`: a new image, a deadline and a label, an added
 //!   toleration the pod policy allows (the one it does not is refused with `PodPolicyViolation` naming it
 //!   and kept out), and a resize through the tenant's `resize` subresource, which reaches the super pod
-//!   through the super pod's.
+//!   through the super pod's (on v1.33; v1.25 serves no `resize`, and that part is not run).
 
 use crate::object_support::{create, until};
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -154,14 +154,28 @@ async fn a_running_pods_changes_reach_its_super_pod() -> anyhow::Result<()> {
     assert!(note.contains("toleration of taint dedicated=gpu"), "{note}");
 
     // In-place resize, as `kubectl patch --subresource resize` does it.
-    pods.patch_subresource(
-        "resize",
-        "web",
-        &PatchParams::default(),
-        &Patch::Strategic(json!({"spec": {"containers": [{"name": "main",
-            "resources": {"requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}})),
-    )
-    .await?;
+    let resized = pods
+        .patch_subresource(
+            "resize",
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "main",
+                "resources": {"requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}})),
+        )
+        .await;
+    match resized {
+        Ok(_) => {}
+        // Kubernetes before v1.33 (the v1.25 run) serves no pods/resize: nothing to carry down.
+        Err(kube::Error::Api(status))
+            if status.code == 404 && status.message.contains("requested resource") =>
+        {
+            eprintln!(
+                "the tenant apiserver serves no pods/resize (Kubernetes before v1.33); the resize part is not run"
+            );
+            return Ok(());
+        }
+        Err(error) => return Err(error.into()),
+    }
     until(&super_pods, "web", "super pod resized", |p| {
         let resources = p
             .and_then(|p| p.spec.as_ref()?.containers.first()?.resources.clone())
