@@ -22,6 +22,7 @@ mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;
 mod pause;
+mod pod_updates;
 mod real_nodes;
 mod sandbox;
 mod syncer;

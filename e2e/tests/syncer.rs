@@ -13,6 +13,7 @@ use k8s_openapi::api::{
         ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
         Service, ServiceAccount,
     },
+    networking::v1::{Ingress, IngressClass},
     scheduling::v1::PriorityClass,
     storage::v1::StorageClass,
 };
@@ -597,6 +598,154 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         .await?
         .uid();
     assert_eq!(copied.involved_object.uid, tenant_pod_uid);
+
+    // So do events about the other synced kinds: a provisioner's about a claim.
+    let super_data = super_api::<PersistentVolumeClaim>(&tenancy, a, "shop")
+        .get("data")
+        .await?;
+    let provisioning = Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some("data.provisioning".into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            name: Some("data".into()),
+            namespace: Some(a.super_namespace("shop")),
+            uid: super_data.uid(),
+            ..Default::default()
+        },
+        reason: Some("Provisioning".into()),
+        message: Some(format!(
+            "provisioning a volume for claim \"{}/data\"",
+            a.super_namespace("shop")
+        )),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(tenancy.super_client(), &a.super_namespace("shop"))
+        .create(&PostParams::default(), &provisioning)
+        .await?;
+    let copied = until(
+        &tenant_events,
+        "data.provisioning",
+        "claim event copied up",
+        |e| e.is_some(),
+    )
+    .await?
+    .context("claim event")?;
+    assert_eq!(
+        copied.message.as_deref(),
+        Some("provisioning a volume for claim \"shop/data\"")
+    );
+    let tenant_claim_uid = Api::<PersistentVolumeClaim>::namespaced(a.client(), "shop")
+        .get("data")
+        .await?
+        .uid();
+    assert_eq!(copied.involved_object.uid, tenant_claim_uid);
+
+    // Public IngressClasses appear in tenants, the platform's default marked default there too.
+    create::<IngressClass>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "shared-nginx", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"},
+            "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "k8s.io/ingress-nginx"}}),
+    )
+    .await?;
+    create::<IngressClass>(
+        &tenancy.super_client(),
+        None,
+        json!({"metadata": {"name": "internal"}, "spec": {"controller": "example.com/internal"}}),
+    )
+    .await?;
+    let classes = Api::<IngressClass>::all(a.client());
+    let copied_class = until(
+        &classes,
+        "shared-nginx",
+        "public IngressClass in the tenant",
+        |c| c.is_some(),
+    )
+    .await?
+    .context("class")?;
+    assert_eq!(
+        copied_class
+            .annotations()
+            .get("ingressclass.kubernetes.io/is-default-class")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        classes.get_opt("internal").await?.is_none(),
+        "an unpublished IngressClass reached a tenant"
+    );
+
+    // An ingress goes down; the super ingress controller's address and events come back up.
+    create::<Ingress>(
+        &a.client(),
+        Some("shop"),
+        json!({"metadata": {"name": "site"}, "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}}),
+    )
+    .await?;
+    let super_ingresses = super_api::<Ingress>(&tenancy, a, "shop");
+    let super_site = until(&super_ingresses, "site", "super ingress", |i| i.is_some())
+        .await?
+        .context("super ingress")?;
+    super_ingresses
+        .patch_status(
+            "site",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}}})),
+        )
+        .await?;
+    let tenant_ingresses = Api::<Ingress>::namespaced(a.client(), "shop");
+    until(
+        &tenant_ingresses,
+        "site",
+        "tenant ingress with the super address",
+        |i| {
+            i.and_then(|i| {
+                i.status
+                    .as_ref()?
+                    .load_balancer
+                    .as_ref()?
+                    .ingress
+                    .as_ref()?
+                    .first()?
+                    .ip
+                    .clone()
+            })
+            .as_deref()
+                == Some("192.0.2.7")
+        },
+    )
+    .await?;
+    let synced_event = Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some("site.sync".into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("networking.k8s.io/v1".into()),
+            kind: Some("Ingress".into()),
+            name: Some("site".into()),
+            namespace: Some(a.super_namespace("shop")),
+            uid: super_site.uid(),
+            ..Default::default()
+        },
+        reason: Some("Sync".into()),
+        message: Some("Scheduled for sync".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(tenancy.super_client(), &a.super_namespace("shop"))
+        .create(&PostParams::default(), &synced_event)
+        .await?;
+    until(&tenant_events, "site.sync", "ingress event copied up", |e| {
+        e.is_some()
+    })
+    .await?;
 
     create::<PriorityClass>(&tenancy.super_client(), None, json!({"metadata": {"name": "important", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "value": 1000})).await?;
     for tenant in [a, b] {

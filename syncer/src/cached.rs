@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     NamespaceResourceScope,
-    api::core::v1::{ContainerStatus, PodStatus, ResourceRequirements},
+    api::core::v1::{ContainerStatus, PodStatus, ResourceRequirements, Toleration},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
 };
 use serde::{Deserialize, Deserializer, Serialize};
@@ -73,6 +73,9 @@ pub struct CachedPodSpec {
     /// Pod overhead, for quota.
     #[serde(default)]
     pub overhead: Option<BTreeMap<String, Quantity>>,
+    /// Tolerations, which a running pod may add to.
+    #[serde(default, deserialize_with = "or_default", skip_serializing)]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// The pod condition the scheduler, or a binding, sets.

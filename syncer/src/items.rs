@@ -28,6 +28,8 @@ macro_rules! with_kinds {
             PersistentVolumeClaim = "persistentvolumeclaim" => claim, claims;
             /// Ingresses (by flag).
             Ingress = "ingress" => ingress, ingresses;
+            /// Public IngressClasses, up (by flag, with ingresses).
+            IngressClass = "ingressclass" => ingress_class, ingress_classes;
             /// NetworkPolicies, their namespace selectors confined to the tenant.
             NetworkPolicy = "networkpolicy" => network, network_policies;
             /// PodDisruptionBudgets, so that drains of super nodes respect tenant budgets.

@@ -297,6 +297,8 @@ pub(crate) struct Writers {
     pub services: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Service>,
     /// Tenant pods.
     pub pods: kube::runtime::reflector::store::Writer<crate::cached::SuperPod>,
+    /// Tenant claims.
+    pub claims: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// Public StorageClasses.
     pub storage_classes: kube::runtime::reflector::store::Writer<k8s_openapi::api::storage::v1::StorageClass>,
     /// NetworkPolicies.
@@ -316,6 +318,7 @@ impl SuperStores {
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
         let (pods, pods_writer) = store();
+        let (claims, claims_writer) = store();
         let (storage_classes, storage_classes_writer) = store();
         let (network_policies, network_policies_writer) = store();
         let (apiservers, apiservers_writer) = store();
@@ -323,6 +326,7 @@ impl SuperStores {
         let mut stores = Self::empty();
         stores.namespaces = namespaces;
         stores.pods = pods;
+        stores.claims = claims;
         stores.services = services;
         stores.apiservers = apiservers;
         stores.network_policies = network_policies;
@@ -332,6 +336,7 @@ impl SuperStores {
             namespaces: namespaces_writer,
             services: services_writer,
             pods: pods_writer,
+            claims: claims_writer,
             storage_classes: storage_classes_writer,
             network_policies: network_policies_writer,
             apiservers: apiservers_writer,

@@ -525,6 +525,9 @@ impl Shared {
                     }),
                     ..Default::default()
                 }),
+                // As a v1.33 kubelet reports them: apiservers allow in-place resizes only of pods whose
+                // running containers show their resources.
+                resources: c.resources.clone(),
                 ..Default::default()
             })
             .collect();

@@ -1,4 +1,4 @@
-//! Events: super-cluster events about synced pods and services, copied up to their tenants with names and
+//! Events: super-cluster events about synced objects of every namespaced kind, copied up to their tenants with names and
 //! namespaces translated back. They wait in the [`crate::events::EventInbox`] until an upward worker
 //! copies them; the syncer caches no events on either side.
 
@@ -8,8 +8,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    api::{ObjectMeta, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use super::{outcome::Outcome, synced::SyncedKind};
@@ -22,7 +26,7 @@ use crate::{
     tenant::{Tenant, TenantCache, TenantWatch},
 };
 
-/// Queues new super-cluster events about synced pods and services for their tenants, with names and
+/// Queues new super-cluster events about synced objects for their tenants, with names and
 /// namespaces translated back. Events that existed before the syncer started are not copied again.
 pub async fn forward(ctx: Arc<Context>) {
     let api: Api<CoreEvent> = Api::all(ctx.super_client.clone());
@@ -53,7 +57,7 @@ pub fn queue_up(ctx: &Context, event: &CoreEvent) {
     }
 }
 
-/// The tenant and its copy of a super event, if the event concerns a synced pod or service.
+/// The tenant and its copy of a super event, if the event concerns a synced object.
 fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEvent)> {
     let involved = &event.involved_object;
     let (Some(kind), Some(super_namespace), Some(name)) =
@@ -61,19 +65,7 @@ fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEve
     else {
         return None;
     };
-    let meta = match kind.as_str() {
-        "Pod" => ctx
-            .supers
-            .pods
-            .get(&ObjectRef::new(name).within(super_namespace))
-            .map(|p| p.meta().clone()),
-        "Service" => ctx
-            .supers
-            .services
-            .get(&ObjectRef::new(name).within(super_namespace))
-            .map(|s| s.meta().clone()),
-        _ => None,
-    }?;
+    let meta = synced_object(ctx, kind, super_namespace, name)?;
     let (Some(cluster), Some(tenant_namespace), Some(tenant_uid)) = (
         identity::owner_cluster(&meta),
         identity::tenant_namespace(&meta),
@@ -110,6 +102,33 @@ fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEve
         related: None,
     };
     Some((tenant, copy))
+}
+
+/// The metadata of the synced super object of `kind` an event is about: every namespaced kind the syncer
+/// copies down (PVC provisioning, Service load balancers, ingress controllers, ... report on them).
+fn synced_object(ctx: &Context, kind: &str, namespace: &str, name: &str) -> Option<ObjectMeta> {
+    fn meta_in<K>(store: Option<&Store<K>>, namespace: &str, name: &str) -> Option<ObjectMeta>
+    where
+        K: Resource<DynamicType = ()> + Clone,
+    {
+        store?
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|o| o.meta().clone())
+    }
+    let supers = &ctx.supers;
+    match kind {
+        "Pod" => meta_in(Some(&supers.pods), namespace, name),
+        "Service" => meta_in(Some(&supers.services), namespace, name),
+        "PersistentVolumeClaim" => meta_in(Some(&supers.claims), namespace, name),
+        "Ingress" => meta_in(supers.ingresses.as_ref(), namespace, name),
+        "ConfigMap" => meta_in(Some(&supers.config_maps), namespace, name),
+        "Secret" => meta_in(Some(&supers.secrets), namespace, name),
+        "ServiceAccount" => meta_in(Some(&supers.service_accounts), namespace, name),
+        "Endpoints" => meta_in(Some(&supers.endpoints), namespace, name),
+        "NetworkPolicy" => meta_in(Some(&supers.network_policies), namespace, name),
+        "PodDisruptionBudget" => meta_in(Some(&supers.disruption_budgets), namespace, name),
+        _ => None,
+    }
 }
 
 /// Copies the waiting event `namespace/name` into its tenant. A failed copy waits in the inbox again for
@@ -232,4 +251,47 @@ mod tests {
         assert_eq!(copy.involved_object.uid.as_deref(), Some("pod-uid"));
         assert_eq!(copy.message.as_deref(), Some("pod shop/web restarting"));
     }
+
+    /// Events about a synced claim (provisioning) and Service (load balancers) reach the tenant, with the
+    /// tenant's namespace and uid; events about objects the syncer did not write, or of kinds it does not
+    /// sync, do not.
+    #[tokio::test]
+    async fn events_about_every_synced_kind_reach_their_tenant() {
+        let (super_client, _supers) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        let (client, _) = testing::mock();
+        let (tenant, _) = Tenant::for_tests(identity("team"), client, TenantSettings::default(), &ctx.queues);
+        ctx.tenants.insert(tenant);
+        let synced = |name: &str, uid: &str| {
+            json!({"metadata": {"name": name, "namespace": "team-shop",
+                "annotations": {ANNOTATION_CLUSTER: "team", ANNOTATION_NAMESPACE: "shop", ANNOTATION_UID: uid}}})
+        };
+        testing::put(&mut writers.claims, testing::from_json(synced("data", "claim-uid")));
+        testing::put(&mut writers.services, testing::from_json(synced("web", "service-uid")));
+        testing::put(
+            &mut writers.services,
+            testing::from_json(json!({"metadata": {"name": "platform", "namespace": "team-shop"}})),
+        );
+        let about = |kind: &str, name: &str, event: &str| -> CoreEvent {
+            testing::from_json(json!({
+                "metadata": {"name": event, "namespace": "team-shop"},
+                "involvedObject": {"kind": kind, "namespace": "team-shop", "name": name, "uid": "super-uid"},
+                "reason": "Provisioning", "message": format!("{kind} team-shop/{name}")
+            }))
+        };
+        queue_up(&ctx, &about("PersistentVolumeClaim", "data", "data.1"));
+        queue_up(&ctx, &about("Service", "web", "web.1"));
+        queue_up(&ctx, &about("Service", "platform", "platform.1"));
+        queue_up(&ctx, &about("Lease", "web", "lease.1"));
+        let queued: Vec<String> = testing::drain_up(&ctx).await.into_iter().map(|i| i.name).collect();
+        assert_eq!(queued, ["data.1", "web.1"]);
+        let claim = ctx.events.take(&Arc::from("team"), "shop", "data.1").expect("claim event");
+        assert_eq!(claim.involved_object.kind.as_deref(), Some("PersistentVolumeClaim"));
+        assert_eq!(claim.involved_object.namespace.as_deref(), Some("shop"));
+        assert_eq!(claim.involved_object.uid.as_deref(), Some("claim-uid"));
+        assert_eq!(claim.message.as_deref(), Some("PersistentVolumeClaim shop/data"));
+        let service = ctx.events.take(&Arc::from("team"), "shop", "web.1").expect("service event");
+        assert_eq!(service.involved_object.uid.as_deref(), Some("service-uid"));
+    }
+
 }

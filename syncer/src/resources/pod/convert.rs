@@ -9,10 +9,13 @@ use crds::{
 use k8s_openapi::{
     api::core::v1::{
         Affinity, Container, EnvVar, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
-        PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Volume,
-        VolumeProjection,
+        PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Toleration,
+        Volume, VolumeProjection,
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
+    },
 };
 use sha2::{Digest, Sha256};
 
@@ -571,6 +574,79 @@ pub fn mutable_view(spec: &CachedPodSpec) -> serde_json::Value {
         "initImages": images(&spec.init_containers),
         "activeDeadlineSeconds": spec.active_deadline_seconds,
     })
+}
+
+/// Requests and limits of one container; an absent map and an empty one are the same.
+fn requirements(container: &ContainerImage) -> [BTreeMap<String, Quantity>; 2] {
+    let resources = container.resources.as_ref();
+    [
+        resources.and_then(|r| r.requests.clone()).unwrap_or_default(),
+        resources.and_then(|r| r.limits.clone()).unwrap_or_default(),
+    ]
+}
+
+/// The strategic-merge patch of a super pod's `resize` subresource that gives its containers the tenant
+/// pod's requests and limits, or `None` when the super pod has them. Only the keys the tenant states count:
+/// the super cluster's admission (a LimitRange) may have added defaults of its own, and a resize cannot
+/// remove a key anyway. Containers the super pod lacks are left out: a pod's containers never change.
+pub fn resize_patch(tenant: &CachedPodSpec, super_spec: &CachedPodSpec) -> Option<serde_json::Value> {
+    let covered = |want: &BTreeMap<String, Quantity>, have: &BTreeMap<String, Quantity>| {
+        want.iter().all(|(key, value)| have.get(key) == Some(value))
+    };
+    let changes = |tenant: &[ContainerImage], super_containers: &[ContainerImage]| -> Vec<serde_json::Value> {
+        tenant
+            .iter()
+            .filter_map(|wanted| {
+                let have = super_containers.iter().find(|c| c.name == wanted.name)?;
+                let ([want_requests, want_limits], [have_requests, have_limits]) =
+                    (requirements(wanted), requirements(have));
+                if covered(&want_requests, &have_requests) && covered(&want_limits, &have_limits) {
+                    return None;
+                }
+                Some(serde_json::json!({
+                    "name": wanted.name,
+                    "resources": {"requests": want_requests, "limits": want_limits},
+                }))
+            })
+            .collect()
+    };
+    let containers = changes(&tenant.containers, &super_spec.containers);
+    let init_containers = changes(&tenant.init_containers, &super_spec.init_containers);
+    if containers.is_empty() && init_containers.is_empty() {
+        return None;
+    }
+    let mut spec = serde_json::Map::new();
+    if !containers.is_empty() {
+        spec.insert("containers".into(), containers.into());
+    }
+    if !init_containers.is_empty() {
+        spec.insert("initContainers".into(), init_containers.into());
+    }
+    Some(serde_json::json!({ "spec": spec }))
+}
+
+/// The names of the containers a resize patch changes, for messages.
+pub fn resized_containers(patch: &serde_json::Value) -> Vec<String> {
+    ["containers", "initContainers"]
+        .into_iter()
+        .flat_map(|list| {
+            patch["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |c| format!("spec.{list}[{}].resources", c["name"].as_str().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// The tenant's tolerations the super pod lacks (the super cluster's admission may have added more of its
+/// own; a running pod's tolerations can only grow).
+pub fn missing_tolerations<'t>(tenant: &'t CachedPodSpec, super_spec: &CachedPodSpec) -> Vec<&'t Toleration> {
+    tenant
+        .tolerations
+        .iter()
+        .filter(|t| !super_spec.tolerations.contains(t))
+        .collect()
 }
 
 /// The cached view of a full pod's spec.

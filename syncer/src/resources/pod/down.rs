@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::{
-    api::core::v1::{Pod, PodCondition, PodStatus, Secret},
+    api::core::v1::{Pod, PodCondition, PodStatus, Secret, Toleration},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
     jiff::Timestamp,
 };
@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    token,
+    policy, token,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -646,6 +646,61 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, 
     }
 }
 
+/// Annotation on a super pod: hash of the resize the super cluster refused. The tenant was told; the
+/// resize is not asked again until the tenant's resources change.
+pub const ANNOTATION_REFUSED_RESIZE: &str = "tenancy.x-k8s.io/refused-resize";
+
+/// Annotation on a super pod: hash of the added tolerations the pod policy refused (told once).
+pub const ANNOTATION_REFUSED_TOLERATIONS: &str = "tenancy.x-k8s.io/refused-tolerations";
+
+/// Reason of the event on a tenant pod whose change the super cluster refused.
+pub const REASON_UPDATE_REFUSED: &str = "UpdateRefused";
+
+/// Reason of the event on a tenant pod whose in-place resize the super cluster refused.
+pub const REASON_RESIZE_REFUSED: &str = "ResizeRefused";
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Whether the super apiserver refused a request for what it asked (invalid, forbidden by admission, not
+/// served), as opposed to failing in a way worth retrying.
+fn is_refusal(error: &crate::Error) -> bool {
+    [400, 403, 405, 422].into_iter().any(|code| error.is_status(code))
+        || (error.is_status(404)
+            && error
+                .status_message()
+                .is_some_and(|m| m.contains("could not find the requested resource")))
+}
+
+/// The fields of the tenant pod's change, for messages.
+fn changed_fields(tenant: &CachedPodSpec, super_spec: &CachedPodSpec, metadata: bool, tolerations: bool) -> String {
+    let mut fields = Vec::new();
+    if metadata {
+        fields.push("metadata.labels/annotations".to_owned());
+    }
+    for (list, wanted, have) in [
+        ("containers", &tenant.containers, &super_spec.containers),
+        ("initContainers", &tenant.init_containers, &super_spec.init_containers),
+    ] {
+        for container in wanted {
+            if have.iter().any(|h| h.name == container.name && h.image != container.image) {
+                fields.push(format!("spec.{list}[{}].image", container.name));
+            }
+        }
+    }
+    if tenant.active_deadline_seconds != super_spec.active_deadline_seconds {
+        fields.push("spec.activeDeadlineSeconds".to_owned());
+    }
+    if tolerations {
+        fields.push("spec.tolerations".to_owned());
+    }
+    fields.join(", ")
+}
+
+/// A running tenant pod's changes go down: labels, annotations, images and deadline with the pod itself,
+/// added tolerations the policy allows, and resources through the super pod's `resize` subresource.
+/// What the policy or the super cluster refuses is told to the tenant in one event per change.
 async fn update(
     ctx: &Context,
     tenant: &Tenant,
@@ -654,34 +709,129 @@ async fn update(
     api: &Api<Pod>,
 ) -> Result<Outcome> {
     let mut writes = 0;
+    let name = super_pod.name_any();
     let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata, &tenant_pod.spec);
-    let in_sync = identity::recorded_hash(super_pod.meta()) == Some(hash.as_str())
-        && identity::metadata_covers(&desired_meta, super_pod.meta())
-        && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec);
+    let reference = tenant_pod.object_ref(&());
+
+    let missing = convert::missing_tolerations(&tenant_pod.spec, &super_pod.spec);
+    let refused = policy::refused_tolerations(
+        missing.iter().copied(),
+        &ctx.config.pod_policy,
+        &tenant.settings().pod_policy,
+    );
+    let added: Vec<Toleration> = missing
+        .iter()
+        .filter(|t| !refused.iter().any(|(r, _)| r == *t))
+        .map(|t| (*t).clone())
+        .collect();
+    let refused_tolerations =
+        (!refused.is_empty()).then(|| identity::sync_hash(&refused.iter().map(|(t, _)| t).collect::<Vec<_>>()));
+    if let Some(refusal) = &refused_tolerations
+        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) != Some(refusal.as_str())
+    {
+        let described: Vec<&str> = refused.iter().map(|(_, d)| d.as_str()).collect();
+        let message = format!(
+            "the pod policy does not allow adding the {} (the syncer's --pod-allowed-taints, or podPolicy.allowedTaints for keys in --pod-grantable-taints); the running pod keeps its tolerations",
+            described.join(", ")
+        );
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_POLICY_VIOLATION, "{message}");
+        ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+        events::warn(tenant, &reference, REASON_POLICY_VIOLATION, &message).await;
+    }
+
+    let mut resized = false;
+    let refused_resize = match convert::resize_patch(&tenant_pod.spec, &super_pod.spec) {
+        None => None,
+        Some(patch) => {
+            let wanted = identity::sync_hash(&patch);
+            if annotation(super_pod.meta(), ANNOTATION_REFUSED_RESIZE) == Some(wanted.as_str()) {
+                Some(wanted)
+            } else {
+                ctx.metrics.super_write("pod", "resize");
+                let result = api
+                    .patch_subresource(
+                        "resize",
+                        &name,
+                        &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER),
+                        &Patch::Strategic(&patch),
+                    )
+                    .await
+                    .map_err(on_super(format!(
+                        "resizing pod {}/{name}",
+                        super_pod.namespace().unwrap_or_default()
+                    )));
+                match result {
+                    Ok(_) => {
+                        writes += 1;
+                        resized = true;
+                        None
+                    }
+                    Err(error) if is_refusal(&error) => {
+                        let message = format!(
+                            "the super cluster refused to resize {} in place: {}",
+                            convert::resized_containers(&patch).join(", "),
+                            error.status_message().unwrap_or_default()
+                        );
+                        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_RESIZE_REFUSED, "{message}");
+                        ctx.metrics.refused("pod", REASON_RESIZE_REFUSED);
+                        events::warn(tenant, &reference, REASON_RESIZE_REFUSED, &message).await;
+                        Some(wanted)
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+    };
+
+    let metadata_in_sync = identity::recorded_hash(super_pod.meta()) == Some(hash.as_str())
+        && identity::metadata_covers(&desired_meta, super_pod.meta());
+    let in_sync = metadata_in_sync
+        && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec)
+        && added.is_empty()
+        && annotation(super_pod.meta(), ANNOTATION_REFUSED_RESIZE) == refused_resize.as_deref()
+        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) == refused_tolerations.as_deref();
     if !in_sync {
         // The whole super pod is applied back with the tenant's changes, which keeps the syncer's ownership
-        // of every field it set at creation; read it as it is now.
-        let at = GetParams::at(super_pod.meta().resource_version.as_deref().unwrap_or("0"));
-        let full = api
-            .get_with(&super_pod.name_any(), &at)
-            .await
-            .map_err(on_super(format!(
-                "reading pod {}/{}",
-                super_pod.namespace().unwrap_or_default(),
-                super_pod.name_any()
-            )))?;
+        // of every field it set at creation; read it as it is now (after a resize, the resized one).
+        let params = match resized {
+            true => GetParams::default(),
+            false => GetParams::at(super_pod.meta().resource_version.as_deref().unwrap_or("0")),
+        };
+        let full = api.get_with(&name, &params).await.map_err(on_super(format!(
+            "reading pod {}/{name}",
+            super_pod.namespace().unwrap_or_default()
+        )))?;
         let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
         if let Some(tokens) = super_pod.annotations().get(token::ANNOTATION_POD_TOKENS) {
             meta = with_annotation(meta, token::ANNOTATION_POD_TOKENS, tokens.clone());
         }
-        apply(
-            ctx,
-            api,
-            updated_pod(&full, meta, &tenant_pod.spec),
-            super_pod.uid(),
-        )
-        .await?;
-        writes += 1;
+        for (key, value) in [
+            (ANNOTATION_REFUSED_RESIZE, refused_resize),
+            (ANNOTATION_REFUSED_TOLERATIONS, refused_tolerations),
+        ] {
+            if let Some(value) = value {
+                meta = with_annotation(meta, key, value);
+            }
+        }
+        let desired = updated_pod(&full, meta, &tenant_pod.spec, &added);
+        match apply(ctx, api, desired, super_pod.uid()).await {
+            Ok(_) => writes += 1,
+            Err(error) if is_refusal(&error) => {
+                let message = format!(
+                    "the super cluster refused the pod's change of {}: {}; the running pod keeps its previous settings",
+                    changed_fields(&tenant_pod.spec, &super_pod.spec, !metadata_in_sync, !added.is_empty()),
+                    error.status_message().unwrap_or_default()
+                );
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_UPDATE_REFUSED, "{message}");
+                ctx.metrics.refused("pod", REASON_UPDATE_REFUSED);
+                events::warn(tenant, &reference, REASON_UPDATE_REFUSED, &message).await;
+                return Ok(Outcome::Waiting {
+                    reason: message,
+                    retry_after: None,
+                });
+            }
+            Err(error) => return Err(error),
+        }
     }
     if let Some(needs) = token::needs_of(super_pod.meta()) {
         writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
@@ -693,9 +843,14 @@ async fn update(
     })
 }
 
-/// The super pod as it is, with the tenant's metadata, images and deadline.
-fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec) -> Pod {
+/// The super pod as it is, with the tenant's metadata, images and deadline, and the added tolerations.
+fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec, added: &[Toleration]) -> Pod {
     let mut spec = super_pod.spec.clone().unwrap_or_default();
+    if !added.is_empty() {
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .extend(added.iter().cloned());
+    }
     let image_of = |containers: &[crate::cached::ContainerImage], name: &str| {
         containers
             .iter()
@@ -841,6 +996,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use std::sync::Arc;
+
     use crate::{
         context::testing::{self, from_json, put},
         quota::Usage,
@@ -944,4 +1101,204 @@ mod tests {
             "zone"
         );
     }
+
+    /// A running pod as the tenant changed it, and its super pod as created before the change.
+    fn running(image: &str, cpu: &str, tolerations: serde_json::Value) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid", "resourceVersion": "3"},
+            "spec": {"containers": [{"name": "c", "image": image,
+                "resources": {"requests": {"cpu": cpu}, "limits": {"memory": "64Mi"}}}],
+                "tolerations": tolerations},
+            "status": {"phase": "Running", "podIP": "10.0.0.9"}
+        })
+    }
+
+    fn super_pod(annotations: serde_json::Value) -> serde_json::Value {
+        let mut pod = running("busybox:1", "100m", json!([]));
+        pod["metadata"]["namespace"] = json!("team-abc123-vc-shop");
+        pod["metadata"]["uid"] = json!("super-uid");
+        pod["metadata"]["annotations"] = annotations;
+        // The super cluster's LimitRange added a default the tenant does not state.
+        pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("1");
+        pod
+    }
+
+    fn identity_annotations() -> serde_json::Value {
+        json!({"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop",
+            "tenancy.x-k8s.io/uid": "pod-uid"})
+    }
+
+    struct Running {
+        ctx: Context,
+        tenant: Arc<Tenant>,
+        supers: testing::ApiServer,
+        tenants: testing::ApiServer,
+        super_caches: crate::super_stores::Writers,
+    }
+
+    fn running_pod(tenant_pod: serde_json::Value, super_annotations: serde_json::Value) -> Running {
+        let (super_client, supers) = testing::mock();
+        let (tenant_client, tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(&mut caches.pods, from_json(tenant_pod));
+        put(&mut super_caches.pods, from_json(super_pod(super_annotations)));
+        put(
+            &mut super_caches.namespaces,
+            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-shop", "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop"}}})),
+        );
+        Running {
+            ctx,
+            tenant,
+            supers,
+            tenants,
+            super_caches,
+        }
+    }
+
+    const POD: &str = "/api/v1/namespaces/team-abc123-vc-shop/pods/web";
+
+    #[tokio::test]
+    async fn image_allowed_tolerations_and_resources_of_a_running_pod_reach_the_super_pod() {
+        let tolerations = json!([
+            {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+        ]);
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            ..
+        } = running_pod(running("busybox:2", "200m", tolerations), identity_annotations());
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_POLICY_VIOLATION);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("toleration of taint dedicated=gpu"), "{note}");
+            assert!(!note.contains("disk-pressure"), "{note}");
+            event.echo();
+            let resize = supers.expect("PATCH", &format!("{POD}/resize?")).await;
+            assert_eq!(
+                resize.body,
+                json!({"spec": {"containers": [{"name": "c",
+                    "resources": {"requests": {"cpu": "200m"}, "limits": {"memory": "64Mi"}}}]}})
+            );
+            resize.ok(json!({}));
+            // After a resize the pod is read as it is now, not from the watch cache.
+            let read = supers.expect("GET", POD).await;
+            assert!(!read.uri.contains("resourceVersion"), "{}", read.uri);
+            let mut resized = super_pod(identity_annotations());
+            resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("200m");
+            read.ok(resized);
+            let applied = supers.expect("PATCH", &format!("{POD}?")).await;
+            let container = &applied.body["spec"]["containers"][0];
+            assert_eq!(container["image"], "busybox:2");
+            assert_eq!(container["resources"]["requests"]["cpu"], "200m");
+            assert_eq!(
+                applied.body["spec"]["tolerations"],
+                json!([{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}])
+            );
+            assert!(
+                applied.body["metadata"]["annotations"][ANNOTATION_REFUSED_TOLERATIONS].is_string(),
+                "{}",
+                applied.body
+            );
+            applied.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 2 });
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_resize_the_super_cluster_does_not_serve_is_told_once() {
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            mut super_caches,
+        } = running_pod(running("busybox:1", "200m", json!([])), identity_annotations());
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let (outcome, recorded) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            supers
+                .expect("PATCH", &format!("{POD}/resize?"))
+                .await
+                .fail(404, "NotFound", "the server could not find the requested resource");
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_RESIZE_REFUSED);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(
+                note.contains("spec.containers[c].resources")
+                    && note.contains("could not find the requested resource"),
+                "{note}"
+            );
+            event.echo();
+            let read = supers.expect("GET", POD).await;
+            read.ok(super_pod(identity_annotations()));
+            let applied = supers.expect("PATCH", &format!("{POD}?")).await;
+            assert_eq!(applied.body["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m");
+            applied.echo()["metadata"].clone()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert!(
+            recorded["annotations"][ANNOTATION_REFUSED_RESIZE].is_string(),
+            "{recorded}"
+        );
+
+        // Synced again with the refusal recorded: nothing is asked or told again.
+        let mut refused = super_pod(recorded["annotations"].clone());
+        refused["metadata"]["labels"] = recorded["labels"].clone();
+        put(&mut super_caches.pods, from_json(refused));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), sync(&ctx, &tenant, &item)).await;
+        assert_eq!(outcome.expect("no request").expect("synced"), Outcome::InSync);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn an_image_change_the_super_cluster_refuses_is_told_with_its_reason() {
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            ..
+        } = running_pod(running("busybox:2", "100m", json!([])), identity_annotations());
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let sync = sync(&ctx, &tenant, &item);
+        let (outcome, ()) = tokio::join!(sync, async {
+            supers
+                .expect("GET", POD)
+                .await
+                .ok(super_pod(identity_annotations()));
+            supers.expect("PATCH", &format!("{POD}?")).await.fail(
+                422,
+                "Invalid",
+                "admission webhook \"images.example.com\" denied the request: registry not allowed",
+            );
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_UPDATE_REFUSED);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(
+                note.contains("spec.containers[c].image") && note.contains("registry not allowed"),
+                "{note}"
+            );
+            event.echo();
+        });
+        assert!(matches!(outcome.expect("synced"), Outcome::Waiting { .. }));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
 }

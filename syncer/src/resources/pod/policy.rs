@@ -333,6 +333,25 @@ fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec<String>) {
     }
 }
 
+/// The tolerations of `tolerations` the policy does not allow, each described as in [`violations`]; what a
+/// running pod may add is held to the same rules as what it was created with.
+pub fn refused_tolerations<'t>(
+    tolerations: impl IntoIterator<Item = &'t Toleration>,
+    platform: &PlatformPodPolicy,
+    tenant: &PodPolicy,
+) -> Vec<(&'t Toleration, String)> {
+    let taints = Allowed::of(
+        &platform.allowed_taints,
+        &platform.grantable_taints,
+        &tenant.allowed_taints,
+    );
+    tolerations
+        .into_iter()
+        .filter(|t| !tolerable(t, &taints))
+        .map(|t| (t, format!("toleration of {}", describe_toleration(t))))
+        .collect()
+}
+
 /// Whether a tenant's pods may tolerate `taint`: whether a node with it is one they may use.
 pub fn may_tolerate(platform: &PlatformPodPolicy, tenant: &PodPolicy, taint: &Taint) -> bool {
     let allowed = Allowed::of(
