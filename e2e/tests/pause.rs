@@ -212,10 +212,29 @@ async fn a_paused_tenant_loses_its_super_pods_only_and_gets_the_same_ones_back()
             "{name} is a copy of another pod"
         );
         until(&super_pods, name, &format!("{name} Running again"), running).await?;
-        // Back on the node the tenant pod is bound to (a preference the free nodes let it follow).
+        // The copy prefers the node the tenant pod is bound to. Only a preference: the super scheduler's
+        // other scores (spreading among them) may outweigh it, so where it lands is reported, not asserted.
         let tenant_node = tenant_pods.get(name).await?.spec.and_then(|s| s.node_name);
-        let super_node = super_pods.get(name).await?.spec.and_then(|s| s.node_name);
-        assert_eq!(super_node, tenant_node, "{name} moved");
+        let copy = super_pods.get(name).await?;
+        let super_node = copy.spec.as_ref().and_then(|s| s.node_name.clone());
+        let preferred = copy
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|terms| terms.first())
+            .and_then(|term| term.preference.match_fields.as_ref())
+            .and_then(|fields| fields.first())
+            .and_then(|field| field.values.clone());
+        assert_eq!(
+            preferred,
+            tenant_node.clone().map(|node| vec![node]),
+            "{name}'s copy does not prefer its node"
+        );
+        if super_node != tenant_node {
+            eprintln!("{name}: recreated on {super_node:?}, not on its preferred node {tenant_node:?}");
+        }
     }
     assert_eq!(
         uids(&tenant_pods).await?,
