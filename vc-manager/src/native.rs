@@ -44,7 +44,10 @@ pub async fn reconcile(
 ) -> Result<Action> {
     let namespace = identity.root_namespace();
     match steps::ensure_root_namespace(identity, ctx).await? {
-        RootNamespace::Terminating => return steps::wait_for_root_namespace(vc, identity, ctx).await,
+        RootNamespace::Terminating => {
+            return steps::wait_for_root_namespace(vc, identity, crds::ControlPlaneMode::Provisioned, ctx)
+                .await;
+        }
         RootNamespace::Ready { created: true } => {
             ctx.publish(
                 &vc.object_ref(&()),

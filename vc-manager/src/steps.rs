@@ -105,10 +105,12 @@ pub async fn ensure_root_namespace(identity: &TenantIdentity, ctx: &Context) -> 
     })
 }
 
-/// The root namespace is being deleted by someone: report it and come back once it is gone.
+/// The root namespace is being deleted by someone: report it (keeping the tenant's `mode`, provisioned or
+/// adopted) and come back once it is gone.
 pub async fn wait_for_root_namespace(
     vc: &VirtualCluster,
     identity: &TenantIdentity,
+    mode: crds::ControlPlaneMode,
     ctx: &Context,
 ) -> Result<Action> {
     let namespace = identity.root_namespace();
@@ -128,7 +130,7 @@ pub async fn wait_for_root_namespace(
         reason: "RootNamespaceTerminating".into(),
         message,
         cluster_namespace: namespace.to_owned(),
-        mode: crds::ControlPlaneMode::Provisioned,
+        mode,
         conditions,
         observed_generation: vc.status.as_ref().and_then(|s| s.observed_generation),
     };

@@ -88,6 +88,34 @@ async fn root_and_kubelet_client(api: &mut ApiServer, stored: &[Secret]) {
         .ok(secret_list(stored));
 }
 
+/// An adopted tenant whose root namespace someone deletes is waited for, and stays adopted: its status
+/// never says `Provisioned` (which would make it a control plane vc-manager runs).
+#[tokio::test]
+async fn an_adopted_tenant_keeps_its_mode_while_its_root_namespace_is_deleted() {
+    let (ctx, _caches, mut api) = context(answering());
+    let result = run(
+        async move {
+            api.expect("GET", &format!("/api/v1/namespaces/{}", root()))
+                .await
+                .ok(json!({
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": root(), "labels": crate::identity::managed_labels(),
+                        "deletionTimestamp": "2026-01-01T00:00:00Z"}
+                }));
+            let status = api.vc_status().await;
+            assert_eq!(status["reason"], "RootNamespaceTerminating");
+            assert_eq!(status["mode"], "Adopted");
+        },
+        reconcile(Arc::new(adopted_vc()), ctx),
+    )
+    .await;
+    assert_eq!(
+        result.expect("waiting is not an error"),
+        Action::requeue(Duration::from_secs(2))
+    );
+}
+
 fn secret_path() -> String {
     format!("/api/v1/namespaces/{VC_NAMESPACE}/secrets/{SECRET}")
 }
