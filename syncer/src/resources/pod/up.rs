@@ -10,7 +10,7 @@ use kube::{
 
 use super::down::finalize_tenant_pod;
 use crate::{
-    cached::{CachedCondition, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
+    cached::{CachedCondition, ContainerImage, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
     resources::{
@@ -22,8 +22,18 @@ use crate::{
 };
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
-/// manage (readiness gates) stay theirs.
-fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
+/// manage (readiness gates) stay theirs, and only the tenant's own ephemeral containers are reported (one
+/// the platform added to the super pod to debug it is not the tenant's to see).
+fn status_from_super(super_status: PodStatus, gates: &[String], ephemeral: &[ContainerImage]) -> PodStatus {
+    let ephemeral_container_statuses = super_status
+        .ephemeral_container_statuses
+        .map(|statuses| {
+            statuses
+                .into_iter()
+                .filter(|s| ephemeral.iter().any(|c| c.name == s.name))
+                .collect::<Vec<_>>()
+        })
+        .filter(|statuses| !statuses.is_empty());
     PodStatus {
         phase: super_status.phase,
         message: super_status.message,
@@ -37,7 +47,7 @@ fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
             .map(|cs| cs.into_iter().filter(|c| !gates.contains(&c.type_)).collect()),
         container_statuses: super_status.container_statuses,
         init_container_statuses: super_status.init_container_statuses,
-        ephemeral_container_statuses: super_status.ephemeral_container_statuses,
+        ephemeral_container_statuses,
         ..Default::default()
     }
 }
@@ -58,6 +68,8 @@ fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
             == have.container_statuses
         && container_statuses_hash(want.init_container_statuses.as_deref().unwrap_or_default())
             == have.init_container_statuses
+        && container_statuses_hash(want.ephemeral_container_statuses.as_deref().unwrap_or_default())
+            == have.ephemeral_container_statuses
         && conditions_present
 }
 
@@ -127,7 +139,11 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     }
 
     if let Some(super_status) = super_pod.parsed_status() {
-        let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
+        let want = status_from_super(
+            super_status,
+            &tenant_pod.spec.readiness_gates,
+            &tenant_pod.spec.ephemeral_containers,
+        );
         let after_binding;
         let have = if bound {
             after_binding = bound_status(&tenant_pod.status);
