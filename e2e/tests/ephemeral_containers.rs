@@ -147,12 +147,30 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
     })
     .await?;
     assert_eq!(logs.trim(), "hello-from-debug");
+    let exec = kubectl
+        .run(
+            &[
+                "-n",
+                "default",
+                "exec",
+                "web",
+                "-c",
+                "dbg",
+                "--",
+                "echo",
+                "exec-in-debug",
+            ],
+            None,
+        )
+        .await?
+        .ok()?;
+    assert_eq!(exec.stdout, "exec-in-debug\n");
 
     // `kubectl debug -i --target`: waits for the container to run in the tenant pod, then attaches through
     // vn-agent; sharing the target's process namespace, it sees the target container's `sleep`.
     let started = tokio::time::Instant::now();
     let attached = kubectl
-        .run(
+        .run_typing(
             &[
                 "-n",
                 "default",
@@ -165,7 +183,7 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
                 "--",
                 "sh",
             ],
-            Some(b"echo hi-from-attach; ps -o args; exit\n"),
+            b"echo hi-from-attach; ps -o args; exit\n",
         )
         .await?
         .ok()?;
@@ -195,8 +213,10 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
         "ephemeralcontainers",
         "web",
         &PatchParams::default(),
-        &Patch::Strategic(json!({"spec": {"ephemeralContainers": [{"name": "root", "image": "busybox",
-            "command": ["sleep", "3600"], "securityContext": {"privileged": true}}]}})),
+        &Patch::Strategic(
+            json!({"spec": {"ephemeralContainers": [{"name": "root", "image": "busybox",
+            "command": ["sleep", "3600"], "securityContext": {"privileged": true}}]}}),
+        ),
     )
     .await?;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
@@ -218,14 +238,12 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
         refusals().await.into_iter().next()
     })
     .await?;
-    assert!(
-        note.contains("privileged ephemeral container \"root\""),
-        "{note}"
-    );
+    assert!(note.contains("privileged ephemeral container \"root\""), "{note}");
     // Long enough for status changes and a patrol (15 s) to look at the pod again.
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(refusals().await.len(), 1, "told more than once");
-    let names = ephemeral_names(&super_pods.get("web").await?);
+    let mut names = ephemeral_names(&super_pods.get("web").await?);
+    names.sort();
     assert_eq!(names, ["dbg", "shell"], "the super pod's ephemeral containers");
     assert!(ephemeral_names(&pods.get("web").await?).contains(&"root".to_owned()));
     sandbox.shutdown().await;

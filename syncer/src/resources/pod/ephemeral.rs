@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::{
     Api, Resource, ResourceExt,
     api::{GetParams, Patch, PatchParams},
@@ -78,6 +78,9 @@ pub async fn sync(
     let reference = tenant_pod.object_ref(&());
     let name = super_pod.name_any();
     let mut refused = BTreeSet::new();
+    // One event per reason and sync: the event recorder counts repeats of a reason on an object as a
+    // series of the first note, so a second event would lose its container's name.
+    let (mut told_refused, mut told_violations) = (Vec::new(), Vec::new());
 
     for container in &changes.changed {
         let key = refusal_key(container, &policy);
@@ -96,7 +99,7 @@ pub async fn sync(
             );
             tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not changed");
             ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
-            events::warn(tenant, &reference, REASON_EPHEMERAL_REFUSED, &message).await;
+            told_refused.push(message);
         }
         refused.insert(key);
     }
@@ -118,11 +121,13 @@ pub async fn sync(
             // cluster's by the kubelet.
             Err(reason) => {
                 outcome.waiting = Some(reason);
+                tell(tenant, &reference, told_refused, told_violations).await;
                 outcome.refused = joined(refused);
                 return Ok(outcome);
             }
         };
         let Some(full) = read_tenant_pod(tenant, tenant_pod).await? else {
+            tell(tenant, &reference, told_refused, told_violations).await;
             outcome.refused = joined(refused);
             return Ok(outcome);
         };
@@ -151,7 +156,7 @@ pub async fn sync(
                     );
                     tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_POLICY_VIOLATION, %message, "ephemeral container not added");
                     ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
-                    events::warn(tenant, &reference, REASON_POLICY_VIOLATION, &message).await;
+                    told_violations.push(message);
                     refused.insert(key);
                     continue;
                 }
@@ -188,15 +193,31 @@ pub async fn sync(
                     );
                     tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not added");
                     ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
-                    events::warn(tenant, &reference, REASON_EPHEMERAL_REFUSED, &message).await;
+                    told_refused.push(message);
                     refused.insert(key);
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    tell(tenant, &reference, told_refused, told_violations).await;
+                    return Err(error);
+                }
             }
         }
     }
+    tell(tenant, &reference, told_refused, told_violations).await;
     outcome.refused = joined(refused);
     Ok(outcome)
+}
+
+/// Tells the tenant what was refused: one event per reason, naming every container.
+async fn tell(tenant: &Tenant, reference: &ObjectReference, refused: Vec<String>, violations: Vec<String>) {
+    for (reason, messages) in [
+        (REASON_EPHEMERAL_REFUSED, refused),
+        (REASON_POLICY_VIOLATION, violations),
+    ] {
+        if !messages.is_empty() {
+            events::warn(tenant, reference, reason, &messages.join("; ")).await;
+        }
+    }
 }
 
 fn joined(keys: BTreeSet<String>) -> Option<String> {

@@ -303,4 +303,33 @@ mod tests {
         supers.idle().await;
         tenants.idle().await;
     }
+
+    #[test]
+    fn only_the_tenants_own_ephemeral_containers_report_up_and_a_change_of_theirs_is_written() {
+        let statuses = |state: &str| -> PodStatus {
+            from_json(json!({"phase": "Running", "ephemeralContainerStatuses": [
+                {"name": "dbg", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {state: {}}},
+                {"name": "platform-debugger", "image": "netshoot", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"running": {}}}
+            ]}))
+        };
+        let tenant: Vec<ContainerImage> = from_json(json!([{"name": "dbg", "image": "busybox"}]));
+        let want = status_from_super(statuses("waiting"), &[], &tenant);
+        let names: Vec<String> = want
+            .ephemeral_container_statuses
+            .iter()
+            .flatten()
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(names, ["dbg"]);
+        // The tenant pod as that status left it, then the container starts: a status write.
+        let written: TenantPodStatus =
+            from_json(serde_json::to_value(&want).expect("status"));
+        assert!(status_matches(&want, &written));
+        let started = status_from_super(statuses("running"), &[], &tenant);
+        assert!(!status_matches(&started, &written));
+        // A pod without ephemeral containers reports none.
+        assert_eq!(status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses, None);
+    }
 }
