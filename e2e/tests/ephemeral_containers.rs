@@ -1,6 +1,6 @@
 //! `kubectl debug` in a tenant (issue 16): ephemeral containers the tenant adds to its running pod reach
 //! the super pod, run next to its containers on a real node, and are reached through vn-agent by
-//! `kubectl logs` and `kubectl debug -i` (attach), also sharing the target container's processes
+//! `kubectl logs`, `exec`, `attach` and `debug -i`, also sharing the target container's processes
 //! (`--target`); one the pod policy refuses is told in an event and never reaches the super pod.
 //!
 //! - `kubectl_debug_reaches_the_running_super_pod_through_vn_agent`: the sandbox (vc-manager, syncer,
@@ -97,8 +97,8 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
     let super_namespace = sandbox.tenancy().tenant("debugged").super_namespace("default");
     let super_pods: Api<Pod> = Api::namespaced(sandbox.super_client(), &super_namespace);
 
-    // A debug container that prints a line and stays: in the super pod, Running there and in the tenant,
-    // and its log read through vn-agent.
+    // A debug container that prints a line, then ticks: in the super pod, Running there and in the tenant,
+    // its log read and attached to through vn-agent.
     let started = tokio::time::Instant::now();
     kubectl
         .run(
@@ -112,7 +112,7 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
                 "--",
                 "sh",
                 "-c",
-                "echo hello-from-debug; exec sleep 3600",
+                "echo hello-from-debug; while true; do echo tick; sleep 1; done",
             ],
             None,
         )
@@ -146,7 +146,12 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
         }
     })
     .await?;
-    assert_eq!(logs.trim(), "hello-from-debug");
+    assert_eq!(logs.lines().next(), Some("hello-from-debug"), "{logs}");
+    // `kubectl attach` without input: what the container prints from then on.
+    let attached = kubectl
+        .first_lines(&["-n", "default", "attach", "web", "-c", "dbg"], 2)
+        .await?;
+    assert_eq!(attached, ["tick", "tick"]);
     let exec = kubectl
         .run(
             &[
