@@ -14,6 +14,7 @@ mod chart;
 mod disruption;
 mod dns;
 mod download;
+mod ephemeral_containers;
 mod harness;
 mod hostile;
 mod hostile_meta;
