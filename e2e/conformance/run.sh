@@ -42,12 +42,13 @@ out="$(realpath -m "${out:-target/conformance/$(date -u +%Y%m%dT%H%M%SZ)}")"
 mkdir -p "$out"
 assets="${KUBEBUILDER_ASSETS:-/usr/local/kubebuilder/bin}"
 
+target_dir="${CARGO_TARGET_DIR:-target}"
 echo "==> building vc-sandbox and conformance_report"
 cargo build --release -q -p local-cluster --bin vc-sandbox
 cargo build --release -q -p e2e --bin conformance_report
 
 echo "==> starting the sandbox (log: $out/sandbox.log)"
-target/release/vc-sandbox --nodes 1 --tenant conformance --vnode-mode usable --dir "$out/sandbox" \
+"$target_dir/release/vc-sandbox" --nodes 1 --tenant conformance --vnode-mode usable --dir "$out/sandbox" \
   --conformance-images "$e2e_test" --agnhost "$agnhost" >"$out/sandbox.log" 2>&1 &
 sandbox_pid=$!
 stop_sandbox() {
@@ -85,5 +86,5 @@ run_suite() { # name kubeconfig
 
 if [ -z "$only" ]; then
   echo "==> comparison (also in $out/report.txt)"
-  target/release/conformance_report "$out/plain.json" "$out/tenant.json" | tee "$out/report.txt"
+  "$target_dir/release/conformance_report" "$out/plain.json" "$out/tenant.json" | tee "$out/report.txt"
 fi

@@ -30,14 +30,17 @@ pub enum Stand {
 }
 
 impl Stand {
-    /// What an upstream reference is served from, by its repository's last path segment; `None` for
-    /// images this machine cannot make.
+    /// What an upstream reference is served from, by its repository; `None` for images this machine cannot
+    /// make, and for every image outside `registry.k8s.io`: the suite names some elsewhere (a private
+    /// `gcr.io/k8s-authenticated-test/agnhost`) to see that pulling them fails.
     pub fn of(reference: &str) -> Option<Self> {
         let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
-        match repository.rsplit('/').next()? {
+        if repository == "registry.k8s.io/pause" {
+            return Some(Self::Pause);
+        }
+        match repository.strip_prefix("registry.k8s.io/e2e-test-images/")? {
             "agnhost" => Some(Self::Agnhost),
             "busybox" => Some(Self::Busybox),
-            "pause" => Some(Self::Pause),
             "httpd" | "nginx" => Some(Self::WebServer),
             _ => None,
         }
@@ -178,15 +181,16 @@ pub mod report {
     #[derive(Debug, serde::Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct SuiteReport {
+        // ginkgo writes `null` for empty lists.
         #[serde(default)]
-        spec_reports: Vec<SpecReport>,
+        spec_reports: Option<Vec<SpecReport>>,
     }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct SpecReport {
         #[serde(default)]
-        container_hierarchy_texts: Vec<String>,
+        container_hierarchy_texts: Option<Vec<String>>,
         #[serde(default)]
         leaf_node_text: String,
         #[serde(default)]
@@ -217,10 +221,10 @@ pub mod report {
         let suites: Vec<SuiteReport> = serde_json::from_str(text)?;
         Ok(suites
             .into_iter()
-            .flat_map(|suite| suite.spec_reports)
+            .flat_map(|suite| suite.spec_reports.unwrap_or_default())
             .filter(|spec| spec.leaf_node_type == "It")
             .map(|spec| {
-                let mut name = spec.container_hierarchy_texts.join(" ");
+                let mut name = spec.container_hierarchy_texts.unwrap_or_default().join(" ");
                 name.push(' ');
                 name.push_str(&spec.leaf_node_text);
                 let failure = spec
@@ -357,6 +361,9 @@ mod tests {
             ("registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2", None),
             // A repository that merely ends like one is not it.
             ("registry.k8s.io/e2e-test-images/not-agnhost:1", None),
+            // Pulling these must fail: the suite tests that it does.
+            ("gcr.io/k8s-authenticated-test/agnhost:2.6", None),
+            ("invalid.registry.k8s.io/invalid/alpine:3.1", None),
         ];
         for (reference, expected) in cases {
             assert_eq!(Stand::of(reference), expected, "{reference}");
