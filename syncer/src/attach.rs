@@ -745,6 +745,7 @@ async fn attach_or_check(
         settings,
         &ctx.queues,
         ctx.config.sync_ingresses,
+        &ctx.config.custom_resources,
         ctx.config.tenant_cache_limits,
     );
     if resuming(vc) {
