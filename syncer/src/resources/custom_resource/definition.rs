@@ -42,8 +42,12 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
     let Some((mut desired, resource)) = desired(ctx, tenant, crd) else {
         caches.forget(crd);
         return match existing {
-            // Only what the platform published is removed; a tenant's own CRD of that name stays.
-            Some(existing) if convert::carries_platform_mark(&existing.metadata) => {
+            // Only what the platform published is removed; a tenant's own CRD of that name stays. One
+            // being deleted is on its way (its instances go first).
+            Some(existing)
+                if convert::carries_platform_mark(&existing.metadata)
+                    && existing.metadata.deletion_timestamp.is_none() =>
+            {
                 api.delete(crd, &DeleteParams::default())
                     .await
                     .map_err(on_error("removing"))?;
@@ -64,6 +68,15 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
         }
     };
     let outcome = match existing {
+        // Deleted in the tenant (by the tenant, or by the syncer a moment ago): published again once it
+        // is gone, which its watch reports.
+        Some(existing) if existing.metadata.deletion_timestamp.is_some() => {
+            caches.forget(crd);
+            return Ok(Outcome::Waiting {
+                reason: format!("CustomResourceDefinition {crd} is being deleted in the tenant"),
+                retry_after: None,
+            });
+        }
         Some(existing) if convert::definition_in_sync(&desired, &existing) => {
             remember(&existing);
             Outcome::InSync
@@ -72,13 +85,6 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
             // The same version as published, yet different: the tenant edited it or took it over.
             let tampered = !convert::carries_platform_mark(&existing.metadata)
                 || identity::recorded_hash(&existing.metadata) == identity::recorded_hash(&desired.metadata);
-            if tampered {
-                let message = format!(
-                    "CustomResourceDefinition {crd} is published by the platform and cannot be changed in the tenant; it was put back"
-                );
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, "a published CRD was edited or replaced in the tenant; putting it back");
-                events::warn(tenant, &existing.object_ref(&()), REASON_DEFINITION_RESTORED, &message).await;
-            }
             // A replace, not an apply: fields the tenant added under its own field manager go too.
             desired.metadata.resource_version = existing.metadata.resource_version.clone();
             let replaced = api
@@ -86,6 +92,14 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 .await
                 .map_err(on_error("restoring"))?;
             ctx.metrics.tenant_write(Kind::CustomResource.as_str(), "replace");
+            // Told once it is back: a replace that lost a race (409) is retried, and says nothing.
+            if tampered {
+                let message = format!(
+                    "CustomResourceDefinition {crd} is published by the platform and cannot be changed in the tenant; it was put back"
+                );
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, "a published CRD was edited or replaced in the tenant; put back");
+                events::warn(tenant, &existing.object_ref(&()), REASON_DEFINITION_RESTORED, &message).await;
+            }
             remember(&replaced);
             Outcome::Updated { writes: 1 }
         }
