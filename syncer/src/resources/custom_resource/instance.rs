@@ -108,9 +108,22 @@ fn in_sync(desired: &DynamicObject, actual: &DynamicObject) -> bool {
         && convert::view(desired) == convert::view(actual)
 }
 
+/// Whether the super apiserver refused a write for the object itself (schema, CEL rules, admission), not
+/// for the syncer's rights or the connection.
+fn refused_for_the_object(error: &Error) -> bool {
+    error.is_status(422) || error.is_status(400)
+}
+
 /// Tells the tenant, on its object, that the super cluster refused the copy (it stays as it is in the
 /// tenant; the item is retried with backoff).
-async fn refused(tenant: &Tenant, object: &DynamicObject, resource: &kube::api::ApiResource, error: &Error) {
+async fn refused(
+    ctx: &Context,
+    tenant: &Tenant,
+    object: &DynamicObject,
+    resource: &kube::api::ApiResource,
+    error: &Error,
+) {
+    ctx.metrics.refused(label(), REASON_INVALID);
     let message = format!(
         "the super cluster refused the copy: {}",
         error.status_message().unwrap_or("no reason given")
@@ -194,9 +207,9 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
                 .await
                 .map_err(on_super(format!("applying {} {super_namespace}/{name}", resource.plural)));
             if let Err(error) = &applied
-                && error.is_status(422)
+                && refused_for_the_object(error)
             {
-                refused(tenant, &live, &tenant_side.resource, error).await;
+                refused(ctx, tenant, &live, &tenant_side.resource, error).await;
             }
             applied?;
             Ok(Outcome::Updated { writes: 1 })
@@ -229,8 +242,8 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
                 }
                 Err(source) => {
                     let error = on_super(format!("creating {} {super_namespace}/{name}", resource.plural))(source);
-                    if error.is_status(422) || error.is_status(400) || error.is_status(403) {
-                        refused(tenant, &live, &tenant_side.resource, &error).await;
+                    if refused_for_the_object(&error) {
+                        refused(ctx, tenant, &live, &tenant_side.resource, &error).await;
                     }
                     Err(error)
                 }
@@ -332,3 +345,43 @@ pub fn patrol(ctx: &Context, tenant: &Tenant, crd: &str) -> Findings {
     }
     findings
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn copy(spec: serde_json::Value, labels: serde_json::Value) -> DynamicObject {
+        let mut object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "key-shop", "labels": labels, "annotations": {"tenancy.x-k8s.io/uid": "u1"}},
+            "spec": spec
+        }))
+        .expect("widget");
+        identity::stamp(&mut object, |o| &mut o.metadata);
+        object
+    }
+
+    #[test]
+    fn a_copy_is_in_sync_whatever_the_operator_adds_and_not_after_an_edit() {
+        let desired = copy(json!({"size": 1}), json!({"app": "db"}));
+        // The operator's status, labels other controllers add, and apiserver metadata are no difference.
+        let mut actual = desired.clone();
+        actual.data["status"] = json!({"phase": "Ready"});
+        actual.metadata.labels.get_or_insert_with(Default::default).insert("operator/owned".into(), "x".into());
+        actual.metadata.resource_version = Some("7".into());
+        assert!(in_sync(&desired, &actual));
+        // An edit of the copy's spec behind the syncer's back is drift, though the hash still matches.
+        let mut edited = actual.clone();
+        edited.data["spec"]["size"] = json!(5);
+        assert!(!in_sync(&desired, &edited));
+        // A label the syncer applies, removed from the copy, is drift too.
+        let mut unlabelled = actual;
+        unlabelled.metadata.labels = None;
+        assert!(!in_sync(&desired, &unlabelled));
+        // A changed tenant object changes the hash.
+        assert!(!in_sync(&copy(json!({"size": 2}), json!({"app": "db"})), &desired));
+    }
+}
+

@@ -260,4 +260,24 @@ mod tests {
         assert!(!kind.selects(Some(&labels(&[("tier", "silver"), ("team", "a")]))));
         assert!(!kind.selects(None));
     }
+
+    #[test]
+    fn the_flag_is_repeatable_and_checked_at_start() {
+        use clap::Parser;
+        let parse = |flags: &[&str]| {
+            let args = crate::config::Args::try_parse_from(["syncer"].iter().chain(flags))
+                .map_err(|e| e.to_string())?;
+            crate::config::SyncerConfig::try_from(args.syncer)
+        };
+        let config = parse(&[
+            "--custom-resources=widgets.example.com;tenants=tier=gold",
+            "--custom-resources=certificates.cert-manager.io;secrets=spec.secretName",
+        ])
+        .expect("valid");
+        let names: Vec<&str> = config.custom_resources.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["widgets.example.com", "certificates.cert-manager.io"]);
+        assert!(parse(&[]).expect("defaults").custom_resources.is_empty());
+        let error = parse(&["--custom-resources=virtualclusters.tenancy.x-k8s.io"]).expect_err("reserved");
+        assert!(error.contains("reserves"), "{error}");
+    }
 }
