@@ -11,7 +11,8 @@
 //!   the super cluster's admission refuses (a ValidatingAdmissionPolicy, from Kubernetes 1.30) gets
 //!   `CustomResourceInvalid` and stays in the tenant; a tenant edit of the published CRD is put back with
 //!   `CustomResourceDefinitionRestored`; `gadgets.example.com`, listed for nobody but labelled
-//!   `tenancy.x-k8s.io/super.public=true`, appears in both tenants; taking the label off removes it.
+//!   `tenancy.x-k8s.io/super.public=true`, appears in both tenants; taking the label off removes it; the
+//!   other tenant's VirtualCluster, labelled later, gets widgets too.
 
 use std::{sync::Arc, time::Duration};
 
@@ -446,5 +447,14 @@ async fn listed_custom_resources_are_published_synced_and_reported() -> anyhow::
         .await?;
     definition(allowed, "gadgets.example.com", false).await?;
     definition(other, "gadgets.example.com", false).await?;
+
+    // A VirtualCluster labelled later gets the kind.
+    vcs.patch(
+        "tenant-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"widgets": "yes"}}})),
+    )
+    .await?;
+    definition(other, "widgets.example.com", true).await?;
     Ok(())
 }

@@ -147,6 +147,16 @@ pub fn needs_sync(ctx: &Context, tenant: &Tenant, crd: &str) -> bool {
     }
 }
 
+/// Queues the tenant's CRDs that need a look: called when its VirtualCluster changed (its labels may grant
+/// or withdraw kinds), so that this takes effect at once rather than at the next patrol.
+pub fn queue_changed(ctx: &Context, tenant: &Tenant) {
+    for crd in names(ctx, tenant) {
+        if needs_sync(ctx, tenant, &crd) {
+            ctx.queues.up.add(&tenant.id, super::item::definition(&crd));
+        }
+    }
+}
+
 /// The names of every CRD to look at for a tenant: the configured kinds, and those the tenant holds with
 /// the platform's mark (from a kind since removed from the configuration).
 pub fn names(ctx: &Context, tenant: &Tenant) -> Vec<String> {
