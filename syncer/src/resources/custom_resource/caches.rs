@@ -176,12 +176,15 @@ pub fn watch_super(supers: &mut SuperWatch<'_>) -> SuperCustomResources {
     SuperCustomResources { kinds }
 }
 
+/// Queues the CRD to every attached tenant: each decides whether it is to have it.
 fn publish_everywhere(queue: &FairQueue<UpItem>, tenants: &Tenants, crd_name: &str) {
     for tenant in tenants.all() {
         queue.add(&tenant.id, item::definition(crd_name));
     }
 }
 
+/// Starts, restarts (another version to read) or stops (CRD gone, or not namespaced) the watch of the
+/// syncer's copies, as the platform's CRD shows.
 fn follow_definition(
     client: &Client,
     queues: &Queues,
