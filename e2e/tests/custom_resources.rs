@@ -307,7 +307,14 @@ async fn listed_custom_resources_are_published_synced_and_reported() -> anyhow::
         "w1",
         json!({"size": 3, "credentials": "db-creds", "config": {"name": "settings", "namespace": "shop"}}),
     );
-    w1.metadata.labels = Some([("app".to_owned(), "db".to_owned())].into());
+    // The tenant's own labels go down; one claiming another VirtualCluster does not.
+    w1.metadata.labels = Some(
+        [
+            ("app".to_owned(), "db".to_owned()),
+            (wellknown::LABEL_VC_NAME.to_owned(), "someone-else".to_owned()),
+        ]
+        .into(),
+    );
     w1.metadata.finalizers = Some(vec!["example.com/tenant-finalizer".into()]);
     let w1 = tenant_widgets.create(&PostParams::default(), &w1).await?;
     let super_namespace = allowed.super_namespace("shop");
@@ -332,6 +339,10 @@ async fn listed_custom_resources_are_published_synced_and_reported() -> anyhow::
         w1.metadata.uid.as_ref()
     );
     assert_eq!(copy.labels().get("app").map(String::as_str), Some("db"));
+    assert_eq!(
+        copy.labels().get(wellknown::LABEL_VC_NAME).map(String::as_str),
+        Some("tenant-0")
+    );
     assert!(
         copy.metadata.finalizers.is_none(),
         "a tenant's finalizers stay in the tenant"
