@@ -308,6 +308,13 @@ pub struct SyncerArgs {
     /// The ClusterRole those bindings grant (the chart's `<release>-vn-agent-tenant-pods`).
     #[arg(long, env = "VN_AGENT_CLUSTER_ROLE")]
     pub vn_agent_cluster_role: Option<String>,
+    /// A namespaced custom resource kind to sync (repeatable): `<plural>.<group>`, then optionally, each
+    /// after a `;`, `tenants=key=value[,...]` (VirtualCluster labels a tenant needs; default every
+    /// tenant), `secrets=path[,...]` and `configmaps=path[,...]` (fields naming Secrets and ConfigMaps,
+    /// e.g. `spec.credentials` or `spec.volumes[].secretName`). Its super CRD is published into the
+    /// tenants, their objects copied down and their status up.
+    #[arg(long)]
+    pub custom_resources: Vec<String>,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -541,6 +548,8 @@ pub struct SyncerConfig {
     pub network_isolation: NetworkIsolation,
     /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
     pub vn_agent_access: Option<VnAgentAccess>,
+    /// The custom resource kinds synced.
+    pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
 }
 
 impl Default for SyncerConfig {
@@ -568,6 +577,7 @@ impl Default for SyncerConfig {
             external_name_services: ExternalNameServices::DnsOnly,
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
+            custom_resources: Vec::new(),
         }
     }
 }
@@ -669,7 +679,9 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             args.vn_agent_service_account.as_deref(),
             args.vn_agent_cluster_role.as_deref(),
         )?;
+        let custom_resources = crate::resources::custom_resource::kinds::parse_all(&args.custom_resources)?;
         Ok(Self {
+            custom_resources,
             vn_agent_access,
             pod_security,
             pod_policy,
