@@ -356,9 +356,15 @@ mod tests {
                 "pause",
                 "resume",
                 "connect",
+                "snapshot",
                 "completion"
             ]
         );
+        assert_eq!(
+            values(&plan(&words("snapshot ")).wanted),
+            ["create", "restore", "list"]
+        );
+        assert_eq!(plan(&words("snapshot create vc-1 --to ")).wanted, Wanted::File);
         assert_eq!(plan(&words("con")).prefix, "con");
         let flags = plan(&words("connect vc-1 --"));
         let flags = values(&flags.wanted);

@@ -290,8 +290,7 @@ pub async fn command(
     };
     create_private_dir(&staging.path).map_err(|e| io_error(&staging.path, "creating the folder", e))?;
     io.progress(&format!(
-        "{vc_ref}: reading etcd through a port-forward into {}",
-        root
+        "{vc_ref}: reading etcd in {root} through a port-forward"
     ))?;
 
     let (forward, etcd) = connect_etcd(client, &root, &cv, etcd_client).await?;
