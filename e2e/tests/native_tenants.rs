@@ -54,7 +54,10 @@ pub(crate) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<
 
 /// Service account `default/robot` with the `view` cluster role, and a kubeconfig beside `admin` (same
 /// server and CA) that authenticates with a one-hour token of it: a client like the tenant's own programs.
-pub(crate) async fn viewer_kubeconfig(admin: &Path, client: &kube::Client) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) async fn viewer_kubeconfig(
+    admin: &Path,
+    client: &kube::Client,
+) -> anyhow::Result<std::path::PathBuf> {
     kubectl(admin, &["create", "serviceaccount", "robot"]).await?;
     kubectl(
         admin,

@@ -92,12 +92,27 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
     kubectl(&kubeconfig, &["create", "namespace", "shop"]).await?;
     kubectl(
         &kubeconfig,
-        &["-n", "shop", "create", "configmap", "keep", "--from-literal=answer=42"],
+        &[
+            "-n",
+            "shop",
+            "create",
+            "configmap",
+            "keep",
+            "--from-literal=answer=42",
+        ],
     )
     .await?;
     kubectl(
         &kubeconfig,
-        &["-n", "shop", "create", "secret", "generic", "vault", "--from-literal=pin=1234"],
+        &[
+            "-n",
+            "shop",
+            "create",
+            "secret",
+            "generic",
+            "vault",
+            "--from-literal=pin=1234",
+        ],
     )
     .await?;
     let origin_token_config = viewer_kubeconfig(&kubeconfig, &client).await?;
@@ -154,7 +169,10 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
         ],
     )
     .await?;
-    let error = refused.result.expect_err("a tampered snapshot is refused").one_line();
+    let error = refused
+        .result
+        .expect_err("a tampered snapshot is refused")
+        .one_line();
     assert!(
         error.contains("checksum mismatch: etcd-keys.jsonl hashes to"),
         "{error}"
@@ -201,31 +219,47 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
 
     // The objects are back, and the original tenant's token authenticates against the restored apiserver.
     let restored_admin = sandbox.refresh_native_kubeconfig("restored").await?;
-    let answer = wait::until(
-        Duration::from_secs(60),
-        "the restored tenant's ConfigMap",
-        || {
-            let kubeconfig = restored_admin.clone();
-            async move {
-                kubectl(
-                    &kubeconfig,
-                    &["-n", "shop", "get", "configmap", "keep", "-o", "jsonpath={.data.answer}"],
-                )
-                .await
-                .ok()
-            }
-        },
-    )
+    let answer = wait::until(Duration::from_secs(60), "the restored tenant's ConfigMap", || {
+        let kubeconfig = restored_admin.clone();
+        async move {
+            kubectl(
+                &kubeconfig,
+                &[
+                    "-n",
+                    "shop",
+                    "get",
+                    "configmap",
+                    "keep",
+                    "-o",
+                    "jsonpath={.data.answer}",
+                ],
+            )
+            .await
+            .ok()
+        }
+    })
     .await?;
     assert_eq!(answer, "42");
     let pin = kubectl(
         &restored_admin,
-        &["-n", "shop", "get", "secret", "vault", "-o", "jsonpath={.data.pin}"],
+        &[
+            "-n",
+            "shop",
+            "get",
+            "secret",
+            "vault",
+            "-o",
+            "jsonpath={.data.pin}",
+        ],
     )
     .await?;
     assert_eq!(pin, "MTIzNA==");
     let restored_token_config = token_kubeconfig(&restored_admin, &token).await?;
-    let seen = kubectl(&restored_token_config, &["-n", "shop", "get", "configmaps", "-o", "name"]).await?;
+    let seen = kubectl(
+        &restored_token_config,
+        &["-n", "shop", "get", "configmaps", "-o", "name"],
+    )
+    .await?;
     assert!(
         seen.contains("configmap/keep"),
         "the original tenant's token works on the restored tenant: {seen}"

@@ -393,7 +393,9 @@ mod tests {
     fn snapshots_need_a_folder() {
         let Command::Snapshot(SnapshotArgs {
             command: SnapshotCommand::Create(create),
-        }) = parse("snapshot create vc-1 --to /backups -o json").expect("parses").command
+        }) = parse("snapshot create vc-1 --to /backups -o json")
+            .expect("parses")
+            .command
         else {
             panic!("snapshot create");
         };

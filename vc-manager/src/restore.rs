@@ -65,15 +65,21 @@ mod tests {
 
     fn annotated(value: Option<&str>) -> VirtualCluster {
         let mut vc = VirtualCluster::new("vc-1", Default::default());
-        vc.metadata.annotations =
-            value.map(|v| [(ANNOTATION_RESTORE.to_owned(), v.to_owned())].into_iter().collect());
+        vc.metadata.annotations = value.map(|v| {
+            [(ANNOTATION_RESTORE.to_owned(), v.to_owned())]
+                .into_iter()
+                .collect()
+        });
         vc
     }
 
     #[test]
     fn the_annotation_names_the_stage_and_anything_else_holds_nothing() {
         assert_eq!(RestoreStage::of(&annotated(Some("pki"))), Some(RestoreStage::Pki));
-        assert_eq!(RestoreStage::of(&annotated(Some("etcd"))), Some(RestoreStage::Etcd));
+        assert_eq!(
+            RestoreStage::of(&annotated(Some("etcd"))),
+            Some(RestoreStage::Etcd)
+        );
         assert_eq!(RestoreStage::of(&annotated(Some("ETCD"))), None);
         assert_eq!(RestoreStage::of(&annotated(None)), None);
     }

@@ -174,10 +174,11 @@ async fn dump_keys(etcd: &EtcdClient, dir: &Path, io: &mut Streams<'_>) -> Resul
                 skipped += 1;
                 continue;
             }
-            let line = serde_json::to_string(&KeyLine::new(&kv.key, &kv.value)).map_err(|e| Error::Serialize {
-                what: "an etcd key".into(),
-                message: e.to_string(),
-            })?;
+            let line =
+                serde_json::to_string(&KeyLine::new(&kv.key, &kv.value)).map_err(|e| Error::Serialize {
+                    what: "an etcd key".into(),
+                    message: e.to_string(),
+                })?;
             writer
                 .write_all(line.as_bytes())
                 .and_then(|()| writer.write_all(b"\n"))

@@ -145,7 +145,12 @@ impl EtcdClient {
         Ok(Self { client, address })
     }
 
-    async fn call<T: DeserializeOwned>(&self, path: &str, body: serde_json::Value, action: &str) -> Result<T> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+        action: &str,
+    ) -> Result<T> {
         let request = http::Request::post(path)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body.to_string().into_bytes())
@@ -238,7 +243,8 @@ mod tests {
         assert_eq!(page.kvs[1].lease, 7587);
         assert!(page.more);
         assert_eq!(page.count, 900);
-        let empty: RangeResponse = serde_json::from_value(json!({"header": {"revision": "1"}})).expect("parses");
+        let empty: RangeResponse =
+            serde_json::from_value(json!({"header": {"revision": "1"}})).expect("parses");
         assert!(empty.kvs.is_empty() && !empty.more && empty.count == 0);
     }
 

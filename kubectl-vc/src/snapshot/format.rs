@@ -187,7 +187,9 @@ impl KeyLine {
     /// The key and value, decoded.
     pub fn decode(&self) -> std::result::Result<(Vec<u8>, Vec<u8>), String> {
         let b64 = base64::engine::general_purpose::STANDARD;
-        let key = b64.decode(&self.key).map_err(|e| format!("key is not base64: {e}"))?;
+        let key = b64
+            .decode(&self.key)
+            .map_err(|e| format!("key is not base64: {e}"))?;
         let value = b64
             .decode(&self.value)
             .map_err(|e| format!("value is not base64: {e}"))?;
@@ -234,7 +236,10 @@ pub fn open_regular(dir: &Path, name: &str, limit: u64) -> Result<(File, u64)> {
     if meta.len() > limit {
         return Err(problem(
             dir,
-            format!("{name} has {} bytes, more than the {limit} a snapshot may have", meta.len()),
+            format!(
+                "{name} has {} bytes, more than the {limit} a snapshot may have",
+                meta.len()
+            ),
         ));
     }
     let file = File::open(&path).map_err(|e| problem(dir, format!("{name}: {e}")))?;
@@ -251,7 +256,10 @@ pub fn read_small(dir: &Path, name: &str) -> Result<Vec<u8>> {
         .read_to_end(&mut bytes)
         .map_err(|e| problem(dir, format!("{name}: {e}")))?;
     if bytes.len() as u64 > limit {
-        return Err(problem(dir, format!("{name} grew beyond {limit} bytes while read")));
+        return Err(problem(
+            dir,
+            format!("{name} grew beyond {limit} bytes while read"),
+        ));
     }
     Ok(bytes)
 }
@@ -262,7 +270,9 @@ pub fn parse_checksum(text: &str) -> std::result::Result<String, String> {
     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(hex)
     } else {
-        Err(format!("{text:?} is not a SHA-256 checksum (sha256:<64 hex digits>)"))
+        Err(format!(
+            "{text:?} is not a SHA-256 checksum (sha256:<64 hex digits>)"
+        ))
     }
 }
 
@@ -296,7 +306,10 @@ pub fn check_listing(manifest: &Manifest) -> std::result::Result<(), String> {
             ));
         }
         if parse_checksum(&entry.sha256).ok().as_deref() != Some(entry.sha256.as_str()) {
-            return Err(format!("the checksum of {} is not lowercase SHA-256 hex", entry.name));
+            return Err(format!(
+                "the checksum of {} is not lowercase SHA-256 hex",
+                entry.name
+            ));
         }
     }
     if let Some(missing) = FILES.iter().find(|f| !seen.contains(**f)) {
@@ -498,10 +511,18 @@ mod tests {
         let (dir, _) = snapshot_dir();
         let other = "0".repeat(64);
         let error = verify(dir.path(), Some(&other)).expect_err("pinned").to_string();
-        assert!(error.contains("checksum mismatch: the manifest hashes to"), "{error}");
+        assert!(
+            error.contains("checksum mismatch: the manifest hashes to"),
+            "{error}"
+        );
         std::fs::write(dir.path().join(ETCD_KEYS), b"short").expect("write");
-        let error = verify(dir.path(), Some(&checksum)).expect_err("truncated").to_string();
-        assert!(error.contains("etcd-keys.jsonl has 5 bytes, the manifest says"), "{error}");
+        let error = verify(dir.path(), Some(&checksum))
+            .expect_err("truncated")
+            .to_string();
+        assert!(
+            error.contains("etcd-keys.jsonl has 5 bytes, the manifest says"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -522,7 +543,11 @@ mod tests {
         );
         let mut twice = all();
         twice.push(entry(ETCD_KEYS));
-        assert!(check_listing(&manifest(twice)).expect_err("twice").contains("twice"));
+        assert!(
+            check_listing(&manifest(twice))
+                .expect_err("twice")
+                .contains("twice")
+        );
         let mut missing = all();
         missing.pop();
         assert!(
@@ -532,13 +557,21 @@ mod tests {
         );
         let mut huge = all();
         huge[2].size = 2 << 20;
-        assert!(check_listing(&manifest(huge)).expect_err("huge").contains("more than"));
+        assert!(
+            check_listing(&manifest(huge))
+                .expect_err("huge")
+                .contains("more than")
+        );
         let mut bad_hash = all();
         bad_hash[0].sha256 = "../x".into();
         assert!(check_listing(&manifest(bad_hash)).is_err());
         let mut other_format = manifest(all());
         other_format.format = "something/v9".into();
-        assert!(check_listing(&other_format).expect_err("format").contains("something/v9"));
+        assert!(
+            check_listing(&other_format)
+                .expect_err("format")
+                .contains("something/v9")
+        );
     }
 
     #[test]
@@ -548,12 +581,18 @@ mod tests {
         std::fs::remove_file(dir.path().join(PKI_SECRETS)).expect("rm");
         std::os::unix::fs::symlink(outside.path(), dir.path().join(PKI_SECRETS)).expect("symlink");
         let error = verify(dir.path(), None).expect_err("symlink").to_string();
-        assert!(error.contains("pki-secrets.json is not a regular file"), "{error}");
+        assert!(
+            error.contains("pki-secrets.json is not a regular file"),
+            "{error}"
+        );
 
         let (dir, _) = snapshot_dir();
         std::fs::write(dir.path().join(MANIFEST), vec![b' '; MANIFEST_LIMIT as usize + 1]).expect("write");
         let error = verify(dir.path(), None).expect_err("oversized").to_string();
-        assert!(error.contains("more than the 65536 a snapshot may have"), "{error}");
+        assert!(
+            error.contains("more than the 65536 a snapshot may have"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -574,7 +613,10 @@ mod tests {
         let mut reader = KeyLines::open(&verified).expect("open");
         assert!(reader.next_pair().expect("first").is_some());
         let error = reader.next_pair().expect_err("second").to_string();
-        assert!(error.contains("etcd-keys.jsonl line 2: key is not base64"), "{error}");
+        assert!(
+            error.contains("etcd-keys.jsonl line 2: key is not base64"),
+            "{error}"
+        );
         assert_eq!(
             KeyLine {
                 key: String::new(),

@@ -84,7 +84,10 @@ pub fn scan(dir: &Path) -> Result<(Vec<SnapshotReport>, Vec<String>)> {
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
         .collect();
     paths.sort();

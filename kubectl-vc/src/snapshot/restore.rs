@@ -37,9 +37,7 @@ use super::{
     etcd::batches,
     format::{self, KeyLines, PKI_SECRETS, VIRTUAL_CLUSTER, Verified},
 };
-use crate::{
-    Error, Result, Streams, args::SnapshotRestoreArgs, manifest::FIELD_MANAGER, output, progress,
-};
+use crate::{Error, Result, Streams, args::SnapshotRestoreArgs, manifest::FIELD_MANAGER, output, progress};
 
 /// The Secrets a restore brings back: the certificate authorities and the service-account key. Every
 /// other PKI Secret is derived from them and names the tenant's root namespace and Services, so vc-manager
@@ -75,8 +73,12 @@ fn bad(snapshot: &Verified, text: impl Into<String>) -> Error {
 /// VirtualCluster; each authority a certificate authority with its key; the service-account key a key.
 pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
     let vc_bytes = format::read_small(&snapshot.dir, VIRTUAL_CLUSTER)?;
-    let vc: VirtualCluster = serde_json::from_slice(&vc_bytes)
-        .map_err(|e| bad(snapshot, format!("{VIRTUAL_CLUSTER} is not a VirtualCluster: {e}")))?;
+    let vc: VirtualCluster = serde_json::from_slice(&vc_bytes).map_err(|e| {
+        bad(
+            snapshot,
+            format!("{VIRTUAL_CLUSTER} is not a VirtualCluster: {e}"),
+        )
+    })?;
     if vc.spec.cluster_version_name.is_none() || vc.spec.kubeconfig_secret_ref.is_some() {
         return Err(bad(
             snapshot,
@@ -90,7 +92,10 @@ pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
     for name in RESTORED_SECRETS {
         let mut found = stored.iter().filter(|s| s.name == name);
         let (Some(secret), None) = (found.next(), found.next()) else {
-            return Err(bad(snapshot, format!("{PKI_SECRETS} must hold Secret {name} exactly once")));
+            return Err(bad(
+                snapshot,
+                format!("{PKI_SECRETS} must hold Secret {name} exactly once"),
+            ));
         };
         let key = secret
             .text("tls.key")
@@ -122,11 +127,19 @@ pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
 
 /// The VirtualCluster a restore applies: `name` in `namespace` with the snapshot's spec and, while the
 /// restore runs, the stage annotation.
-pub fn virtual_cluster(name: &str, namespace: &str, plan: &RestorePlan, stage: Option<&str>) -> VirtualCluster {
+pub fn virtual_cluster(
+    name: &str,
+    namespace: &str,
+    plan: &RestorePlan,
+    stage: Option<&str>,
+) -> VirtualCluster {
     let mut vc = VirtualCluster::new(name, plan.spec.clone());
     vc.metadata.namespace = Some(namespace.to_owned());
-    vc.metadata.annotations =
-        stage.map(|s| [(ANNOTATION_RESTORE.to_owned(), s.to_owned())].into_iter().collect());
+    vc.metadata.annotations = stage.map(|s| {
+        [(ANNOTATION_RESTORE.to_owned(), s.to_owned())]
+            .into_iter()
+            .collect()
+    });
     vc
 }
 
@@ -149,7 +162,12 @@ pub struct RestoreReport {
 }
 
 /// Polls `look` until it gives something or `deadline` passes (then fails saying `what`).
-async fn poll<T, F, Fut>(deadline: tokio::time::Instant, timeout: Duration, what: &str, mut look: F) -> Result<T>
+async fn poll<T, F, Fut>(
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    what: &str,
+    mut look: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
@@ -236,7 +254,9 @@ pub async fn command(
         problem: e.to_string(),
     })?;
     let root = identity.root_namespace().to_owned();
-    io.progress(&format!("{vc_ref}: created; waiting for its root namespace {root}"))?;
+    io.progress(&format!(
+        "{vc_ref}: created; waiting for its root namespace {root}"
+    ))?;
     let deadline = tokio::time::Instant::now() + args.timeout;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     poll(deadline, args.timeout, &format!("root namespace {root}"), || {
@@ -300,7 +320,10 @@ pub async fn command(
                     .await
                     .map_err(|e| Error::reading("Secret", "", SECRET_ETCD_CLIENT, e))?;
                 Ok(found.filter(|s| {
-                    s.data.as_ref().and_then(|d| d.get("ca.crt")).map(|v| v.0.as_slice())
+                    s.data
+                        .as_ref()
+                        .and_then(|d| d.get("ca.crt"))
+                        .map(|v| v.0.as_slice())
                         == Some(etcd_ca.as_bytes())
                 }))
             }
@@ -377,7 +400,11 @@ pub async fn command(
 }
 
 /// Writes the snapshot's keys into `etcd`, which must hold none; checks the count afterwards.
-async fn write_keys(snapshot: &Verified, etcd: &super::etcd::EtcdClient, io: &mut Streams<'_>) -> Result<u64> {
+async fn write_keys(
+    snapshot: &Verified,
+    etcd: &super::etcd::EtcdClient,
+    io: &mut Streams<'_>,
+) -> Result<u64> {
     let before = etcd.count().await?;
     if before != 0 {
         return Err(Error::Snapshot {
@@ -441,10 +468,17 @@ mod tests {
         };
         let held = virtual_cluster("vc-2", "team", &plan, Some(RESTORE_STAGE_PKI));
         assert_eq!(
-            held.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_RESTORE)).map(String::as_str),
+            held.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_RESTORE))
+                .map(String::as_str),
             Some("pki")
         );
         assert_eq!(held.metadata.namespace.as_deref(), Some("team"));
-        assert_eq!(virtual_cluster("vc-2", "team", &plan, None).metadata.annotations, None);
+        assert_eq!(
+            virtual_cluster("vc-2", "team", &plan, None).metadata.annotations,
+            None
+        );
     }
 }

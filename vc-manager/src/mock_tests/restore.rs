@@ -72,7 +72,11 @@ async fn while_the_snapshots_keys_go_in_etcd_runs_alone() {
                 .await;
             let body = with_status(call.body.clone(), 1, 1);
             call.ok(body);
-            assert!(api.event("EtcdCreated").await.contains("created the etcd StatefulSet"));
+            assert!(
+                api.event("EtcdCreated")
+                    .await
+                    .contains("created the etcd StatefulSet")
+            );
             // etcd is ready, yet neither the apiserver nor the controller-manager is applied.
             let status: Value = api.vc_status().await;
             assert_eq!(status["phase"], "Pending", "{status}");
