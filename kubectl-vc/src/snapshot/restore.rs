@@ -58,8 +58,19 @@ const POLL: Duration = Duration::from_millis(500);
 pub struct RestorePlan {
     /// The VirtualCluster's spec.
     pub spec: crds::VirtualClusterSpec,
-    /// The Secrets of [`RESTORED_SECRETS`], checked, with their types.
-    pub secrets: Vec<(String, &'static str, Vec<(String, String)>)>,
+    /// The Secrets of [`RESTORED_SECRETS`], checked.
+    pub secrets: Vec<RestoredSecret>,
+}
+
+/// A Secret a restore writes.
+#[derive(Clone, Debug)]
+pub struct RestoredSecret {
+    /// Its name in the root namespace.
+    pub name: &'static str,
+    /// Its type (from what vc-manager writes, never from the snapshot).
+    pub type_: &'static str,
+    /// Its keys and values.
+    pub data: Vec<(&'static str, String)>,
 }
 
 fn bad(snapshot: &Verified, text: impl Into<String>) -> Error {
@@ -113,11 +124,7 @@ pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
                 .map_err(|e| bad(snapshot, format!("Secret {name} in {PKI_SECRETS}: {e}")))?;
             ("kubernetes.io/tls", vec![("tls.crt", cert), ("tls.key", key)])
         };
-        secrets.push((
-            name.to_owned(),
-            type_,
-            data.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-        ));
+        secrets.push(RestoredSecret { name, type_, data });
     }
     Ok(RestorePlan {
         spec: vc.spec,
@@ -273,19 +280,22 @@ pub async fn command(
     .await?;
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &root);
-    for (secret_name, type_, data) in &plan.secrets {
+    for restored in &plan.secrets {
+        let secret_name = restored.name;
         let secret = Secret {
             metadata: ObjectMeta {
-                name: Some(secret_name.clone()),
+                name: Some(secret_name.to_owned()),
                 namespace: Some(root.clone()),
                 labels: Some(vc_manager::identity::managed_labels()),
                 annotations: Some(identity.annotations()),
                 ..Default::default()
             },
-            type_: Some((*type_).to_owned()),
+            type_: Some(restored.type_.to_owned()),
             data: Some(
-                data.iter()
-                    .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+                restored
+                    .data
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.clone().into_bytes())))
                     .collect(),
             ),
             ..Default::default()
@@ -304,8 +314,8 @@ pub async fn command(
     let etcd_ca = plan
         .secrets
         .iter()
-        .find(|(n, _, _)| n == SECRET_ETCD_CA)
-        .and_then(|(_, _, data)| data.iter().find(|(k, _)| k == "tls.crt"))
+        .find(|s| s.name == SECRET_ETCD_CA)
+        .and_then(|s| s.data.iter().find(|(k, _)| *k == "tls.crt"))
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let etcd_client = poll(
@@ -366,7 +376,7 @@ pub async fn command(
         snapshot: snapshot.dir.clone(),
         checksum: format::display_checksum(&snapshot.checksum),
         keys,
-        secrets: plan.secrets.iter().map(|(n, _, _)| n.clone()).collect(),
+        secrets: plan.secrets.iter().map(|s| s.name.to_owned()).collect(),
     };
     let text = args.output.output.is_none();
     if text {
