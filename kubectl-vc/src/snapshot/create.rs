@@ -52,7 +52,7 @@ pub struct StoredSecret {
 }
 
 impl StoredSecret {
-    fn of(secret: &Secret) -> Self {
+    pub(crate) fn of(secret: &Secret) -> Self {
         let b64 = base64::engine::general_purpose::STANDARD;
         Self {
             name: secret.name_any(),
