@@ -29,7 +29,14 @@ async fn kubectl_vc(client: &kube::Client, line: &[&str]) -> anyhow::Result<Ran>
     let args = kubectl_vc::Args::try_parse_from(std::iter::once(&"kubectl-vc").chain(line))?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let streams = kubectl_vc::Streams::new(&mut out, &mut err, true);
-    let result = kubectl_vc::run_with(&args, client.clone(), streams, std::future::pending()).await;
+    // Boxed: the command futures are large, and the test thread's stack is not.
+    let result = Box::pin(kubectl_vc::run_with(
+        &args,
+        client.clone(),
+        streams,
+        std::future::pending(),
+    ))
+    .await;
     let ran = Ran {
         out: String::from_utf8_lossy(&out).into_owned(),
         err: String::from_utf8_lossy(&err).into_owned(),
@@ -132,13 +139,7 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
     created.result?;
     println!("snapshot create took {:?}", snapshot_started.elapsed());
     assert!(created.err.contains("etcd revision"), "progress: {}", created.err);
-    let checksum = created
-        .out
-        .split_whitespace()
-        .find(|w| w.starts_with("sha256:"))
-        .context("the checksum")?
-        .to_owned();
-    let snapshot_dir = created
+    let first_dir = created
         .out
         .split_whitespace()
         .nth(1)
@@ -146,7 +147,32 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
         .to_owned();
     let listed = kubectl_vc(&super_client, &["snapshot", "list", &to]).await?;
     listed.result?;
-    assert!(listed.out.contains(&checksum), "{}", listed.out);
+    assert!(listed.out.contains("origin-"), "{}", listed.out);
+
+    // A second snapshot (folder names have one-second resolution), then retention keeps the newest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let second = kubectl_vc(
+        &super_client,
+        &["-n", "default", "snapshot", "create", "origin", "--to", &to],
+    )
+    .await?;
+    second.result?;
+    let checksum = second
+        .out
+        .split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .context("the checksum")?
+        .to_owned();
+    let snapshot_dir = second
+        .out
+        .split_whitespace()
+        .nth(1)
+        .context("the snapshot path")?
+        .to_owned();
+    let pruned = kubectl_vc(&super_client, &["snapshot", "prune", &to, "--keep", "1"]).await?;
+    pruned.result?;
+    assert_eq!(pruned.out.trim(), format!("removed {first_dir}"));
+    assert!(!Path::new(&first_dir).exists() && Path::new(&snapshot_dir).exists());
 
     // A tampered copy is refused before anything is created.
     let tampered = backups.path().join("tampered");

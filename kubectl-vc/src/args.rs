@@ -81,6 +81,7 @@ impl Command {
                 SnapshotCommand::Create(c) => c.output.output,
                 SnapshotCommand::Restore(r) => r.output.output,
                 SnapshotCommand::List(l) => l.output.output,
+                SnapshotCommand::Prune(p) => p.output.output,
             },
             Self::Completion(_) => None,
         }
@@ -259,6 +260,8 @@ pub enum SnapshotCommand {
     /// List the snapshots in a folder.
     #[command(alias = "ls")]
     List(SnapshotListArgs),
+    /// Remove all but the newest --keep snapshots of each VirtualCluster from a folder.
+    Prune(SnapshotPruneArgs),
 }
 
 /// `snapshot create`.
@@ -303,6 +306,20 @@ pub struct SnapshotListArgs {
     #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     pub dir: PathBuf,
     /// Output: each snapshot's path, checksum and manifest.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `snapshot prune`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotPruneArgs {
+    /// The folder holding snapshots.
+    #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub dir: PathBuf,
+    /// How many snapshots of each VirtualCluster to keep (the newest by creation time; at least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: u32,
+    /// Output: the snapshots removed.
     #[command(flatten)]
     pub output: OutputFlag,
 }
@@ -414,6 +431,9 @@ mod tests {
         assert!(restore.wait);
         assert!(parse("snapshot restore vc-2").is_err());
         assert!(parse("snapshot ls /b").is_ok());
+        assert!(parse("snapshot prune /b --keep 3").is_ok());
+        assert!(parse("snapshot prune /b --keep 0").is_err());
+        assert!(parse("snapshot prune /b").is_err());
     }
 
     #[test]

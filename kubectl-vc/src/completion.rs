@@ -362,7 +362,7 @@ mod tests {
         );
         assert_eq!(
             values(&plan(&words("snapshot ")).wanted),
-            ["create", "restore", "list"]
+            ["create", "restore", "list", "prune"]
         );
         assert_eq!(plan(&words("snapshot create vc-1 --to ")).wanted, Wanted::File);
         assert_eq!(plan(&words("con")).prefix, "con");

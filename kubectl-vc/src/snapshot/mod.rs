@@ -3,7 +3,7 @@
 //!
 //! - [`format`]: the snapshot folder, its manifest and checksums, and the checks a restore makes.
 //! - [`etcd`]: the tenant's etcd through its JSON gateway and a port-forward.
-//! - [`create`], [`restore`], and `list` here.
+//! - [`create`], [`restore`], and `list` and `prune` (retention: [`to_remove`]) here.
 //!
 //! A snapshot is logical: every key of etcd read at one revision (one consistent state, whatever the
 //! apiserver writes meanwhile), restored by writing the keys into the new tenant's etcd before its
@@ -17,6 +17,7 @@ pub mod restore;
 use std::path::{Path, PathBuf};
 
 use crds::wellknown::{SECRET_ADMIN_KUBECONFIG, SECRET_KUBELET_CLIENT};
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use vc_manager::secret_names::{
     SECRET_APISERVER, SECRET_CONTROLLER_MANAGER_KUBECONFIG, SECRET_ETCD_CA, SECRET_ETCD_CLIENT,
@@ -26,7 +27,7 @@ use vc_manager::secret_names::{
 
 use crate::{
     Result, Streams,
-    args::{SnapshotCommand, SnapshotListArgs},
+    args::{SnapshotCommand, SnapshotListArgs, SnapshotPruneArgs},
     output, table,
 };
 
@@ -69,7 +70,62 @@ pub async fn command(
         SnapshotCommand::Create(args) => create::command(client, namespace, args, io).await,
         SnapshotCommand::Restore(args) => restore::command(client, namespace, args, io).await,
         SnapshotCommand::List(args) => list(args, io),
+        SnapshotCommand::Prune(args) => prune(args, io),
     }
+}
+
+/// The snapshots retention removes: of each source VirtualCluster (namespace, name, uid), all but the
+/// `keep` newest by creation time. A snapshot whose creation time does not parse is never chosen.
+pub fn to_remove(snapshots: &[SnapshotReport], keep: usize) -> Vec<&SnapshotReport> {
+    use std::collections::BTreeMap;
+    let mut by_tenant: BTreeMap<(&str, &str, &str), Vec<(Timestamp, &SnapshotReport)>> = BTreeMap::new();
+    for snapshot in snapshots {
+        let source = &snapshot.manifest.virtual_cluster;
+        if let Ok(created) = snapshot.manifest.created_at.parse::<Timestamp>() {
+            by_tenant
+                .entry((&source.namespace, &source.name, &source.uid))
+                .or_default()
+                .push((created, snapshot));
+        }
+    }
+    let mut removed = Vec::new();
+    for mut dated in by_tenant.into_values() {
+        dated.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.path.cmp(&a.1.path)));
+        removed.extend(dated.into_iter().skip(keep).map(|(_, s)| s));
+    }
+    removed.sort_by(|a, b| a.path.cmp(&b.path));
+    removed
+}
+
+fn prune(args: &SnapshotPruneArgs, io: &mut Streams<'_>) -> Result<()> {
+    let (found, skipped) = scan(&args.dir)?;
+    for problem in &skipped {
+        io.warn(&format!("left alone: {problem}"))?;
+    }
+    let keep = usize::try_from(args.keep).unwrap_or(usize::MAX);
+    let removed = to_remove(&found, keep);
+    for snapshot in &removed {
+        std::fs::remove_dir_all(&snapshot.path).map_err(|e| crate::Error::Snapshot {
+            path: snapshot.path.clone(),
+            problem: format!("removing it: {e}"),
+        })?;
+        if args.output.output.is_none() {
+            io.result(&format!("removed {}", snapshot.path.display()))?;
+        }
+    }
+    match args.output.output {
+        Some(format) => io
+            .out
+            .write_all(output::serialize(&removed, format, "the removed snapshots")?.as_bytes())?,
+        None if removed.is_empty() => writeln!(
+            io.err,
+            "nothing to remove in {}: no VirtualCluster has more than {} snapshots",
+            args.dir.display(),
+            args.keep
+        )?,
+        None => {}
+    }
+    Ok(())
 }
 
 /// The snapshots directly under `dir`, by folder name, read from their manifests (not verified: that is
@@ -152,4 +208,58 @@ fn list(args: &SnapshotListArgs, io: &mut Streams<'_>) -> Result<()> {
         .as_bytes(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use format::{EtcdSummary, Manifest, SourceTenant};
+
+    fn snapshot(vc: &str, uid: &str, created: &str) -> SnapshotReport {
+        SnapshotReport {
+            path: PathBuf::from(format!("/b/{vc}-{created}")),
+            checksum: String::new(),
+            manifest: Manifest {
+                format: format::FORMAT.into(),
+                virtual_cluster: SourceTenant {
+                    namespace: "team".into(),
+                    name: vc.into(),
+                    uid: uid.into(),
+                    cluster_key: String::new(),
+                },
+                cluster_version_name: "cv".into(),
+                created_at: created.into(),
+                etcd: EtcdSummary {
+                    revision: 1,
+                    keys: 0,
+                    skipped_leased_keys: 0,
+                },
+                files: Vec::new(),
+            },
+        }
+    }
+
+    fn names(removed: &[&SnapshotReport]) -> Vec<String> {
+        removed.iter().map(|s| s.path.display().to_string()).collect()
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_of_each_virtual_cluster() {
+        let snapshots = [
+            snapshot("a", "u1", "2026-11-25T01:00:00Z"),
+            snapshot("a", "u1", "2026-11-25T03:00:00.5Z"),
+            snapshot("a", "u1", "2026-11-25T02:00:00Z"),
+            snapshot("b", "u2", "2026-11-20T00:00:00Z"),
+            // Another VirtualCluster of the same name (recreated: another uid) counts on its own.
+            snapshot("a", "u3", "2026-11-01T00:00:00Z"),
+            // Undated: never removed.
+            snapshot("a", "u1", "yesterday"),
+        ];
+        assert_eq!(names(&to_remove(&snapshots, 2)), ["/b/a-2026-11-25T01:00:00Z"]);
+        assert_eq!(
+            names(&to_remove(&snapshots, 1)),
+            ["/b/a-2026-11-25T01:00:00Z", "/b/a-2026-11-25T02:00:00Z"]
+        );
+        assert!(to_remove(&snapshots, 3).is_empty());
+    }
 }
