@@ -61,7 +61,7 @@ pub struct FileEntry {
 }
 
 /// The tenant a snapshot was taken of.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceTenant {
     /// The VirtualCluster's namespace.

@@ -78,12 +78,13 @@ pub async fn command(
 /// `keep` newest by creation time. A snapshot whose creation time does not parse is never chosen.
 pub fn to_remove(snapshots: &[SnapshotReport], keep: usize) -> Vec<&SnapshotReport> {
     use std::collections::BTreeMap;
-    let mut by_tenant: BTreeMap<(&str, &str, &str), Vec<(Timestamp, &SnapshotReport)>> = BTreeMap::new();
+    /// Dated snapshots of one source VirtualCluster.
+    type Dated<'a> = Vec<(Timestamp, &'a SnapshotReport)>;
+    let mut by_tenant: BTreeMap<&format::SourceTenant, Dated<'_>> = BTreeMap::new();
     for snapshot in snapshots {
-        let source = &snapshot.manifest.virtual_cluster;
         if let Ok(created) = snapshot.manifest.created_at.parse::<Timestamp>() {
             by_tenant
-                .entry((&source.namespace, &source.name, &source.uid))
+                .entry(&snapshot.manifest.virtual_cluster)
                 .or_default()
                 .push((created, snapshot));
         }
