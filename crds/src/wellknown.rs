@@ -96,6 +96,18 @@ pub const DEFAULT_VN_AGENT_PORT: u16 = 10550;
 /// Label on the `kubelet-client` Secret in a tenant's root namespace, which vn-agent watches.
 pub const LABEL_KUBELET_CLIENT: &str = "tenancy.x-k8s.io/kubelet-client";
 
+// Restoring a snapshot (`kubectl vc snapshot restore`).
+/// On a VirtualCluster being restored from a snapshot: how far the restore has got. vc-manager holds the
+/// parts of the control plane the restore still has to feed: with [`RESTORE_STAGE_PKI`] it only creates the
+/// root namespace (the snapshot's certificate authorities and service-account key go in before vc-manager
+/// would generate new ones); with [`RESTORE_STAGE_ETCD`] it provisions everything up to etcd and holds the
+/// apiserver and controller-manager until the snapshot's keys are in etcd. Without it, nothing is held.
+pub const ANNOTATION_RESTORE: &str = "tenancy.x-k8s.io/restore-from-snapshot";
+/// [`ANNOTATION_RESTORE`]: waiting for the snapshot's certificate authorities.
+pub const RESTORE_STAGE_PKI: &str = "pki";
+/// [`ANNOTATION_RESTORE`]: waiting for the snapshot's etcd keys.
+pub const RESTORE_STAGE_ETCD: &str = "etcd";
+
 // Finalizers.
 /// On a VirtualCluster: vc-manager removes its root namespace and the syncer's tenant namespaces first.
 pub const FINALIZER_VIRTUAL_CLUSTER: &str = "tenancy.x-k8s.io/virtualcluster";

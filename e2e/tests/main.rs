@@ -27,6 +27,7 @@ mod pause;
 mod pod_updates;
 mod real_nodes;
 mod sandbox;
+mod snapshots;
 mod syncer;
 mod tenant_extensions;
 mod vc_manager;

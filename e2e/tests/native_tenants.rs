@@ -15,7 +15,7 @@ use local_cluster::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-const NEEDS: &[Binary] = &[
+pub(crate) const NEEDS: &[Binary] = &[
     Binary::Etcd,
     Binary::KubeApiserver,
     Binary::KubeControllerManager,
@@ -38,7 +38,7 @@ fn kubectl_command(kubeconfig: &Path) -> anyhow::Result<tokio::process::Command>
 }
 
 /// kubectl with a kubeconfig; fails with its stderr.
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
     let output = kubectl_command(kubeconfig)?
         .args(args)
         .stdin(Stdio::null())
@@ -54,7 +54,10 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
 
 /// Service account `default/robot` with the `view` cluster role, and a kubeconfig beside `admin` (same
 /// server and CA) that authenticates with a one-hour token of it: a client like the tenant's own programs.
-async fn viewer_kubeconfig(admin: &Path, client: &kube::Client) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) async fn viewer_kubeconfig(
+    admin: &Path,
+    client: &kube::Client,
+) -> anyhow::Result<std::path::PathBuf> {
     kubectl(admin, &["create", "serviceaccount", "robot"]).await?;
     kubectl(
         admin,
@@ -111,7 +114,7 @@ async fn robot_token(client: &kube::Client) -> anyhow::Result<String> {
 }
 
 /// A kubeconfig beside `admin` with the same server and CA, authenticating with `token`.
-async fn token_kubeconfig(admin: &Path, token: &str) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) async fn token_kubeconfig(admin: &Path, token: &str) -> anyhow::Result<std::path::PathBuf> {
     let field = |path: &'static str| {
         let admin = admin.to_owned();
         async move {
@@ -159,7 +162,7 @@ async fn kubelet_call_after_rotation(kubeconfig: &Path, args: &[&str]) -> anyhow
     }
 }
 
-async fn tenant_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+pub(crate) async fn tenant_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     Ok(local_cluster::client_from_kubeconfig_file(kubeconfig).await?)
 }
 

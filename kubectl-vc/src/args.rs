@@ -60,6 +60,8 @@ pub enum Command {
     /// Write a context for a tenant into a kubeconfig file, port-forwarding to its apiserver when it is not
     /// reachable from here (then staying in the foreground until Ctrl-C).
     Connect(ConnectArgs),
+    /// Snapshots of native VirtualClusters (etcd keys, PKI, spec) in a folder, and restores from them.
+    Snapshot(SnapshotArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completion(CompletionArgs),
 }
@@ -75,6 +77,12 @@ impl Command {
             Self::Delete(a) => a.output.output,
             Self::Pause(a) | Self::Resume(a) => a.output.output,
             Self::Connect(a) => a.output.output,
+            Self::Snapshot(a) => match &a.command {
+                SnapshotCommand::Create(c) => c.output.output,
+                SnapshotCommand::Restore(r) => r.output.output,
+                SnapshotCommand::List(l) => l.output.output,
+                SnapshotCommand::Prune(p) => p.output.output,
+            },
             Self::Completion(_) => None,
         }
     }
@@ -232,6 +240,90 @@ pub enum PortForward {
     Never,
 }
 
+/// `snapshot`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotArgs {
+    /// What to do with snapshots.
+    #[command(subcommand)]
+    pub command: SnapshotCommand,
+}
+
+/// `snapshot create`, `restore` and `list`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum SnapshotCommand {
+    /// Take a snapshot of a native VirtualCluster: every etcd key at one revision, its PKI Secrets, its
+    /// VirtualCluster and ClusterVersion, and a manifest with checksums, in a new folder under --to.
+    Create(SnapshotCreateArgs),
+    /// Create a VirtualCluster from a snapshot folder, after checking every checksum: same objects,
+    /// certificate authorities and service-account keys.
+    Restore(SnapshotRestoreArgs),
+    /// List the snapshots in a folder.
+    #[command(alias = "ls")]
+    List(SnapshotListArgs),
+    /// Remove all but the newest --keep snapshots of each VirtualCluster from a folder.
+    Prune(SnapshotPruneArgs),
+}
+
+/// `snapshot create`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotCreateArgs {
+    /// The VirtualCluster.
+    pub name: String,
+    /// The folder to write the snapshot into (as a new folder `<name>-<UTC time>`); created if missing.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub to: PathBuf,
+    /// Output: the snapshot's path, checksum and manifest.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `snapshot restore`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotRestoreArgs {
+    /// The VirtualCluster to create (must not exist).
+    pub name: String,
+    /// The snapshot folder (as `snapshot create` printed it).
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub from: PathBuf,
+    /// The checksum `snapshot create` printed (sha256:...): refuse a snapshot whose manifest differs.
+    #[arg(long, value_name = "SHA256")]
+    pub checksum: Option<String>,
+    /// Wait until the restored VirtualCluster is Running.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long the restore waits for vc-manager (and --wait for Running).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    pub timeout: Duration,
+    /// Output: what was restored.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `snapshot list`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotListArgs {
+    /// The folder holding snapshots.
+    #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub dir: PathBuf,
+    /// Output: each snapshot's path, checksum and manifest.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `snapshot prune`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotPruneArgs {
+    /// The folder holding snapshots.
+    #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub dir: PathBuf,
+    /// How many snapshots of each VirtualCluster to keep (the newest by creation time; at least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: u32,
+    /// Output: the snapshots removed.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
 /// `completion`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CompletionArgs {
@@ -312,6 +404,36 @@ mod tests {
         assert!(!resume.wait);
         assert_eq!(resume.timeout, Duration::from_secs(120));
         assert!(parse("pause").is_err());
+    }
+
+    #[test]
+    fn snapshots_need_a_folder() {
+        let Command::Snapshot(SnapshotArgs {
+            command: SnapshotCommand::Create(create),
+        }) = parse("snapshot create vc-1 --to /backups -o json")
+            .expect("parses")
+            .command
+        else {
+            panic!("snapshot create");
+        };
+        assert_eq!(create.to, PathBuf::from("/backups"));
+        assert_eq!(create.output.output, Some(Format::Json));
+        assert!(parse("snapshot create vc-1").is_err());
+        let Command::Snapshot(SnapshotArgs {
+            command: SnapshotCommand::Restore(restore),
+        }) = parse("snapshot restore vc-2 --from /b/vc-1-x --checksum sha256:ab --wait")
+            .expect("parses")
+            .command
+        else {
+            panic!("snapshot restore");
+        };
+        assert_eq!(restore.checksum.as_deref(), Some("sha256:ab"));
+        assert!(restore.wait);
+        assert!(parse("snapshot restore vc-2").is_err());
+        assert!(parse("snapshot ls /b").is_ok());
+        assert!(parse("snapshot prune /b --keep 3").is_ok());
+        assert!(parse("snapshot prune /b --keep 0").is_err());
+        assert!(parse("snapshot prune /b").is_err());
     }
 
     #[test]

@@ -160,7 +160,6 @@ pub fn plan(words: &[String]) -> Plan {
     };
     let mut global = Global::default();
     let mut command = &root;
-    let mut in_subcommand = false;
     let mut pending: Option<&Arg> = None;
     let mut positionals = 0;
     let mut record = |arg: &Arg, value: &str| match arg.get_id().as_str() {
@@ -203,10 +202,10 @@ pub fn plan(words: &[String]) -> Plan {
             }
             continue;
         }
-        if !in_subcommand {
-            if let Some(sub) = root.find_subcommand(word) {
+        // Commands nest (`snapshot create`): a word names a subcommand until one without subcommands.
+        if command.has_subcommands() {
+            if let Some(sub) = command.find_subcommand(word) {
                 command = sub;
-                in_subcommand = true;
             }
             continue;
         }
@@ -222,9 +221,10 @@ pub fn plan(words: &[String]) -> Plan {
             .collect();
         flags.sort();
         Wanted::Fixed(flags)
-    } else if !in_subcommand {
+    } else if command.has_subcommands() {
         Wanted::Fixed(
-            root.get_subcommands()
+            command
+                .get_subcommands()
                 .filter(|s| !s.is_hide_set() && s.get_name() != "help")
                 .map(|s| (s.get_name().to_owned(), first_line(s.get_about())))
                 .collect(),
@@ -356,9 +356,15 @@ mod tests {
                 "pause",
                 "resume",
                 "connect",
+                "snapshot",
                 "completion"
             ]
         );
+        assert_eq!(
+            values(&plan(&words("snapshot ")).wanted),
+            ["create", "restore", "list", "prune"]
+        );
+        assert_eq!(plan(&words("snapshot create vc-1 --to ")).wanted, Wanted::File);
         assert_eq!(plan(&words("con")).prefix, "con");
         let flags = plan(&words("connect vc-1 --"));
         let flags = values(&flags.wanted);

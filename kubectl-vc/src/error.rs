@@ -198,6 +198,33 @@ pub enum Error {
         last: String,
     },
 
+    /// A snapshot folder cannot be written, read, or is not a valid snapshot.
+    #[error("snapshot {}: {problem}", path.display())]
+    Snapshot {
+        /// The snapshot folder (or the folder it goes into).
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A tenant's etcd refused or failed a request.
+    #[error("etcd (through the port-forward at {address}): {action}: {problem}")]
+    Etcd {
+        /// The port-forward's local end.
+        address: std::net::SocketAddr,
+        /// What was being done.
+        action: String,
+        /// etcd's answer.
+        problem: String,
+    },
+    /// A snapshot was asked of an adopted VirtualCluster, whose etcd vc-manager does not run.
+    #[error(
+        "VirtualCluster {vc} is not provisioned by vc-manager (adopted, or no clusterVersionName), so kubectl vc has no etcd to snapshot; back up the adopted cluster with its own tooling"
+    )]
+    NotNative {
+        /// `namespace/name`.
+        vc: String,
+    },
+
     /// Writing the output failed (e.g. a closed pipe).
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),

@@ -103,8 +103,8 @@ pub async fn find_target(client: &Client, endpoint: &InClusterEndpoint) -> Resul
         .map_err(|e| {
             Error::api(
                 format!(
-                    "listing the apiserver pods in {} ({selector})",
-                    endpoint.namespace
+                    "listing the pods of Service {}/{} ({selector})",
+                    endpoint.namespace, endpoint.service
                 ),
                 e,
             )

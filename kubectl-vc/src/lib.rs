@@ -12,6 +12,7 @@
 //!   [`output`] format them.
 //! - [`connect`]: a tenant context merged into a kubeconfig file ([`kubeconfig_file`]), through a
 //!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
+//! - [`snapshot`]: `snapshot create`, `restore` and `list` (etcd keys at one revision, PKI, checksums).
 //! - [`completion`]: shell completion scripts and kubectl's plugin completion (`__complete`).
 //! - [`streams`]: results on stdout, warnings and progress on stderr.
 
@@ -31,6 +32,7 @@ pub mod manifest;
 pub mod output;
 pub mod pause;
 pub mod progress;
+pub mod snapshot;
 pub mod streams;
 pub mod table;
 pub mod usage;
@@ -138,6 +140,7 @@ pub async fn run_with(
         Command::Connect(connect) => {
             connect::command(&client, &namespace, &args.global, connect, io, interrupt).await
         }
+        Command::Snapshot(snapshot) => snapshot::command(&client, &namespace, &snapshot.command, io).await,
         Command::Completion(completion) => completion::script(completion.shell, io.out),
     };
     streams.out.flush()?;

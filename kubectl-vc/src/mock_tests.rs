@@ -1228,3 +1228,100 @@ async fn describe_prints_one_document_with_o_yaml() {
     assert_eq!(document["usage"][0]["resource"], "pods");
     assert_eq!(document["events"], json!([]));
 }
+
+#[tokio::test]
+async fn snapshots_are_refused_for_adopted_tenants_before_anything_is_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (client, mut api) = mock();
+    let line = format!("snapshot create vc-1 --to {}", dir.path().display());
+    let ran = kubectl_vc(&line, client, async move {
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(adopted_vc());
+    })
+    .await;
+    let error = ran.result.expect_err("adopted").one_line();
+    assert!(
+        error.starts_with("VirtualCluster team/vc-1 is not provisioned by vc-manager"),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("dir").count(),
+        0,
+        "nothing written"
+    );
+}
+
+/// A snapshot folder of the test tenant, as `snapshot create` writes it (with no etcd keys).
+fn snapshot_folder(dir: &std::path::Path) {
+    use crate::snapshot::{
+        create::StoredSecret,
+        format::{self, FileEntry, Manifest},
+    };
+    let pki: Vec<StoredSecret> = secrets().iter().map(StoredSecret::of).collect();
+    let files = [
+        (format::ETCD_KEYS, Vec::new()),
+        (format::PKI_SECRETS, serde_json::to_vec(&pki).expect("json")),
+        (
+            format::VIRTUAL_CLUSTER,
+            serde_json::to_vec(&native_vc()).expect("json"),
+        ),
+        (format::CLUSTER_VERSION, b"{}".to_vec()),
+    ];
+    let entries = files
+        .iter()
+        .map(|(name, bytes)| {
+            std::fs::write(dir.join(name), bytes).expect("write");
+            FileEntry {
+                name: (*name).to_owned(),
+                size: bytes.len() as u64,
+                sha256: format::sha256_hex(bytes),
+            }
+        })
+        .collect();
+    let manifest = Manifest {
+        format: format::FORMAT.into(),
+        virtual_cluster: format::SourceTenant {
+            namespace: VC_NAMESPACE.into(),
+            name: VC_NAME.into(),
+            uid: VC_UID.into(),
+            cluster_key: root(),
+        },
+        cluster_version_name: CV_NAME.into(),
+        created_at: "2026-11-25T02:00:00Z".into(),
+        etcd: format::EtcdSummary {
+            revision: 1,
+            keys: 0,
+            skipped_leased_keys: 0,
+        },
+        files: entries,
+    };
+    std::fs::write(
+        dir.join(format::MANIFEST),
+        serde_json::to_vec(&manifest).expect("json"),
+    )
+    .expect("write");
+}
+
+#[tokio::test]
+async fn a_restore_never_touches_an_existing_virtual_cluster() {
+    let dir = tempfile::tempdir().expect("dir");
+    snapshot_folder(dir.path());
+    let (client, mut api) = mock();
+    let line = format!("snapshot restore vc-1 --from {}", dir.path().display());
+    let ran = kubectl_vc(&line, client, async move {
+        get(
+            &mut api,
+            &format!("/apis/tenancy.x-k8s.io/v1alpha1/clusterversions/{CV_NAME}"),
+        )
+        .await
+        .ok(serde_json::to_value(vc_manager::fixtures::cluster_version()).expect("json"));
+        // The VirtualCluster exists: nothing is applied (an extra request would fail the script).
+        get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
+    })
+    .await;
+    let error = ran.result.expect_err("exists").one_line();
+    assert!(
+        error.contains("VirtualCluster team/vc-1 exists; a snapshot is restored into a new VirtualCluster"),
+        "{error}"
+    );
+    assert!(ran.err.contains("verifying snapshot"), "{}", ran.err);
+}

@@ -5,7 +5,7 @@
 //!   [`cleanup`]: deletion behind the finalizer. [`virtual_cluster`] dispatches between them and handles
 //!   failures; [`cluster_version`] guards ClusterVersions in use. [`steps`] holds what native and adopted
 //!   tenants share (root namespace, PKI Secrets, status).
-//! - Pure logic: [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets, named in [`secret_names`]),
+//! - Pure logic: [`restore`] (what a snapshot restore holds back), [`pki`] (certificates), [`tenant_pki`] (the tenant's Secrets, named in [`secret_names`]),
 //!   [`render`] (ClusterVersion to StatefulSets and Services, adapting [`legacy`] templates), [`component`]
 //!   and [`container_flags`] (what rendering and adaptation share), [`status`] (phase and conditions),
 //!   [`kubeconfig`].
@@ -42,6 +42,7 @@ pub mod native;
 pub mod pki;
 pub mod probe;
 pub mod render;
+pub mod restore;
 pub mod run;
 pub mod secret_names;
 pub mod status;

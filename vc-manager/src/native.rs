@@ -30,6 +30,7 @@ use crate::{
     identity::TenantIdentity,
     probe::ProbeReport,
     render::{self, ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION, RenderInputs},
+    restore::{REASON_RESTORING, RestoreStage},
     status::{self, ComponentState, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace, apply_params},
     tenant_pki::{Network, Scope, first_service_ips},
@@ -59,6 +60,10 @@ pub async fn reconcile(
             .await;
         }
         RootNamespace::Ready { created: false } => {}
+    }
+    let restore = RestoreStage::of(vc);
+    if restore == Some(RestoreStage::Pki) {
+        return hold_for_restore(vc, namespace, ctx).await;
     }
 
     let cv_name = vc.spec.cluster_version_name.clone().unwrap_or_default();
@@ -117,6 +122,12 @@ pub async fn reconcile(
                 spec.replicas = Some(0);
             }
         }
+        // A restore feeds etcd before anything reads it; only components not created yet wait.
+        if restore.is_some_and(|stage| stage.holds(component)) && cached.is_none() {
+            components.push((component, ComponentState::Waiting { on: Component::Etcd }));
+            previous = Some((component, false));
+            continue;
+        }
         // A new component starts once the one before it is ready (the apiserver needs etcd, the
         // controller-manager the apiserver); an existing one is always kept up to date.
         if let Some((before, false)) = previous
@@ -148,6 +159,12 @@ pub async fn reconcile(
     } else {
         status::native_phase(vc.phase(), &components)
     };
+    if let Some(stage) = restore
+        && phase == ClusterPhase::Pending
+    {
+        reason = REASON_RESTORING.to_owned();
+        message = stage.message(namespace);
+    }
     let mut ready = if paused {
         ConditionState::unmet(CONDITION_READY, &reason, &message)
     } else {
@@ -194,6 +211,24 @@ pub async fn reconcile(
         ctx.settings.resync_interval,
         plan.next_renewal,
     )))
+}
+
+/// The status of a tenant whose restore has not written the snapshot's certificate authorities yet: its
+/// root namespace exists, nothing else is made (PKI generated now would be replaced by the snapshot's).
+async fn hold_for_restore(vc: &VirtualCluster, namespace: &str, ctx: &Context) -> Result<Action> {
+    let message = RestoreStage::Pki.message(namespace);
+    let desired = DesiredStatus {
+        phase: ClusterPhase::Pending,
+        reason: REASON_RESTORING.to_owned(),
+        message: message.clone(),
+        cluster_namespace: namespace.to_owned(),
+        mode: crds::ControlPlaneMode::Provisioned,
+        conditions: vec![ConditionState::unmet(CONDITION_READY, REASON_RESTORING, &message)],
+        observed_generation: vc.meta().generation,
+    };
+    steps::write_status(vc, &desired, ctx, true).await?;
+    // The restore moves on by changing the annotation, which triggers the next reconcile.
+    Ok(Action::requeue(ctx.settings.resync_interval))
 }
 
 /// How soon a tenant whose StatefulSets are ready but whose apiserver did not answer is checked again.

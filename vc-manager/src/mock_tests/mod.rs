@@ -7,6 +7,7 @@ mod cleanup;
 mod cluster_version;
 mod native;
 mod pause;
+mod restore;
 
 use std::{collections::BTreeMap, future::Future, sync::Arc, time::Duration};
 

@@ -14,7 +14,7 @@ fn sts_path(name: &str) -> String {
 }
 
 /// The root namespace, ClusterVersion, Services and Secrets are there as a previous reconcile left them.
-async fn everything_but_the_statefulsets(api: &mut ApiServer, secrets: &[Secret]) {
+pub(super) async fn everything_but_the_statefulsets(api: &mut ApiServer, secrets: &[Secret]) {
     let identity = TenantIdentity::of(&native_vc()).expect("identity");
     api.expect("GET", &format!("/api/v1/namespaces/{}", root()))
         .await
