@@ -26,7 +26,7 @@ pub use error::Error;
 pub use tenant::TenantIdentity;
 pub use v1alpha1::{
     ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
-    KubeconfigSecretRef, PodPolicy, RateLimit, StatefulSetSvcBundle, TenantQuota, VirtualCluster,
+    KubeconfigSecretRef, PodPolicy, RateLimit, StatefulSetSvcBundle, TenantQuota, TenantUsage, VirtualCluster,
     VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
 };
 
