@@ -308,6 +308,17 @@ pub struct SyncerArgs {
     /// The ClusterRole those bindings grant (the chart's `<release>-vn-agent-tenant-pods`).
     #[arg(long, env = "VN_AGENT_CLUSTER_ROLE")]
     pub vn_agent_cluster_role: Option<String>,
+    /// Seconds between measurements of what each tenant consumes (metrics `syncer_tenant_*`, the
+    /// VirtualCluster's `status.usage`); 0 measures nothing.
+    #[arg(long, env = "USAGE_INTERVAL_SECONDS", default_value_t = 30)]
+    pub usage_interval_seconds: u64,
+    /// Read tenants' CPU and memory from each node's stats summary through the super apiserver's node
+    /// proxy (needs `get` on `nodes/proxy`); `false` leaves CPU and memory out of the usage.
+    #[arg(long, env = "USAGE_NODE_STATS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub usage_node_stats: bool,
+    /// Nodes (stats summaries) and tenant apiservers (request counters) read at once when measuring usage.
+    #[arg(long, env = "USAGE_CONCURRENCY", default_value_t = 8)]
+    pub usage_concurrency: usize,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -541,6 +552,8 @@ pub struct SyncerConfig {
     pub network_isolation: NetworkIsolation,
     /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
     pub vn_agent_access: Option<VnAgentAccess>,
+    /// How tenants' usage is measured.
+    pub usage: crate::usage::UsageSettings,
 }
 
 impl Default for SyncerConfig {
@@ -568,6 +581,7 @@ impl Default for SyncerConfig {
             external_name_services: ExternalNameServices::DnsOnly,
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
+            usage: crate::usage::UsageSettings::default(),
         }
     }
 }
@@ -669,7 +683,14 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             args.vn_agent_service_account.as_deref(),
             args.vn_agent_cluster_role.as_deref(),
         )?;
+        let usage = crate::usage::UsageSettings {
+            interval: (args.usage_interval_seconds > 0)
+                .then(|| Duration::from_secs(args.usage_interval_seconds)),
+            node_stats: args.usage_node_stats,
+            concurrency: args.usage_concurrency.max(1),
+        };
         Ok(Self {
+            usage,
             vn_agent_access,
             pod_security,
             pod_policy,
