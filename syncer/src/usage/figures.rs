@@ -388,3 +388,256 @@ pub fn cpu_quantity(nano_cores: u64) -> String {
 pub fn rate_quantity(per_second: f64) -> String {
     format!("{}m", (per_second * 1000.0).round() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const A: &str = "team-aaaaaa-a";
+    const B: &str = "team-bbbbbb-b";
+    const UNATTACHED: &str = "team-cccccc-c";
+
+    fn meta(name: &str, namespace: &str, cluster: Option<&str>, uid: &str) -> serde_json::Value {
+        let mut meta = json!({"name": name, "namespace": namespace, "uid": uid});
+        if let Some(cluster) = cluster {
+            meta["annotations"] = json!({"tenancy.x-k8s.io/cluster": cluster});
+        }
+        meta
+    }
+
+    fn pod(name: &str, cluster: Option<&str>, node: Option<&str>, phase: &str) -> SuperPod {
+        serde_json::from_value(json!({
+            "metadata": meta(name, "ns", cluster, &format!("uid-{name}")),
+            "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+            "status": {"phase": phase},
+        }))
+        .expect("pod")
+    }
+
+    fn entry(name: &str, uid: &str, cpu: u64, memory: u64) -> serde_json::Value {
+        json!({
+            "podRef": {"name": name, "namespace": "ns", "uid": uid},
+            "cpu": {"usageNanoCores": cpu},
+            "memory": {"workingSetBytes": memory},
+        })
+    }
+
+    fn tenants(keys: &[&str]) -> HashSet<TenantId> {
+        keys.iter().map(|k| TenantId::from(*k)).collect()
+    }
+
+    #[test]
+    fn each_pod_counts_once_from_the_node_it_is_bound_to_and_for_its_own_tenant_only() {
+        let pods = [
+            pod("a1", Some(A), Some("n1"), "Running"),
+            pod("a2", Some(A), Some("n2"), "Running"),
+            pod("b1", Some(B), Some("n1"), "Running"),
+            pod("c1", Some(UNATTACHED), Some("n1"), "Running"),
+            pod("platform", None, Some("n1"), "Running"),
+            pod("unbound", Some(A), None, "Pending"),
+        ];
+        let owned = owned_pods(&pods, &tenants(&[A, B]));
+        assert_eq!(owned.len(), 3, "{owned:?}");
+        assert_eq!(nodes_of(&owned), ["n1", "n2"]);
+        // n1's kubelet lists every pod of both nodes (as the harness's shared simulated kubelet does), a
+        // pod of an unattached tenant, a platform pod, and an entry carrying a1's uid under another name.
+        let n1: Summary = serde_json::from_value(json!({"pods": [
+            entry("a1", "uid-a1", 10_000_000, 1 << 20),
+            entry("a2", "uid-a2", 999_000_000, 999 << 20),
+            entry("b1", "uid-b1", 30_000_000, 3 << 20),
+            entry("c1", "uid-c1", 50_000_000, 5 << 20),
+            entry("platform", "uid-platform", 70_000_000, 7 << 20),
+            entry("b1", "uid-a1", 1_000_000_000, 1 << 30),
+        ]}))
+        .expect("summary");
+        let n2: Summary = serde_json::from_value(json!({"pods": [
+            entry("a1", "uid-a1", 999_000_000, 999 << 20),
+            entry("a2", "uid-a2", 20_000_000, 2 << 20),
+        ]}))
+        .expect("summary");
+        let sums = consumption([("n1", &n1), ("n2", &n2), ("n1", &n1)], &owned);
+        assert_eq!(
+            sums.get(A),
+            Some(&Consumption {
+                cpu_nano_cores: 30_000_000,
+                memory_bytes: 3 << 20,
+                measured_pods: 2
+            })
+        );
+        assert_eq!(
+            sums.get(B),
+            Some(&Consumption {
+                cpu_nano_cores: 30_000_000,
+                memory_bytes: 3 << 20,
+                measured_pods: 1
+            })
+        );
+        assert_eq!(sums.len(), 2);
+    }
+
+    #[test]
+    fn a_pod_without_its_own_figures_sums_its_containers_and_one_without_any_is_not_measured() {
+        let pods = [
+            pod("split", Some(A), Some("n1"), "Running"),
+            pod("new", Some(A), Some("n1"), "Running"),
+        ];
+        let owned = owned_pods(&pods, &tenants(&[A]));
+        let summary: Summary = serde_json::from_value(json!({"pods": [
+            {"podRef": {"name": "split", "namespace": "ns", "uid": "uid-split"}, "containers": [
+                {"cpu": {"usageNanoCores": 4_000_000}, "memory": {"workingSetBytes": 1024}},
+                {"cpu": {"usageNanoCores": 6_000_000}, "memory": {"workingSetBytes": 2048}},
+            ]},
+            {"podRef": {"name": "new", "namespace": "ns", "uid": "uid-new"}, "containers": []},
+        ]}))
+        .expect("summary");
+        let sums = consumption([("n1", &summary)], &owned);
+        assert_eq!(
+            sums.get(A),
+            Some(&Consumption {
+                cpu_nano_cores: 10_000_000,
+                memory_bytes: 3072,
+                measured_pods: 1
+            })
+        );
+    }
+
+    #[test]
+    fn holdings_count_live_pods_claims_load_balancers_and_allocated_node_ports_per_tenant() {
+        let pods = [
+            pod("run", Some(A), Some("n1"), "Running"),
+            pod("wait", Some(A), None, "Pending"),
+            pod("done", Some(A), Some("n1"), "Succeeded"),
+            pod("failed", Some(A), Some("n1"), "Failed"),
+            pod("other", Some(UNATTACHED), Some("n1"), "Running"),
+        ];
+        let claim = |name: &str, cluster: &str, storage: &str, phase: Option<&str>| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({
+                "metadata": meta(name, "ns", Some(cluster), name),
+                "spec": {"resources": {"requests": {"storage": storage}}},
+                "status": {"phase": phase},
+            }))
+            .expect("claim")
+        };
+        let claims = [
+            claim("bound", A, "1Gi", Some("Bound")),
+            claim("pending", A, "512Mi", Some("Pending")),
+            claim("new", A, "1Mi", None),
+            claim("lost", A, "100Gi", Some("Lost")),
+            claim("theirs", B, "5Gi", Some("Bound")),
+            claim("stranger", UNATTACHED, "7Gi", Some("Bound")),
+        ];
+        let service = |name: &str, cluster: &str, spec: serde_json::Value| -> Service {
+            serde_json::from_value(json!({"metadata": meta(name, "ns", Some(cluster), name), "spec": spec}))
+                .expect("service")
+        };
+        let services = [
+            service(
+                "lb",
+                A,
+                json!({"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}, {"port": 443, "nodePort": 30443}]}),
+            ),
+            service(
+                "lb-without-node-ports",
+                A,
+                json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}),
+            ),
+            service("np", A, json!({"type": "NodePort", "ports": [{"port": 53, "nodePort": 30053}]})),
+            service("plain", A, json!({"type": "ClusterIP", "ports": [{"port": 80}]})),
+            service("theirs", B, json!({"type": "NodePort", "ports": [{"port": 1, "nodePort": 30001}]})),
+        ];
+        let held = holdings(&tenants(&[A, B]), &pods, &claims, &services);
+        assert_eq!(
+            held.get(A),
+            Some(&Holdings {
+                pods: 2,
+                claims: 3,
+                storage_bytes: (1 << 30) + (512 << 20) + (1 << 20),
+                load_balancers: 2,
+                node_ports: 3,
+            })
+        );
+        assert_eq!(
+            held.get(B),
+            Some(&Holdings {
+                claims: 1,
+                storage_bytes: 5 << 30,
+                node_ports: 1,
+                ..Default::default()
+            })
+        );
+        assert_eq!(held.len(), 2, "an unattached tenant gets no entry");
+        assert_eq!(
+            holdings(&tenants(&[A]), &[], &[], &[]).get(A),
+            Some(&Holdings::default()),
+            "a tenant holding nothing still gets its zeros"
+        );
+    }
+
+    const METRICS: &str = "# HELP apiserver_request_total Counter of apiserver requests\n\
+        # TYPE apiserver_request_total counter\n\
+        apiserver_request_total{code=\"200\",component=\"apiserver\",group=\"\",resource=\"pods\",verb=\"LIST\"} 120\n\
+        apiserver_request_total{code=\"201\",group=\"x.io\",resource=\"a b} 9e9\",verb=\"POST\"} 1.5e+01\n\
+        apiserver_request_total_other{code=\"200\"} 1000\n\
+        apiserver_request_duration_seconds_count{verb=\"GET\"} 500\n\
+        process_start_time_seconds 1.7e+09\r\n\
+        apiserver_request_total{code=\"500\"} 5";
+
+    #[test]
+    fn the_request_counter_is_summed_from_metrics_text_however_it_is_chunked() {
+        let expected = RequestCounter {
+            total: 140.0,
+            process_start: Some(1.7e9),
+        };
+        for split in 0..METRICS.len() {
+            let (first, second) = METRICS.as_bytes().split_at(split);
+            let mut text = MetricsText::default();
+            text.feed(first);
+            text.feed(second);
+            assert_eq!(text.finish(), Some(expected), "split at {split}");
+        }
+        let mut one_byte_at_a_time = MetricsText::default();
+        for byte in METRICS.as_bytes() {
+            one_byte_at_a_time.feed(std::slice::from_ref(byte));
+        }
+        assert_eq!(one_byte_at_a_time.finish(), Some(expected));
+    }
+
+    #[test]
+    fn overlong_lines_and_bad_values_are_skipped_and_no_counter_is_none() {
+        let mut text = MetricsText::default();
+        let long = format!(
+            "apiserver_request_total{{resource=\"{}\"}} 1000000\n",
+            "x".repeat(MAX_LINE)
+        );
+        text.feed(long.as_bytes());
+        text.feed(b"apiserver_request_total{code=\"200\"} NaN\napiserver_request_total{code=\"200\"} -4\n");
+        text.feed(b"apiserver_request_total{code=\"200\"} 7\n");
+        assert_eq!(text.finish().map(|c| c.total), Some(7.0));
+        let mut none = MetricsText::default();
+        none.feed(b"# nothing here\nprocess_start_time_seconds 5\n");
+        assert_eq!(none.finish(), None);
+    }
+
+    #[test]
+    fn a_rate_needs_two_readings_of_the_same_process() {
+        let at = |total: f64, start: f64| RequestCounter {
+            total,
+            process_start: Some(start),
+        };
+        assert_eq!(request_rate(&at(100.0, 1.0), &at(400.0, 1.0), 30.0), Some(10.0));
+        assert_eq!(request_rate(&at(100.0, 1.0), &at(400.0, 2.0), 30.0), None, "restarted");
+        assert_eq!(request_rate(&at(400.0, 1.0), &at(100.0, 1.0), 30.0), None, "went back");
+        assert_eq!(request_rate(&at(1.0, 1.0), &at(2.0, 1.0), 0.0), None);
+    }
+
+    #[test]
+    fn quantities_are_millicores_and_thousandths() {
+        assert_eq!(cpu_quantity(1_250_000_000), "1250m");
+        assert_eq!(cpu_quantity(499_999), "0m");
+        assert_eq!(cpu_quantity(1_500_000), "2m");
+        assert_eq!(rate_quantity(12.5), "12500m");
+        assert_eq!(rate_quantity(0.0004), "0m");
+    }
+}
