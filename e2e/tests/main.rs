@@ -27,6 +27,7 @@ mod real_nodes;
 mod sandbox;
 mod syncer;
 mod tenant_extensions;
+mod usage;
 mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;

@@ -432,3 +432,134 @@ pub async fn apply_usage(ctx: &Context, vc: &VirtualCluster, usage: Option<&Tena
     )))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::testing::{self, from_json, put};
+
+    const KEY: &str = "team-abc123-vc";
+
+    fn super_pod(name: &str, cluster: &str) -> crate::cached::SuperPod {
+        from_json(json!({
+            "metadata": {"name": name, "namespace": format!("{cluster}-apps"), "uid": format!("uid-{name}"),
+                "annotations": {"tenancy.x-k8s.io/cluster": cluster}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"},
+        }))
+    }
+
+    fn summary() -> Value {
+        let entry = |name: &str, cluster: &str, cpu: u64, memory: u64| {
+            json!({"podRef": {"name": name, "namespace": format!("{cluster}-apps"), "uid": format!("uid-{name}")},
+                "cpu": {"usageNanoCores": cpu}, "memory": {"workingSetBytes": memory}})
+        };
+        json!({"node": {"nodeName": "n1"}, "pods": [
+            entry("web", KEY, 250_000_000, 64 << 20),
+            entry("theirs", "other-def456-vc", 900_000_000, 900 << 20),
+        ]})
+    }
+
+    use serde_json::Value;
+
+    /// One measurement reads the node's summary and applies `status.usage` under the usage field manager;
+    /// the next one, with the same figures, writes nothing.
+    #[tokio::test]
+    async fn status_usage_is_applied_under_its_own_manager_and_only_when_a_figure_changed() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, _tenant_apiserver) = testing::mock();
+        let (mut ctx, mut writers) = testing::context(super_client);
+        let (virtual_clusters, mut vc_writer) = kube::runtime::reflector::store();
+        ctx.virtual_clusters = virtual_clusters;
+        let (_tenant, _) = testing::tenant(&ctx, tenant_client, Default::default());
+        let vc: VirtualCluster = from_json(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": "vc", "namespace": "team", "uid": "vc-uid"},
+            "spec": {"kubeconfigSecretRef": {"name": "kc"}},
+        }));
+        put(&mut vc_writer, vc.clone());
+        put(&mut writers.pods, super_pod("web", KEY));
+        put(&mut writers.pods, super_pod("theirs", "other-def456-vc"));
+        put(
+            &mut writers.services,
+            from_json(json!({"metadata": {"name": "lb", "namespace": format!("{KEY}-apps"),
+                "annotations": {"tenancy.x-k8s.io/cluster": KEY}},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}})),
+        );
+
+        let mut measurer = Measurer::default();
+        let script = async move {
+            supers
+                .expect("GET", "/api/v1/nodes/n1/proxy/stats/summary?only_cpu_and_memory=true")
+                .await
+                .ok(summary());
+            let call = supers
+                .expect(
+                    "PATCH",
+                    "/apis/tenancy.x-k8s.io/v1alpha1/namespaces/team/virtualclusters/vc/status?",
+                )
+                .await;
+            assert!(call.uri.contains("fieldManager=vc-syncer-usage"), "{}", call.uri);
+            assert!(call.uri.contains("force=true"), "{}", call.uri);
+            let usage = call.body["status"]["usage"].clone();
+            assert_eq!(usage["cpu"], "250m");
+            assert_eq!(usage["memory"], (64u64 << 20).to_string());
+            assert_eq!(usage["pods"], 1);
+            assert_eq!(usage["measuredPods"], 1);
+            assert_eq!(usage["loadBalancers"], 1);
+            assert_eq!(usage["nodePorts"], 1);
+            assert_eq!(usage["storage"], "0");
+            assert!(usage["time"].is_string());
+            assert!(usage.get("apiserverRequestsPerSecond").is_none(), "adopted: not metered");
+            assert_eq!(call.body["status"].as_object().map(|s| s.len()), Some(1), "usage only");
+            call.echo();
+        };
+        mock_apiserver::run(script, measurer.measure(&ctx)).await;
+        let labels = UsageLabels {
+            tenant: "team/vc".into(),
+        };
+        let cores = ctx.metrics.usage.cpu_cores.get(&labels).map(|g| g.get());
+        assert_eq!(cores, Some(0.25));
+        assert_eq!(
+            ctx.metrics.usage.load_balancers.get(&labels).map(|g| g.get()),
+            Some(1)
+        );
+
+        // The VirtualCluster now shows these figures: the same measurement writes nothing.
+        let mut measured = vc;
+        measured.status = Some(crds::VirtualClusterStatus {
+            usage: Some(TenantUsage {
+                time: Some(Time(Timestamp::now())),
+                ..Measurement {
+                    consumption: Some(Consumption {
+                        cpu_nano_cores: 250_000_000,
+                        memory_bytes: 64 << 20,
+                        measured_pods: 1,
+                    }),
+                    holdings: Holdings {
+                        pods: 1,
+                        load_balancers: 1,
+                        node_ports: 1,
+                        ..Default::default()
+                    },
+                    requests_per_second: None,
+                }
+                .status()
+            }),
+            ..Default::default()
+        });
+        put(&mut vc_writer, measured);
+        let (super_client, mut supers) = testing::mock();
+        ctx.super_client = super_client;
+        let script = async move {
+            supers
+                .expect("GET", "/api/v1/nodes/n1/proxy/stats/summary")
+                .await
+                .ok(summary());
+            supers.idle().await;
+        };
+        mock_apiserver::run(script, measurer.measure(&ctx)).await;
+    }
+}
