@@ -66,8 +66,8 @@ async fn kubelet_figures(client: &Client, pods: &[Pod]) -> anyhow::Result<(u64, 
             .and_then(|s| s.node_name.clone())
             .context("a bound pod")?;
         if !summaries.contains_key(&node) {
-            let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
-                .body(Vec::new())?;
+            let request =
+                http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary")).body(Vec::new())?;
             summaries.insert(node.clone(), client.request::<Value>(request).await?);
         }
         let uid = pod.uid().context("uid")?;
@@ -108,7 +108,16 @@ async fn expected(client: &Client, key: &str) -> anyhow::Result<Expected> {
         .collect();
     let storage_bytes = claims
         .iter()
-        .filter_map(|c| c.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage").cloned())
+        .filter_map(|c| {
+            c.spec
+                .as_ref()?
+                .resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        })
         .filter_map(|q| parse_quantity(&q.0, 1.0))
         .sum();
     let spec_type = |s: &Service| s.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_default();
@@ -160,7 +169,8 @@ fn scrape(syncer: &Syncer) -> anyhow::Result<BTreeMap<String, f64>> {
 
 /// Runs `kubectl vc` against the super cluster; returns stdout.
 async fn kubectl_vc(client: &Client, args: &[&str]) -> anyhow::Result<String> {
-    let args: kubectl_vc::Args = clap::Parser::try_parse_from(std::iter::once("kubectl-vc").chain(args.iter().copied()))?;
+    let args: kubectl_vc::Args =
+        clap::Parser::try_parse_from(std::iter::once("kubectl-vc").chain(args.iter().copied()))?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
     kubectl_vc::run(&args, client.clone(), &mut out, &mut err).await?;
     Ok(String::from_utf8(out)?)
@@ -216,11 +226,12 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     create::<StorageClass>(&super_client, None, json!({"metadata": {"name": "fast", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "provisioner": "example.com/fast"})).await?;
 
     // Pods, claims and Services in both tenants; the other tenant holds more of everything.
-    let claim = |name: &str, size: &str| {
-        json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "resources": {"requests": {"storage": size}}}})
-    };
+    let claim = |name: &str, size: &str| json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "resources": {"requests": {"storage": size}}}});
     let service = |name: &str, type_: &str, ports: &[i32]| {
-        let ports: Vec<Value> = ports.iter().map(|p| json!({"name": format!("p{p}"), "port": p})).collect();
+        let ports: Vec<Value> = ports
+            .iter()
+            .map(|p| json!({"name": format!("p{p}"), "port": p}))
+            .collect();
         json!({"metadata": {"name": name}, "spec": {"type": type_, "selector": {"app": "web"}, "ports": ports}})
     };
     let plan: [(&str, usize, &[(&str, &str)], &[(&str, &str, &[i32])]); 2] = [
@@ -276,7 +287,10 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
                     })
                     .count();
                 let held = expected(&client, tenant_key).await.ok()?;
-                (running == pods && held.pods == pods as i64 && held.claims == claims && held.node_ports == node_ports)
+                (running == pods
+                    && held.pods == pods as i64
+                    && held.claims == claims
+                    && held.node_ports == node_ports)
                     .then_some(())
             }
         })
@@ -286,7 +300,13 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     let other = expected(&super_client, &other_key).await?;
     eprintln!("expected figures: metered {metered:?}, other {other:?}");
     assert_eq!(
-        (metered.pods, metered.claims, metered.storage_bytes, metered.load_balancers, metered.node_ports),
+        (
+            metered.pods,
+            metered.claims,
+            metered.storage_bytes,
+            metered.load_balancers,
+            metered.node_ports
+        ),
         (3, 2, 1536 << 20, 1, 3)
     );
     assert_eq!(
@@ -333,11 +353,27 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
             figures.cpu_nano_cores as f64 / 1e9,
             "{vc}"
         );
-        assert_eq!(value("tenant_memory_working_set_bytes", vc)?, figures.memory_bytes as f64, "{vc}");
+        assert_eq!(
+            value("tenant_memory_working_set_bytes", vc)?,
+            figures.memory_bytes as f64,
+            "{vc}"
+        );
         assert_eq!(value("tenant_measured_pods", vc)?, figures.pods as f64, "{vc}");
-        assert_eq!(value("tenant_persistentvolumeclaims", vc)?, figures.claims as f64, "{vc}");
-        assert_eq!(value("tenant_storage_requests_bytes", vc)?, figures.storage_bytes as f64, "{vc}");
-        assert_eq!(value("tenant_load_balancers", vc)?, figures.load_balancers as f64, "{vc}");
+        assert_eq!(
+            value("tenant_persistentvolumeclaims", vc)?,
+            figures.claims as f64,
+            "{vc}"
+        );
+        assert_eq!(
+            value("tenant_storage_requests_bytes", vc)?,
+            figures.storage_bytes as f64,
+            "{vc}"
+        );
+        assert_eq!(
+            value("tenant_load_balancers", vc)?,
+            figures.load_balancers as f64,
+            "{vc}"
+        );
         assert_eq!(value("tenant_node_ports", vc)?, figures.node_ports as f64, "{vc}");
     }
     assert!(value("tenant_apiserver_requests_total", "metered")? > 0.0);
@@ -365,7 +401,8 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     assert_eq!(row("metered")?[1..7], expected_row(&metered)[..]);
     assert_eq!(row("other")?[1..7], expected_row(&other)[..]);
     assert_eq!(row("other")?[7], "-");
-    let document: Value = serde_json::from_str(&kubectl_vc(&super_client, &["top", "metered", "-o", "json"]).await?)?;
+    let document: Value =
+        serde_json::from_str(&kubectl_vc(&super_client, &["top", "metered", "-o", "json"]).await?)?;
     assert_eq!(
         document["virtualClusters"][0]["usage"]["pods"],
         json!(metered.pods)
@@ -377,7 +414,10 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
         let syncer = &syncer;
         async move {
             let series = scrape(syncer).ok()?;
-            (!series.keys().any(|k| k.contains(&format!("tenant=\"{VC_NAMESPACE}/other\"")))).then_some(())
+            (!series
+                .keys()
+                .any(|k| k.contains(&format!("tenant=\"{VC_NAMESPACE}/other\""))))
+            .then_some(())
         }
     })
     .await?;

@@ -8,13 +8,8 @@ use kube::{Api, Client, ResourceExt, api::ListParams};
 use serde_json::{Value, json};
 
 use crate::{
-    Error, Result, Streams,
-    args::TopArgs,
-    duration,
-    kubeconfig::get_virtual_cluster,
-    list::Scope,
-    output, table,
-    usage::format_memory,
+    Error, Result, Streams, args::TopArgs, duration, kubeconfig::get_virtual_cluster, list::Scope, output,
+    table, usage::format_memory,
 };
 
 /// What the table shows for a figure the syncer did not measure.
@@ -45,7 +40,10 @@ pub struct Row {
     pub measured: String,
 }
 
-fn amount(quantity: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>, scale: f64) -> Option<i64> {
+fn amount(
+    quantity: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    scale: f64,
+) -> Option<i64> {
     quantity.and_then(|q| parse_quantity(&q.0, scale))
 }
 
@@ -71,7 +69,11 @@ fn or_unknown(value: Option<String>) -> String {
 
 /// The row of one VirtualCluster at `now`.
 pub fn row(vc: &VirtualCluster, now: Timestamp) -> Row {
-    let usage = vc.status.as_ref().and_then(|s| s.usage.clone()).unwrap_or_default();
+    let usage = vc
+        .status
+        .as_ref()
+        .and_then(|s| s.usage.clone())
+        .unwrap_or_default();
     let count = |n: Option<i64>| or_unknown(n.map(|n| n.to_string()));
     Row {
         name: vc.name_any(),
@@ -152,16 +154,20 @@ pub async fn command(client: &Client, namespace: &str, args: &TopArgs, io: &mut 
     };
     let mut vcs = match (&args.name, &scope) {
         (Some(name), _) => vec![get_virtual_cluster(client, namespace, name).await?],
-        (None, Scope::Namespace(namespace)) => Api::<VirtualCluster>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| Error::api(format!("listing VirtualClusters in namespace {namespace}"), e))?
-            .items,
-        (None, Scope::All) => Api::<VirtualCluster>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| Error::api("listing VirtualClusters in every namespace", e))?
-            .items,
+        (None, Scope::Namespace(namespace)) => {
+            Api::<VirtualCluster>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::api(format!("listing VirtualClusters in namespace {namespace}"), e))?
+                .items
+        }
+        (None, Scope::All) => {
+            Api::<VirtualCluster>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::api("listing VirtualClusters in every namespace", e))?
+                .items
+        }
     };
     vcs.sort_by_key(|vc| (vc.namespace(), vc.name_any()));
     if let Some(format) = args.output.output {
@@ -178,8 +184,7 @@ pub async fn command(client: &Client, namespace: &str, args: &TopArgs, io: &mut 
     }
     let now = Timestamp::now();
     let rows: Vec<Row> = vcs.iter().map(|vc| row(vc, now)).collect();
-    io.out
-        .write_all(render(&rows, scope == Scope::All).as_bytes())?;
+    io.out.write_all(render(&rows, scope == Scope::All).as_bytes())?;
     if rows.iter().any(|r| r.measured == UNKNOWN) {
         writeln!(
             io.err,
@@ -255,7 +260,10 @@ mod tests {
     fn the_document_carries_each_status_usage_or_null() {
         let document = document(&[vc("team", "a", Some(measured())), vc("team", "b", None)]);
         assert_eq!(document["virtualClusters"][0]["usage"]["cpu"], "1250m");
-        assert_eq!(document["virtualClusters"][0]["usage"]["apiserverRequestsPerSecond"], "12500m");
+        assert_eq!(
+            document["virtualClusters"][0]["usage"]["apiserverRequestsPerSecond"],
+            "12500m"
+        );
         assert_eq!(document["virtualClusters"][1]["name"], "b");
         assert!(document["virtualClusters"][1]["usage"].is_null());
     }

@@ -173,9 +173,8 @@ pub fn consumption<'a>(
             let Some(owned) = pods.get(&reference.uid) else {
                 continue;
             };
-            let same_pod = owned.node == node
-                && owned.namespace == reference.namespace
-                && owned.name == reference.name;
+            let same_pod =
+                owned.node == node && owned.namespace == reference.namespace && owned.name == reference.name;
             if !same_pod || counted.contains(reference.uid.as_str()) {
                 continue;
             }
@@ -259,10 +258,12 @@ pub fn holdings<'a>(
         if spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
             held.load_balancers += 1;
         }
-        held.node_ports += spec
-            .and_then(|s| s.ports.as_ref())
-            .map_or(0, |ports| ports.iter().filter(|p| p.node_port.is_some_and(|n| n > 0)).count())
-            as u64;
+        held.node_ports += spec.and_then(|s| s.ports.as_ref()).map_or(0, |ports| {
+            ports
+                .iter()
+                .filter(|p| p.node_port.is_some_and(|n| n > 0))
+                .count()
+        }) as u64;
     }
     all
 }
@@ -512,14 +513,15 @@ mod tests {
             pod("failed", Some(A), Some("n1"), "Failed"),
             pod("other", Some(UNATTACHED), Some("n1"), "Running"),
         ];
-        let claim = |name: &str, cluster: &str, storage: &str, phase: Option<&str>| -> PersistentVolumeClaim {
-            serde_json::from_value(json!({
-                "metadata": meta(name, "ns", Some(cluster), name),
-                "spec": {"resources": {"requests": {"storage": storage}}},
-                "status": {"phase": phase},
-            }))
-            .expect("claim")
-        };
+        let claim =
+            |name: &str, cluster: &str, storage: &str, phase: Option<&str>| -> PersistentVolumeClaim {
+                serde_json::from_value(json!({
+                    "metadata": meta(name, "ns", Some(cluster), name),
+                    "spec": {"resources": {"requests": {"storage": storage}}},
+                    "status": {"phase": phase},
+                }))
+                .expect("claim")
+            };
         let claims = [
             claim("bound", A, "1Gi", Some("Bound")),
             claim("pending", A, "512Mi", Some("Pending")),
@@ -543,9 +545,17 @@ mod tests {
                 A,
                 json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}),
             ),
-            service("np", A, json!({"type": "NodePort", "ports": [{"port": 53, "nodePort": 30053}]})),
+            service(
+                "np",
+                A,
+                json!({"type": "NodePort", "ports": [{"port": 53, "nodePort": 30053}]}),
+            ),
             service("plain", A, json!({"type": "ClusterIP", "ports": [{"port": 80}]})),
-            service("theirs", B, json!({"type": "NodePort", "ports": [{"port": 1, "nodePort": 30001}]})),
+            service(
+                "theirs",
+                B,
+                json!({"type": "NodePort", "ports": [{"port": 1, "nodePort": 30001}]}),
+            ),
         ];
         let held = holdings(&tenants(&[A, B]), &pods, &claims, &services);
         assert_eq!(
@@ -627,8 +637,16 @@ mod tests {
             process_start: Some(start),
         };
         assert_eq!(request_rate(&at(100.0, 1.0), &at(400.0, 1.0), 30.0), Some(10.0));
-        assert_eq!(request_rate(&at(100.0, 1.0), &at(400.0, 2.0), 30.0), None, "restarted");
-        assert_eq!(request_rate(&at(400.0, 1.0), &at(100.0, 1.0), 30.0), None, "went back");
+        assert_eq!(
+            request_rate(&at(100.0, 1.0), &at(400.0, 2.0), 30.0),
+            None,
+            "restarted"
+        );
+        assert_eq!(
+            request_rate(&at(400.0, 1.0), &at(100.0, 1.0), 30.0),
+            None,
+            "went back"
+        );
         assert_eq!(request_rate(&at(1.0, 1.0), &at(2.0, 1.0), 0.0), None);
     }
 

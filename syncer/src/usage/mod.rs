@@ -86,7 +86,9 @@ impl Measurement {
             cpu: self
                 .consumption
                 .and_then(|c| quantity(figures::cpu_quantity(c.cpu_nano_cores))),
-            memory: self.consumption.and_then(|c| quantity(c.memory_bytes.to_string())),
+            memory: self
+                .consumption
+                .and_then(|c| quantity(c.memory_bytes.to_string())),
             measured_pods: self.consumption.and_then(|c| count(c.measured_pods)),
             pods: count(self.holdings.pods),
             persistent_volume_claims: count(self.holdings.claims),
@@ -205,7 +207,12 @@ fn virtual_cluster_of(ctx: &Context, tenant: &Tenant) -> Option<Arc<VirtualClust
 /// `status.usage` differs from `desired` in a figure (the time aside).
 fn usage_changed(vc: &VirtualCluster, desired: &TenantUsage) -> bool {
     let current = vc.status.as_ref().and_then(|s| s.usage.clone());
-    current.is_none_or(|current| TenantUsage { time: None, ..current } != *desired)
+    current.is_none_or(|current| {
+        TenantUsage {
+            time: None,
+            ..current
+        } != *desired
+    })
 }
 
 impl Measurer {
@@ -352,7 +359,10 @@ impl Measurer {
             .load_balancers
             .get_or_create(&labels)
             .set(gauge(held.load_balancers));
-        usage.node_ports.get_or_create(&labels).set(gauge(held.node_ports));
+        usage
+            .node_ports
+            .get_or_create(&labels)
+            .set(gauge(held.node_ports));
     }
 
     /// Applies `status.usage` when a figure changed.
@@ -484,15 +494,20 @@ mod tests {
         put(&mut writers.pods, super_pod("theirs", "other-def456-vc"));
         put(
             &mut writers.services,
-            from_json(json!({"metadata": {"name": "lb", "namespace": format!("{KEY}-apps"),
+            from_json(
+                json!({"metadata": {"name": "lb", "namespace": format!("{KEY}-apps"),
                 "annotations": {"tenancy.x-k8s.io/cluster": KEY}},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}})),
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}}),
+            ),
         );
 
         let mut measurer = Measurer::default();
         let script = async move {
             supers
-                .expect("GET", "/api/v1/nodes/n1/proxy/stats/summary?only_cpu_and_memory=true")
+                .expect(
+                    "GET",
+                    "/api/v1/nodes/n1/proxy/stats/summary?only_cpu_and_memory=true",
+                )
                 .await
                 .ok(summary());
             let call = supers
@@ -512,8 +527,15 @@ mod tests {
             assert_eq!(usage["nodePorts"], 1);
             assert_eq!(usage["storage"], "0");
             assert!(usage["time"].is_string());
-            assert!(usage.get("apiserverRequestsPerSecond").is_none(), "adopted: not metered");
-            assert_eq!(call.body["status"].as_object().map(|s| s.len()), Some(1), "usage only");
+            assert!(
+                usage.get("apiserverRequestsPerSecond").is_none(),
+                "adopted: not metered"
+            );
+            assert_eq!(
+                call.body["status"].as_object().map(|s| s.len()),
+                Some(1),
+                "usage only"
+            );
             call.echo();
         };
         mock_apiserver::run(script, measurer.measure(&ctx)).await;
