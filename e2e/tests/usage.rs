@@ -220,6 +220,7 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
 
     let mut syncer_config = config();
     syncer_config.usage.interval = Some(Duration::from_secs(2));
+    syncer_config.usage.status_interval = Duration::from_secs(2);
     let syncer = start_syncer(&tenancy, syncer_config).await?;
     tenant_synced(&tenancy, "metered", "True").await?;
     tenant_synced(&tenancy, "other", "True").await?;

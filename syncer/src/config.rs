@@ -319,6 +319,10 @@ pub struct SyncerArgs {
     /// Nodes (stats summaries) and tenant apiservers (request counters) read at once when measuring usage.
     #[arg(long, env = "USAGE_CONCURRENCY", default_value_t = 8)]
     pub usage_concurrency: usize,
+    /// Least seconds between two writes of one VirtualCluster's `status.usage` (the series follow every
+    /// measurement): each write is a VirtualCluster change every watcher of VirtualClusters processes.
+    #[arg(long, env = "USAGE_STATUS_INTERVAL_SECONDS", default_value_t = 120)]
+    pub usage_status_interval_seconds: u64,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -688,6 +692,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 .then(|| Duration::from_secs(args.usage_interval_seconds)),
             node_stats: args.usage_node_stats,
             concurrency: args.usage_concurrency.max(1),
+            status_interval: Duration::from_secs(args.usage_status_interval_seconds),
         };
         Ok(Self {
             usage,

@@ -53,6 +53,9 @@ pub struct UsageSettings {
     pub node_stats: bool,
     /// Nodes and tenant apiservers read at once.
     pub concurrency: usize,
+    /// Least time between two writes of one VirtualCluster's `status.usage`: every write is a change its
+    /// watchers (vc-manager, vn-agent on every node, vc-dns, the syncer) process.
+    pub status_interval: Duration,
 }
 
 impl Default for UsageSettings {
@@ -61,6 +64,7 @@ impl Default for UsageSettings {
             interval: Some(Duration::from_secs(30)),
             node_stats: true,
             concurrency: 8,
+            status_interval: Duration::from_secs(120),
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct Measurer {
     counters: HashMap<TenantId, (RequestCounter, Instant)>,
     /// VirtualClusters (uid) whose stale `status.usage` this syncer already tried to clear.
     cleared: HashSet<String>,
+    /// When this syncer last wrote each VirtualCluster's (uid) `status.usage`.
+    written: HashMap<String, Instant>,
 }
 
 /// Measures every attached tenant every interval until the syncer stops.
@@ -372,13 +378,19 @@ impl Measurer {
         };
         self.cleared.remove(&tenant.identity.vc_uid);
         let desired = measurement.status();
-        if !usage_changed(&vc, &desired) {
+        let uid = &tenant.identity.vc_uid;
+        let recently = self
+            .written
+            .get(uid)
+            .is_some_and(|at| at.elapsed() < ctx.config.usage.status_interval);
+        if recently || !usage_changed(&vc, &desired) {
             return;
         }
         let usage = TenantUsage {
             time: Some(now.clone()),
             ..desired
         };
+        self.written.insert(uid.clone(), Instant::now());
         if let Err(error) = apply_usage(ctx, &vc, Some(&usage)).await {
             tracing::warn!(
                 tenant = %tenant.identity.vc_ref(),
@@ -404,6 +416,7 @@ impl Measurer {
             if attached_uids.contains(&uid) || !has_usage || self.cleared.contains(&uid) {
                 continue;
             }
+            self.written.remove(&uid);
             self.cleared.insert(uid);
             if let Err(error) = apply_usage(ctx, &vc, None).await {
                 tracing::warn!(
@@ -481,6 +494,7 @@ mod tests {
         let (super_client, mut supers) = testing::mock();
         let (tenant_client, _tenant_apiserver) = testing::mock();
         let (mut ctx, mut writers) = testing::context(super_client);
+        ctx.config.usage.status_interval = Duration::ZERO;
         let (virtual_clusters, mut vc_writer) = kube::runtime::reflector::store();
         ctx.virtual_clusters = virtual_clusters;
         let (_tenant, _) = testing::tenant(&ctx, tenant_client, Default::default());
