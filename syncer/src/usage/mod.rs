@@ -115,6 +115,8 @@ pub struct Measurer {
     cleared: HashSet<String>,
     /// When this syncer last wrote each VirtualCluster's (uid) `status.usage`.
     written: HashMap<String, Instant>,
+    /// Nodes whose summary could not be read last time: warned about once, not every interval.
+    failing_nodes: HashSet<String>,
 }
 
 /// Measures every attached tenant every interval until the syncer stops.
@@ -255,35 +257,49 @@ impl Measurer {
     }
 
     async fn consumption(
-        &self,
+        &mut self,
         ctx: &Context,
         tenants: &HashSet<TenantId>,
         pods: &[Arc<crate::cached::SuperPod>],
     ) -> HashMap<TenantId, Consumption> {
         let owned = figures::owned_pods(pods.iter().map(|p| &**p), tenants);
         let nodes = figures::nodes_of(&owned);
-        let summaries: Vec<(String, Summary)> = futures::stream::iter(nodes)
+        let answers: Vec<(String, Result<Summary>)> = futures::stream::iter(nodes)
             .map(|node| async move {
                 let summary = read_summary(&ctx.super_client, &node).await;
                 (node, summary)
             })
             .buffer_unordered(ctx.config.usage.concurrency.max(1))
-            .filter_map(|(node, summary)| async move {
-                match summary {
-                    Ok(summary) => Some((node, summary)),
-                    Err(error) => {
-                        read_failed(ctx, "node");
-                        tracing::warn!(
-                            node = %node,
-                            error = &error as &dyn std::error::Error,
-                            "usage: no stats summary from node; its pods' CPU and memory are left out"
-                        );
-                        None
-                    }
-                }
-            })
             .collect()
             .await;
+        let mut summaries = Vec::with_capacity(answers.len());
+        let mut failing = HashSet::new();
+        for (node, answer) in answers {
+            match answer {
+                Ok(summary) => {
+                    if self.failing_nodes.contains(&node) {
+                        tracing::info!(node = %node, "usage: stats summary read again");
+                    }
+                    summaries.push((node, summary));
+                }
+                Err(error) => {
+                    read_failed(ctx, "node");
+                    let error = &error as &dyn std::error::Error;
+                    match self.failing_nodes.contains(&node) {
+                        true => {
+                            tracing::debug!(node = %node, error, "usage: still no stats summary from node")
+                        }
+                        false => tracing::warn!(
+                            node = %node,
+                            error,
+                            "usage: no stats summary from node; its pods' CPU and memory are left out until it answers"
+                        ),
+                    }
+                    failing.insert(node);
+                }
+            }
+        }
+        self.failing_nodes = failing;
         figures::consumption(summaries.iter().map(|(n, s)| (n.as_str(), s)), &owned)
     }
 
