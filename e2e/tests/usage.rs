@@ -31,6 +31,15 @@ use crate::{
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
 const PATIENCE: Duration = Duration::from_secs(90);
 
+/// What the test creates in one tenant: its name, pods, claims (name, size) and Services (name, type,
+/// ports).
+type TenantObjects = (
+    &'static str,
+    usize,
+    &'static [(&'static str, &'static str)],
+    &'static [(&'static str, &'static str, &'static [i32])],
+);
+
 /// What the test expects of one tenant, computed from the super cluster and its kubelets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Expected {
@@ -253,7 +262,7 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
             .collect();
         json!({"metadata": {"name": name}, "spec": {"type": type_, "selector": {"app": "web"}, "ports": ports}})
     };
-    let plan: [(&str, usize, &[(&str, &str)], &[(&str, &str, &[i32])]); 2] = [
+    let plan: [TenantObjects; 2] = [
         (
             "master",
             3,

@@ -113,6 +113,10 @@ pub struct Measurer {
     counters: HashMap<TenantId, (RequestCounter, Instant)>,
     /// VirtualClusters (uid) whose stale `status.usage` this syncer already tried to clear.
     cleared: HashSet<String>,
+    /// Since when each VirtualCluster (uid) with a `status.usage` has not been attached: it is cleared only
+    /// after a grace period, so a restarting syncer does not clear every tenant's figures before it has
+    /// attached them again.
+    unattached_since: HashMap<String, Instant>,
     /// When this syncer last wrote each VirtualCluster's (uid) `status.usage`.
     written: HashMap<String, Instant>,
     /// Nodes whose summary could not be read last time: warned about once, not every interval.
@@ -419,24 +423,41 @@ impl Measurer {
     /// Removes `status.usage` (once) from VirtualClusters no longer measured: detached, paused, or measured
     /// by a syncer before this one, so that no stale figures read as current.
     async fn clear_detached(&mut self, ctx: &Context, attached: &HashSet<TenantId>) {
+        let interval = ctx.config.usage.interval.unwrap_or_default();
+        let grace = ctx.config.usage.status_interval.max(interval * 2);
         let attached_uids: HashSet<String> = attached
             .iter()
             .filter_map(|id| ctx.tenants.get(id))
             .map(|t| t.identity.vc_uid.clone())
             .collect();
-        for vc in ctx.virtual_clusters.state() {
+        let virtual_clusters = ctx.virtual_clusters.state();
+        let existing: HashSet<String> = virtual_clusters.iter().filter_map(|vc| vc.uid()).collect();
+        self.unattached_since.retain(|uid, _| existing.contains(uid));
+        self.cleared.retain(|uid| existing.contains(uid));
+        self.written.retain(|uid, _| existing.contains(uid));
+        for vc in virtual_clusters {
             let Some(uid) = vc.uid() else {
                 continue;
             };
             let has_usage = vc.status.as_ref().is_some_and(|s| s.usage.is_some());
             if attached_uids.contains(&uid) || !has_usage || self.cleared.contains(&uid) {
+                self.unattached_since.remove(&uid);
                 continue;
             }
+            let since = *self
+                .unattached_since
+                .entry(uid.clone())
+                .or_insert_with(Instant::now);
+            if since.elapsed() < grace {
+                continue;
+            }
+            self.unattached_since.remove(&uid);
             self.written.remove(&uid);
             self.cleared.insert(uid);
             if let Err(error) = apply_usage(ctx, &vc, None).await {
                 tracing::warn!(
-                    vc = %format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any()),
+                    namespace = %vc.namespace().unwrap_or_default(),
+                    name = %vc.name_any(),
                     error = &error as &dyn std::error::Error,
                     "usage: removing status.usage of a tenant no longer measured"
                 );
