@@ -11,9 +11,11 @@ mod vc_manager_support;
 
 mod api;
 mod chart;
+mod custom_resources;
 mod disruption;
 mod dns;
 mod download;
+mod ephemeral_containers;
 mod harness;
 mod hostile;
 mod hostile_meta;

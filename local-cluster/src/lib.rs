@@ -23,6 +23,7 @@ pub mod apply;
 mod binaries;
 mod cluster;
 mod components;
+pub mod conformance;
 pub mod dns;
 pub mod download;
 mod error;

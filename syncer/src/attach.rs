@@ -698,6 +698,8 @@ async fn attach_or_check(
         && *current == print
     {
         update_settings(ctx, tenant, settings.clone());
+        // Its labels decide which custom resource kinds it gets.
+        crate::resources::custom_resource::definition::queue_changed(ctx, tenant);
         // During an outage the tenant stays attached and its watches retry on their own, with a backoff
         // that may have grown long; once the apiserver answers again, fresh watches catch up at once.
         let answer = check(&tenant.client, &format!("of {}", identity.vc_ref())).await?;
@@ -745,6 +747,7 @@ async fn attach_or_check(
         settings,
         &ctx.queues,
         ctx.config.sync_ingresses,
+        &ctx.config.custom_resources,
         ctx.config.tenant_cache_limits,
     );
     if resuming(vc) {

@@ -64,6 +64,9 @@ pub struct CachedPodSpec {
     /// Init containers.
     #[serde(default, deserialize_with = "or_default")]
     pub init_containers: Vec<ContainerImage>,
+    /// Ephemeral containers (`kubectl debug`), which a running pod may add to.
+    #[serde(default, deserialize_with = "or_default")]
+    pub ephemeral_containers: Vec<ContainerImage>,
     /// Deadline, one of the fields that may change.
     #[serde(default)]
     pub active_deadline_seconds: Option<i64>,
@@ -141,6 +144,9 @@ pub struct TenantPodStatus {
     /// Hash of the init container statuses.
     #[serde(default, deserialize_with = "statuses_hash")]
     pub init_container_statuses: u64,
+    /// Hash of the ephemeral container statuses.
+    #[serde(default, deserialize_with = "statuses_hash")]
+    pub ephemeral_container_statuses: u64,
 }
 
 /// A pod in a tenant, as cached (serialized only to weigh it against the tenant's cache limits).

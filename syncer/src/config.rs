@@ -323,6 +323,13 @@ pub struct SyncerArgs {
     /// measurement): each write is a VirtualCluster change every watcher of VirtualClusters processes.
     #[arg(long, env = "USAGE_STATUS_INTERVAL_SECONDS", default_value_t = 120)]
     pub usage_status_interval_seconds: u64,
+    /// A namespaced custom resource kind to sync (repeatable): `<plural>.<group>`, then optionally, each
+    /// after a `;`, `tenants=key=value[,...]` (VirtualCluster labels a tenant needs; default every
+    /// tenant), `secrets=path[,...]` and `configmaps=path[,...]` (fields naming Secrets and ConfigMaps,
+    /// e.g. `spec.credentials` or `spec.volumes[].secretName`). Its super CRD is published into the
+    /// tenants, their objects copied down and their status up.
+    #[arg(long)]
+    pub custom_resources: Vec<String>,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -558,6 +565,8 @@ pub struct SyncerConfig {
     pub vn_agent_access: Option<VnAgentAccess>,
     /// How tenants' usage is measured.
     pub usage: crate::usage::UsageSettings,
+    /// The custom resource kinds synced.
+    pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
 }
 
 impl Default for SyncerConfig {
@@ -586,6 +595,7 @@ impl Default for SyncerConfig {
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
             usage: crate::usage::UsageSettings::default(),
+            custom_resources: Vec::new(),
         }
     }
 }
@@ -694,8 +704,10 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             concurrency: args.usage_concurrency.max(1),
             status_interval: Duration::from_secs(args.usage_status_interval_seconds),
         };
+        let custom_resources = crate::resources::custom_resource::kinds::parse_all(&args.custom_resources)?;
         Ok(Self {
             usage,
+            custom_resources,
             vn_agent_access,
             pod_security,
             pod_policy,

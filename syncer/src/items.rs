@@ -34,6 +34,9 @@ macro_rules! with_kinds {
             NetworkPolicy = "networkpolicy" => network, network_policies;
             /// PodDisruptionBudgets, so that drains of super nodes respect tenant budgets.
             PodDisruptionBudget = "poddisruptionbudget" => disruption_budget, disruption_budgets;
+            /// Custom resources of the kinds the platform lists (`--custom-resources`): their CRDs up,
+            /// their objects down, their status up.
+            CustomResource = "customresource" => custom_resource, custom_resources;
             /// Pods, down, and their binding, status and deletion up.
             Pod = "pod" => pod, pods;
             /// Nodes: a tenant's vNodes, the super nodes as it sees them.

@@ -91,6 +91,7 @@ impl Syncer {
             quota.clone(),
             config.sync_ingresses,
             config.vnode_mode.clone(),
+            &config.custom_resources,
         );
         let (vc_store, vc_writer) = reflector::store();
         let ctx = Arc::new(Context {

@@ -108,6 +108,8 @@ pub struct SuperWatch<'a> {
     pub sync_ingresses: bool,
     /// Which super nodes tenants see.
     pub vnode_mode: &'a crate::config::VNodeMode,
+    /// The custom resource kinds synced.
+    pub custom_resources: &'a [crate::resources::custom_resource::CustomKind],
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -213,6 +215,7 @@ impl SuperStores {
         quota: Arc<Quota>,
         sync_ingresses: bool,
         vnode_mode: crate::config::VNodeMode,
+        custom_resources: &[crate::resources::custom_resource::CustomKind],
     ) -> Self {
         let _span = tracing::info_span!("super").entered();
         // The tenant namespaces come first: other kinds' watches consult them.
@@ -235,6 +238,7 @@ impl SuperStores {
             namespaces: &namespaces,
             sync_ingresses,
             vnode_mode: &vnode_mode,
+            custom_resources,
             tasks: vec![namespaces_task],
         };
         let apiservers = {

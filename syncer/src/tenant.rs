@@ -81,6 +81,8 @@ pub struct TenantWatch<'a> {
     pub kube_system_uid: &'a str,
     /// Whether Ingresses are synced.
     pub sync_ingresses: bool,
+    /// The custom resource kinds synced.
+    pub custom_resources: &'a [crate::resources::custom_resource::CustomKind],
     budget: &'a Arc<CacheBudget>,
     check: &'a Arc<IdentityCheck>,
     tasks: &'a mut Vec<JoinHandle<()>>,
@@ -152,6 +154,11 @@ impl TenantWatch<'_> {
         self.watch(kind, Some(labels), move |o: &K, _| {
             queue.add(&id, UpItem::cluster(kind, &o.name_any()))
         })
+    }
+
+    /// The tenant's cache budget, for caches started later (custom resources, once published).
+    pub fn budget(&self) -> &Arc<CacheBudget> {
+        self.budget
     }
 
     /// Marks the caches unchecked: the tenant's work waits until its identity is confirmed again.
@@ -337,6 +344,8 @@ pub struct Connection {
 impl Tenant {
     /// Starts watching the tenant and feeding the queues. `kube_system_uid` is the uid of the tenant's
     /// `kube-system` namespace, as checked when attaching.
+    // Each argument is one thing the watches need; bundling the flags would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         identity: TenantIdentity,
         connection: Connection,
@@ -344,6 +353,7 @@ impl Tenant {
         settings: TenantSettings,
         queues: &Queues,
         sync_ingresses: bool,
+        custom_resources: &[crate::resources::custom_resource::CustomKind],
         limits: CacheLimits,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
@@ -363,6 +373,7 @@ impl Tenant {
             id: &id,
             kube_system_uid: &kube_system_uid,
             sync_ingresses,
+            custom_resources,
             budget: &budget,
             check: &check,
             tasks: &mut tasks,

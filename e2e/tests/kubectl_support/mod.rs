@@ -111,6 +111,31 @@ impl Kubectl {
         })
     }
 
+    /// Runs kubectl with `input` fed in and its stdin kept open until it ends, within 60 s: a person at a
+    /// keyboard, whose input does not end when the typing does. (A closed stdin ends a real kubelet's
+    /// attach session at once, before what the input asked for is printed.)
+    pub async fn run_typing(&self, args: &[&str], input: &[u8]) -> anyhow::Result<Output> {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting kubectl")?;
+        let mut keyboard = child.stdin.take().context("stdin")?;
+        keyboard.write_all(input).await?;
+        keyboard.flush().await?;
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .with_context(|| format!("kubectl {args:?} did not finish in 60 s"))??;
+        drop(keyboard);
+        Ok(Output {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
     /// Starts kubectl and returns the first `count` lines it prints (e.g. `logs -f`), then stops it.
     pub async fn first_lines(&self, args: &[&str], count: usize) -> anyhow::Result<Vec<String>> {
         let mut child = self

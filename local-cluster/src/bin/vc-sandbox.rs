@@ -51,6 +51,13 @@ struct Args {
     /// Write the kubeconfigs into this folder (kept after exit) instead of a temporary one.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Serve the images the upstream conformance suite pulls, as this `e2e.test` lists them (real nodes
+    /// only; needs --agnhost): see e2e/conformance/README.md.
+    #[arg(long, value_name = "E2E_TEST", requires = "agnhost")]
+    conformance_images: Option<PathBuf>,
+    /// agnhost built from the same Kubernetes source tree as the `e2e.test` of --conformance-images.
+    #[arg(long, value_name = "PATH", requires = "conformance_images")]
+    agnhost: Option<PathBuf>,
     /// Log format of the components (their level comes from RUST_LOG, default error).
     #[arg(long, value_enum, default_value_t = vc_runtime::logging::LogFormat::Text)]
     log_format: vc_runtime::logging::LogFormat,
@@ -134,6 +141,10 @@ async fn main() -> ExitCode {
             NodeKind::Simulated
         }
     };
+    if node_kind == NodeKind::Simulated && args.conformance_images.is_some() {
+        eprintln!("vc-sandbox: --conformance-images needs real nodes (the suite runs containers)");
+        return ExitCode::FAILURE;
+    }
     if node_kind == NodeKind::Simulated && !args.native.is_empty() {
         eprintln!(
             "vc-sandbox: native tenants need real nodes (their control planes run as pods); \
@@ -170,6 +181,32 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let (Some(e2e_test), Some(agnhost)) = (args.conformance_images.clone(), args.agnhost.clone()) {
+        let served = tokio::task::spawn_blocking(move || {
+            local_cluster::conformance::serve_images(&e2e_test, &agnhost)
+        })
+        .await;
+        match served {
+            Ok(Ok(report)) => {
+                for (reference, stand) in &report.served {
+                    eprintln!("vc-sandbox: serving {reference} ({})", stand.describe());
+                }
+                for reference in &report.missing {
+                    eprintln!("vc-sandbox: not serving {reference} (nothing on this machine makes it)");
+                }
+            }
+            Ok(Err(error)) => {
+                eprintln!("vc-sandbox: {}", local_cluster::error_chain(&error));
+                sandbox.shutdown().await;
+                return ExitCode::FAILURE;
+            }
+            Err(error) => {
+                eprintln!("vc-sandbox: serving the conformance images: {error}");
+                sandbox.shutdown().await;
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     print_welcome(&sandbox, started);
 
     vc_runtime::shutdown::signal().await;

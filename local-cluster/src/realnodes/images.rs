@@ -82,6 +82,27 @@ pub struct ControlPlaneImages {
     pub kubectl: Option<String>,
 }
 
+/// An image of files from this machine on top of the busybox layer, with its own paths, links, folders and
+/// command: for programs built outside the workspace (the conformance suite's agnhost), where
+/// [`ImageStore::add_program`] fits workspace binaries.
+#[derive(Clone, Debug, Default)]
+pub struct LocalImage {
+    /// Full references it is known by.
+    pub names: Vec<String>,
+    /// Files: (source on this machine, path in the image).
+    pub files: Vec<(PathBuf, String)>,
+    /// Symbolic links: (path in the image, target).
+    pub links: Vec<(String, String)>,
+    /// Empty folders.
+    pub dirs: Vec<String>,
+    /// Small files: (path in the image, contents); they replace the busybox layer's of the same path.
+    pub texts: Vec<(String, String)>,
+    /// The image's entrypoint.
+    pub entrypoint: Vec<String>,
+    /// The image's command.
+    pub cmd: Vec<String>,
+}
+
 /// What goes into a layer.
 #[derive(Default)]
 struct LayerSpec {
@@ -220,6 +241,50 @@ impl ImageStore {
         let own = self.write_layer(reference, &spec.layer)?;
         let layers = [self.base.clone(), own];
         self.add_image(spec, &layers)
+    }
+
+    /// Adds a [`LocalImage`]; names already served keep their image.
+    pub fn add_local(&mut self, image: LocalImage) -> Result<()> {
+        let names: Vec<String> = image
+            .names
+            .into_iter()
+            .filter(|name| self.image(name).is_none())
+            .collect();
+        let Some(first) = names.first().cloned() else {
+            return Ok(());
+        };
+        let spec = ImageSpec {
+            names,
+            layer: LayerSpec {
+                files: image.files,
+                links: image.links,
+                dirs: image.dirs,
+                texts: image.texts,
+            },
+            entrypoint: image.entrypoint,
+            cmd: image.cmd,
+        };
+        let own = self.write_layer(&first, &spec.layer)?;
+        let layers = [self.base.clone(), own];
+        self.add_image(spec, &layers)
+    }
+
+    /// Serves the image known by `existing` under `name` too; false when there is no such image.
+    pub fn alias(&mut self, existing: &str, name: &str) -> bool {
+        if self.image(name).is_some() {
+            return true;
+        }
+        match self
+            .images
+            .iter_mut()
+            .find(|i| i.names.iter().any(|n| n == existing))
+        {
+            Some(image) => {
+                image.names.push(name.to_owned());
+                true
+            }
+            None => false,
+        }
     }
 
     /// The image known by `reference` (a full name with tag).

@@ -28,7 +28,7 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams},
 };
 
-pub use images::{BUSYBOX_IMAGE, ControlPlaneImages, PAUSE_IMAGE};
+pub use images::{BUSYBOX_IMAGE, ControlPlaneImages, LocalImage, PAUSE_IMAGE};
 pub use node::{KUBELET_PORT, RealNode};
 
 use crate::{
@@ -297,6 +297,16 @@ impl RealNodes {
     /// [`images::ImageStore::add_program`]); blocks while it writes the layer.
     pub fn add_program_image(reference: &str, program: &std::path::Path) -> Result<()> {
         registry::Registry::shared()?.add_program(reference, program)
+    }
+
+    /// Serves a [`LocalImage`] to every node; blocks while it writes the layer.
+    pub fn add_local_image(image: LocalImage) -> Result<()> {
+        registry::Registry::shared()?.add_local(image)
+    }
+
+    /// Serves the image `existing` under `name` too; false when no image is known as `existing`.
+    pub fn alias_image(existing: &str, name: &str) -> Result<bool> {
+        Ok(registry::Registry::shared()?.alias(existing, name))
     }
 
     /// The last lines of every node daemon's log, for a failure report.

@@ -93,6 +93,22 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .add_program(reference, program)
     }
+
+    /// Builds and serves a [`LocalImage`](super::images::LocalImage).
+    pub fn add_local(&self, image: super::images::LocalImage) -> Result<()> {
+        self.store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add_local(image)
+    }
+
+    /// Serves the image `existing` under `name` too ([`ImageStore::alias`]).
+    pub fn alias(&self, existing: &str, name: &str) -> bool {
+        self.store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .alias(existing, name)
+    }
 }
 
 /// The store, also after a panic elsewhere (it is only ever added to).

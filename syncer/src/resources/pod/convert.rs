@@ -8,7 +8,7 @@ use crds::{
 };
 use k8s_openapi::{
     api::core::v1::{
-        Affinity, Container, EnvVar, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
+        Affinity, EnvVar, EphemeralContainer, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
         PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Toleration,
         Volume, VolumeProjection,
     },
@@ -126,6 +126,10 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
         return Err(Refusal::NodeNameSet(node.clone()));
     }
+    // The apiserver refuses ephemeral containers in a new pod. A pod that has some (one recreated after a
+    // pause) gets them through the super pod's subresource once it exists, each judged on its own
+    // ([`ephemeral_to_super`]), so that one the policy refuses does not keep the whole pod from running.
+    spec.ephemeral_containers = None;
     let input = super::policy::PolicyInput {
         tenant: cx.pod_policy,
         platform: cx.platform_policy,
@@ -184,7 +188,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
             .iter_mut()
             .chain(spec.init_containers.iter_mut().flatten())
         {
-            set_apiserver_env(container, ip, *port);
+            set_apiserver_env(&mut container.env, ip, *port);
         }
     }
     for container in spec
@@ -192,7 +196,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten())
     {
-        literal_downward_env(container, &tenant_namespace, &tenant_uid);
+        literal_downward_env(&mut container.env, &tenant_namespace, &tenant_uid);
     }
 
     if let Some(affinity) = &mut spec.affinity {
@@ -464,7 +468,7 @@ const APISERVER_HOST: &str = "kubernetes.default.svc";
 
 /// The variables a kubelet sets for the `kubernetes` Service, pointing at the tenant's apiserver. Explicit
 /// container variables win over the kubelet's, so these replace the super cluster's.
-fn set_apiserver_env(container: &mut Container, ip: &str, port: i32) {
+fn set_apiserver_env(env: &mut Option<Vec<EnvVar>>, ip: &str, port: i32) {
     let url = format!("tcp://{ip}:{port}");
     let values = [
         ("KUBERNETES_SERVICE_HOST".to_owned(), APISERVER_HOST.to_owned()),
@@ -476,7 +480,7 @@ fn set_apiserver_env(container: &mut Container, ip: &str, port: i32) {
         (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
         (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), ip.to_owned()),
     ];
-    let env = container.env.get_or_insert_with(Vec::new);
+    let env = env.get_or_insert_with(Vec::new);
     for (name, value) in values {
         if !env.iter().any(|e| e.name == name) {
             env.push(EnvVar {
@@ -489,8 +493,8 @@ fn set_apiserver_env(container: &mut Container, ip: &str, port: i32) {
 }
 
 /// Downward-API variables whose value differs in the super cluster become literals.
-fn literal_downward_env(container: &mut Container, tenant_namespace: &str, tenant_uid: &str) {
-    for var in container.env.iter_mut().flatten() {
+fn literal_downward_env(env: &mut Option<Vec<EnvVar>>, tenant_namespace: &str, tenant_uid: &str) {
+    for var in env.iter_mut().flatten() {
         let field = var
             .value_from
             .as_ref()
@@ -647,6 +651,90 @@ pub fn missing_tolerations<'t>(tenant: &'t CachedPodSpec, super_spec: &CachedPod
         .iter()
         .filter(|t| !super_spec.tolerations.contains(t))
         .collect()
+}
+
+/// Everything an ephemeral container's conversion depends on.
+pub struct EphemeralConversion<'a> {
+    /// The VirtualCluster's `podPolicy`.
+    pub pod_policy: &'a PodPolicy,
+    /// What the platform allows every tenant.
+    pub platform_policy: &'a PlatformPodPolicy,
+    /// Super cluster IP and port of the tenant's `default/kubernetes` Service.
+    pub apiserver: Option<(&'a str, i32)>,
+}
+
+/// The ephemeral container a tenant added to its running pod, as the super pod gets it: translated as the
+/// pod's own containers were when it was created (the tenant's apiserver in the `KUBERNETES_*` variables,
+/// downward-API namespace and uid as the tenant's values; volumes, ConfigMaps and Secrets keep their names
+/// in the super namespace, and a mounted token volume is already the tenant's), or what the pod policy
+/// refuses in it.
+pub fn ephemeral_to_super(
+    tenant: &Pod,
+    container: &EphemeralContainer,
+    cx: &EphemeralConversion<'_>,
+) -> Result<EphemeralContainer, Vec<String>> {
+    let spec = tenant.spec.clone().unwrap_or_default();
+    let input = super::policy::PolicyInput {
+        tenant: cx.pod_policy,
+        platform: cx.platform_policy,
+        // Placement, priority and runtime class are the pod's, fixed at creation.
+        forced_runtime_class: None,
+        published_priority_class: &|_| false,
+    };
+    let violations = super::policy::ephemeral_container_violations(
+        container,
+        &spec,
+        tenant.metadata.annotations.as_ref(),
+        &input,
+    );
+    if !violations.is_empty() {
+        return Err(violations);
+    }
+    let mut converted = container.clone();
+    if let Some((ip, port)) = cx.apiserver {
+        set_apiserver_env(&mut converted.env, ip, port);
+    }
+    literal_downward_env(
+        &mut converted.env,
+        tenant.metadata.namespace.as_deref().unwrap_or_default(),
+        tenant.metadata.uid.as_deref().unwrap_or_default(),
+    );
+    Ok(converted)
+}
+
+/// How a tenant pod's ephemeral containers stand against its super pod's.
+#[derive(Debug, Default, PartialEq)]
+pub struct EphemeralChanges<'t> {
+    /// The tenant's the super pod lacks: to be added.
+    pub missing: Vec<&'t ContainerImage>,
+    /// The tenant's that the super pod has under the same name with another image: ephemeral containers
+    /// can never change, so these stay as the super pod has them.
+    pub changed: Vec<&'t ContainerImage>,
+}
+
+impl EphemeralChanges<'_> {
+    /// Whether the super pod has every ephemeral container of the tenant's, as the tenant has it.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// Compares ephemeral containers by name and image. Those only the super pod has are left alone: they
+/// cannot be removed, and one the platform added to debug the super pod is not the tenant's.
+pub fn ephemeral_changes<'t>(tenant: &'t CachedPodSpec, super_spec: &CachedPodSpec) -> EphemeralChanges<'t> {
+    let mut changes = EphemeralChanges::default();
+    for wanted in &tenant.ephemeral_containers {
+        match super_spec
+            .ephemeral_containers
+            .iter()
+            .find(|have| have.name == wanted.name)
+        {
+            None => changes.missing.push(wanted),
+            Some(have) if have.image != wanted.image => changes.changed.push(wanted),
+            Some(_) => {}
+        }
+    }
+    changes
 }
 
 /// The cached view of a full pod's spec.
@@ -978,5 +1066,75 @@ mod tests {
             mutable_view(&cached_spec(&pod)),
             mutable_view(&cached_spec(&relabelled))
         );
+    }
+
+    #[test]
+    fn an_ephemeral_container_gets_the_tenants_apiserver_and_downward_values() {
+        let mut pod = tenant_pod();
+        let debug: EphemeralContainer = serde_json::from_value(serde_json::json!({
+            "name": "debugger", "image": "busybox", "targetContainerName": "web",
+            "command": ["sh"], "stdin": true, "tty": true,
+            "env": [{"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
+            "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+        }))
+        .expect("ephemeral container");
+        pod.spec.as_mut().expect("spec").ephemeral_containers = Some(vec![debug.clone()]);
+        let platform = PlatformPodPolicy::default();
+        let policy = PodPolicy::default();
+        let cx = EphemeralConversion {
+            pod_policy: &policy,
+            platform_policy: &platform,
+            apiserver: Some(("10.96.0.1", 443)),
+        };
+        let converted = ephemeral_to_super(&pod, &debug, &cx).expect("allowed");
+        assert_eq!(converted.target_container_name.as_deref(), Some("web"));
+        assert_eq!(converted.stdin, Some(true));
+        assert_eq!(converted.volume_mounts, debug.volume_mounts);
+        let env = converted.env.expect("env");
+        let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+        assert_eq!(value("MY_UID").as_deref(), Some("pod-uid"));
+        assert_eq!(
+            value("KUBERNETES_SERVICE_HOST").as_deref(),
+            Some("kubernetes.default.svc")
+        );
+        assert_eq!(
+            value("KUBERNETES_PORT_443_TCP_ADDR").as_deref(),
+            Some("10.96.0.1")
+        );
+
+        // Privileged: refused, named.
+        let mut privileged = debug.clone();
+        privileged.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        let refused = ephemeral_to_super(&pod, &privileged, &cx).expect_err("refused");
+        assert_eq!(refused, ["privileged ephemeral container \"debugger\""]);
+
+        // A pod created with ephemeral containers (recreated after a pause) gets them afterwards.
+        let created = convert(&pod, &PodPolicy::default(), &endpoints()).expect("converted");
+        assert_eq!(created.pod.spec.expect("spec").ephemeral_containers, None);
+    }
+
+    #[test]
+    fn ephemeral_containers_are_compared_by_name_and_image() {
+        let spec = |containers: serde_json::Value| -> CachedPodSpec {
+            serde_json::from_value(serde_json::json!({"ephemeralContainers": containers})).expect("spec")
+        };
+        let tenant = spec(serde_json::json!([
+            {"name": "dbg", "image": "busybox"},
+            {"name": "new", "image": "busybox"},
+            {"name": "moved", "image": "busybox:2"}
+        ]));
+        let super_spec = spec(serde_json::json!([
+            {"name": "dbg", "image": "busybox"},
+            {"name": "moved", "image": "busybox:1"},
+            {"name": "platform-debugger", "image": "netshoot"}
+        ]));
+        let changes = ephemeral_changes(&tenant, &super_spec);
+        let names = |list: &[&ContainerImage]| list.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&changes.missing), ["new"]);
+        assert_eq!(names(&changes.changed), ["moved"]);
+        assert!(ephemeral_changes(&super_spec, &super_spec).is_empty());
     }
 }

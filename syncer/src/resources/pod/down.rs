@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    policy, token,
+    ephemeral, policy, token,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -92,6 +92,49 @@ async fn tenant_dns_ip(ctx: &Context, service: &crate::config::TenantDnsService)
     Ok(ip)
 }
 
+/// The super cluster IP and first port of the tenant Service `namespace/name`: `None` when the tenant has
+/// no such Service, `Err` with a reason while it has one that is not yet in the super cluster.
+fn synced_service_address(
+    ctx: &Context,
+    tenant: &Tenant,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(String, i32)>, String> {
+    if tenant
+        .stores
+        .services
+        .get(&ObjectRef::new(name).within(namespace))
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let super_namespace = tenant.identity.super_namespace(namespace);
+    let service = ctx
+        .supers
+        .services
+        .get(&ObjectRef::new(name).within(&super_namespace))
+        .filter(|s| identity::belongs_to(s.meta(), &tenant.identity.cluster_key));
+    let spec = service.as_ref().and_then(|s| s.spec.as_ref());
+    match spec
+        .and_then(|s| s.cluster_ip.clone())
+        .filter(|ip| !ip.is_empty() && ip != "None")
+    {
+        Some(ip) => Ok(Some((
+            ip,
+            spec.and_then(|s| s.ports.as_ref()?.first().map(|p| p.port))
+                .unwrap_or(443),
+        ))),
+        None => Err(format!(
+            "waiting for the tenant's {namespace}/{name} Service to reach the super cluster"
+        )),
+    }
+}
+
+/// Where the tenant's apiserver is reachable from super pods (its `default/kubernetes` Service).
+pub(super) fn tenant_apiserver(ctx: &Context, tenant: &Tenant) -> Result<Option<(String, i32)>, String> {
+    synced_service_address(ctx, tenant, "default", "kubernetes")
+}
+
 /// Where the tenant's DNS and apiserver are, from the synced Services (the DNS is `tenant_dns` when the
 /// syncer names a tenant DNS Service); `Err` with a reason while a Service the tenant has is not yet in the
 /// super cluster.
@@ -100,43 +143,13 @@ fn tenant_endpoints(
     tenant: &Tenant,
     tenant_dns: Option<String>,
 ) -> Result<TenantEndpoints, String> {
-    let lookup = |namespace: &str, name: &str| -> Result<Option<(String, i32)>, String> {
-        if tenant
-            .stores
-            .services
-            .get(&ObjectRef::new(name).within(namespace))
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let super_namespace = tenant.identity.super_namespace(namespace);
-        let service = ctx
-            .supers
-            .services
-            .get(&ObjectRef::new(name).within(&super_namespace))
-            .filter(|s| identity::belongs_to(s.meta(), &tenant.identity.cluster_key));
-        let spec = service.as_ref().and_then(|s| s.spec.as_ref());
-        match spec
-            .and_then(|s| s.cluster_ip.clone())
-            .filter(|ip| !ip.is_empty() && ip != "None")
-        {
-            Some(ip) => Ok(Some((
-                ip,
-                spec.and_then(|s| s.ports.as_ref()?.first().map(|p| p.port))
-                    .unwrap_or(443),
-            ))),
-            None => Err(format!(
-                "waiting for the tenant's {namespace}/{name} Service to reach the super cluster"
-            )),
-        }
-    };
     let dns_ip = match tenant_dns {
         Some(ip) => Some(ip),
-        None => lookup("kube-system", "kube-dns")?.map(|(ip, _)| ip),
+        None => synced_service_address(ctx, tenant, "kube-system", "kube-dns")?.map(|(ip, _)| ip),
     };
     Ok(TenantEndpoints {
         dns_ip,
-        apiserver: lookup("default", "kubernetes")?,
+        apiserver: tenant_apiserver(ctx, tenant)?,
     })
 }
 
@@ -659,13 +672,13 @@ pub const REASON_UPDATE_REFUSED: &str = "UpdateRefused";
 /// Reason of the event on a tenant pod whose in-place resize the super cluster refused.
 pub const REASON_RESIZE_REFUSED: &str = "ResizeRefused";
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+pub(super) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 /// Whether the super apiserver refused a request for what it asked (invalid, forbidden by admission, not
 /// served), as opposed to failing in a way worth retrying.
-fn is_refusal(error: &crate::Error) -> bool {
+pub(super) fn is_refusal(error: &crate::Error) -> bool {
     [400, 403, 405, 422].into_iter().any(|code| error.is_status(code))
         || (error.is_status(404)
             && error
@@ -783,17 +796,21 @@ async fn update(
         }
     };
 
+    let ephemeral = ephemeral::sync(ctx, tenant, tenant_pod, super_pod, api).await?;
+    writes += ephemeral.writes;
+
     let metadata_in_sync = identity::recorded_hash(super_pod.meta()) == Some(hash.as_str())
         && identity::metadata_covers(&desired_meta, super_pod.meta());
     let in_sync = metadata_in_sync
         && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec)
         && added.is_empty()
         && annotation(super_pod.meta(), ANNOTATION_REFUSED_RESIZE) == refused_resize.as_deref()
-        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) == refused_tolerations.as_deref();
+        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) == refused_tolerations.as_deref()
+        && annotation(super_pod.meta(), ephemeral::ANNOTATION_REFUSED) == ephemeral.refused.as_deref();
     if !in_sync {
         // The whole super pod is applied back with the tenant's changes, which keeps the syncer's ownership
         // of every field it set at creation; read it as it is now (after a resize, the resized one).
-        let params = match resized {
+        let params = match resized || ephemeral.added {
             true => GetParams::default(),
             false => GetParams::at(super_pod.meta().resource_version.as_deref().unwrap_or("0")),
         };
@@ -808,6 +825,7 @@ async fn update(
         for (key, value) in [
             (ANNOTATION_REFUSED_RESIZE, refused_resize),
             (ANNOTATION_REFUSED_TOLERATIONS, refused_tolerations),
+            (ephemeral::ANNOTATION_REFUSED, ephemeral.refused),
         ] {
             if let Some(value) = value {
                 meta = with_annotation(meta, key, value);
@@ -837,9 +855,13 @@ async fn update(
         writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
     }
     writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
-    Ok(match writes {
-        0 => Outcome::InSync,
-        writes => Outcome::Updated { writes },
+    Ok(match (ephemeral.waiting, writes) {
+        (Some(reason), _) => Outcome::Waiting {
+            reason,
+            retry_after: Some(Duration::from_secs(1)),
+        },
+        (None, 0) => Outcome::InSync,
+        (None, writes) => Outcome::Updated { writes },
     })
 }
 
@@ -869,6 +891,9 @@ fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec, ad
     }
     spec.active_deadline_seconds = tenant.active_deadline_seconds;
     spec.node_name = None;
+    // Ephemeral containers are the `ephemeralcontainers` subresource's: an apply of the pod that carried
+    // them would own them, and one from a read that missed a container just added would remove it.
+    spec.ephemeral_containers = None;
     Pod {
         metadata: ObjectMeta {
             name: metadata.name,
@@ -1301,4 +1326,133 @@ mod tests {
         tenants.idle().await;
     }
 
+    /// A running pod to which the tenant added ephemeral containers (`kubectl debug`), one of them
+    /// privileged.
+    fn debugged() -> serde_json::Value {
+        let mut pod = running("busybox:1", "100m", json!([]));
+        pod["spec"]["ephemeralContainers"] = json!([
+            {"name": "dbg", "image": "busybox", "targetContainerName": "c", "stdin": true, "tty": true,
+                "env": [{"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]},
+            {"name": "root", "image": "busybox", "securityContext": {"privileged": true}}
+        ]);
+        pod
+    }
+
+    #[tokio::test]
+    async fn ephemeral_containers_reach_the_running_super_pod_and_a_refused_one_is_told_once() {
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            mut super_caches,
+        } = running_pod(debugged(), identity_annotations());
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let (outcome, recorded) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            // The cache keeps names and images: the whole pod is read to translate the new containers.
+            tenants
+                .expect("GET", "/api/v1/namespaces/shop/pods/web?")
+                .await
+                .ok(debugged());
+            let added = supers.expect("PATCH", &format!("{POD}/ephemeralcontainers?")).await;
+            assert_eq!(added.body["metadata"]["uid"], "super-uid");
+            let containers = added.body["spec"]["ephemeralContainers"].as_array().cloned().unwrap_or_default();
+            assert_eq!(containers.len(), 1, "{}", added.body);
+            assert_eq!(containers[0]["name"], "dbg");
+            assert_eq!(containers[0]["targetContainerName"], "c");
+            assert_eq!(containers[0]["env"][0], json!({"name": "MY_NS", "value": "shop"}));
+            added.ok(json!({}));
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_POLICY_VIOLATION);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("privileged ephemeral container \"root\""), "{note}");
+            event.echo();
+            // After an addition the pod is read as it is now, and applied without ephemeral containers,
+            // which stay the subresource's.
+            let read = supers.expect("GET", POD).await;
+            assert!(!read.uri.contains("resourceVersion"), "{}", read.uri);
+            let mut now = super_pod(identity_annotations());
+            now["spec"]["ephemeralContainers"] = json!([{"name": "dbg", "image": "busybox"}]);
+            read.ok(now);
+            let applied = supers.expect("PATCH", &format!("{POD}?")).await;
+            assert!(applied.body["spec"].get("ephemeralContainers").is_none(), "{}", applied.body);
+            assert!(
+                applied.body["metadata"]["annotations"][ephemeral::ANNOTATION_REFUSED].is_string(),
+                "{}",
+                applied.body
+            );
+            applied.echo()["metadata"].clone()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 2 });
+
+        // Synced again with the addition and the refusal recorded: nothing is asked or told again.
+        let mut now = super_pod(recorded["annotations"].clone());
+        now["metadata"]["labels"] = recorded["labels"].clone();
+        now["spec"]["ephemeralContainers"] = json!([{"name": "dbg", "image": "busybox"}]);
+        put(&mut super_caches.pods, from_json(now));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), sync(&ctx, &tenant, &item)).await;
+        assert_eq!(outcome.expect("no request").expect("synced"), Outcome::InSync);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn an_ephemeral_container_the_super_cluster_refuses_or_has_otherwise_is_told() {
+        let mut tenant_pod = debugged();
+        tenant_pod["spec"]["ephemeralContainers"] = json!([
+            {"name": "dbg", "image": "busybox"},
+            {"name": "old", "image": "busybox:2"}
+        ]);
+        let mut below = super_pod(identity_annotations());
+        below["spec"]["ephemeralContainers"] = json!([{"name": "old", "image": "busybox:1"}]);
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            mut super_caches,
+        } = running_pod(tenant_pod.clone(), identity_annotations());
+        put(&mut super_caches.pods, from_json(below.clone()));
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let (outcome, recorded) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            tenants
+                .expect("GET", "/api/v1/namespaces/shop/pods/web?")
+                .await
+                .ok(tenant_pod.clone());
+            supers
+                .expect("PATCH", &format!("{POD}/ephemeralcontainers?"))
+                .await
+                .fail(422, "Invalid", "pods \"web\" is forbidden: violates PodSecurity \"baseline:latest\"");
+            // Both in one event, each container named.
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], ephemeral::REASON_EPHEMERAL_REFUSED);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("\"old\"") && note.contains("never changed"), "{note}");
+            assert!(note.contains("\"dbg\"") && note.contains("violates PodSecurity"), "{note}");
+            event.echo();
+            supers.expect("GET", POD).await.ok(below.clone());
+            let applied = supers.expect("PATCH", &format!("{POD}?")).await;
+            let told = applied.body["metadata"]["annotations"][ephemeral::ANNOTATION_REFUSED]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert_eq!(told.split(',').count(), 2, "{}", applied.body);
+            applied.echo()["metadata"].clone()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+
+        // Told once: with the refusals recorded nothing is tried or told again.
+        let mut now = below;
+        now["metadata"]["annotations"] = recorded["annotations"].clone();
+        now["metadata"]["labels"] = recorded["labels"].clone();
+        put(&mut super_caches.pods, from_json(now));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), sync(&ctx, &tenant, &item)).await;
+        assert_eq!(outcome.expect("no request").expect("synced"), Outcome::InSync);
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }

@@ -1,8 +1,9 @@
-//! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]) and
-//! service-account tokens ([`token`]), and up ([`up`]).
+//! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]),
+//! service-account tokens ([`token`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]).
 
 pub mod convert;
 pub mod down;
+pub mod ephemeral;
 pub mod policy;
 pub mod token;
 pub mod up;

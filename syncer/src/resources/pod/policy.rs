@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{
-    Capabilities, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SecurityContext, Taint, Toleration,
+    Capabilities, EphemeralContainer, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SecurityContext,
+    Taint, Toleration,
 };
 
 use crate::config::PlatformPodPolicy;
@@ -333,6 +334,56 @@ fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec<String>) {
     }
 }
 
+/// Everything an ephemeral container a tenant adds to its running pod asks for that the policy does not
+/// allow, as [`violations`] names it for a pod's own containers; plus references the tenant apiserver
+/// should have refused (a volume the pod does not have, a target that is not one of its containers), since
+/// whatever the tenant writes is checked here again. Only this container and the annotations about it are
+/// looked at: the rest of the pod was judged when it was created.
+pub fn ephemeral_container_violations(
+    container: &EphemeralContainer,
+    pod: &PodSpec,
+    annotations: Option<&BTreeMap<String, String>>,
+    input: &PolicyInput<'_>,
+) -> Vec<String> {
+    let alone = PodSpec {
+        ephemeral_containers: Some(vec![container.clone()]),
+        ..Default::default()
+    };
+    let own_keys: BTreeMap<String, String> = annotations
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| {
+            [APPARMOR_ANNOTATION_PREFIX, SECCOMP_CONTAINER_ANNOTATION_PREFIX]
+                .iter()
+                .any(|prefix| key.strip_prefix(prefix) == Some(container.name.as_str()))
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let mut found = violations(&alone, Some(&own_keys), input);
+    let volumes: Vec<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+    let mounted = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.name.as_str())
+        .chain(container.volume_devices.iter().flatten().map(|d| d.name.as_str()));
+    for volume in mounted.filter(|v| !volumes.contains(v)) {
+        found.push(format!(
+            "volume {volume:?} of ephemeral container {:?}, which the pod does not have",
+            container.name
+        ));
+    }
+    if let Some(target) = container.target_container_name.as_deref()
+        && !pod.containers.iter().any(|c| c.name == target)
+    {
+        found.push(format!(
+            "targetContainerName {target:?} of ephemeral container {:?}, which is not a container of the pod",
+            container.name
+        ));
+    }
+    found
+}
+
 /// The tolerations of `tolerations` the policy does not allow, each described as in [`violations`]; what a
 /// running pod may add is held to the same rules as what it was created with.
 pub fn refused_tolerations<'t>(
@@ -549,5 +600,52 @@ mod tests {
         };
         assert_eq!(check(&pod, json!({}), &allowed), Vec::<String>::new());
         assert_eq!(check(&pod, json!({}), &PodPolicy::default()).len(), 2);
+    }
+
+    #[test]
+    fn an_ephemeral_container_is_judged_alone_as_a_pods_own_would_be() {
+        let pod = spec(json!({
+            "hostNetwork": true,
+            "containers": [{"name": "web"}],
+            "volumes": [{"name": "data", "emptyDir": {}}]
+        }));
+        let container = |value: serde_json::Value| -> EphemeralContainer {
+            serde_json::from_value(value).expect("ephemeral container")
+        };
+        let platform = PlatformPodPolicy::default();
+        let input = PolicyInput {
+            tenant: &PodPolicy::default(),
+            platform: &platform,
+            forced_runtime_class: None,
+            published_priority_class: &|_| false,
+        };
+        let annotations: BTreeMap<String, String> = serde_json::from_value(json!({
+            "container.apparmor.security.beta.kubernetes.io/web": "unconfined",
+            "container.apparmor.security.beta.kubernetes.io/dbg": "unconfined"
+        }))
+        .expect("annotations");
+        // What `kubectl debug --target=web` writes: the pod's hostNetwork and the other container's
+        // annotation were judged at creation and are not this container's.
+        let debug = container(json!({"name": "debugger", "image": "busybox", "targetContainerName": "web",
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}));
+        assert_eq!(
+            ephemeral_container_violations(&debug, &pod, Some(&annotations), &input),
+            Vec::<String>::new()
+        );
+        let hostile = container(json!({"name": "dbg", "image": "busybox", "targetContainerName": "other",
+            "securityContext": {"privileged": true, "capabilities": {"add": ["SYS_ADMIN"]}},
+            "volumeMounts": [{"name": "host-root", "mountPath": "/host"}]}));
+        let found = ephemeral_container_violations(&hostile, &pod, Some(&annotations), &input);
+        let expected = [
+            "privileged ephemeral container \"dbg\"",
+            "annotation container.apparmor.security.beta.kubernetes.io/dbg Unconfined",
+            "capability SYS_ADMIN of ephemeral container \"dbg\"",
+            "volume \"host-root\" of ephemeral container \"dbg\"",
+            "targetContainerName \"other\" of ephemeral container \"dbg\"",
+        ];
+        for want in expected {
+            assert!(found.iter().any(|f| f.starts_with(want)), "{want} not in {found:#?}");
+        }
+        assert_eq!(found.len(), expected.len(), "{found:#?}");
     }
 }

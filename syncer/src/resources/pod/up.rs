@@ -10,7 +10,7 @@ use kube::{
 
 use super::down::finalize_tenant_pod;
 use crate::{
-    cached::{CachedCondition, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
+    cached::{CachedCondition, ContainerImage, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
     resources::{
@@ -22,8 +22,18 @@ use crate::{
 };
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
-/// manage (readiness gates) stay theirs.
-fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
+/// manage (readiness gates) stay theirs, and only the tenant's own ephemeral containers are reported (one
+/// the platform added to the super pod to debug it is not the tenant's to see).
+fn status_from_super(super_status: PodStatus, gates: &[String], ephemeral: &[ContainerImage]) -> PodStatus {
+    let ephemeral_container_statuses = super_status
+        .ephemeral_container_statuses
+        .map(|statuses| {
+            statuses
+                .into_iter()
+                .filter(|s| ephemeral.iter().any(|c| c.name == s.name))
+                .collect::<Vec<_>>()
+        })
+        .filter(|statuses| !statuses.is_empty());
     PodStatus {
         phase: super_status.phase,
         message: super_status.message,
@@ -37,7 +47,7 @@ fn status_from_super(super_status: PodStatus, gates: &[String]) -> PodStatus {
             .map(|cs| cs.into_iter().filter(|c| !gates.contains(&c.type_)).collect()),
         container_statuses: super_status.container_statuses,
         init_container_statuses: super_status.init_container_statuses,
-        ephemeral_container_statuses: super_status.ephemeral_container_statuses,
+        ephemeral_container_statuses,
         ..Default::default()
     }
 }
@@ -58,6 +68,8 @@ fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
             == have.container_statuses
         && container_statuses_hash(want.init_container_statuses.as_deref().unwrap_or_default())
             == have.init_container_statuses
+        && container_statuses_hash(want.ephemeral_container_statuses.as_deref().unwrap_or_default())
+            == have.ephemeral_container_statuses
         && conditions_present
 }
 
@@ -127,7 +139,11 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     }
 
     if let Some(super_status) = super_pod.parsed_status() {
-        let want = status_from_super(super_status, &tenant_pod.spec.readiness_gates);
+        let want = status_from_super(
+            super_status,
+            &tenant_pod.spec.readiness_gates,
+            &tenant_pod.spec.ephemeral_containers,
+        );
         let after_binding;
         let have = if bound {
             after_binding = bound_status(&tenant_pod.status);
@@ -286,5 +302,34 @@ mod tests {
         assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
         supers.idle().await;
         tenants.idle().await;
+    }
+
+    #[test]
+    fn only_the_tenants_own_ephemeral_containers_report_up_and_a_change_of_theirs_is_written() {
+        let statuses = |state: &str| -> PodStatus {
+            from_json(json!({"phase": "Running", "ephemeralContainerStatuses": [
+                {"name": "dbg", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {state: {}}},
+                {"name": "platform-debugger", "image": "netshoot", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"running": {}}}
+            ]}))
+        };
+        let tenant: Vec<ContainerImage> = from_json(json!([{"name": "dbg", "image": "busybox"}]));
+        let want = status_from_super(statuses("waiting"), &[], &tenant);
+        let names: Vec<String> = want
+            .ephemeral_container_statuses
+            .iter()
+            .flatten()
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(names, ["dbg"]);
+        // The tenant pod as that status left it, then the container starts: a status write.
+        let written: TenantPodStatus =
+            from_json(serde_json::to_value(&want).expect("status"));
+        assert!(status_matches(&want, &written));
+        let started = status_from_super(statuses("running"), &[], &tenant);
+        assert!(!status_matches(&started, &written));
+        // A pod without ephemeral containers reports none.
+        assert_eq!(status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses, None);
     }
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs the upstream Kubernetes conformance suite against a plain cluster and against a tenant of the same
+# sandbox, and compares them: pass counts of each, and every test that passes on the plain cluster but not in
+# the tenant, with its failure. It runs the suite; it does not build Kubernetes (see README.md here).
+#
+#   e2e/conformance/run.sh --e2e-test PATH --ginkgo PATH --agnhost PATH [--out DIR] [--procs N]
+#                          [--focus REGEX] [--skip REGEX] [--only plain|tenant]
+#
+# The plain cluster is the sandbox's super cluster (real etcd, kube-apiserver, controller-manager, scheduler
+# and one real node: kubelet, containerd, kube-proxy); the tenant is an adopted tenant of it whose pods the
+# syncer runs on that node. Both see the same node and the same images.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+e2e_test="" ginkgo="" agnhost="" out="" procs=2 only=""
+focus='\[Conformance\]'
+skip='\[Disruptive\]|\[Flaky\]'
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --e2e-test) e2e_test="$2"; shift 2 ;;
+    --ginkgo) ginkgo="$2"; shift 2 ;;
+    --agnhost) agnhost="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --procs) procs="$2"; shift 2 ;;
+    --focus) focus="$2"; shift 2 ;;
+    --skip) skip="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for pair in "e2e-test:$e2e_test" "ginkgo:$ginkgo" "agnhost:$agnhost"; do
+  name="${pair%%:*}" path="${pair#*:}"
+  if [ -z "$path" ] || [ ! -x "$path" ]; then
+    echo "run.sh: --$name must name an executable (got '${path}'); see e2e/conformance/README.md" >&2
+    exit 2
+  fi
+done
+case "$only" in ""|plain|tenant) ;; *) echo "run.sh: --only takes plain or tenant" >&2; exit 2 ;; esac
+e2e_test="$(realpath "$e2e_test")" ginkgo="$(realpath "$ginkgo")" agnhost="$(realpath "$agnhost")"
+out="$(realpath -m "${out:-target/conformance/$(date -u +%Y%m%dT%H%M%SZ)}")"
+mkdir -p "$out"
+assets="${KUBEBUILDER_ASSETS:-/usr/local/kubebuilder/bin}"
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+echo "==> building vc-sandbox and conformance_report"
+cargo build --release -q -p local-cluster --bin vc-sandbox
+cargo build --release -q -p e2e --bin conformance_report
+
+echo "==> starting the sandbox (log: $out/sandbox.log)"
+"$target_dir/release/vc-sandbox" --nodes 1 --tenant conformance --vnode-mode usable --dir "$out/sandbox" \
+  --conformance-images "$e2e_test" --agnhost "$agnhost" >"$out/sandbox.log" 2>&1 &
+sandbox_pid=$!
+stop_sandbox() {
+  if kill -0 "$sandbox_pid" 2>/dev/null; then
+    kill -INT "$sandbox_pid" 2>/dev/null || true
+    wait "$sandbox_pid" 2>/dev/null || true
+  fi
+}
+trap stop_sandbox EXIT
+for _ in $(seq 1 900); do
+  grep -q "sandbox is up" "$out/sandbox.log" && break
+  if ! kill -0 "$sandbox_pid" 2>/dev/null; then
+    echo "run.sh: the sandbox stopped before it was up:" >&2
+    tail -20 "$out/sandbox.log" >&2
+    exit 1
+  fi
+  sleep 1
+done
+grep -q "sandbox is up" "$out/sandbox.log" || { echo "run.sh: the sandbox was not up in 900 s" >&2; exit 1; }
+grep "not serving" "$out/sandbox.log" || true
+
+run_suite() { # name kubeconfig
+  local name="$1" kubeconfig="$2"
+  echo "==> conformance against the $name ($procs processes; log: $out/$name.log)"
+  local started=$SECONDS
+  # The suite's own exit status is its failures, which the report counts.
+  "$ginkgo" --procs="$procs" --timeout=24h --output-dir="$out" --json-report="$name.json" \
+    --focus="$focus" --skip="$skip" --no-color "$e2e_test" -- \
+    --kubeconfig="$kubeconfig" --provider=skeleton --kubectl-path="$assets/kubectl" \
+    --report-dir="$out/$name" --disable-log-dump >"$out/$name.log" 2>&1 || true
+  echo "    $name: $(( SECONDS - started )) s"
+}
+[ "$only" = tenant ] || run_suite plain "$out/sandbox/super.kubeconfig"
+[ "$only" = plain ] || run_suite tenant "$out/sandbox/conformance.kubeconfig"
+
+if [ -z "$only" ]; then
+  echo "==> comparison (also in $out/report.txt)"
+  "$target_dir/release/conformance_report" "$out/plain.json" "$out/tenant.json" | tee "$out/report.txt"
+fi
