@@ -355,12 +355,19 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     let requests = parse_quantity(&usage.apiserver_requests_per_second.context("rate")?.0, 1000.0)
         .context("rate quantity")?;
     assert!(requests > 0, "the syncer's own watches and reads make requests");
-    let other_vc = until(&vcs, "other", "status.usage of other", |vc| {
+    let other_vc = match until(&vcs, "other", "status.usage of other", |vc| {
         vc.and_then(|vc| vc.status.as_ref()?.usage.as_ref())
             .is_some_and(|u| shows(u, &other))
     })
-    .await?
-    .context("other")?;
+    .await
+    {
+        Ok(vc) => vc.context("other")?,
+        Err(error) => {
+            let seen = vcs.get("other").await?.status.and_then(|s| s.usage);
+            let now = expected(&super_client, &other_key).await?;
+            anyhow::bail!("{error}: status.usage {seen:?}, expected {other:?}, now {now:?}");
+        }
+    };
     let other_usage = other_vc.status.and_then(|s| s.usage).context("usage")?;
     assert_eq!(
         other_usage.apiserver_requests_per_second, None,
