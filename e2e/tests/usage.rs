@@ -344,12 +344,19 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
 
     // status.usage shows exactly the metered tenant's own figures (and the apiserver's request rate once
     // it has been read twice); the other tenant's shows its own.
-    let vc = until(&vcs, "metered", "status.usage of metered", |vc| {
+    let vc = match until(&vcs, "metered", "status.usage of metered", |vc| {
         vc.and_then(|vc| vc.status.as_ref()?.usage.as_ref())
             .is_some_and(|u| shows(u, &metered) && u.apiserver_requests_per_second.is_some())
     })
-    .await?
-    .context("metered")?;
+    .await
+    {
+        Ok(vc) => vc.context("metered")?,
+        Err(error) => {
+            let seen = vcs.get("metered").await?.status.and_then(|s| s.usage);
+            let now = expected(&super_client, &key).await?;
+            anyhow::bail!("{error}: status.usage {seen:?}, expected {metered:?}, now {now:?}");
+        }
+    };
     let usage = vc.status.and_then(|s| s.usage).context("usage")?;
     eprintln!("status.usage of metered: {}", serde_json::to_string(&usage)?);
     let requests = parse_quantity(&usage.apiserver_requests_per_second.context("rate")?.0, 1000.0)
