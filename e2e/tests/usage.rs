@@ -150,7 +150,8 @@ fn shows(usage: &TenantUsage, expected: &Expected) -> bool {
     let quantity = |q: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>, scale| {
         q.as_ref().and_then(|q| parse_quantity(&q.0, scale))
     };
-    quantity(&usage.cpu, 1000.0) == Some(((expected.cpu_nano_cores + 500_000) / 1_000_000) as i64)
+    usage.cpu.as_ref().and_then(kubectl_vc::top::thousandths)
+        == Some(((expected.cpu_nano_cores + 500_000) / 1_000_000) as i64)
         && quantity(&usage.memory, 1.0) == Some(expected.memory_bytes as i64)
         && usage.pods == Some(expected.pods)
         && usage.measured_pods == Some(expected.pods)
@@ -359,7 +360,7 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     };
     let usage = vc.status.and_then(|s| s.usage).context("usage")?;
     eprintln!("status.usage of metered: {}", serde_json::to_string(&usage)?);
-    let requests = parse_quantity(&usage.apiserver_requests_per_second.context("rate")?.0, 1000.0)
+    let requests = kubectl_vc::top::thousandths(&usage.apiserver_requests_per_second.context("rate")?)
         .context("rate quantity")?;
     assert!(requests > 0, "the syncer's own watches and reads make requests");
     let other_vc = match until(&vcs, "other", "status.usage of other", |vc| {

@@ -47,6 +47,15 @@ fn amount(
     quantity.and_then(|q| parse_quantity(&q.0, scale))
 }
 
+/// Thousandths of a quantity, exactly for the `<integer>m` form the syncer writes (the shared
+/// `parse_quantity` goes through floating point and rounds up, so `175m` would read as 176).
+pub fn thousandths(quantity: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<i64> {
+    match quantity.0.strip_suffix('m').map(str::parse::<i64>) {
+        Some(Ok(millis)) => Some(millis),
+        _ => parse_quantity(&quantity.0, 1000.0),
+    }
+}
+
 /// Millicores as `kubectl top` writes CPU: `250m`.
 pub fn format_millicores(millis: i64) -> String {
     format!("{millis}m")
@@ -78,13 +87,19 @@ pub fn row(vc: &VirtualCluster, now: Timestamp) -> Row {
     Row {
         name: vc.name_any(),
         namespace: vc.namespace().unwrap_or_default(),
-        cpu: or_unknown(amount(usage.cpu.as_ref(), 1000.0).map(format_millicores)),
+        cpu: or_unknown(usage.cpu.as_ref().and_then(thousandths).map(format_millicores)),
         memory: or_unknown(amount(usage.memory.as_ref(), 1.0).map(format_mebibytes)),
         pods: count(usage.pods),
         storage: or_unknown(amount(usage.storage.as_ref(), 1.0).map(format_memory)),
         load_balancers: count(usage.load_balancers),
         node_ports: count(usage.node_ports),
-        requests: or_unknown(amount(usage.apiserver_requests_per_second.as_ref(), 1000.0).map(format_rate)),
+        requests: or_unknown(
+            usage
+                .apiserver_requests_per_second
+                .as_ref()
+                .and_then(thousandths)
+                .map(format_rate),
+        ),
         measured: or_unknown(
             usage
                 .time
@@ -246,6 +261,13 @@ mod tests {
             "NAME   CPU     MEMORY   PODS   STORAGE   LOADBALANCERS   NODEPORTS   REQUESTS/S   MEASURED\n\
              a      1250m   192Mi    7      11Gi      1               3           12.5         20s\n"
         );
+    }
+
+    #[test]
+    fn millicores_read_exactly() {
+        // Through floating point, 175m reads as 176.
+        assert_eq!(thousandths(&Quantity("175m".into())), Some(175));
+        assert_eq!(thousandths(&Quantity("2".into())), Some(2000));
     }
 
     #[test]
