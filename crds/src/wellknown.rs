@@ -119,6 +119,9 @@ pub const FINALIZER_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/clusterversion-in-
 pub const FIELD_MANAGER_VC_MANAGER: &str = "vc-manager";
 /// The syncer's field manager.
 pub const FIELD_MANAGER_SYNCER: &str = "vc-syncer";
+/// The syncer's field manager of `status.usage` (its own, so that the TenantSynced condition and the usage
+/// figures, applied apart, never remove each other).
+pub const FIELD_MANAGER_SYNCER_USAGE: &str = "vc-syncer-usage";
 
 // VirtualCluster condition types.
 /// vc-manager: certificates and kubeconfigs are in place and valid.

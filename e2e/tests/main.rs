@@ -30,6 +30,7 @@ mod sandbox;
 mod snapshots;
 mod syncer;
 mod tenant_extensions;
+mod usage;
 mod vc_manager;
 mod vc_manager_adopt;
 mod vn_agent;

@@ -50,6 +50,9 @@ pub enum Command {
     List(ListArgs),
     /// Show a VirtualCluster: spec, conditions, events, super namespaces and usage against quota.
     Describe(DescribeArgs),
+    /// Show what VirtualClusters consume, as the syncer measured it: CPU, memory, pods, storage, load
+    /// balancers, node ports, apiserver requests per second.
+    Top(TopArgs),
     /// Delete a VirtualCluster; with --wait, until vc-manager has removed everything it made.
     Delete(DeleteArgs),
     /// Pause a VirtualCluster: its pods stop running in the super cluster and a provisioned control plane
@@ -74,6 +77,7 @@ impl Command {
             Self::Kubeconfig(a) => a.output.output,
             Self::List(a) => a.output.output,
             Self::Describe(a) => a.output.output,
+            Self::Top(a) => a.output.output,
             Self::Delete(a) => a.output.output,
             Self::Pause(a) | Self::Resume(a) => a.output.output,
             Self::Connect(a) => a.output.output,
@@ -159,6 +163,19 @@ pub struct DescribeArgs {
     /// The VirtualCluster.
     pub name: String,
     /// Output: one document with the VirtualCluster, its super namespaces, usage and events.
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+/// `top`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TopArgs {
+    /// The VirtualCluster (default: every one of the namespace).
+    pub name: Option<String>,
+    /// VirtualClusters of every namespace.
+    #[arg(short = 'A', long, conflicts_with = "name")]
+    pub all_namespaces: bool,
+    /// Output: each VirtualCluster's namespace, name and `status.usage`.
     #[command(flatten)]
     pub output: OutputFlag,
 }

@@ -352,6 +352,7 @@ mod tests {
                 "kubeconfig",
                 "list",
                 "describe",
+                "top",
                 "delete",
                 "pause",
                 "resume",
@@ -366,6 +367,7 @@ mod tests {
         );
         assert_eq!(plan(&words("snapshot create vc-1 --to ")).wanted, Wanted::File);
         assert_eq!(plan(&words("con")).prefix, "con");
+        assert_eq!(plan(&words("top ")).wanted, Wanted::VirtualCluster);
         let flags = plan(&words("connect vc-1 --"));
         let flags = values(&flags.wanted);
         for flag in [

@@ -243,6 +243,8 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
         .collect();
     text.push_str(&table::render(&["RESOURCE", "USED", "QUOTA", "%"], &rows, 2));
 
+    text.push_str(&consumption(vc, now));
+
     text.push_str("\nSuper namespaces:\n");
     if related.namespaces.is_empty() {
         text.push_str("  <none>\n");
@@ -299,6 +301,33 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
         ));
     }
     text
+}
+
+/// What the tenant consumes, as the syncer last measured it (`status.usage`, the figures of `kubectl vc
+/// top`).
+fn consumption(vc: &VirtualCluster, now: Timestamp) -> String {
+    let row = crate::top::row(vc, now);
+    if row.measured == crate::top::UNKNOWN {
+        return "\nConsumption:\n  <not measured: the syncer measures attached tenants every --usage-interval-seconds>\n"
+            .into();
+    }
+    let rows: Vec<Vec<String>> = [
+        ("cpu", row.cpu),
+        ("memory", row.memory),
+        ("pods", row.pods),
+        ("storage requested", row.storage),
+        ("load balancers", row.load_balancers),
+        ("node ports", row.node_ports),
+        ("apiserver requests/s", row.requests),
+    ]
+    .into_iter()
+    .map(|(what, value)| vec![what.to_owned(), value])
+    .collect();
+    format!(
+        "\nConsumption (measured by the syncer {} ago):\n{}",
+        row.measured,
+        table::render(&["RESOURCE", "USED"], &rows, 2)
+    )
 }
 
 /// Reads the super namespaces, pods and events of `vc`.
@@ -368,6 +397,7 @@ pub fn document(vc: &VirtualCluster, related: &Related) -> Result<Value> {
         "virtualCluster": output::without_managed_fields(vc)?,
         "superNamespaces": namespaces,
         "usage": usage,
+        "consumption": vc.status.as_ref().and_then(|s| s.usage.as_ref()),
         "events": events,
     }))
 }
@@ -453,6 +483,7 @@ mod tests {
                 },
             ],
             observed_generation: Some(1),
+            usage: None,
         });
         vc
     }
@@ -569,6 +600,32 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
+        assert!(text.contains("Consumption:\n  <not measured"), "{text}");
+
+        // Once the syncer measured the tenant, its figures show, as `kubectl vc top` writes them.
+        let mut measured = vc.clone();
+        if let Some(status) = measured.status.as_mut() {
+            status.usage = Some(crds::TenantUsage {
+                time: Some(Time(at(45))),
+                cpu: Some(Quantity("250m".into())),
+                memory: Some(Quantity(format!("{}", 96 << 20))),
+                pods: Some(2),
+                storage: Some(Quantity(format!("{}", 5u64 << 30))),
+                load_balancers: Some(1),
+                node_ports: Some(2),
+                apiserver_requests_per_second: Some(Quantity("2500m".into())),
+                ..Default::default()
+            });
+        }
+        let text = render(&measured, &related, Timestamp::from_second(NOW).expect("now"));
+        assert!(
+            text.contains(
+                "Consumption (measured by the syncer 45s ago):\n  RESOURCE               USED\n  cpu                    250m\n  memory                 96Mi\n  pods                   2\n  storage requested      5Gi\n  load balancers         1\n  node ports             2\n  apiserver requests/s   2.5\n"
+            ),
+            "{text}"
+        );
+        let document = document(&measured, &related).expect("document");
+        assert_eq!(document["consumption"]["cpu"], "250m");
     }
 
     #[test]

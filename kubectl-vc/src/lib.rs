@@ -8,8 +8,8 @@
 //! - [`args`]: the command line; [`duration`]: `90m`, `7d` and ages; [`error`]: one-line failures.
 //! - [`manifest`]: `create -f` (parse, check kinds, server-side apply); [`progress`]: `--wait` on a watch.
 //! - [`kubeconfig`]: tenant kubeconfigs with a reachable server; [`certs`]: per-user certificates.
-//! - [`list`], [`describe`] ([`usage`] against quota), [`delete`], [`pause`] (and resume); [`table`] and
-//!   [`output`] format them.
+//! - [`list`], [`describe`] ([`usage`] against quota), [`top`] (what tenants consume), [`delete`],
+//!   [`pause`] (and resume); [`table`] and [`output`] format them.
 //! - [`connect`]: a tenant context merged into a kubeconfig file ([`kubeconfig_file`]), through a
 //!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
 //! - [`snapshot`]: `snapshot create`, `restore` and `list` (etcd keys at one revision, PKI, checksums).
@@ -35,6 +35,7 @@ pub mod progress;
 pub mod snapshot;
 pub mod streams;
 pub mod table;
+pub mod top;
 pub mod usage;
 
 #[cfg(test)]
@@ -134,6 +135,7 @@ pub async fn run_with(
             list::command(&client, scope, list, io).await
         }
         Command::Describe(describe) => describe::command(&client, &namespace, describe, io).await,
+        Command::Top(top) => top::command(&client, &namespace, top, io).await,
         Command::Delete(delete) => delete::command(&client, &namespace, delete, io).await,
         Command::Pause(pause) => pause::command(&client, &namespace, pause, true, io).await,
         Command::Resume(resume) => pause::command(&client, &namespace, resume, false, io).await,

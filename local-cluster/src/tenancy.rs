@@ -47,6 +47,9 @@ pub struct TenancyOptions {
     /// Simulated nodes give pods with this label loopback addresses (see
     /// [`NodeSimulatorOptions::loopback_ip_label`]).
     pub loopback_ip_label: Option<String>,
+    /// Simulated nodes: where the kubelet API listens and the nodes' InternalIP (see
+    /// [`NodeSimulatorOptions::kubelet_address`]; default 127.0.0.1).
+    pub kubelet_address: Option<std::net::IpAddr>,
 }
 
 impl Default for TenancyOptions {
@@ -63,6 +66,7 @@ impl Default for TenancyOptions {
             real_nodes: false,
             kubelet_api_users: Vec::new(),
             loopback_ip_label: None,
+            kubelet_address: None,
         }
     }
 }
@@ -184,6 +188,7 @@ impl Tenancy {
                         node_count: options.nodes,
                         extra_client_cas: options.kubelet_client_cas.clone(),
                         loopback_ip_label: options.loopback_ip_label.clone(),
+                        kubelet_address: options.kubelet_address,
                         ..Default::default()
                     },
                 )

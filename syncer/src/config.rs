@@ -308,6 +308,21 @@ pub struct SyncerArgs {
     /// The ClusterRole those bindings grant (the chart's `<release>-vn-agent-tenant-pods`).
     #[arg(long, env = "VN_AGENT_CLUSTER_ROLE")]
     pub vn_agent_cluster_role: Option<String>,
+    /// Seconds between measurements of what each tenant consumes (metrics `syncer_tenant_*`, the
+    /// VirtualCluster's `status.usage`); 0 measures nothing.
+    #[arg(long, env = "USAGE_INTERVAL_SECONDS", default_value_t = 30)]
+    pub usage_interval_seconds: u64,
+    /// Read tenants' CPU and memory from each node's stats summary through the super apiserver's node
+    /// proxy (needs `get` on `nodes/proxy`); `false` leaves CPU and memory out of the usage.
+    #[arg(long, env = "USAGE_NODE_STATS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub usage_node_stats: bool,
+    /// Nodes (stats summaries) and tenant apiservers (request counters) read at once when measuring usage.
+    #[arg(long, env = "USAGE_CONCURRENCY", default_value_t = 8)]
+    pub usage_concurrency: usize,
+    /// Least seconds between two writes of one VirtualCluster's `status.usage` (the series follow every
+    /// measurement): each write is a VirtualCluster change every watcher of VirtualClusters processes.
+    #[arg(long, env = "USAGE_STATUS_INTERVAL_SECONDS", default_value_t = 120)]
+    pub usage_status_interval_seconds: u64,
     /// A namespaced custom resource kind to sync (repeatable): `<plural>.<group>`, then optionally, each
     /// after a `;`, `tenants=key=value[,...]` (VirtualCluster labels a tenant needs; default every
     /// tenant), `secrets=path[,...]` and `configmaps=path[,...]` (fields naming Secrets and ConfigMaps,
@@ -548,6 +563,8 @@ pub struct SyncerConfig {
     pub network_isolation: NetworkIsolation,
     /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
     pub vn_agent_access: Option<VnAgentAccess>,
+    /// How tenants' usage is measured.
+    pub usage: crate::usage::UsageSettings,
     /// The custom resource kinds synced.
     pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
 }
@@ -577,6 +594,7 @@ impl Default for SyncerConfig {
             external_name_services: ExternalNameServices::DnsOnly,
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
+            usage: crate::usage::UsageSettings::default(),
             custom_resources: Vec::new(),
         }
     }
@@ -679,8 +697,16 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             args.vn_agent_service_account.as_deref(),
             args.vn_agent_cluster_role.as_deref(),
         )?;
+        let usage = crate::usage::UsageSettings {
+            interval: (args.usage_interval_seconds > 0)
+                .then(|| Duration::from_secs(args.usage_interval_seconds)),
+            node_stats: args.usage_node_stats,
+            concurrency: args.usage_concurrency.max(1),
+            status_interval: Duration::from_secs(args.usage_status_interval_seconds),
+        };
         let custom_resources = crate::resources::custom_resource::kinds::parse_all(&args.custom_resources)?;
         Ok(Self {
+            usage,
             custom_resources,
             vn_agent_access,
             pod_security,

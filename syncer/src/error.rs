@@ -42,6 +42,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// Measuring a tenant's usage failed (an answer that could not be read).
+    #[error("{what}: {reason}")]
+    Measure {
+        /// What was being read.
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// The shared runtime failed.
     #[error(transparent)]
     Runtime(#[from] vc_runtime::Error),
@@ -62,6 +70,7 @@ impl Error {
             Self::Kubeconfig { .. } => "kubeconfig",
             Self::Conversion(_) => "conversion",
             Self::Serialize { .. } => "serialize",
+            Self::Measure { .. } => "measure",
             Self::Runtime(_) => "runtime",
         }
     }

@@ -5,6 +5,7 @@
 //! - [`items`]: the one list of kinds; [`resources`]: one module per kind, syncing it down (tenant →
 //!   super) and up (super → tenant).
 //! - [`workers`]: draining the fair queues; [`patrol`]: periodic drift repair; [`quota`]: per-tenant usage.
+//! - [`usage`]: what each tenant consumes (kubelet summaries, caches, its apiserver's request rate).
 //! - [`identity`]: the metadata that says which tenant object a super object came from.
 
 pub mod attach;
@@ -27,6 +28,7 @@ pub mod settings;
 pub mod stores;
 pub mod super_stores;
 pub mod tenant;
+pub mod usage;
 pub mod workers;
 
 use std::sync::Arc;
@@ -127,6 +129,7 @@ impl Syncer {
         tasks.push(tokio::spawn(patrol::run(ctx.clone())));
         tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
+        tasks.push(tokio::spawn(usage::run(ctx.clone())));
         health.set_ready(true);
         tracing::info!("syncer ready: super-cluster caches synced");
         Ok(Self { context: ctx, tasks })

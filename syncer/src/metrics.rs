@@ -147,6 +147,8 @@ pub struct Metrics {
     pub tenants: Family<StateLabels, Gauge>,
     /// Super events not copied up because their tenant had too many waiting.
     pub events_dropped: Counter,
+    /// What tenants consume ([`crate::usage`]).
+    pub usage: crate::usage::metrics::UsageMetrics,
 }
 
 fn duration_histogram() -> Histogram {
@@ -172,6 +174,7 @@ impl Default for Metrics {
             refusals: Family::default(),
             tenants: Family::default(),
             events_dropped: Counter::default(),
+            usage: Default::default(),
         }
     }
 }
@@ -256,6 +259,7 @@ impl Metrics {
             "Super events not copied up because their tenant had too many waiting",
             self.events_dropped.clone(),
         );
+        self.usage.register(registry);
     }
 
     /// Counts a write to the super cluster.
@@ -329,5 +333,6 @@ impl Metrics {
         self.tenant_cpu_requests_millicores.remove(&labels);
         self.tenant_memory_requests_bytes.remove(&labels);
         self.quota_waiting_pods.remove(&labels);
+        self.usage.forget(&labels);
     }
 }

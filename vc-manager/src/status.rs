@@ -852,6 +852,7 @@ mod tests {
             conditions: status.conditions_at(&vc, now),
             observed_generation: Some(3),
             mode: Some(crds::ControlPlaneMode::Provisioned),
+            usage: None,
         });
         assert!(!status.differs_from(&vc));
     }

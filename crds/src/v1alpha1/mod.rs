@@ -9,5 +9,5 @@ pub use cluster_version::{
 };
 pub use virtual_cluster::{
     Adoption, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit, TenantQuota,
-    VirtualCluster, VirtualClusterSpec, VirtualClusterStatus,
+    TenantUsage, VirtualCluster, VirtualClusterSpec, VirtualClusterStatus,
 };

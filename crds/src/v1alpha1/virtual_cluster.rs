@@ -326,6 +326,49 @@ pub struct VirtualClusterStatus {
     /// count only on a VirtualCluster whose mode is `Adopted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ControlPlaneMode>,
+    /// What the tenant consumes in the super cluster, measured by the syncer (its own field manager,
+    /// `vc-syncer-usage`) every `--usage-interval-seconds` and written when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TenantUsage>,
+}
+
+/// A tenant's consumption as the syncer last measured it: CPU and memory its pods use (the kubelets'
+/// summary API), and what it holds (pods, claimed storage, load balancers, node ports). Figures the syncer
+/// could not measure are absent.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantUsage {
+    /// When the figures were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// CPU used by the tenant's pods (sum of the kubelets' `usageNanoCores`), e.g. `1250m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// Memory used by the tenant's pods (sum of the kubelets' `workingSetBytes`), in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Pods the tenant has in the super cluster that are neither Succeeded nor Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<i64>,
+    /// Of those, pods whose CPU and memory the kubelets reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_pods: Option<i64>,
+    /// PersistentVolumeClaims (Pending or Bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claims: Option<i64>,
+    /// Storage those claims request, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Quantity>,
+    /// Services of type LoadBalancer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancers: Option<i64>,
+    /// Node ports allocated to the tenant's Services (one per port of a NodePort or LoadBalancer Service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ports: Option<i64>,
+    /// Requests per second the tenant apiserver served over the last interval (`apiserver_request_total`),
+    /// for control planes vc-manager runs; e.g. `12500m` is 12.5 requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apiserver_requests_per_second: Option<Quantity>,
 }
 
 /// How a tenant's control plane is run.

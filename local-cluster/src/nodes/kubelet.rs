@@ -1,7 +1,7 @@
 //! A kubelet's HTTPS API for simulated nodes: logs, run, pods, stats and resource metrics, and (in
 //! [`super::streaming`]) exec, attach and port-forward.
 
-use std::{collections::HashSet, convert::Infallible, sync::Arc, time::Duration};
+use std::{collections::HashSet, convert::Infallible, net::IpAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
@@ -34,6 +34,7 @@ use crate::{
 
 /// The kubelet API of a [`super::NodeSimulator`], shared by all its nodes, on a loopback port.
 pub struct KubeletApi {
+    address: IpAddr,
     port: u16,
     task: JoinHandle<()>,
 }
@@ -101,15 +102,17 @@ pub(crate) fn server_tls(cert_pem: &str, key_pem: &str, client_cas: &[String]) -
 }
 
 impl KubeletApi {
-    /// Serves the kubelet API with a certificate from `ca` for 127.0.0.1, accepting clients whose
-    /// certificates any of `client_cas` signed.
+    /// Serves the kubelet API on `address` with a certificate from `ca` for it and 127.0.0.1, accepting
+    /// clients whose certificates any of `client_cas` signed.
     pub async fn start(
         ca: &CertificateAuthority,
         client_cas: &[String],
         pods: Store<Pod>,
         nodes: Vec<String>,
+        address: IpAddr,
     ) -> Result<Self> {
-        let mut names = vec!["127.0.0.1", "localhost"];
+        let address_name = address.to_string();
+        let mut names = vec!["127.0.0.1", "localhost", address_name.as_str()];
         names.extend(nodes.iter().map(String::as_str));
         let serving = ca.issue("simulated-kubelet", &[], &names, Usage::Server)?;
         let acceptor = TlsAcceptor::from(Arc::new(server_tls(
@@ -117,7 +120,7 @@ impl KubeletApi {
             &serving.key_pem,
             client_cas,
         )?));
-        let listener = TcpListener::bind(("127.0.0.1", 0))
+        let listener = TcpListener::bind((address, 0))
             .await
             .map_err(Error::io("binding the kubelet API"))?;
         let port = listener
@@ -149,7 +152,7 @@ impl KubeletApi {
                 });
             }
         });
-        Ok(Self { port, task })
+        Ok(Self { address, port, task })
     }
 
     /// The port all simulated nodes advertise as their kubelet port.
@@ -157,9 +160,9 @@ impl KubeletApi {
         self.port
     }
 
-    /// `https://127.0.0.1:<port>`.
+    /// `https://<address>:<port>`.
     pub fn url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
+        format!("https://{}", std::net::SocketAddr::new(self.address, self.port))
     }
 }
 

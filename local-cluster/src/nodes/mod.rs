@@ -75,6 +75,10 @@ pub struct NodeSimulatorOptions {
     /// machine's, so a test can send from such a pod's address (tenant DNS identifies tenants by their pods'
     /// addresses). Only those pods: the apiserver refuses loopback addresses in endpoints.
     pub loopback_ip_label: Option<String>,
+    /// Where the kubelet API listens and what the nodes advertise as their InternalIP (default
+    /// 127.0.0.1). The apiserver's node proxy refuses loopback addresses, so a test that reads nodes
+    /// through it gives one of the machine's own addresses.
+    pub kubelet_address: Option<std::net::IpAddr>,
 }
 
 impl Default for NodeSimulatorOptions {
@@ -90,6 +94,7 @@ impl Default for NodeSimulatorOptions {
             extra_client_cas: Vec::new(),
             concurrency: 64,
             loopback_ip_label: None,
+            kubelet_address: None,
             labels: BTreeMap::new(),
         }
     }
@@ -146,7 +151,16 @@ impl NodeSimulator {
             true => {
                 let mut cas = vec![cluster.apiserver().ca().cert_pem().to_owned()];
                 cas.extend(options.extra_client_cas.iter().cloned());
-                Some(KubeletApi::start(cluster.apiserver().ca(), &cas, reader.clone(), nodes.clone()).await?)
+                Some(
+                    KubeletApi::start(
+                        cluster.apiserver().ca(),
+                        &cas,
+                        reader.clone(),
+                        nodes.clone(),
+                        kubelet_address(&options),
+                    )
+                    .await?,
+                )
             }
             false => None,
         };
@@ -256,6 +270,12 @@ fn quantity(value: &str) -> Quantity {
     Quantity(value.to_owned())
 }
 
+fn kubelet_address(options: &NodeSimulatorOptions) -> std::net::IpAddr {
+    options
+        .kubelet_address
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+}
+
 async fn create_node(
     client: &Client,
     name: &str,
@@ -302,7 +322,7 @@ async fn create_node(
             addresses: Some(vec![
                 NodeAddress {
                     type_: "InternalIP".into(),
-                    address: "127.0.0.1".into(),
+                    address: kubelet_address(options).to_string(),
                 },
                 NodeAddress {
                     type_: "Hostname".into(),

@@ -332,6 +332,7 @@ async fn an_unchanged_running_status_is_not_written() {
         conditions: desired.conditions_at(&vc, Timestamp::now()),
         observed_generation: Some(2),
         mode: Some(crds::ControlPlaneMode::Provisioned),
+        usage: None,
     });
     let result = run(
         async move {
