@@ -75,11 +75,18 @@ run_suite() { # name kubeconfig
   echo "==> conformance against the $name ($procs processes; log: $out/$name.log)"
   local started=$SECONDS
   # The suite's own exit status is its failures, which the report counts.
-  "$ginkgo" --procs="$procs" --timeout=24h --output-dir="$out" --json-report="$name.json" \
+  # An absolute report path and no --output-dir: with one, a second run in the same folder writes its
+  # report under a suite-prefixed name instead.
+  "$ginkgo" --procs="$procs" --timeout=24h --json-report="$out/$name.json" \
     --focus="$focus" --skip="$skip" --no-color "$e2e_test" -- \
     --kubeconfig="$kubeconfig" --provider=skeleton --kubectl-path="$assets/kubectl" \
     --report-dir="$out/$name" --disable-log-dump >"$out/$name.log" 2>&1 || true
   echo "    $name: $(( SECONDS - started )) s"
+  # An empty list or none at all: the suite did not run (a report of a run lists thousands of specs).
+  if [ ! -s "$out/$name.json" ] || [ "$(wc -c <"$out/$name.json")" -lt 100 ]; then
+    echo "run.sh: ginkgo wrote no report of the $name run ($out/$name.json); see $out/$name.log" >&2
+    exit 1
+  fi
 }
 [ "$only" = tenant ] || run_suite plain "$out/sandbox/super.kubeconfig"
 [ "$only" = plain ] || run_suite tenant "$out/sandbox/conformance.kubeconfig"

@@ -123,26 +123,42 @@ pub async fn run_with(
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
     let io = &mut streams;
+    // Each command's future is boxed: inlined, the largest of them made this one big enough to overflow
+    // the stack of a test thread that runs commands in process (debug builds keep every arm's state).
     let result = match &args.command {
-        Command::Create(create) => manifest::command(&client, &namespace, explicit, create, io).await,
-        Command::Kubeconfig(kubeconfig) => kubeconfig::command(&client, &namespace, kubeconfig, io).await,
+        Command::Create(create) => {
+            Box::pin(manifest::command(&client, &namespace, explicit, create, io)).await
+        }
+        Command::Kubeconfig(kubeconfig) => {
+            Box::pin(kubeconfig::command(&client, &namespace, kubeconfig, io)).await
+        }
         Command::List(list) => {
             let scope = if list.all_namespaces {
                 list::Scope::All
             } else {
                 list::Scope::Namespace(namespace)
             };
-            list::command(&client, scope, list, io).await
+            Box::pin(list::command(&client, scope, list, io)).await
         }
-        Command::Describe(describe) => describe::command(&client, &namespace, describe, io).await,
-        Command::Top(top) => top::command(&client, &namespace, top, io).await,
-        Command::Delete(delete) => delete::command(&client, &namespace, delete, io).await,
-        Command::Pause(pause) => pause::command(&client, &namespace, pause, true, io).await,
-        Command::Resume(resume) => pause::command(&client, &namespace, resume, false, io).await,
+        Command::Describe(describe) => Box::pin(describe::command(&client, &namespace, describe, io)).await,
+        Command::Top(top) => Box::pin(top::command(&client, &namespace, top, io)).await,
+        Command::Delete(delete) => Box::pin(delete::command(&client, &namespace, delete, io)).await,
+        Command::Pause(pause) => Box::pin(pause::command(&client, &namespace, pause, true, io)).await,
+        Command::Resume(resume) => Box::pin(pause::command(&client, &namespace, resume, false, io)).await,
         Command::Connect(connect) => {
-            connect::command(&client, &namespace, &args.global, connect, io, interrupt).await
+            Box::pin(connect::command(
+                &client,
+                &namespace,
+                &args.global,
+                connect,
+                io,
+                interrupt,
+            ))
+            .await
         }
-        Command::Snapshot(snapshot) => snapshot::command(&client, &namespace, &snapshot.command, io).await,
+        Command::Snapshot(snapshot) => {
+            Box::pin(snapshot::command(&client, &namespace, &snapshot.command, io)).await
+        }
         Command::Completion(completion) => completion::script(completion.shell, io.out),
     };
     streams.out.flush()?;
