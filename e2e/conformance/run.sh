@@ -4,15 +4,16 @@
 # the tenant, with its failure. It runs the suite; it does not build Kubernetes (see README.md here).
 #
 #   e2e/conformance/run.sh --e2e-test PATH --ginkgo PATH --agnhost PATH [--out DIR] [--procs N]
-#                          [--focus REGEX] [--skip REGEX] [--only plain|tenant]
+#                          [--focus REGEX] [--skip REGEX] [--only plain|tenant] [--tenant native|adopted]
 #
 # The plain cluster is the sandbox's super cluster (real etcd, kube-apiserver, controller-manager, scheduler
-# and one real node: kubelet, containerd, kube-proxy); the tenant is an adopted tenant of it whose pods the
-# syncer runs on that node. Both see the same node and the same images.
+# and one real node: kubelet, containerd, kube-proxy); the tenant is a native tenant of it (its etcd,
+# apiserver and controller-manager run as pods on that node; --tenant adopted: an apiserver process the
+# sandbox starts and hands over) whose pods the syncer runs on that node. Both see the same node and images.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-e2e_test="" ginkgo="" agnhost="" out="" procs=2 only=""
+e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native
 focus='\[Conformance\]'
 skip='\[Disruptive\]|\[Flaky\]'
 while [ $# -gt 0 ]; do
@@ -25,7 +26,8 @@ while [ $# -gt 0 ]; do
     --focus) focus="$2"; shift 2 ;;
     --skip) skip="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --tenant) tenant_kind="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +39,11 @@ for pair in "e2e-test:$e2e_test" "ginkgo:$ginkgo" "agnhost:$agnhost"; do
   fi
 done
 case "$only" in ""|plain|tenant) ;; *) echo "run.sh: --only takes plain or tenant" >&2; exit 2 ;; esac
+case "$tenant_kind" in
+  native) tenant_args=(--tenants 0 --native conformance) ;;
+  adopted) tenant_args=(--tenant conformance) ;;
+  *) echo "run.sh: --tenant takes native or adopted" >&2; exit 2 ;;
+esac
 e2e_test="$(realpath "$e2e_test")" ginkgo="$(realpath "$ginkgo")" agnhost="$(realpath "$agnhost")"
 out="$(realpath -m "${out:-target/conformance/$(date -u +%Y%m%dT%H%M%SZ)}")"
 mkdir -p "$out"
@@ -48,7 +55,7 @@ cargo build --release -q -p local-cluster --bin vc-sandbox
 cargo build --release -q -p e2e --bin conformance_report
 
 echo "==> starting the sandbox (log: $out/sandbox.log)"
-"$target_dir/release/vc-sandbox" --nodes 1 --tenant conformance --vnode-mode usable --dir "$out/sandbox" \
+"$target_dir/release/vc-sandbox" --nodes 1 "${tenant_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
   --conformance-images "$e2e_test" --agnhost "$agnhost" >"$out/sandbox.log" 2>&1 &
 sandbox_pid=$!
 stop_sandbox() {
