@@ -130,29 +130,24 @@ pub fn rows(
 
 /// The table; with the NAMESPACE column for `-A`.
 pub fn render(rows: &[Row], all_namespaces: bool) -> String {
-    let mut headers = vec!["NAME"];
-    if all_namespaces {
-        headers.push("NAMESPACE");
-    }
-    headers.extend(["PHASE", "VERSION", "AGE", "TENANT NAMESPACES", "PODS"]);
-    let cells: Vec<Vec<String>> = rows
+    let rows = rows
         .iter()
         .map(|row| {
-            let mut cells = vec![row.name.clone()];
-            if all_namespaces {
-                cells.push(row.namespace.clone());
-            }
-            cells.extend([
+            let cells = vec![
                 row.phase.clone(),
                 row.version.clone(),
                 row.age.clone(),
                 row.tenant_namespaces.to_string(),
                 row.pods.to_string(),
-            ]);
-            cells
+            ];
+            (row.name.clone(), row.namespace.clone(), cells)
         })
         .collect();
-    table::render(&headers, &cells, 0)
+    table::render_named(
+        &["PHASE", "VERSION", "AGE", "TENANT NAMESPACES", "PODS"],
+        rows,
+        all_namespaces,
+    )
 }
 
 /// The label selector of the super namespaces and pods of the VirtualClusters in `scope`.

@@ -27,6 +27,32 @@ pub fn render(headers: &[&str], rows: &[Vec<String>], indent: usize) -> String {
     text
 }
 
+/// A table of VirtualClusters: NAME, then NAMESPACE with `-A`, then `columns`; each row is its name, its
+/// namespace and its other cells.
+pub fn render_named(
+    columns: &[&str],
+    rows: Vec<(String, String, Vec<String>)>,
+    all_namespaces: bool,
+) -> String {
+    let mut headers = vec!["NAME"];
+    if all_namespaces {
+        headers.push("NAMESPACE");
+    }
+    headers.extend(columns);
+    let cells: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(name, namespace, rest)| {
+            let mut cells = vec![name];
+            if all_namespaces {
+                cells.push(namespace);
+            }
+            cells.extend(rest);
+            cells
+        })
+        .collect();
+    render(&headers, &cells, 0)
+}
+
 /// `Label:` followed by the value, the values of consecutive fields aligned.
 pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs

@@ -111,28 +111,10 @@ pub fn row(vc: &VirtualCluster, now: Timestamp) -> Row {
 
 /// The table; with the NAMESPACE column for `-A`.
 pub fn render(rows: &[Row], all_namespaces: bool) -> String {
-    let mut headers = vec!["NAME"];
-    if all_namespaces {
-        headers.push("NAMESPACE");
-    }
-    headers.extend([
-        "CPU",
-        "MEMORY",
-        "PODS",
-        "STORAGE",
-        "LOADBALANCERS",
-        "NODEPORTS",
-        "REQUESTS/S",
-        "MEASURED",
-    ]);
-    let cells: Vec<Vec<String>> = rows
+    let rows = rows
         .iter()
         .map(|row| {
-            let mut cells = vec![row.name.clone()];
-            if all_namespaces {
-                cells.push(row.namespace.clone());
-            }
-            cells.extend([
+            let cells = vec![
                 row.cpu.clone(),
                 row.memory.clone(),
                 row.pods.clone(),
@@ -141,11 +123,24 @@ pub fn render(rows: &[Row], all_namespaces: bool) -> String {
                 row.node_ports.clone(),
                 row.requests.clone(),
                 row.measured.clone(),
-            ]);
-            cells
+            ];
+            (row.name.clone(), row.namespace.clone(), cells)
         })
         .collect();
-    table::render(&headers, &cells, 0)
+    table::render_named(
+        &[
+            "CPU",
+            "MEMORY",
+            "PODS",
+            "STORAGE",
+            "LOADBALANCERS",
+            "NODEPORTS",
+            "REQUESTS/S",
+            "MEASURED",
+        ],
+        rows,
+        all_namespaces,
+    )
 }
 
 /// What `top -o json|yaml` prints: each VirtualCluster's namespace, name and `status.usage` (null when
