@@ -49,7 +49,7 @@ async fn simulated_kubelet_streams_exec_attach_and_port_forward_to_kubectl() -> 
     Api::<Pod>::namespaced(client.clone(), "shell")
         .create(&PostParams::default(), &pod)
         .await?;
-    wait_pods_running(&client, "shell", 1, Duration::from_secs(30)).await?;
+    wait_pods_running(&client, "shell", 1, Duration::from_secs(60)).await?;
 
     let kubectl = Kubectl::new(cluster.apiserver().kubeconfig_path())?;
     let exec = |extra: &'static [&'static str]| {

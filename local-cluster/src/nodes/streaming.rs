@@ -418,9 +418,11 @@ async fn run_process(kind: &Kind, target: &str, tty: bool, mut io: ProcessIo) ->
                 }
                 Some("tty") => {
                     let mut size = "none".to_owned();
+                    // kubectl sends the terminal's size just after the stream opens, but on a loaded CI
+                    // machine that may come seconds later: wait as long as kubectl itself would.
                     if let Some(resize) = io.resize.as_mut()
                         && let Ok(Some(event)) =
-                            tokio::time::timeout(Duration::from_secs(5), resize.recv()).await
+                            tokio::time::timeout(Duration::from_secs(30), resize.recv()).await
                         && let Ok(event) = serde_json::from_slice::<serde_json::Value>(&event)
                     {
                         size = format!("{}x{}", event["Width"], event["Height"]);
