@@ -26,8 +26,8 @@ pub use error::Error;
 pub use tenant::TenantIdentity;
 pub use v1alpha1::{
     ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
-    KubeconfigSecretRef, PodPolicy, RateLimit, StatefulSetSvcBundle, TenantQuota, TenantUsage,
-    VirtualCluster, VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
+    KubeconfigSecretRef, PodPolicy, RateLimit, SnapshotSchedule, SnapshotStatus, StatefulSetSvcBundle,
+    TenantQuota, TenantUsage, VirtualCluster, VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
 };
 
 /// The API group of every resource in this crate.

@@ -107,6 +107,9 @@ pub const ANNOTATION_RESTORE: &str = "tenancy.x-k8s.io/restore-from-snapshot";
 pub const RESTORE_STAGE_PKI: &str = "pki";
 /// [`ANNOTATION_RESTORE`]: waiting for the snapshot's etcd keys.
 pub const RESTORE_STAGE_ETCD: &str = "etcd";
+/// Set on a VirtualCluster by `kubectl vc snapshot create NAME --to <store>`: `<store> <RFC 3339 time>`, a
+/// snapshot the scheduler serving that store takes now (at most one a minute per tenant).
+pub const ANNOTATION_SNAPSHOT_REQUESTED: &str = "tenancy.x-k8s.io/snapshot-requested";
 
 // Finalizers.
 /// On a VirtualCluster: vc-manager removes its root namespace and the syncer's tenant namespaces first.

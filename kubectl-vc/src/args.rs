@@ -86,6 +86,7 @@ impl Command {
                 SnapshotCommand::Restore(r) => r.output.output,
                 SnapshotCommand::List(l) => l.output.output,
                 SnapshotCommand::Prune(p) => p.output.output,
+                SnapshotCommand::Schedule(_) => None,
             },
             Self::Completion(_) => None,
         }
@@ -279,6 +280,34 @@ pub enum SnapshotCommand {
     List(SnapshotListArgs),
     /// Remove all but the newest --keep snapshots of each VirtualCluster from a folder.
     Prune(SnapshotPruneArgs),
+    /// Run the platform's snapshot scheduler (the chart's `snapshots` Deployment): snapshot every native
+    /// VirtualCluster with `spec.snapshots` into --to on its schedule, and when `snapshot create --to
+    /// <store>` asks, keep each tenant's newest `retain`, and report in its status and Events. Runs until
+    /// stopped.
+    Schedule(SnapshotScheduleArgs),
+}
+
+/// `snapshot schedule`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotScheduleArgs {
+    /// The store's folder (in the chart, the mounted claim); snapshots go under `<namespace>/`.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub to: PathBuf,
+    /// What status and `snapshot create --to` call this store, e.g. `pvc/vc-snapshots`.
+    #[arg(long, value_name = "NAME")]
+    pub store_name: String,
+    /// The shortest interval between two scheduled snapshots of a tenant, whatever its spec asks.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = duration::parse)]
+    pub min_interval: Duration,
+    /// The shortest time between a tenant's last snapshot and one `snapshot create --to` asks for.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration::parse)]
+    pub min_request_gap: Duration,
+    /// The most snapshots kept of a tenant, whatever its spec asks.
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_retain: u32,
+    /// How often the VirtualClusters are looked at.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration::parse)]
+    pub poll: Duration,
 }
 
 /// `snapshot create`.
@@ -287,8 +316,13 @@ pub struct SnapshotCreateArgs {
     /// The VirtualCluster.
     pub name: String,
     /// The folder to write the snapshot into (as a new folder `<name>-<UTC time>`); created if missing.
-    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    /// `pvc/<claim>`: the platform's snapshot scheduler serving that store takes it (write `./pvc/...` for
+    /// a folder of that name).
+    #[arg(long, value_name = "DIR|pvc/CLAIM", value_hint = clap::ValueHint::DirPath)]
     pub to: PathBuf,
+    /// With `--to pvc/<claim>`: how long to wait for the scheduler's snapshot.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    pub timeout: Duration,
     /// Output: the snapshot's path, checksum and manifest.
     #[command(flatten)]
     pub output: OutputFlag,

@@ -363,7 +363,7 @@ mod tests {
         );
         assert_eq!(
             values(&plan(&words("snapshot ")).wanted),
-            ["create", "restore", "list", "prune"]
+            ["create", "restore", "list", "prune", "schedule"]
         );
         assert_eq!(plan(&words("snapshot create vc-1 --to ")).wanted, Wanted::File);
         assert_eq!(plan(&words("con")).prefix, "con");

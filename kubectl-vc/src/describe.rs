@@ -484,6 +484,7 @@ mod tests {
             ],
             observed_generation: Some(1),
             usage: None,
+            snapshots: None,
         });
         vc
     }

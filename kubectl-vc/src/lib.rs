@@ -157,7 +157,14 @@ pub async fn run_with(
             .await
         }
         Command::Snapshot(snapshot) => {
-            Box::pin(snapshot::command(&client, &namespace, &snapshot.command, io)).await
+            Box::pin(snapshot::command(
+                &client,
+                &namespace,
+                &snapshot.command,
+                io,
+                interrupt,
+            ))
+            .await
         }
         Command::Completion(completion) => completion::script(completion.shell, io.out),
     };

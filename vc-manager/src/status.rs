@@ -853,6 +853,7 @@ mod tests {
             observed_generation: Some(3),
             mode: Some(crds::ControlPlaneMode::Provisioned),
             usage: None,
+            snapshots: None,
         });
         assert!(!status.differs_from(&vc));
     }

@@ -8,6 +8,6 @@ pub use cluster_version::{
     ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, StatefulSetSvcBundle, VirtualClusterRef,
 };
 pub use virtual_cluster::{
-    Adoption, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit, TenantQuota,
-    TenantUsage, VirtualCluster, VirtualClusterSpec, VirtualClusterStatus,
+    Adoption, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit, SnapshotSchedule,
+    SnapshotStatus, TenantQuota, TenantUsage, VirtualCluster, VirtualClusterSpec, VirtualClusterStatus,
 };

@@ -121,6 +121,30 @@ pub struct VirtualClusterSpec {
     /// objects. Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+
+    /// Scheduled snapshots of a provisioned tenant (its etcd at one revision and its PKI), taken by the
+    /// platform's snapshot scheduler into its store and pruned to `retain`. Ignored for adopted tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotSchedule>,
+}
+
+/// When the snapshot scheduler snapshots a tenant, and how many snapshots it keeps.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSchedule {
+    /// Minutes between two snapshots (1-10080). The platform may set a longer minimum (the scheduler's
+    /// `--min-interval`), which then applies instead.
+    #[schemars(range(min = 1, max = 10080))]
+    pub interval_minutes: u32,
+    /// How many of this tenant's newest snapshots the store keeps (1-1000, default 7). The platform may
+    /// cap it (the scheduler's `--max-retain`).
+    #[serde(default = "default_retain")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub retain: u32,
+}
+
+fn default_retain() -> u32 {
+    7
 }
 
 fn default_cluster_domain() -> String {
@@ -151,6 +175,7 @@ impl Default for VirtualClusterSpec {
             runtime_class_name: None,
             pod_policy: None,
             paused: false,
+            snapshots: None,
         }
     }
 }
@@ -330,6 +355,37 @@ pub struct VirtualClusterStatus {
     /// `vc-syncer-usage`) every `--usage-interval-seconds` and written when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TenantUsage>,
+    /// The scheduled snapshots as the snapshot scheduler last wrote them (its own field manager,
+    /// `vc-snapshots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotStatus>,
+}
+
+/// The last scheduled (or requested) snapshot of a tenant and the last failure.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStatus {
+    /// The store the scheduler writes into, e.g. `pvc/vc-snapshots`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// When the last snapshot was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The last snapshot's folder in the store, `<namespace>/<name>-<UTC time>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<String>,
+    /// The last snapshot's checksum (`sha256:` of its manifest), for `kubectl vc snapshot restore --checksum`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checksum: Option<String>,
+    /// How many snapshots of this tenant the store holds after pruning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained: Option<i64>,
+    /// When the last attempt failed; absent once a later snapshot succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
 }
 
 /// A tenant's consumption as the syncer last measured it: CPU and memory its pods use (the kubelets'

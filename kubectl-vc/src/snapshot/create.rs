@@ -211,6 +211,9 @@ async fn dump_keys(etcd: &EtcdClient, dir: &Path, io: &mut Streams<'_>) -> Resul
     ))
 }
 
+/// The end of the hidden name a snapshot folder has while it is written.
+pub const PARTIAL_SUFFIX: &str = ".partial";
+
 /// Removes a partly written snapshot folder when dropped, unless kept.
 struct Staging {
     path: PathBuf,
@@ -231,23 +234,48 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(path)
 }
 
-/// `kubectl vc snapshot create`.
+/// `kubectl vc snapshot create`: into a folder here, or (`--to pvc/<claim>`) by the platform's snapshot
+/// scheduler serving that store.
 pub async fn command(
     client: &Client,
     namespace: &str,
     args: &SnapshotCreateArgs,
     io: &mut Streams<'_>,
 ) -> Result<()> {
-    let name = args.name.as_str();
+    if let Some(store) = super::schedule::store_of(&args.to) {
+        return super::schedule::request(client, namespace, args, &store, io).await;
+    }
+    let vc_ref = format!("{namespace}/{}", args.name);
+    let report = take(client, namespace, &args.name, &args.to, io).await?;
+    match args.output.output {
+        Some(format) => io
+            .out
+            .write_all(output::serialize(&report, format, "the snapshot")?.as_bytes())?,
+        None => io.result(&format!(
+            "snapshot {} of VirtualCluster {vc_ref}: {}\nchecksum {}",
+            report.path.display(),
+            report.summary(),
+            report.checksum
+        ))?,
+    }
+    Ok(())
+}
+
+/// Takes a snapshot of the native VirtualCluster `namespace/name` into a new folder under `dir`, showing
+/// progress on `io`.
+pub async fn take(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    dir: &Path,
+    io: &mut Streams<'_>,
+) -> Result<SnapshotReport> {
     let vc_ref = format!("{namespace}/{name}");
     let vc = Api::<VirtualCluster>::namespaced(client.clone(), namespace)
         .get(name)
         .await
         .map_err(|e| Error::reading("VirtualCluster", namespace, name, e))?;
-    let cv_name = match (&vc.spec.cluster_version_name, vc.mode()) {
-        (Some(cv), ControlPlaneMode::Provisioned) => cv.clone(),
-        _ => return Err(Error::NotNative { vc: vc_ref }),
-    };
+    let cv_name = native_cluster_version(&vc, &vc_ref)?;
     let identity = TenantIdentity::of(&vc).map_err(|e| Error::InvalidArgument {
         flag: "NAME",
         problem: e.to_string(),
@@ -277,8 +305,8 @@ pub async fn command(
 
     let created = Timestamp::now();
     let folder = folder_name(name, created);
-    std::fs::create_dir_all(&args.to).map_err(|e| io_error(&args.to, "creating the folder", e))?;
-    let final_path = args.to.join(&folder);
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "creating the folder", e))?;
+    let final_path = dir.join(&folder);
     if final_path.exists() {
         return Err(Error::Snapshot {
             path: final_path,
@@ -286,7 +314,7 @@ pub async fn command(
         });
     }
     let staging = Staging {
-        path: args.to.join(format!(".{folder}.partial")),
+        path: dir.join(format!(".{folder}{PARTIAL_SUFFIX}")),
         keep: false,
     };
     create_private_dir(&staging.path).map_err(|e| io_error(&staging.path, "creating the folder", e))?;
@@ -340,27 +368,21 @@ pub async fn command(
     let mut staging = staging;
     staging.keep = true;
 
-    let report = SnapshotReport {
-        path: final_path.clone(),
+    Ok(SnapshotReport {
+        path: final_path,
         checksum: format::display_checksum(&manifest_entry.sha256),
         manifest,
-    };
-    match args.output.output {
-        Some(format) => io
-            .out
-            .write_all(output::serialize(&report, format, "the snapshot")?.as_bytes())?,
-        None => io.result(&format!(
-            "snapshot {} of VirtualCluster {vc_ref}: {} keys at etcd revision {} ({} leased keys left out), {} PKI Secrets, {} bytes\nchecksum {}",
-            final_path.display(),
-            report.manifest.etcd.keys,
-            report.manifest.etcd.revision,
-            report.manifest.etcd.skipped_leased_keys,
-            stored.len(),
-            report.manifest.total_size(),
-            report.checksum
-        ))?,
+    })
+}
+
+/// The ClusterVersion of a VirtualCluster whose etcd vc-manager runs; [`Error::NotNative`] otherwise.
+pub fn native_cluster_version(vc: &VirtualCluster, vc_ref: &str) -> Result<String> {
+    match (&vc.spec.cluster_version_name, vc.mode()) {
+        (Some(cv), ControlPlaneMode::Provisioned) => Ok(cv.clone()),
+        _ => Err(Error::NotNative {
+            vc: vc_ref.to_owned(),
+        }),
     }
-    Ok(())
 }
 
 #[cfg(test)]

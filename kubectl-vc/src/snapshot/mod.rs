@@ -13,6 +13,7 @@ pub mod create;
 pub mod etcd;
 pub mod format;
 pub mod restore;
+pub mod schedule;
 
 use std::path::{Path, PathBuf};
 
@@ -59,18 +60,35 @@ pub struct SnapshotReport {
     pub manifest: format::Manifest,
 }
 
+impl SnapshotReport {
+    /// What the snapshot holds, in a line: keys, revision, leased keys left out, PKI Secrets, bytes.
+    pub fn summary(&self) -> String {
+        let m = &self.manifest;
+        format!(
+            "{} keys at etcd revision {} ({} leased keys left out), {} PKI Secrets, {} bytes",
+            m.etcd.keys,
+            m.etcd.revision,
+            m.etcd.skipped_leased_keys,
+            PKI_SECRET_NAMES.len(),
+            m.total_size()
+        )
+    }
+}
+
 /// `kubectl vc snapshot ...`.
 pub async fn command(
     client: &kube::Client,
     namespace: &str,
     command: &SnapshotCommand,
     io: &mut Streams<'_>,
+    interrupt: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     match command {
         SnapshotCommand::Create(args) => create::command(client, namespace, args, io).await,
         SnapshotCommand::Restore(args) => restore::command(client, namespace, args, io).await,
         SnapshotCommand::List(args) => list(args, io),
         SnapshotCommand::Prune(args) => prune(args, io),
+        SnapshotCommand::Schedule(args) => schedule::command(client, args, io, interrupt).await,
     }
 }
 

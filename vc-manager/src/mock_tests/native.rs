@@ -333,6 +333,7 @@ async fn an_unchanged_running_status_is_not_written() {
         observed_generation: Some(2),
         mode: Some(crds::ControlPlaneMode::Provisioned),
         usage: None,
+        snapshots: None,
     });
     let result = run(
         async move {
