@@ -7,9 +7,12 @@ use std::{path::Path, time::Duration};
 
 use anyhow::Context;
 use clap::Parser;
-use crds::VirtualCluster;
+use crds::{SnapshotStatus, VirtualCluster};
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
 use local_cluster::{
     realnodes,
     sandbox::{NodeKind, Sandbox, SandboxOptions},
@@ -293,5 +296,255 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
     println!("whole test took {:?}", started.elapsed());
 
     sandbox.shutdown().await;
+    Ok(())
+}
+
+/// The snapshot status of `name` once `done` holds of it, within `timeout`.
+async fn snapshot_status(
+    vcs: &Api<VirtualCluster>,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&SnapshotStatus) -> bool,
+) -> anyhow::Result<SnapshotStatus> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let status = vcs.get(name).await?.status.and_then(|s| s.snapshots);
+        if let Some(status) = status.as_ref().filter(|s| done(s)) {
+            return Ok(status.clone());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("no {what} within {timeout:?}; last status.snapshots: {status:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The snapshot folders in `dir`, by name.
+fn folders(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(error.into()),
+    };
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test]
+async fn scheduled_snapshots_are_taken_on_time_pruned_and_asked_for_on_real_nodes() -> anyhow::Result<()> {
+    const TEST: &str = "scheduled_snapshots_are_taken_on_time_pruned_and_asked_for_on_real_nodes";
+    if !local_cluster::require(TEST, NEEDS) || !realnodes::require(TEST) {
+        return Ok(());
+    }
+    let sandbox = Sandbox::start(SandboxOptions {
+        tenants: Vec::new(),
+        native_tenants: vec!["sched".to_owned()],
+        node_kind: NodeKind::Real,
+        ..SandboxOptions::default()
+    })
+    .await?;
+    let super_client = sandbox.super_client();
+    let vcs: Api<VirtualCluster> = Api::namespaced(super_client.clone(), "default");
+    let store = tempfile::tempdir()?;
+    let dir = store.path().to_string_lossy().into_owned();
+    let tenant_dir = store.path().join("default");
+
+    // The scheduler as the chart runs it, with limits a test can wait for: one snapshot a minute at most,
+    // requests at any time, two kept whatever a tenant asks.
+    let line = [
+        "snapshot",
+        "schedule",
+        "--to",
+        &dir,
+        "--store-name",
+        "pvc/vc-snapshots",
+        "--min-interval",
+        "1m",
+        "--min-request-gap",
+        "0s",
+        "--max-retain",
+        "2",
+        "--poll",
+        "1s",
+    ];
+    let args = kubectl_vc::Args::try_parse_from(std::iter::once(&"kubectl-vc").chain(&line))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let scheduler_client = super_client.clone();
+    let scheduler = tokio::spawn(async move {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let streams = kubectl_vc::Streams::new(&mut out, &mut err, false);
+        let result = Box::pin(kubectl_vc::run_with(&args, scheduler_client, streams, async {
+            let _ = stopped.await;
+        }))
+        .await;
+        (
+            result,
+            String::from_utf8_lossy(&out).into_owned(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
+    });
+
+    // Without spec.snapshots, nothing is taken.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(folders(&tenant_dir)?, Vec::<String>::new());
+
+    // Asked for every minute, keeping five: the first snapshot comes at once.
+    vcs.patch(
+        "sched",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"snapshots": {"intervalMinutes": 1, "retain": 5}}})),
+    )
+    .await?;
+    let first = snapshot_status(
+        &vcs,
+        "sched",
+        Duration::from_secs(90),
+        "the first scheduled snapshot",
+        |s| s.last_snapshot.is_some(),
+    )
+    .await?;
+    println!("first: {first:?}");
+    assert_eq!(first.store.as_deref(), Some("pvc/vc-snapshots"));
+    assert_eq!(first.retained, Some(1));
+    let first_folder = first
+        .last_snapshot
+        .as_deref()
+        .and_then(|p| p.strip_prefix("default/"))
+        .context("the snapshot is under the tenant's namespace")?
+        .to_owned();
+    assert_eq!(folders(&tenant_dir)?, vec![first_folder.clone()]);
+    let listed = kubectl_vc(
+        &super_client,
+        &["snapshot", "list", &tenant_dir.to_string_lossy(), "-o", "json"],
+    )
+    .await?;
+    listed.result?;
+    let listed: serde_json::Value = serde_json::from_str(&listed.out)?;
+    assert_eq!(
+        listed[0]["checksum"].as_str(),
+        first.last_checksum.as_deref(),
+        "the status names the store's snapshot"
+    );
+
+    // `snapshot create --to pvc/<claim>` asks the scheduler and prints what it took.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = kubectl_vc(
+        &super_client,
+        &[
+            "-n",
+            "default",
+            "snapshot",
+            "create",
+            "sched",
+            "--to",
+            "pvc/vc-snapshots",
+        ],
+    )
+    .await?;
+    asked.result?;
+    let second = vcs
+        .get("sched")
+        .await?
+        .status
+        .and_then(|s| s.snapshots)
+        .context("status")?;
+    assert_ne!(second.last_snapshot, first.last_snapshot);
+    assert!(
+        asked.out.contains(&format!(
+            "checksum {}",
+            second.last_checksum.as_deref().unwrap_or("?")
+        )),
+        "{}",
+        asked.out
+    );
+    assert_eq!(second.retained, Some(2));
+
+    // A third: the platform's cap of two removes the first, whatever the tenant's five.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kubectl_vc(
+        &super_client,
+        &[
+            "-n",
+            "default",
+            "snapshot",
+            "create",
+            "sched",
+            "--to",
+            "pvc/vc-snapshots",
+        ],
+    )
+    .await?
+    .result?;
+    let third = vcs
+        .get("sched")
+        .await?
+        .status
+        .and_then(|s| s.snapshots)
+        .context("status")?;
+    assert_eq!(third.retained, Some(2));
+    let kept = folders(&tenant_dir)?;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(!kept.contains(&first_folder), "{kept:?}");
+
+    // A request from the future is not honoured: no snapshot but the scheduled one.
+    vcs.patch(
+        "sched",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            crds::wellknown::ANNOTATION_SNAPSHOT_REQUESTED: "pvc/vc-snapshots 2099-01-01T00:00:00Z"
+        }}})),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let unchanged = vcs
+        .get("sched")
+        .await?
+        .status
+        .and_then(|s| s.snapshots)
+        .context("status")?;
+    assert_eq!(unchanged.last_snapshot, third.last_snapshot);
+
+    // Unasked, the next comes a minute after the last.
+    let third_time = third.last_snapshot_time.clone().context("time")?.0;
+    let scheduled = snapshot_status(
+        &vcs,
+        "sched",
+        Duration::from_secs(120),
+        "the next scheduled snapshot",
+        |s| s.last_snapshot_time.as_ref().is_some_and(|t| t.0 > third_time),
+    )
+    .await?;
+    let waited = scheduled
+        .last_snapshot_time
+        .context("time")?
+        .0
+        .duration_since(third_time);
+    println!("the scheduled snapshot came {waited:?} after the last");
+    assert!(waited.as_secs() >= 60, "{waited:?}");
+    assert_eq!(folders(&tenant_dir)?.len(), 2);
+
+    // Each snapshot is an Event on the VirtualCluster.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(super_client.clone(), "default");
+    let taken: Vec<_> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SnapshotTaken"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("sched"))
+        .collect();
+    assert!(!taken.is_empty(), "no SnapshotTaken event");
+
+    let _ = stop.send(());
+    let (result, out, err) = scheduler.await?;
+    println!("scheduler log:\n{out}{err}");
+    result?;
+    assert_eq!(out.matches("snapshot default/sched-").count(), 4, "{out}");
+    assert!(out.contains("(retention)"), "{out}");
+    drop(sandbox);
     Ok(())
 }

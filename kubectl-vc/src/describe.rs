@@ -244,6 +244,7 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
     text.push_str(&table::render(&["RESOURCE", "USED", "QUOTA", "%"], &rows, 2));
 
     text.push_str(&consumption(vc, now));
+    text.push_str(&snapshots(vc, now));
 
     text.push_str("\nSuper namespaces:\n");
     if related.namespaces.is_empty() {
@@ -328,6 +329,47 @@ fn consumption(vc: &VirtualCluster, now: Timestamp) -> String {
         row.measured,
         table::render(&["RESOURCE", "USED"], &rows, 2)
     )
+}
+
+/// The snapshot schedule and what the snapshot scheduler last did (`status.snapshots`); nothing when
+/// neither is set.
+fn snapshots(vc: &VirtualCluster, now: Timestamp) -> String {
+    let schedule = vc.spec.snapshots.as_ref();
+    let status = vc.status.as_ref().and_then(|s| s.snapshots.as_ref());
+    if schedule.is_none() && status.is_none() {
+        return String::new();
+    }
+    let mut text = String::from("\nSnapshots:\n");
+    let mut line = |label: &str, value: String| text.push_str(&format!("  {label:<14}{value}\n"));
+    line(
+        "Schedule:",
+        schedule.map_or("<none>".into(), |s| {
+            format!("every {} minutes, keeping {}", s.interval_minutes, s.retain)
+        }),
+    );
+    if let Some(status) = status {
+        line("Store:", or_none(status.store.clone()));
+        line(
+            "Last:",
+            match (&status.last_snapshot, &status.last_snapshot_time) {
+                (Some(path), Some(time)) => format!("{path} ({} ago)", age_since(Some(time.0), now)),
+                _ => "<none>".into(),
+            },
+        );
+        line("Checksum:", or_none(status.last_checksum.clone()));
+        line("Retained:", or_none(status.retained.map(|r| r.to_string())));
+        if let (Some(time), Some(failure)) = (&status.last_failure_time, &status.last_failure) {
+            line(
+                "Last failure:",
+                format!(
+                    "{} ago: {}",
+                    age_since(Some(time.0), now),
+                    table::truncate(failure, 160)
+                ),
+            );
+        }
+    }
+    text
 }
 
 /// Reads the super namespaces, pods and events of `vc`.
@@ -627,6 +669,33 @@ mod tests {
         );
         let document = document(&measured, &related).expect("document");
         assert_eq!(document["consumption"]["cpu"], "250m");
+    }
+
+    #[test]
+    fn describe_shows_the_snapshot_schedule_and_the_last_snapshot_and_failure() {
+        let mut tenant = vc();
+        assert!(!render(&tenant, &Related::default(), at(0)).contains("Snapshots:"));
+        tenant.spec.snapshots = Some(crds::SnapshotSchedule {
+            interval_minutes: 60,
+            retain: 7,
+        });
+        let status = tenant.status.get_or_insert_with(Default::default);
+        status.snapshots = Some(crds::SnapshotStatus {
+            store: Some("pvc/vc-snapshots".into()),
+            last_snapshot_time: Some(Time(at(120))),
+            last_snapshot: Some("team/vc-1-20261125T010000Z".into()),
+            last_checksum: Some("sha256:abc".into()),
+            retained: Some(3),
+            last_failure_time: Some(Time(at(30))),
+            last_failure: Some("etcd did not answer".into()),
+        });
+        let text = render(&tenant, &Related::default(), at(0));
+        assert!(
+            text.contains(
+                "Snapshots:\n  Schedule:     every 60 minutes, keeping 7\n  Store:        pvc/vc-snapshots\n  Last:         team/vc-1-20261125T010000Z (2m ago)\n  Checksum:     sha256:abc\n  Retained:     3\n  Last failure: 30s ago: etcd did not answer\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -111,10 +111,12 @@ pub fn requested_time(vc: &VirtualCluster, store: &str) -> Option<Timestamp> {
 
 /// The request annotation's value asking `store` for a snapshot at `at`.
 pub fn request_value(store: &str, at: Timestamp) -> String {
-    format!(
-        "{store} {}",
-        at.round(k8s_openapi::jiff::Unit::Second).unwrap_or(at)
-    )
+    format!("{store} {}", whole_seconds(at))
+}
+
+/// `time` without its fraction of a second, as the API shows times (never later than `time`).
+fn whole_seconds(time: Timestamp) -> Timestamp {
+    Timestamp::from_second(time.as_second()).unwrap_or(time)
 }
 
 fn after(time: Timestamp, duration: Duration) -> Timestamp {
@@ -191,12 +193,7 @@ fn remove_partial(dir: &Path, io: &mut Streams<'_>) -> Result<()> {
 
 /// A log line on stdout, with the time.
 fn log(io: &mut Streams<'_>, line: &str) -> Result<()> {
-    io.result(&format!(
-        "{} {line}",
-        Timestamp::now()
-            .round(k8s_openapi::jiff::Unit::Second)
-            .unwrap_or(Timestamp::now())
-    ))
+    io.result(&format!("{} {line}", whole_seconds(Timestamp::now())))
 }
 
 /// The scheduler.
@@ -491,9 +488,7 @@ pub async fn request(
         .await
         .map_err(|e| Error::reading("VirtualCluster", namespace, name, e))?;
     create::native_cluster_version(&vc, &vc_ref)?;
-    let asked = Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
-        .unwrap_or(Timestamp::now());
+    let asked = whole_seconds(Timestamp::now());
     let value = request_value(store, asked);
     let patch = json!({"metadata": {"annotations": {ANNOTATION_SNAPSHOT_REQUESTED: value}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
