@@ -22,7 +22,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use clap::{CommandFactory as _, Parser as _};
+use clap::Parser as _;
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment},
@@ -252,33 +252,24 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
         }
         "kubectl-vc" => {
             // The snapshot scheduler: the only writer of its store and of status.snapshots, without leader
-            // election (one replica, Recreate).
+            // election (one replica, Recreate), with the pod's in-cluster credentials.
+            let parsed = kubectl_vc::Args::try_parse_from(argv("kubectl-vc")).with_context(context)?;
+            let kubectl_vc::Command::Snapshot(kubectl_vc::args::SnapshotArgs {
+                command: kubectl_vc::args::SnapshotCommand::Schedule(schedule),
+            }) = &parsed.command
+            else {
+                bail!("{}: not `snapshot schedule` but {:?}", context(), parsed.command);
+            };
             ensure!(
-                args.get(..2) == Some(&["snapshot".to_owned(), "schedule".to_owned()][..]),
-                "{}: not `snapshot schedule`",
+                schedule.to == Path::new("/snapshots") && schedule.store_name.starts_with("pvc/"),
+                "{}: {schedule:?}",
                 context()
             );
-            let schedule = kubectl_vc::Args::command()
-                .find_subcommand("snapshot")
-                .and_then(|snapshot| snapshot.find_subcommand("schedule"))
-                .is_some();
-            if schedule {
-                let parsed = kubectl_vc::Args::try_parse_from(argv("kubectl-vc")).with_context(context)?;
-                ensure!(
-                    matches!(parsed.command, kubectl_vc::Command::Snapshot(_)),
-                    "{}: parsed as {:?}",
-                    context(),
-                    parsed.command
-                );
-            } else {
-                // Until `kubectl-vc snapshot schedule` is on this branch its flags cannot be parsed; the chart
-                // test still checks them by value (check_snapshots). Remove this branch once it is.
-                let line = format!(
-                    "NOTE: kubectl-vc has no `snapshot schedule` yet; {} checked by value only\n",
-                    context()
-                );
-                let _ = std::io::stderr().write_all(line.as_bytes());
-            }
+            ensure!(
+                parsed.global.kubeconfig.is_none() && parsed.global.context.is_none(),
+                "{}: not the in-cluster credentials",
+                context()
+            );
             Ok(Some(false))
         }
         other => bail!("unexpected container {other}"),
@@ -581,7 +572,8 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
     Ok(())
 }
 
-/// The snapshot scheduler's cluster-wide rights, exactly: API group, resource, verbs.
+/// The snapshot scheduler's cluster-wide rights, exactly: API group, resource, verbs (Secrets only by the PKI
+/// Secrets' names).
 const SNAPSHOTS_RULES: &[(&str, &str, &[&str])] = &[
     ("tenancy.x-k8s.io", "virtualclusters", &["get", "list", "watch"]),
     ("tenancy.x-k8s.io", "virtualclusters/status", &["patch"]),
@@ -589,7 +581,8 @@ const SNAPSHOTS_RULES: &[(&str, &str, &[&str])] = &[
     ("", "secrets", &["get"]),
     ("", "services", &["get"]),
     ("", "pods", &["get", "list"]),
-    ("", "pods/portforward", &["create"]),
+    // get: kube's port-forward is a WebSocket GET; create: apiservers that demand it for the upgrade too.
+    ("", "pods/portforward", &["get", "create"]),
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
@@ -608,7 +601,8 @@ struct SnapshotScheduler {
 /// replaced with Recreate, a pod fsGroup (so the volume is writable), `snapshot schedule` into the claim
 /// mounted at /snapshots with `--store-name=pvc/<that claim>`; the claim, when the chart renders it, is the
 /// only one and is kept by `helm uninstall`; its ClusterRole (when RBAC is rendered) grants exactly
-/// [`SNAPSHOTS_RULES`] and its binding names the pod's ServiceAccount.
+/// [`SNAPSHOTS_RULES`], Secrets only by the names a snapshot reads, and its binding names the pod's
+/// ServiceAccount.
 fn check_snapshots(what: &str, objects: &[DynamicObject]) -> anyhow::Result<Option<SnapshotScheduler>> {
     let claims: Vec<PersistentVolumeClaim> = typed(objects, "PersistentVolumeClaim")?;
     let deployments: Vec<Deployment> = typed(objects, "Deployment")?;
@@ -711,10 +705,21 @@ fn check_snapshots(what: &str, objects: &[DynamicObject]) -> anyhow::Result<Opti
     {
         let mut granted = BTreeSet::new();
         for rule in role.rules.iter().flatten() {
-            ensure!(
-                rule.resource_names.is_none(),
-                "{what}: {owner} rules are cluster-wide: {rule:?}"
-            );
+            if rule.resources.as_deref() == Some(&["secrets".to_owned()][..]) {
+                // Only the tenant PKI Secrets a snapshot reads, by name (in any namespace).
+                let names: BTreeSet<&str> =
+                    rule.resource_names.iter().flatten().map(String::as_str).collect();
+                let pki: BTreeSet<&str> = kubectl_vc::snapshot::PKI_SECRET_NAMES.into_iter().collect();
+                ensure!(
+                    names == pki,
+                    "{what}: {owner} reads Secrets {names:?}, not exactly the PKI Secrets {pki:?}"
+                );
+            } else {
+                ensure!(
+                    rule.resource_names.is_none(),
+                    "{what}: {owner}: only the Secrets rule names objects: {rule:?}"
+                );
+            }
             for group in rule.api_groups.iter().flatten() {
                 for resource in rule.resources.iter().flatten() {
                     for verb in &rule.verbs {
