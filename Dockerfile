@@ -1,10 +1,12 @@
 # syntax=docker/dockerfile:1
-# Small static images of the four components, one target each:
+# Small static images of the four components and of kubectl-vc (the chart's snapshot scheduler runs
+# `kubectl-vc snapshot schedule`), one target each:
 #
 #   docker build --target vc-manager -t <registry>/vc-manager:0.1.0 .
 #   docker build --target syncer     -t <registry>/syncer:0.1.0 .
 #   docker build --target vn-agent   -t <registry>/vn-agent:0.1.0 .
 #   docker build --target vc-dns     -t <registry>/vc-dns:0.1.0 .
+#   docker build --target kubectl-vc -t <registry>/kubectl-vc:0.1.0 .
 #
 # The Helm chart (charts/virtualcluster) expects exactly these repository names under image.registry, tagged
 # with the chart's appVersion (the workspace version) unless image.tag says otherwise.
@@ -30,12 +32,14 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --target x86_64-unknown-linux-musl \
-      -p vc-manager -p syncer -p vn-agent -p vc-dns --bin vc-manager --bin syncer --bin vn-agent --bin vc-dns \
+      -p vc-manager -p syncer -p vn-agent -p vc-dns -p kubectl-vc \
+      --bin vc-manager --bin syncer --bin vn-agent --bin vc-dns --bin kubectl-vc \
  && mkdir -p /out \
  && cp target/x86_64-unknown-linux-musl/release/vc-manager \
        target/x86_64-unknown-linux-musl/release/syncer \
        target/x86_64-unknown-linux-musl/release/vn-agent \
-       target/x86_64-unknown-linux-musl/release/vc-dns /out/
+       target/x86_64-unknown-linux-musl/release/vc-dns \
+       target/x86_64-unknown-linux-musl/release/kubectl-vc /out/
 
 FROM gcr.io/distroless/static-debian12:nonroot AS vc-manager
 COPY --from=builder /out/vc-manager /usr/local/bin/vc-manager
@@ -61,3 +65,9 @@ USER 65532:65532
 # DNS on an unprivileged port (the chart's Service serves 53), admin endpoint.
 EXPOSE 5353/udp 5353/tcp 8080
 ENTRYPOINT ["/usr/local/bin/vc-dns"]
+
+FROM gcr.io/distroless/static-debian12:nonroot AS kubectl-vc
+COPY --from=builder /out/kubectl-vc /usr/local/bin/kubectl-vc
+USER 65532:65532
+# No port: in the chart it runs `kubectl-vc snapshot schedule` with the in-cluster ServiceAccount.
+ENTRYPOINT ["/usr/local/bin/kubectl-vc"]

@@ -5,6 +5,9 @@
 //!   chart's own roles and ServiceAccounts;
 //! - every container's arguments parse with the binary's own flag parser, images default to the workspace
 //!   version, containers are locked down;
+//! - the optional snapshot scheduler (`snapshots.enabled`) runs `kubectl-vc snapshot schedule` into the claim
+//!   mounted at /snapshots, names it as its store, keeps the claim it creates past `helm uninstall`, creates
+//!   none with `existingClaim`, and holds exactly its documented rights;
 //! - every rendered object is accepted by a real kube-apiserver (server-side apply, dry run, strict field
 //!   validation), after the chart's CRDs are installed for real.
 //!
@@ -23,7 +26,7 @@ use clap::Parser as _;
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment},
-        core::v1::{Container, Namespace, PodSpec},
+        core::v1::{Container, Namespace, PersistentVolumeClaim, PodSpec, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -247,6 +250,28 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
             parsed.settings().with_context(context)?;
             Ok(None)
         }
+        "kubectl-vc" => {
+            // The snapshot scheduler: the only writer of its store and of status.snapshots, without leader
+            // election (one replica, Recreate), with the pod's in-cluster credentials.
+            let parsed = kubectl_vc::Args::try_parse_from(argv("kubectl-vc")).with_context(context)?;
+            let kubectl_vc::Command::Snapshot(kubectl_vc::args::SnapshotArgs {
+                command: kubectl_vc::args::SnapshotCommand::Schedule(schedule),
+            }) = &parsed.command
+            else {
+                bail!("{}: not `snapshot schedule` but {:?}", context(), parsed.command);
+            };
+            ensure!(
+                schedule.to == Path::new("/snapshots") && schedule.store_name.starts_with("pvc/"),
+                "{}: {schedule:?}",
+                context()
+            );
+            ensure!(
+                parsed.global.kubeconfig.is_none() && parsed.global.context.is_none(),
+                "{}: not the in-cluster credentials",
+                context()
+            );
+            Ok(Some(false))
+        }
         other => bail!("unexpected container {other}"),
     }
 }
@@ -290,18 +315,26 @@ fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<
                 .and_then(|p| p.http_get.as_ref())
                 .and_then(|h| h.path.clone())
         };
-        assert_eq!(
-            path(&container.liveness_probe).as_deref(),
-            Some("/healthz"),
-            "{owner}"
-        );
-        assert!(
-            matches!(
-                path(&container.readiness_probe).as_deref(),
-                Some("/readyz" | "/healthz")
-            ),
-            "{owner}"
-        );
+        if container.ports.is_none() {
+            // Listens on no port (the snapshot scheduler): nothing to probe.
+            assert!(
+                container.liveness_probe.is_none() && container.readiness_probe.is_none(),
+                "{owner}"
+            );
+        } else {
+            assert_eq!(
+                path(&container.liveness_probe).as_deref(),
+                Some("/healthz"),
+                "{owner}"
+            );
+            assert!(
+                matches!(
+                    path(&container.readiness_probe).as_deref(),
+                    Some("/readyz" | "/healthz")
+                ),
+                "{owner}"
+            );
+        }
         assert!(container.resources.is_some(), "{owner}");
         elections.push((container.name.clone(), check_flags(container)?));
     }
@@ -348,8 +381,9 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             tenant_pods.len() == usize::from(super_apiserver_backend),
             "{what}: the tenant-pods role exactly with the super-apiserver backend"
         );
+        let snapshots = check_snapshots(&what, &objects)?;
         ensure!(
-            cluster_roles.len() == 4 + tenant_pods.len(),
+            cluster_roles.len() == 4 + usize::from(snapshots.is_some()) + tenant_pods.len(),
             "{what}: one ClusterRole per component"
         );
         for role in &tenant_pods {
@@ -531,9 +565,307 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
                 !objects.iter().any(|o| kind(o) == "ServiceMonitor"),
                 "off by default"
             );
+            assert!(snapshots.is_none(), "the snapshot scheduler is off by default");
         }
         eprintln!("{what}: {} objects render and pass", objects.len());
     }
+    Ok(())
+}
+
+/// The snapshot scheduler's cluster-wide rights, exactly: API group, resource, verbs (Secrets only by the PKI
+/// Secrets' names).
+const SNAPSHOTS_RULES: &[(&str, &str, &[&str])] = &[
+    ("tenancy.x-k8s.io", "virtualclusters", &["get", "list", "watch"]),
+    ("tenancy.x-k8s.io", "virtualclusters/status", &["patch"]),
+    ("tenancy.x-k8s.io", "clusterversions", &["get"]),
+    ("", "secrets", &["get"]),
+    ("", "services", &["get"]),
+    ("", "pods", &["get", "list"]),
+    // get: kube's port-forward is a WebSocket GET; create: apiservers that demand it for the upgrade too.
+    ("", "pods/portforward", &["get", "create"]),
+    ("events.k8s.io", "events", &["create", "patch"]),
+];
+
+/// The rendered snapshot scheduler.
+#[derive(Debug)]
+struct SnapshotScheduler {
+    /// Its container's arguments.
+    args: Vec<String>,
+    /// The claim mounted at /snapshots.
+    claim: String,
+    /// That claim when the chart renders it (no `snapshots.persistence.existingClaim`).
+    created: Option<PersistentVolumeClaim>,
+}
+
+/// The snapshot scheduler, when the values enable it (`None` when no Deployment runs it): one replica,
+/// replaced with Recreate, a pod fsGroup (so the volume is writable), `snapshot schedule` into the claim
+/// mounted at /snapshots with `--store-name=pvc/<that claim>`; the claim, when the chart renders it, is the
+/// only one and is kept by `helm uninstall`; its ClusterRole (when RBAC is rendered) grants exactly
+/// [`SNAPSHOTS_RULES`], Secrets only by the names a snapshot reads, and its binding names the pod's
+/// ServiceAccount.
+fn check_snapshots(what: &str, objects: &[DynamicObject]) -> anyhow::Result<Option<SnapshotScheduler>> {
+    let claims: Vec<PersistentVolumeClaim> = typed(objects, "PersistentVolumeClaim")?;
+    let deployments: Vec<Deployment> = typed(objects, "Deployment")?;
+    let Some(deployment) = deployments.iter().find(|d| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| p.containers.iter().any(|c| c.name == "kubectl-vc"))
+    }) else {
+        ensure!(
+            claims.is_empty(),
+            "{what}: a claim without the snapshot scheduler"
+        );
+        return Ok(None);
+    };
+    let owner = deployment.metadata.name.clone().unwrap_or_default();
+    ensure!(owner.ends_with("-snapshots"), "{what}: {owner}");
+    let spec = deployment.spec.as_ref().context("deployment spec")?;
+    ensure!(spec.replicas == Some(1), "{what}: {owner} runs one replica");
+    ensure!(
+        spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate"),
+        "{what}: {owner}: an update must not run two schedulers on one ReadWriteOnce claim"
+    );
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    ensure!(
+        pod.security_context.as_ref().and_then(|s| s.fs_group).is_some(),
+        "{what}: {owner} has no fsGroup: the non-root user could not write the volume"
+    );
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "kubectl-vc")
+        .context("kubectl-vc container")?;
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/snapshots")
+        .with_context(|| format!("{what}: {owner} mounts nothing at /snapshots"))?;
+    ensure!(
+        mount.read_only != Some(true),
+        "{what}: {owner} mounts /snapshots read-only"
+    );
+    let claim = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .and_then(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .with_context(|| format!("{what}: {owner}'s /snapshots is not a PersistentVolumeClaim"))?;
+    let args = expanded_args(container);
+    for expected in ["--to=/snapshots".to_owned(), format!("--store-name=pvc/{claim}")] {
+        ensure!(
+            args.contains(&expected),
+            "{what}: {owner} {args:?} lacks {expected}"
+        );
+    }
+    for flag in ["--min-interval=", "--max-retain=", "--poll="] {
+        ensure!(
+            args.iter().filter(|a| a.starts_with(flag)).count() == 1,
+            "{what}: {owner} {args:?} sets {flag} once"
+        );
+    }
+
+    ensure!(claims.len() <= 1, "{what}: one claim at most");
+    let created = claims.into_iter().next();
+    if let Some(pvc) = &created {
+        ensure!(
+            pvc.metadata.name.as_deref() == Some(claim.as_str()),
+            "{what}: the chart's claim is not the mounted one"
+        );
+        ensure!(
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("helm.sh/resource-policy"))
+                .map(String::as_str)
+                == Some("keep"),
+            "{what}: helm uninstall would delete the snapshots' claim"
+        );
+        let pvc_spec = pvc.spec.clone().unwrap_or_default();
+        ensure!(
+            pvc_spec.access_modes.is_some_and(|m| !m.is_empty()),
+            "{what}: the claim has no access mode"
+        );
+        ensure!(
+            pvc_spec
+                .resources
+                .and_then(|r| r.requests)
+                .is_some_and(|r| r.contains_key("storage")),
+            "{what}: the claim requests no storage"
+        );
+    }
+
+    let cluster_roles: Vec<ClusterRole> = typed(objects, "ClusterRole")?;
+    if let Some(role) = cluster_roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(owner.as_str()))
+    {
+        let mut granted = BTreeSet::new();
+        for rule in role.rules.iter().flatten() {
+            if rule.resources.as_deref() == Some(&["secrets".to_owned()][..]) {
+                // Only the tenant PKI Secrets a snapshot reads, by name (in any namespace).
+                let names: BTreeSet<&str> =
+                    rule.resource_names.iter().flatten().map(String::as_str).collect();
+                let pki: BTreeSet<&str> = kubectl_vc::snapshot::PKI_SECRET_NAMES.into_iter().collect();
+                ensure!(
+                    names == pki,
+                    "{what}: {owner} reads Secrets {names:?}, not exactly the PKI Secrets {pki:?}"
+                );
+            } else {
+                ensure!(
+                    rule.resource_names.is_none(),
+                    "{what}: {owner}: only the Secrets rule names objects: {rule:?}"
+                );
+            }
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        granted.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        let expected: BTreeSet<(String, String, String)> = SNAPSHOTS_RULES
+            .iter()
+            .flat_map(|(group, resource, verbs)| {
+                verbs
+                    .iter()
+                    .map(|verb| ((*group).to_owned(), (*resource).to_owned(), (*verb).to_owned()))
+            })
+            .collect();
+        ensure!(
+            granted == expected,
+            "{what}: {owner} grants {granted:?}, not exactly {expected:?}"
+        );
+        let binding = typed::<ClusterRoleBinding>(objects, "ClusterRoleBinding")?
+            .into_iter()
+            .find(|b| b.role_ref.name == owner)
+            .with_context(|| format!("{what}: {owner} is bound nowhere"))?;
+        let subjects: Vec<(String, Option<String>)> = binding
+            .subjects
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| (s.name, s.namespace))
+            .collect();
+        ensure!(
+            subjects
+                == [(
+                    pod.service_account_name.clone().unwrap_or_default(),
+                    Some(NAMESPACE.to_owned())
+                )],
+            "{what}: {owner} is bound to {subjects:?}, not its pod's ServiceAccount"
+        );
+    }
+    Ok(Some(SnapshotScheduler { args, claim, created }))
+}
+
+/// The snapshot scheduler's own switches: its claim (created and kept, on the default StorageClass unless
+/// one is named) or an existing one, and its RBAC only with `rbac.create`.
+#[test]
+fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
+    let test = "chart_snapshot_scheduler_writes_into_its_claim";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let objects = render(&helm, None, &["--set", "snapshots.enabled=true"])?;
+    let scheduler = check_snapshots("snapshots.enabled", &objects)?.context("the scheduler renders")?;
+    assert_eq!(
+        scheduler.args,
+        [
+            "snapshot",
+            "schedule",
+            "--to=/snapshots",
+            "--store-name=pvc/vc-virtualcluster-snapshots",
+            "--min-interval=15m",
+            "--max-retain=30",
+            "--poll=15s",
+        ]
+    );
+    assert_eq!(scheduler.claim, "vc-virtualcluster-snapshots");
+    let spec = scheduler
+        .created
+        .context("the chart creates the claim")?
+        .spec
+        .unwrap_or_default();
+    // Left out, not "": an empty storageClassName asks for no class at all.
+    assert_eq!(spec.storage_class_name, None);
+    assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_owned()]));
+    assert_eq!(
+        spec.resources
+            .and_then(|r| r.requests)
+            .and_then(|r| r.get("storage").cloned())
+            .map(|q| q.0),
+        Some("10Gi".to_owned())
+    );
+    let accounts: Vec<ServiceAccount> = typed(&objects, "ServiceAccount")?;
+    assert!(
+        accounts
+            .iter()
+            .any(|a| a.metadata.name.as_deref() == Some("vc-virtualcluster-snapshots")),
+        "its ServiceAccount"
+    );
+
+    let objects = render(
+        &helm,
+        None,
+        &[
+            "--set",
+            "snapshots.enabled=true",
+            "--set",
+            "snapshots.persistence.storageClassName=fast",
+            "--set",
+            "snapshots.minInterval=1h",
+            "--set",
+            "snapshots.maxRetain=5",
+            "--set",
+            "snapshots.poll=90s",
+        ],
+    )?;
+    let scheduler = check_snapshots("a StorageClass", &objects)?.context("the scheduler renders")?;
+    assert_eq!(
+        &scheduler.args[4..],
+        ["--min-interval=1h", "--max-retain=5", "--poll=90s"]
+    );
+    let spec = scheduler.created.context("the claim")?.spec.unwrap_or_default();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+
+    // An existing claim: the chart renders none and names that one as the store.
+    let objects = render(
+        &helm,
+        None,
+        &[
+            "--set",
+            "snapshots.enabled=true",
+            "--set",
+            "snapshots.persistence.existingClaim=tenant-backups",
+        ],
+    )?;
+    let scheduler = check_snapshots("existingClaim", &objects)?.context("the scheduler renders")?;
+    assert_eq!(scheduler.claim, "tenant-backups");
+    assert!(
+        scheduler
+            .args
+            .contains(&"--store-name=pvc/tenant-backups".to_owned())
+    );
+    assert!(scheduler.created.is_none(), "no claim rendered");
+
+    // Without rbac.create, no role of its own (nor of anyone else's).
+    let objects = render(
+        &helm,
+        None,
+        &["--set", "snapshots.enabled=true", "--set", "rbac.create=false"],
+    )?;
+    check_snapshots("rbac.create=false", &objects)?.context("the scheduler renders")?;
+    assert!(
+        !objects.iter().any(|o| matches!(
+            kind(o),
+            "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        )),
+        "rbac.create=false renders RBAC"
+    );
     Ok(())
 }
 
@@ -582,6 +914,37 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
         ),
         (&["--set", "logFormat=xml"][..], "logFormat must be text or json"),
         (&["--set", "syncer.tokenTTLSeconds=60"][..], "at least 600"),
+        (
+            &[
+                "--set",
+                "snapshots.enabled=true",
+                "--set",
+                "snapshots.persistence.size=",
+            ][..],
+            "snapshots needs a store",
+        ),
+        (
+            &[
+                "--set",
+                "snapshots.enabled=true",
+                "--set",
+                "snapshots.minInterval=15",
+            ][..],
+            "snapshots.minInterval must be a duration",
+        ),
+        (
+            &["--set", "snapshots.enabled=true", "--set", "snapshots.poll=soon"][..],
+            "snapshots.poll must be a duration",
+        ),
+        (
+            &[
+                "--set",
+                "snapshots.enabled=true",
+                "--set",
+                "snapshots.maxRetain=0",
+            ][..],
+            "snapshots.maxRetain must be at least 1",
+        ),
     ] {
         let error = helm_template(&helm, None, set).expect_err("refused");
         assert!(error.to_string().contains(expected), "{set:?}: {error}");

@@ -164,3 +164,8 @@ tolerations:
 {{- define "virtualcluster.caBundleName" -}}
 {{ include "virtualcluster.fullname" . }}-kubelet-client-cas
 {{- end }}
+
+{{/* The claim the snapshot scheduler writes into: persistence.existingClaim, else the chart's <fullname>-snapshots. */}}
+{{- define "virtualcluster.snapshotsClaimName" -}}
+{{- default (include "virtualcluster.componentName" (list . "snapshots")) .Values.snapshots.persistence.existingClaim }}
+{{- end }}
