@@ -661,7 +661,12 @@ fn check_snapshots(what: &str, objects: &[DynamicObject]) -> anyhow::Result<Opti
             "{what}: {owner} {args:?} lacks {expected}"
         );
     }
-    for flag in ["--min-interval=", "--max-retain=", "--poll="] {
+    for flag in [
+        "--min-interval=",
+        "--min-request-gap=",
+        "--max-retain=",
+        "--poll=",
+    ] {
         ensure!(
             args.iter().filter(|a| a.starts_with(flag)).count() == 1,
             "{what}: {owner} {args:?} sets {flag} once"
@@ -780,6 +785,7 @@ fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
             "--to=/snapshots",
             "--store-name=pvc/vc-virtualcluster-snapshots",
             "--min-interval=15m",
+            "--min-request-gap=5m",
             "--max-retain=30",
             "--poll=15s",
         ]
@@ -819,6 +825,8 @@ fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
             "--set",
             "snapshots.minInterval=1h",
             "--set",
+            "snapshots.minRequestGap=0",
+            "--set",
             "snapshots.maxRetain=5",
             "--set",
             "snapshots.poll=90s",
@@ -827,7 +835,12 @@ fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
     let scheduler = check_snapshots("a StorageClass", &objects)?.context("the scheduler renders")?;
     assert_eq!(
         &scheduler.args[4..],
-        ["--min-interval=1h", "--max-retain=5", "--poll=90s"]
+        [
+            "--min-interval=1h",
+            "--min-request-gap=0",
+            "--max-retain=5",
+            "--poll=90s"
+        ]
     );
     let spec = scheduler.created.context("the claim")?.spec.unwrap_or_default();
     assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));

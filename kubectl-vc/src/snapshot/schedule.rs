@@ -462,7 +462,8 @@ pub async fn command(
     let run = async {
         loop {
             scheduler.poll(io).await?;
-            tokio::time::sleep(args.poll).await;
+            // A poll of 0 would spin: once a second at the most.
+            tokio::time::sleep(args.poll.max(Duration::from_secs(1))).await;
         }
     };
     tokio::select! {
