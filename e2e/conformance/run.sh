@@ -5,15 +5,18 @@
 #
 #   e2e/conformance/run.sh --e2e-test PATH --ginkgo PATH --agnhost PATH [--out DIR] [--procs N]
 #                          [--focus REGEX] [--skip REGEX] [--only plain|tenant] [--tenant native|adopted]
+#                          [--passed-in PLAIN.json]
 #
 # The plain cluster is the sandbox's super cluster (real etcd, kube-apiserver, controller-manager, scheduler
 # and one real node: kubelet, containerd, kube-proxy); the tenant is a native tenant of it (its etcd,
 # apiserver and controller-manager run as pods on that node; --tenant adopted: an apiserver process the
 # sandbox starts and hands over) whose pods the syncer runs on that node. Both see the same node and images.
+# --passed-in PLAIN.json: run the tenant alone on the tests that passed in that earlier plain run, and
+# compare against it (the tests failing on the plain cluster take most of a full run's time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native
+e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native passed_in=""
 focus='\[Conformance\]'
 skip='\[Disruptive\]|\[Flaky\]'
 while [ $# -gt 0 ]; do
@@ -27,7 +30,8 @@ while [ $# -gt 0 ]; do
     --skip) skip="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --tenant) tenant_kind="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --passed-in) passed_in="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +48,11 @@ case "$tenant_kind" in
   adopted) tenant_args=(--tenant conformance) ;;
   *) echo "run.sh: --tenant takes native or adopted" >&2; exit 2 ;;
 esac
+if [ -n "$passed_in" ]; then
+  [ -s "$passed_in" ] || { echo "run.sh: --passed-in must name ginkgo's JSON report of a plain run" >&2; exit 2; }
+  passed_in="$(realpath "$passed_in")"
+  only=tenant
+fi
 e2e_test="$(realpath "$e2e_test")" ginkgo="$(realpath "$ginkgo")" agnhost="$(realpath "$agnhost")"
 out="$(realpath -m "${out:-target/conformance/$(date -u +%Y%m%dT%H%M%SZ)}")"
 mkdir -p "$out"
@@ -53,6 +62,11 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 echo "==> building vc-sandbox and conformance_report"
 cargo build --release -q -p local-cluster --bin vc-sandbox
 cargo build --release -q -p e2e --bin conformance_report
+
+if [ -n "$passed_in" ]; then
+  focus="$("$target_dir/release/conformance_report" --focus-on-passed "$passed_in")"
+  echo "==> the tenant runs only the tests that passed in $passed_in"
+fi
 
 echo "==> starting the sandbox (log: $out/sandbox.log)"
 "$target_dir/release/vc-sandbox" --nodes 1 "${tenant_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
@@ -98,7 +112,8 @@ run_suite() { # name kubeconfig
 [ "$only" = tenant ] || run_suite plain "$out/sandbox/super.kubeconfig"
 [ "$only" = plain ] || run_suite tenant "$out/sandbox/conformance.kubeconfig"
 
-if [ -z "$only" ]; then
+if [ -z "$only" ] || [ -n "$passed_in" ]; then
+  plain_report="${passed_in:-$out/plain.json}"
   echo "==> comparison (also in $out/report.txt)"
-  "$target_dir/release/conformance_report" "$out/plain.json" "$out/tenant.json" | tee "$out/report.txt"
+  "$target_dir/release/conformance_report" "$plain_report" "$out/tenant.json" | tee "$out/report.txt"
 fi

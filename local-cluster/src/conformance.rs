@@ -266,6 +266,29 @@ pub mod report {
             .collect()
     }
 
+    /// A ginkgo `--focus` regular expression matching exactly the tests that passed in `outcomes` (each
+    /// name escaped, anchored at both ends): to run in a tenant only what passed on the plain cluster.
+    pub fn focus_on_passed(outcomes: &BTreeMap<String, Outcome>) -> String {
+        let names: Vec<String> = outcomes
+            .iter()
+            .filter(|(_, outcome)| outcome.state == "passed")
+            .map(|(name, _)| escape(name))
+            .collect();
+        format!("^({})$", names.join("|"))
+    }
+
+    /// `text` as a literal in a Go (RE2) regular expression.
+    fn escape(text: &str) -> String {
+        let mut escaped = String::with_capacity(text.len());
+        for c in text.chars() {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                escaped.push('\\');
+            }
+            escaped.push(c);
+        }
+        escaped
+    }
+
     pub fn summary(what: &str, outcomes: &BTreeMap<String, Outcome>) -> String {
         let counts = counts(outcomes);
         let states = counts
@@ -279,6 +302,20 @@ pub mod report {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn the_focus_on_passed_tests_names_each_literally_and_nothing_else() {
+            let text = report(&[
+                ("works [Conformance]", "passed", ""),
+                ("fails (badly) [Conformance]", "failed", "boom"),
+                ("a.b|c? [Conformance]", "passed", ""),
+            ]);
+            let focus = focus_on_passed(&outcomes(&text).expect("report"));
+            assert_eq!(
+                focus,
+                r"^(\[sig-x\] Thing a\.b\|c\? \[Conformance\]|\[sig-x\] Thing works \[Conformance\])$"
+            );
+        }
 
         fn report(specs: &[(&str, &str, &str)]) -> String {
             let specs: Vec<_> = specs
