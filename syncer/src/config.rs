@@ -736,7 +736,14 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 let replica_id = args
                     .replica_id
                     .filter(|id| !id.trim().is_empty())
-                    .unwrap_or_else(vc_runtime::leader::identity);
+                    // Outside a pod: host name and pid, made a Lease name.
+                    .unwrap_or_else(|| {
+                        vc_runtime::leader::identity()
+                            .to_ascii_lowercase()
+                            .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '.', "-")
+                            .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+                            .to_owned()
+                    });
                 let namespace = args.shard_namespace.trim();
                 if namespace.is_empty() {
                     return Err("--shard-namespace must not be empty".into());
