@@ -28,7 +28,7 @@ use local_cluster::{
 use serde_json::json;
 use syncer::{
     Metrics, Syncer, SyncerConfig,
-    shards::{LABEL_SYNCER_LEASE, ShardSettings, replica_of, tenant_lease_name},
+    shards::{LABEL_SYNCER_LEASE, ShardSettings, replica_of},
 };
 use vc_runtime::admin::Health;
 
@@ -48,8 +48,8 @@ fn replica_config(replica: &str) -> SyncerConfig {
         shards: Some(ShardSettings {
             replica_id: replica.to_owned(),
             namespace: LEASE_NAMESPACE.to_owned(),
-            // The shortest allowed: a dead replica's tenants move within about three seconds.
-            lease_duration: Duration::from_secs(3),
+            // The default: a dead replica's tenants move after about six seconds.
+            lease_duration: Duration::from_secs(6),
         }),
         // The test measures its own tenants' usage nowhere.
         usage: syncer::usage::UsageSettings {
@@ -253,7 +253,7 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
     })
     .await?;
     println!(
-        "the killed replica's {} tenants attached elsewhere {:.1} s after the kill (Lease duration 3 s)",
+        "the killed replica's {} tenants attached elsewhere {:.1} s after the kill (Lease duration 6 s)",
         victims_tenants.len(),
         moved.as_secs_f64()
     );

@@ -50,6 +50,7 @@ use tokio::sync::{Notify, watch};
 use crate::{
     attach,
     context::Context,
+    error::{Error, on_super},
     metrics::HandoverLabels,
     shards::assignment::{Placed, assign, first_choice},
 };
@@ -278,6 +279,8 @@ pub struct Shards {
     /// Bumped whenever `held` changes; the VirtualCluster supervisors wait on it.
     changes: watch::Sender<u64>,
     observed: Mutex<HashMap<String, Observed>>,
+    /// Whether the Lease watch has listed once (before, an absent Lease may just not be seen yet).
+    listed: AtomicBool,
     /// Until when the membership is valid (the last successful renewal's start plus the renew deadline).
     valid_until: Mutex<Option<Instant>>,
     /// Rings when a Lease changed or the membership was renewed (the balancing loop).
@@ -316,6 +319,7 @@ impl Shards {
             duties: AtomicBool::new(false),
             changes: watch::channel(0).0,
             observed: Mutex::new(HashMap::new()),
+            listed: AtomicBool::new(false),
             valid_until: Mutex::new(None),
             wake: Notify::new(),
             membership: Notify::new(),
@@ -466,6 +470,7 @@ pub async fn watch_leases(client: Client, shards: Arc<Shards>) {
                 for name in gone {
                     shards.forget(&name);
                 }
+                shards.listed.store(true, Ordering::Release);
             }
             Ok(watcher::Event::Apply(lease)) => shards.observe(lease, now),
             Ok(watcher::Event::Delete(lease)) => shards.forget(&lease.name_any()),
@@ -588,15 +593,6 @@ impl Leases {
     }
 }
 
-/// Why renewing the membership did not succeed.
-#[derive(Debug, thiserror::Error)]
-enum Renewal {
-    #[error("{0}")]
-    Api(#[from] kube::Error),
-    #[error("membership Lease {name} is held by {holder} (an earlier process of this replica?); waiting for it to expire")]
-    HeldElsewhere { name: String, holder: String },
-}
-
 /// Creates or renews this replica's membership Lease every renew period, for as long as it runs.
 pub async fn keep_membership(client: Client, shards: Arc<Shards>) {
     let leases = Leases {
@@ -607,7 +603,12 @@ pub async fn keep_membership(client: Client, shards: Arc<Shards>) {
     let mut failing = false;
     loop {
         let sent = Instant::now();
-        match renew_membership(&leases, &name).await {
+        // A renewal that takes longer than the renew deadline is too late anyway.
+        let renewal = tokio::time::timeout(shards.settings.renew_deadline(), renew_membership(&leases, &name));
+        let renewal = renewal
+            .await
+            .unwrap_or_else(|_| Err(Error::LeaseTimeout { name: name.clone() }));
+        match renewal {
             Ok(()) => {
                 if failing {
                     tracing::info!(lease = %name, "membership renewed again");
@@ -620,7 +621,7 @@ pub async fn keep_membership(client: Client, shards: Arc<Shards>) {
                     tracing::warn!(lease = %name, error = &error as &dyn std::error::Error, "renewing this replica's membership");
                 }
                 failing = true;
-                if matches!(error, Renewal::HeldElsewhere { .. }) {
+                if matches!(error, Error::LeaseHeld { .. }) {
                     shards.lapse();
                 }
             }
@@ -629,18 +630,26 @@ pub async fn keep_membership(client: Client, shards: Arc<Shards>) {
     }
 }
 
-async fn renew_membership(leases: &Leases, name: &str) -> Result<(), Renewal> {
+async fn renew_membership(leases: &Leases, name: &str) -> Result<(), Error> {
     let shards = &leases.shards;
+    let failed = |doing: &str| on_super(format!("{doing} membership Lease {name}"));
     let known = shards.snapshot().remove(name);
     let known = match known {
         Some(known) => known,
-        None => match leases.api.get_opt(name).await? {
+        None => match leases.api.get_opt(name).await.map_err(failed("reading"))? {
             Some(lease) => {
-                shards.observe(lease, Instant::now());
-                shards.snapshot().remove(name).expect("just observed")
+                let now = Instant::now();
+                shards.observe(lease.clone(), now);
+                Observed {
+                    lease: Arc::new(lease),
+                    since: now,
+                }
             }
             None => {
-                leases.create(name, ROLE_MEMBER, None).await?;
+                leases
+                    .create(name, ROLE_MEMBER, None)
+                    .await
+                    .map_err(failed("creating"))?;
                 return Ok(());
             }
         },
@@ -653,7 +662,7 @@ async fn renew_membership(leases: &Leases, name: &str) -> Result<(), Renewal> {
                 .await
         }
         Some(h) if known.since.elapsed() < duration_of(&known.lease) => {
-            return Err(Renewal::HeldElsewhere {
+            return Err(Error::LeaseHeld {
                 name: name.to_owned(),
                 holder: h.to_owned(),
             });
@@ -671,7 +680,7 @@ async fn renew_membership(leases: &Leases, name: &str) -> Result<(), Renewal> {
                     Err(_) => {}
                 }
             }
-            Err(error.into())
+            Err(failed("renewing")(error))
         }
     }
 }
@@ -733,6 +742,9 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
         publish(ctx, shards, 0);
         return;
     }
+    if !shards.listed.load(Ordering::Acquire) {
+        return;
+    }
     let observed = shards.snapshot();
     let mut live = live_members(&observed, now);
     live.insert(shards.settings.replica_id.clone(), shards.instance.clone());
@@ -767,27 +779,34 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
                 Ok(_) => acquired(ctx, shards, key, "acquired"),
                 Err(error) => lease_write_failed(&name, "creating", &error),
             },
-            Step::Take { expired } => match lease {
-                Some(lease) => match leases.take(lease).await {
-                    Ok(_) => {
-                        let reason = if expired { "taken_over" } else { "acquired" };
-                        acquired(ctx, shards, key, reason);
+            Step::Take { expired } => {
+                if let Some(lease) = lease {
+                    match leases.take(lease).await {
+                        Ok(_) => {
+                            let reason = if expired { "taken_over" } else { "acquired" };
+                            acquired(ctx, shards, key, reason);
+                        }
+                        Err(error) => lease_write_failed(&name, "taking", &error),
                     }
-                    Err(error) => lease_write_failed(&name, "taking", &error),
-                },
-                None => {}
-            },
+                }
+            }
             Step::HandOver => handovers.push((key.clone(), lease.cloned())),
             Step::Lost => lost(ctx, shards, key),
             Step::Wait | Step::Nothing => {}
         }
     }
-    // Held tenants whose VirtualCluster is gone: this replica was their owner, so it removes their super
-    // namespaces (as a single syncer does when a VirtualCluster is deleted) and their Lease.
-    for key in shards.held() {
-        if owners.contains_key(&key) {
-            continue;
-        }
+    // Tenants whose VirtualCluster is gone and whose Lease this replica holds: it was their owner, so it
+    // removes their super namespaces (as a single syncer does when a VirtualCluster is deleted) and their
+    // Lease.
+    let mut gone: HashSet<String> = shards.held().into_iter().collect();
+    gone.extend(
+        observed
+            .values()
+            .filter(|o| role(&o.lease) == Some(ROLE_TENANT) && holder(&o.lease) == Some(shards.instance.as_str()))
+            .filter_map(|o| o.lease.annotations().get(ANNOTATION_CLUSTER).cloned()),
+    );
+    gone.retain(|key| !owners.contains_key(key));
+    for key in gone {
         shards.revoke(&key);
         attach::detach(ctx, &key);
         tracing::info!(cluster_key = %key, "tenant deleted; removing its super namespaces");

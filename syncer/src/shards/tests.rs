@@ -49,6 +49,7 @@ fn sharded(super_client: kube::Client, replica: &str, vcs: &[VirtualCluster]) ->
     }
     ctx.virtual_clusters = store;
     let shards = Arc::new(Shards::new(settings(replica)));
+    shards.listed.store(true, Ordering::Release);
     ctx.shards = Some(shards.clone());
     (ctx, shards)
 }
@@ -326,6 +327,6 @@ async fn the_membership_lease_is_created_renewed_and_not_stolen() {
     };
     let quiet = async move { supers.idle().await };
     let refused = mock_apiserver::run(quiet, renew_membership(&leases, &member_lease_name("a"))).await;
-    assert!(matches!(refused, Err(Renewal::HeldElsewhere { .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::LeaseHeld { .. })), "{refused:?}");
     assert!(!successor.member_at(Instant::now()));
 }
