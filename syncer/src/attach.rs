@@ -686,13 +686,18 @@ async fn supervise_one(
                 }
             }
         };
+        // Wakes only when this tenant's ownership changed, not on every other tenant's handover.
+        let owned = ctx.owns(&identity.cluster_key);
         let owner_changed = async {
             match ownership.as_mut() {
-                Some(ownership) => {
+                Some(ownership) => loop {
                     if ownership.changed().await.is_err() {
                         std::future::pending::<()>().await;
                     }
-                }
+                    if ctx.owns(&identity.cluster_key) != owned {
+                        break;
+                    }
+                },
                 None => std::future::pending().await,
             }
         };
