@@ -593,7 +593,8 @@ async fn supervise_one(
         }) {
             attached = None;
         }
-        let wait = if !ctx.owns(&identity.cluster_key) {
+        let owned = ctx.owns(&identity.cluster_key);
+        let wait = if !owned {
             // Another replica syncs it (or will, once it takes the Lease): nothing is attached, reported or
             // removed from here.
             if attached.take().is_some() {
@@ -686,8 +687,8 @@ async fn supervise_one(
                 }
             }
         };
-        // Wakes only when this tenant's ownership changed, not on every other tenant's handover.
-        let owned = ctx.owns(&identity.cluster_key);
+        // Wakes only when this tenant's ownership changed since the look above, not on every other
+        // tenant's handover.
         let owner_changed = async {
             match ownership.as_mut() {
                 Some(ownership) => loop {
