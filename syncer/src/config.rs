@@ -804,6 +804,30 @@ mod tests {
     }
 
     #[test]
+    fn shards_are_off_by_default_and_their_flags_are_checked() {
+        assert!(parse(&[]).expect("defaults").shards.is_none());
+        let config = parse(&[
+            "--shards=true",
+            "--replica-id=syncer-7f9c-abcde",
+            "--shard-namespace=vc-system",
+        ])
+        .expect("sharded");
+        assert_eq!(
+            config.shards,
+            Some(crate::shards::ShardSettings {
+                replica_id: "syncer-7f9c-abcde".into(),
+                namespace: "vc-system".into(),
+                lease_duration: Duration::from_secs(6),
+            })
+        );
+        let refused = parse(&["--shards=true", "--replica-id=Bad_Name"]).expect_err("refused");
+        assert!(refused.contains("--replica-id"), "{refused}");
+        let refused = parse(&["--shards=true", "--replica-id=a", "--shard-lease-duration-seconds=2"])
+            .expect_err("refused");
+        assert!(refused.contains("at least 3"), "{refused}");
+    }
+
+    #[test]
     fn pod_security_and_pod_policy_flags_default_to_the_safe_levels() {
         let config = parse(&[]).expect("defaults");
         assert_eq!(config.pod_security, PodSecurityLabels::default());
