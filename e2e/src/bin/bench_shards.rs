@@ -282,7 +282,8 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
         let client = tenant.client();
         let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "bench"}}))?;
         match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
-            Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => {}
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
         let accounts: Api<ServiceAccount> = Api::namespaced(client, "bench");
