@@ -228,7 +228,10 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
                 .with_context(context)?;
             if config.shards.is_some() {
                 // Sharded replicas coordinate through their own Leases: all active, rolling updates.
-                ensure!(!parsed.leader.leader_elect, "a sharded syncer with leader election");
+                ensure!(
+                    !parsed.leader.leader_elect,
+                    "a sharded syncer with leader election"
+                );
                 ensure!(
                     env_from_field(container, "POD_NAME").as_deref() == Some("metadata.name"),
                     "a sharded syncer's replica id (POD_NAME) is not its pod name"

@@ -94,7 +94,10 @@ async fn lease_holders(tenancy: &Tenancy) -> anyhow::Result<BTreeMap<String, Str
         .items
         .iter()
         .filter_map(|lease| {
-            let key = lease.annotations().get(crds::wellknown::ANNOTATION_CLUSTER)?.clone();
+            let key = lease
+                .annotations()
+                .get(crds::wellknown::ANNOTATION_CLUSTER)?
+                .clone();
             let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
             Some((key, replica_of(holder).to_owned()))
         })
@@ -143,14 +146,16 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
     let settled = wait::until(PATIENCE, "every tenant attached on exactly one replica", || {
         let now = attached(&replicas);
         let keys = &keys;
-        async move {
-            (now.len() == keys.len() && now.values().all(|r| r.len() == 1)).then_some(now)
-        }
+        async move { (now.len() == keys.len() && now.values().all(|r| r.len() == 1)).then_some(now) }
     })
     .await?;
     let holders = lease_holders(&tenancy).await?;
     for (key, on) in &settled {
-        assert_eq!(holders.get(key), Some(&on[0]), "tenant {key}: Lease and attachment disagree");
+        assert_eq!(
+            holders.get(key),
+            Some(&on[0]),
+            "tenant {key}: Lease and attachment disagree"
+        );
         assert_eq!(
             replicas[&on[0]].context.shards.as_ref().map(|s| s.holds(key)),
             Some(true)
@@ -173,12 +178,18 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
             let stream = watcher(pods, watcher::Config::default()).default_backoff();
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
-                let ours = |pod: &Pod| keys.iter().any(|k| pod.namespace().unwrap_or_default().starts_with(k.as_str()));
+                let ours = |pod: &Pod| {
+                    keys.iter()
+                        .any(|k| pod.namespace().unwrap_or_default().starts_with(k.as_str()))
+                };
                 match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) if ours(&pod) => {
                         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
                         let mut seen = supers.lock().expect("lock");
-                        seen.uids.entry(name).or_default().insert(pod.uid().unwrap_or_default());
+                        seen.uids
+                            .entry(name)
+                            .or_default()
+                            .insert(pod.uid().unwrap_or_default());
                     }
                     Ok(watcher::Event::Delete(pod)) if ours(&pod) => {
                         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
@@ -226,7 +237,12 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         let client = tenancy.tenant(&name).client();
         creates.push(tokio::spawn(async move {
             for i in 0..PODS_PER_TENANT {
-                create::<Pod>(&client, Some("burst"), pod_json(&format!("p-{i}"), json!({"app": "burst"}), "busybox")).await?;
+                create::<Pod>(
+                    &client,
+                    Some("burst"),
+                    pod_json(&format!("p-{i}"), json!({"app": "burst"}), "busybox"),
+                )
+                .await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             anyhow::Ok(())
@@ -241,16 +257,20 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         create.await??;
     }
 
-    let moved = wait::until(PATIENCE, "the killed replica's tenants attached elsewhere", || {
-        let now = attached(&replicas.lock().expect("lock"));
-        let victims_tenants = &victims_tenants;
-        async move {
-            victims_tenants
-                .iter()
-                .all(|k| now.get(k).is_some_and(|on| on.len() == 1))
-                .then(|| killed_at.elapsed())
-        }
-    })
+    let moved = wait::until(
+        PATIENCE,
+        "the killed replica's tenants attached elsewhere",
+        || {
+            let now = attached(&replicas.lock().expect("lock"));
+            let victims_tenants = &victims_tenants;
+            async move {
+                victims_tenants
+                    .iter()
+                    .all(|k| now.get(k).is_some_and(|on| on.len() == 1))
+                    .then(|| killed_at.elapsed())
+            }
+        },
+    )
     .await?;
     println!(
         "the killed replica's {} tenants attached elsewhere {:.1} s after the kill (Lease duration 6 s)",
@@ -263,19 +283,23 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         let tenant = tenancy.tenant(&name);
         let super_pods: Api<Pod> = Api::namespaced(tenancy.super_client(), &tenant.super_namespace("burst"));
         let tenant_pods: Api<Pod> = Api::namespaced(tenant.client(), "burst");
-        wait::until(PATIENCE, &format!("{name}: every pod in the super cluster and Running in the tenant"), || {
-            let (super_pods, tenant_pods) = (super_pods.clone(), tenant_pods.clone());
-            async move {
-                let supers = super_pods.list(&ListParams::default()).await.ok()?;
-                let tenants = tenant_pods.list(&ListParams::default()).await.ok()?;
-                let running = tenants
-                    .items
-                    .iter()
-                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                    .count();
-                (supers.items.len() == PODS_PER_TENANT && running == PODS_PER_TENANT).then_some(())
-            }
-        })
+        wait::until(
+            PATIENCE,
+            &format!("{name}: every pod in the super cluster and Running in the tenant"),
+            || {
+                let (super_pods, tenant_pods) = (super_pods.clone(), tenant_pods.clone());
+                async move {
+                    let supers = super_pods.list(&ListParams::default()).await.ok()?;
+                    let tenants = tenant_pods.list(&ListParams::default()).await.ok()?;
+                    let running = tenants
+                        .items
+                        .iter()
+                        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                        .count();
+                    (supers.items.len() == PODS_PER_TENANT && running == PODS_PER_TENANT).then_some(())
+                }
+            },
+        )
         .await?;
     }
     monitor.abort();
@@ -288,8 +312,16 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
     let seen = supers.lock().expect("lock");
     assert!(seen.deleted.is_empty(), "super pods deleted: {:?}", seen.deleted);
     assert_eq!(seen.uids.len(), TENANTS * PODS_PER_TENANT, "super pods seen");
-    let recreated: Vec<&String> = seen.uids.iter().filter(|(_, u)| u.len() != 1).map(|(n, _)| n).collect();
-    assert!(recreated.is_empty(), "super pods created more than once: {recreated:?}");
+    let recreated: Vec<&String> = seen
+        .uids
+        .iter()
+        .filter(|(_, u)| u.len() != 1)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        recreated.is_empty(),
+        "super pods created more than once: {recreated:?}"
+    );
     drop(seen);
 
     // The survivors hold every tenant, by Lease and by attachment, and no super namespace is going away.
@@ -299,7 +331,11 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         let on = now.get(key).context("attached")?;
         assert_eq!(on.len(), 1);
         assert_ne!(on[0], victim);
-        assert_eq!(holders.get(key), Some(&on[0]), "tenant {key}: Lease and attachment disagree");
+        assert_eq!(
+            holders.get(key),
+            Some(&on[0]),
+            "tenant {key}: Lease and attachment disagree"
+        );
     }
     let namespaces: Api<Namespace> = Api::all(tenancy.super_client());
     for namespace in namespaces.list(&ListParams::default()).await?.items {

@@ -822,8 +822,12 @@ mod tests {
         );
         let refused = parse(&["--shards=true", "--replica-id=Bad_Name"]).expect_err("refused");
         assert!(refused.contains("--replica-id"), "{refused}");
-        let refused = parse(&["--shards=true", "--replica-id=a", "--shard-lease-duration-seconds=2"])
-            .expect_err("refused");
+        let refused = parse(&[
+            "--shards=true",
+            "--replica-id=a",
+            "--shard-lease-duration-seconds=2",
+        ])
+        .expect_err("refused");
         assert!(refused.contains("at least 3"), "{refused}");
     }
 

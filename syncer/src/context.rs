@@ -43,7 +43,9 @@ impl Context {
     /// Whether this replica syncs tenant `cluster_key`: always without sharding, else while it holds the
     /// tenant's Lease.
     pub fn owns(&self, cluster_key: &str) -> bool {
-        self.shards.as_ref().is_none_or(|shards| shards.holds(cluster_key))
+        self.shards
+            .as_ref()
+            .is_none_or(|shards| shards.holds(cluster_key))
     }
 
     /// Whether this replica runs the duties that must run once for the whole super cluster (removing the

@@ -52,7 +52,9 @@ pub enum Error {
     },
     /// A sharded replica's membership Lease is held by another instance (an earlier process of the same
     /// replica) that has not expired yet.
-    #[error("membership Lease {name} is held by {holder} (an earlier process of this replica?); waiting for it to expire")]
+    #[error(
+        "membership Lease {name} is held by {holder} (an earlier process of this replica?); waiting for it to expire"
+    )]
     LeaseHeld {
         /// The Lease.
         name: String,

@@ -97,7 +97,10 @@ impl Syncer {
             &config.custom_resources,
         );
         let (vc_store, vc_writer) = reflector::store();
-        let shards = config.shards.clone().map(|settings| Arc::new(shards::Shards::new(settings)));
+        let shards = config
+            .shards
+            .clone()
+            .map(|settings| Arc::new(shards::Shards::new(settings)));
         let ctx = Arc::new(Context {
             super_client: client,
             config,
@@ -138,9 +141,18 @@ impl Syncer {
         let mut shard_tasks = Vec::new();
         if let Some(shards) = ctx.shards.clone() {
             // After the VirtualClusters are listed: the assignment places every one of them.
-            shard_tasks.push(tokio::spawn(shards::watch_leases(ctx.super_client.clone(), shards.clone())));
-            shard_tasks.push(tokio::spawn(shards::keep_membership(ctx.super_client.clone(), shards.clone())));
-            shard_tasks.push(tokio::spawn(shards::guard_membership(ctx.clone(), shards.clone())));
+            shard_tasks.push(tokio::spawn(shards::watch_leases(
+                ctx.super_client.clone(),
+                shards.clone(),
+            )));
+            shard_tasks.push(tokio::spawn(shards::keep_membership(
+                ctx.super_client.clone(),
+                shards.clone(),
+            )));
+            shard_tasks.push(tokio::spawn(shards::guard_membership(
+                ctx.clone(),
+                shards.clone(),
+            )));
             shard_tasks.push(tokio::spawn(shards::balance(ctx.clone(), shards.clone())));
             tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
         }

@@ -88,9 +88,12 @@ fn observe(
     let task = tokio::spawn({
         let seen = seen.clone();
         async move {
-            let stream = watcher(Api::<Pod>::all(client), watcher::Config::default().labels("app=bench"))
-                .default_backoff()
-                .applied_objects();
+            let stream = watcher(
+                Api::<Pod>::all(client),
+                watcher::Config::default().labels("app=bench"),
+            )
+            .default_backoff()
+            .applied_objects();
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 let Ok(pod) = event else { continue };
@@ -192,13 +195,20 @@ async fn start_replica(
     let mut process = ManagedProcess::start(name, &wrapper, args, dir.join(&format!("{name}.log")))?;
     process
         .wait_ready(Duration::from_secs(120), || async move {
-            http_get(admin_port, "/readyz").await.is_some_and(|b| b.contains("ok"))
+            http_get(admin_port, "/readyz")
+                .await
+                .is_some_and(|b| b.contains("ok"))
         })
         .await?;
     Ok(Replica { process, admin_port })
 }
 
-async fn create_pods(client: Client, tenant: String, count: usize, concurrency: usize) -> anyhow::Result<Vec<(String, Instant)>> {
+async fn create_pods(
+    client: Client,
+    tenant: String,
+    count: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<(String, Instant)>> {
     let api: Api<Pod> = Api::namespaced(client, "bench");
     futures::stream::iter(0..count)
         .map(|i| {
@@ -207,7 +217,10 @@ async fn create_pods(client: Client, tenant: String, count: usize, concurrency: 
                 let at = Instant::now();
                 let mut tries = 0;
                 loop {
-                    match api.create(&PostParams::default(), &pod(&format!("pod-{i}"))).await {
+                    match api
+                        .create(&PostParams::default(), &pod(&format!("pod-{i}")))
+                        .await
+                    {
                         Ok(_) => break,
                         Err(kube::Error::Api(s)) if s.code == 409 => break,
                         Err(_) if tries < 20 => {
@@ -261,7 +274,16 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
     let kubeconfig = tenancy.super_cluster.apiserver().kubeconfig_path().to_owned();
     let mut running = Vec::new();
     for i in 0..replicas {
-        running.push(start_replica(binary, &kubeconfig, &dir, &format!("syncer-{i}"), args.downward_workers).await?);
+        running.push(
+            start_replica(
+                binary,
+                &kubeconfig,
+                &dir,
+                &format!("syncer-{i}"),
+                args.downward_workers,
+            )
+            .await?,
+        );
     }
     // Every tenant held by one replica.
     let ports: Vec<u16> = running.iter().map(|r| r.admin_port).collect();
@@ -280,8 +302,12 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
     let settled = settle.elapsed().as_secs_f64();
     for tenant in &tenancy.tenants {
         let client = tenant.client();
-        let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "bench"}}))?;
-        match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "bench"}}))?;
+        match Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(e.into()),
@@ -298,7 +324,11 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
 
     let (super_seen, super_task) = observe(tenancy.super_client(), |p| {
         let annotations = p.metadata.annotations.as_ref()?;
-        Some(format!("{}/{}", annotations.get(crds::wellknown::ANNOTATION_VC_NAME)?, p.name_any()))
+        Some(format!(
+            "{}/{}",
+            annotations.get(crds::wellknown::ANNOTATION_VC_NAME)?,
+            p.name_any()
+        ))
     });
     let mut tenant_seens = Vec::new();
     let mut tasks = vec![super_task];
@@ -328,14 +358,20 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
         let mut merged = tenant_running.lock().expect("lock");
         for seen in &tenant_seens {
             let seen = seen.lock().expect("lock");
-            merged.running.extend(seen.running.iter().map(|(k, v)| (k.clone(), *v)));
+            merged
+                .running
+                .extend(seen.running.iter().map(|(k, v)| (k.clone(), *v)));
         }
         let all = keys.iter().all(|k| merged.running.contains_key(k));
         async move { all }
     })
     .await?;
     let all_running = started_at.elapsed().as_secs_f64();
-    let cpu: Vec<f64> = pids.iter().zip(&cpu_before).map(|(p, b)| cpu_seconds(*p) - b).collect();
+    let cpu: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, b)| cpu_seconds(*p) - b)
+        .collect();
     let rss: Vec<u64> = pids.iter().map(|p| rss_kib(*p) / 1024).collect();
     let mut to_super = latencies(&started, &super_seen.lock().expect("lock").created);
     let mut to_running = latencies(&started, &tenant_running.lock().expect("lock").running);
@@ -352,7 +388,10 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
         percentile(&mut to_super, 0.99),
         percentile(&mut to_running, 0.5),
         percentile(&mut to_running, 0.99),
-        cpu.iter().map(|c| format!("{c:.1}")).collect::<Vec<_>>().join(" + "),
+        cpu.iter()
+            .map(|c| format!("{c:.1}"))
+            .collect::<Vec<_>>()
+            .join(" + "),
         rss.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(" + "),
     ))
 }
@@ -371,7 +410,10 @@ async fn main() -> anyhow::Result<()> {
         None => std::env::current_exe()?.with_file_name("syncer"),
     };
     if !binary.exists() {
-        bail!("{} not found: build it with `cargo build --release -p syncer`", binary.display());
+        bail!(
+            "{} not found: build it with `cargo build --release -p syncer`",
+            binary.display()
+        );
     }
     println!(
         "sharded syncer benchmark: {} tenants per replica x {} pods, {} simulated nodes, {} pods in flight per tenant, {} downward workers per replica",
@@ -386,7 +428,9 @@ async fn main() -> anyhow::Result<()> {
         rows.push(row);
     }
     println!();
-    println!("| replicas | tenants | pods | tenants per replica (settled in) | all in super | all Running (throughput) | create → super pod p50 / p99 | create → tenant Running p50 / p99 | replica CPU s | replica RSS MiB |");
+    println!(
+        "| replicas | tenants | pods | tenants per replica (settled in) | all in super | all Running (throughput) | create → super pod p50 / p99 | create → tenant Running p50 / p99 | replica CPU s | replica RSS MiB |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
         println!("{row}");

@@ -126,7 +126,10 @@ mod tests {
         let mut shuffled = all.clone();
         shuffled.reverse();
         shuffled.rotate_left(17);
-        assert_eq!(assign(&shuffled, &["syncer-c", "syncer-a", "syncer-b", "syncer-a"]), placed);
+        assert_eq!(
+            assign(&shuffled, &["syncer-c", "syncer-a", "syncer-b", "syncer-a"]),
+            placed
+        );
         // And the same as yesterday: the hash is fixed, not seeded per process.
         assert_eq!(score("syncer-a", "t"), score("syncer-a", "t"));
         assert_ne!(score("syncer-a", "t"), score("syncer-b", "t"));
@@ -168,7 +171,10 @@ mod tests {
             .filter(|t| t.weight == 1 && &placed[&t.key] == heavy_owner)
             .count();
         // Cap: 5/4 of 200/2 = 125, so at most 25 light tenants join the heavy one.
-        assert!(light_with_heavy <= 25, "{light_with_heavy} light tenants share the heavy one's member");
+        assert!(
+            light_with_heavy <= 25,
+            "{light_with_heavy} light tenants share the heavy one's member"
+        );
         let loads = loads(&all, &placed);
         assert!(loads.values().all(|l| *l <= 125), "{loads:?}");
     }
@@ -182,7 +188,10 @@ mod tests {
         let total_moved = moved(&before, &after);
         println!("{total_moved} moved, {to_new} to the new member");
         // Ideal: a quarter (100) move, all to the new member.
-        assert!((80..=125).contains(&to_new), "{to_new} tenants moved to the new member");
+        assert!(
+            (80..=125).contains(&to_new),
+            "{to_new} tenants moved to the new member"
+        );
         assert!(
             total_moved <= to_new + 40,
             "{total_moved} moved, {to_new} of them to the new member"

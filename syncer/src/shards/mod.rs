@@ -240,13 +240,7 @@ pub enum Step {
 
 /// The step for one Lease. `instance`: this replica's holder identity; `ours`: the assignment gives it to
 /// this replica; `holding`: this replica syncs it now; `live`: the instances of the live members.
-pub fn step(
-    instance: &str,
-    ours: bool,
-    lease: Option<&Lease>,
-    holding: bool,
-    live: &HashSet<&str>,
-) -> Step {
+pub fn step(instance: &str, ours: bool, lease: Option<&Lease>, holding: bool, live: &HashSet<&str>) -> Step {
     let current = lease.and_then(holder);
     if holding && current != Some(instance) {
         return Step::Lost;
@@ -400,7 +394,8 @@ impl Shards {
     }
 
     fn renewed(&self, sent: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent + self.settings.renew_deadline());
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(sent + self.settings.renew_deadline());
         self.membership.notify_waiters();
         self.wake.notify_one();
     }
@@ -423,7 +418,8 @@ impl Shards {
         let version = |l: &Lease| l.resource_version().and_then(|v| v.parse::<u64>().ok());
         match observed.get(&name) {
             Some(known) if known.lease.resource_version() == lease.resource_version() => {}
-            Some(known) if matches!((version(&known.lease), version(&lease)), (Some(k), Some(n)) if n < k) => {}
+            Some(known) if matches!((version(&known.lease), version(&lease)), (Some(k), Some(n)) if n < k) => {
+            }
             _ => {
                 observed.insert(
                     name,
@@ -548,11 +544,18 @@ impl Leases {
     }
 
     /// Writes `current` with its spec changed by `change`, only if it is still the version read.
-    async fn update(&self, current: &Lease, change: impl FnOnce(&mut LeaseSpec)) -> Result<Lease, kube::Error> {
+    async fn update(
+        &self,
+        current: &Lease,
+        change: impl FnOnce(&mut LeaseSpec),
+    ) -> Result<Lease, kube::Error> {
         let mut lease = current.clone();
         let spec = lease.spec.get_or_insert_with(Default::default);
         change(spec);
-        let written = self.api.replace(&current.name_any(), &post_params(), &lease).await?;
+        let written = self
+            .api
+            .replace(&current.name_any(), &post_params(), &lease)
+            .await?;
         self.shards.observe(written.clone(), Instant::now());
         Ok(written)
     }
@@ -604,7 +607,8 @@ pub async fn keep_membership(client: Client, shards: Arc<Shards>) {
     loop {
         let sent = Instant::now();
         // A renewal that takes longer than the renew deadline is too late anyway.
-        let renewal = tokio::time::timeout(shards.settings.renew_deadline(), renew_membership(&leases, &name));
+        let renewal =
+            tokio::time::timeout(shards.settings.renew_deadline(), renew_membership(&leases, &name));
         let renewal = renewal
             .await
             .unwrap_or_else(|_| Err(Error::LeaseTimeout { name: name.clone() }));
@@ -802,7 +806,9 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
     gone.extend(
         observed
             .values()
-            .filter(|o| role(&o.lease) == Some(ROLE_TENANT) && holder(&o.lease) == Some(shards.instance.as_str()))
+            .filter(|o| {
+                role(&o.lease) == Some(ROLE_TENANT) && holder(&o.lease) == Some(shards.instance.as_str())
+            })
             .filter_map(|o| o.lease.annotations().get(ANNOTATION_CLUSTER).cloned()),
     );
     gone.retain(|key| !owners.contains_key(key));

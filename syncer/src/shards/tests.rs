@@ -82,21 +82,45 @@ fn the_step_follows_the_lease_and_the_assignment() {
     let held_by = |h: Option<&str>| lease("l", ROLE_TENANT, h, "5", Some("k"));
     // Ours to take.
     assert_eq!(step(me, true, None, false, &live), Step::Create);
-    assert_eq!(step(me, true, Some(&held_by(None)), false, &live), Step::Take { expired: false });
-    assert_eq!(step(me, true, Some(&held_by(Some("c/1"))), false, &live), Step::Take { expired: true });
-    assert_eq!(step(me, true, Some(&held_by(Some("b/1"))), false, &live), Step::Wait);
+    assert_eq!(
+        step(me, true, Some(&held_by(None)), false, &live),
+        Step::Take { expired: false }
+    );
+    assert_eq!(
+        step(me, true, Some(&held_by(Some("c/1"))), false, &live),
+        Step::Take { expired: true }
+    );
+    assert_eq!(
+        step(me, true, Some(&held_by(Some("b/1"))), false, &live),
+        Step::Wait
+    );
     // A restarted b (new instance) does not inherit the old one's Leases: they are free once b/0 is gone.
-    assert_eq!(step(me, true, Some(&held_by(Some("b/0"))), false, &live), Step::Take { expired: true });
+    assert_eq!(
+        step(me, true, Some(&held_by(Some("b/0"))), false, &live),
+        Step::Take { expired: true }
+    );
     assert_eq!(step(me, true, Some(&held_by(Some(me))), false, &live), Step::Hold);
     assert_eq!(step(me, true, Some(&held_by(Some(me))), true, &live), Step::Hold);
     // Not ours.
-    assert_eq!(step(me, false, Some(&held_by(Some(me))), true, &live), Step::HandOver);
-    assert_eq!(step(me, false, Some(&held_by(Some(me))), false, &live), Step::HandOver);
-    assert_eq!(step(me, false, Some(&held_by(Some("b/1"))), false, &live), Step::Nothing);
+    assert_eq!(
+        step(me, false, Some(&held_by(Some(me))), true, &live),
+        Step::HandOver
+    );
+    assert_eq!(
+        step(me, false, Some(&held_by(Some(me))), false, &live),
+        Step::HandOver
+    );
+    assert_eq!(
+        step(me, false, Some(&held_by(Some("b/1"))), false, &live),
+        Step::Nothing
+    );
     assert_eq!(step(me, false, None, false, &live), Step::Nothing);
     // Held here, but the Lease says otherwise: stop at once, whoever should own it.
     for ours in [true, false] {
-        assert_eq!(step(me, ours, Some(&held_by(Some("b/1"))), true, &live), Step::Lost);
+        assert_eq!(
+            step(me, ours, Some(&held_by(Some("b/1"))), true, &live),
+            Step::Lost
+        );
         assert_eq!(step(me, ours, None, true, &live), Step::Lost);
     }
 }
@@ -127,14 +151,23 @@ fn an_older_version_of_a_lease_never_replaces_a_newer_one() {
     let start = Instant::now();
     shards.observe(lease("l", ROLE_TENANT, Some("a/1"), "10", None), start);
     // Our own write's answer came first; the watch now delivers the version before it.
-    shards.observe(lease("l", ROLE_TENANT, Some("b/1"), "9", None), start + Duration::from_secs(1));
+    shards.observe(
+        lease("l", ROLE_TENANT, Some("b/1"), "9", None),
+        start + Duration::from_secs(1),
+    );
     let seen = &shards.snapshot()["l"];
     assert_eq!(holder(&seen.lease), Some("a/1"));
     assert_eq!(seen.since, start);
     // The same version again does not reset the time it was first seen; a newer one does.
-    shards.observe(lease("l", ROLE_TENANT, Some("a/1"), "10", None), start + Duration::from_secs(2));
+    shards.observe(
+        lease("l", ROLE_TENANT, Some("a/1"), "10", None),
+        start + Duration::from_secs(2),
+    );
     assert_eq!(shards.snapshot()["l"].since, start);
-    shards.observe(lease("l", ROLE_TENANT, Some("b/1"), "11", None), start + Duration::from_secs(3));
+    shards.observe(
+        lease("l", ROLE_TENANT, Some("b/1"), "11", None),
+        start + Duration::from_secs(3),
+    );
     assert_eq!(shards.snapshot()["l"].since, start + Duration::from_secs(3));
 }
 
@@ -192,16 +225,27 @@ async fn a_lone_replica_takes_every_tenant_and_the_duties() {
         let mut created = HashSet::new();
         for _ in 0..2 {
             let call = supers
-                .expect("POST", &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"))
+                .expect(
+                    "POST",
+                    &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"),
+                )
                 .await;
             assert_eq!(holder_of(&call.body), Some(instance.as_str()));
             assert_eq!(call.body["metadata"]["labels"][LABEL_SYNCER_LEASE], ROLE_TENANT);
-            created.insert(call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+            created.insert(
+                call.body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
             call.echo();
         }
         assert_eq!(created, expected);
         let duties = supers
-            .expect("POST", &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"))
+            .expect(
+                "POST",
+                &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"),
+            )
             .await;
         assert_eq!(duties.body["metadata"]["name"], DUTIES_LEASE);
         duties.echo();
@@ -232,7 +276,10 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
     let (ctx, shards) = sharded(client.clone(), "a", &vcs);
     shards.renewed(Instant::now());
     let now = Instant::now();
-    shards.observe(lease(&member_lease_name("b"), ROLE_MEMBER, Some("b/1"), "1", None), now);
+    shards.observe(
+        lease(&member_lease_name("b"), ROLE_MEMBER, Some("b/1"), "1", None),
+        now,
+    );
     let owners = assign(
         &vcs.iter()
             .map(|vc| Placed {
@@ -242,17 +289,37 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
             .collect::<Vec<_>>(),
         &["a", "b"],
     );
-    let mine: Vec<String> = owners.iter().filter(|(_, m)| *m == "a").map(|(k, _)| k.clone()).collect();
-    let theirs: Vec<String> = owners.iter().filter(|(_, m)| *m == "b").map(|(k, _)| k.clone()).collect();
+    let mine: Vec<String> = owners
+        .iter()
+        .filter(|(_, m)| *m == "a")
+        .map(|(k, _)| k.clone())
+        .collect();
+    let theirs: Vec<String> = owners
+        .iter()
+        .filter(|(_, m)| *m == "b")
+        .map(|(k, _)| k.clone())
+        .collect();
     assert!(!mine.is_empty() && !theirs.is_empty(), "{owners:?}");
     let instance = shards.instance().to_owned();
     // Ours: the first held by a replica that died (c), the rest by b, which is live (it hands them over
     // on its side). Theirs: the first held by us, to hand over.
     for (i, key) in mine.iter().enumerate() {
         let by = if i == 0 { "c/1" } else { "b/1" };
-        shards.observe(lease(&tenant_lease_name(key), ROLE_TENANT, Some(by), "7", Some(key)), now);
+        shards.observe(
+            lease(&tenant_lease_name(key), ROLE_TENANT, Some(by), "7", Some(key)),
+            now,
+        );
     }
-    shards.observe(lease(&tenant_lease_name(&theirs[0]), ROLE_TENANT, Some(&instance), "8", Some(&theirs[0])), now);
+    shards.observe(
+        lease(
+            &tenant_lease_name(&theirs[0]),
+            ROLE_TENANT,
+            Some(&instance),
+            "8",
+            Some(&theirs[0]),
+        ),
+        now,
+    );
     shards.observe(lease(DUTIES_LEASE, ROLE_DUTIES, Some("b/1"), "3", None), now);
     // We sync theirs[0] now.
     assert!(shards.grant(&theirs[0]));
@@ -262,7 +329,10 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/");
         let take = supers.expect("PUT", &format!("{path}{taken}")).await;
         assert_eq!(holder_of(&take.body), Some(instance.as_str()));
-        assert_eq!(take.body["metadata"]["resourceVersion"], "7", "pinned to the version read");
+        assert_eq!(
+            take.body["metadata"]["resourceVersion"], "7",
+            "pinned to the version read"
+        );
         assert_eq!(take.body["spec"]["leaseTransitions"], 3);
         take.echo();
         let release = supers.expect("PUT", &format!("{path}{released}")).await;
@@ -297,7 +367,10 @@ async fn the_membership_lease_is_created_renewed_and_not_stolen() {
     let instance = shards.instance().to_owned();
     let script = async move {
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
-        supers.expect("GET", &format!("{path}/{name}")).await.not_found("leases", &name);
+        supers
+            .expect("GET", &format!("{path}/{name}"))
+            .await
+            .not_found("leases", &name);
         let create = supers.expect("POST", &path).await;
         assert_eq!(holder_of(&create.body), Some(instance.as_str()));
         assert_eq!(create.body["metadata"]["labels"][LABEL_SYNCER_LEASE], ROLE_MEMBER);
@@ -311,14 +384,27 @@ async fn the_membership_lease_is_created_renewed_and_not_stolen() {
         supers.idle().await;
     };
     mock_apiserver::run(script, async {
-        renew_membership(&leases, &member_lease_name("a")).await.expect("created");
-        renew_membership(&leases, &member_lease_name("a")).await.expect("renewed");
+        renew_membership(&leases, &member_lease_name("a"))
+            .await
+            .expect("created");
+        renew_membership(&leases, &member_lease_name("a"))
+            .await
+            .expect("renewed");
     })
     .await;
 
     let (client, mut supers) = testing::mock();
     let successor = Arc::new(Shards::new(settings("a")));
-    successor.observe(lease(&member_lease_name("a"), ROLE_MEMBER, Some("a/predecessor"), "4", None), Instant::now());
+    successor.observe(
+        lease(
+            &member_lease_name("a"),
+            ROLE_MEMBER,
+            Some("a/predecessor"),
+            "4",
+            None,
+        ),
+        Instant::now(),
+    );
     let leases = Leases {
         api: Api::namespaced(client, NS),
         shards: successor.clone(),
