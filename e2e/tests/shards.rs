@@ -309,20 +309,22 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
     if !overlaps.is_empty() {
         bail!("tenants attached on two replicas at once: {overlaps:?}");
     }
-    let seen = supers.lock().expect("lock");
-    assert!(seen.deleted.is_empty(), "super pods deleted: {:?}", seen.deleted);
-    assert_eq!(seen.uids.len(), TENANTS * PODS_PER_TENANT, "super pods seen");
-    let recreated: Vec<&String> = seen
-        .uids
-        .iter()
-        .filter(|(_, u)| u.len() != 1)
-        .map(|(n, _)| n)
-        .collect();
-    assert!(
-        recreated.is_empty(),
-        "super pods created more than once: {recreated:?}"
-    );
-    drop(seen);
+    {
+        // Checked in a block: the lock is not held across the awaits below.
+        let seen = supers.lock().expect("lock");
+        assert!(seen.deleted.is_empty(), "super pods deleted: {:?}", seen.deleted);
+        assert_eq!(seen.uids.len(), TENANTS * PODS_PER_TENANT, "super pods seen");
+        let recreated: Vec<&String> = seen
+            .uids
+            .iter()
+            .filter(|(_, u)| u.len() != 1)
+            .map(|(n, _)| n)
+            .collect();
+        assert!(
+            recreated.is_empty(),
+            "super pods created more than once: {recreated:?}"
+        );
+    }
 
     // The survivors hold every tenant, by Lease and by attachment, and no super namespace is going away.
     let holders = lease_holders(&tenancy).await?;
