@@ -285,17 +285,32 @@ async fn run(args: &Args, binary: &Path, replicas: usize) -> anyhow::Result<Stri
             .await?,
         );
     }
-    // Every tenant held by one replica.
+    // Every replica sees every other, and every tenant is held by one replica: the same shares twice in a
+    // row, a renew period apart (the first replica up takes every tenant until the others join).
     let ports: Vec<u16> = running.iter().map(|r| r.admin_port).collect();
     let settle = Instant::now();
+    let last: Arc<Mutex<Option<Vec<usize>>>> = Arc::default();
     let shares = wait::until(Duration::from_secs(180), "every tenant held by a replica", || {
         let ports = ports.clone();
-        async move {
+        let last = last.clone();
+        let read = async move {
             let mut shares = Vec::new();
-            for port in ports {
-                shares.push(metric(port, "syncer_shard_owned_tenants").await? as usize);
+            for port in &ports {
+                if metric(*port, "syncer_shard_members").await? as usize != ports.len() {
+                    return None;
+                }
+                shares.push(metric(*port, "syncer_shard_owned_tenants").await? as usize);
             }
             (shares.iter().sum::<usize>() == tenants).then_some(shares)
+        };
+        async move {
+            let shares = read.await;
+            let previous = std::mem::replace(&mut *last.lock().expect("lock"), shares.clone());
+            let stable = shares.is_some() && shares == previous;
+            if !stable {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            shares.filter(|_| stable)
         }
     })
     .await?;
