@@ -12,8 +12,8 @@
 //!   Lease is valid while its holder's *membership* is: tenant Leases are written only when they change
 //!   hands, so the cost is one write per replica per renewal, not one per tenant. Which replica should
 //!   hold each tenant is [`assignment::assign`] over the live members, the same answer on every replica.
-//! - **Taking**: a free Lease (no holder) or one whose holder is no longer a live member is taken with an
-//!   update pinned to its resourceVersion, so of two replicas that try, one wins.
+//! - **Taking**: a free Lease (no holder) or one whose holder is no longer a live member is taken with a
+//!   merge patch pinned to its resourceVersion, so of two replicas that try, one wins.
 //! - **Handing over**: a replica that should no longer hold a tenant detaches it (nothing is deleted),
 //!   waits for its in-flight work, then clears the holder; the new owner takes it on its next look.
 //! - **Stopping in time**: a replica that could not renew its membership within the renew deadline
@@ -42,7 +42,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
     runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::{Notify, watch};
@@ -517,8 +517,8 @@ fn conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409 || status.code == 404)
 }
 
-/// Leases are compare-and-swap records, so they are written with create and with updates pinned to the
-/// resourceVersion read (as client-go's leader election does), not applied.
+/// Leases are compare-and-swap records, so they are written with create and with merge patches pinned to the
+/// resourceVersion read (as client-go's leader election does with updates), not applied.
 struct Leases {
     api: Api<Lease>,
     shards: Arc<Shards>,
@@ -549,12 +549,33 @@ impl Leases {
         current: &Lease,
         change: impl FnOnce(&mut LeaseSpec),
     ) -> Result<Lease, kube::Error> {
-        let mut lease = current.clone();
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        change(spec);
+        let mut spec = current.spec.clone().unwrap_or_default();
+        change(&mut spec);
+        // A merge patch of the whole spec, pinned to the version read: the apiserver refuses it (409) if the
+        // Lease changed meanwhile. Fields now unset are sent as null, so that they are removed.
+        let mut fields = serde_json::to_value(&spec).unwrap_or_default();
+        if let Some(fields) = fields.as_object_mut() {
+            for field in [
+                "holderIdentity",
+                "acquireTime",
+                "renewTime",
+                "leaseDurationSeconds",
+                "leaseTransitions",
+            ] {
+                fields.entry(field).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.resource_version()},
+            "spec": fields,
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER_SYNCER.to_owned()),
+            ..Default::default()
+        };
         let written = self
             .api
-            .replace(&current.name_any(), &post_params(), &lease)
+            .patch(&current.name_any(), &params, &Patch::Merge(&patch))
             .await?;
         self.shards.observe(written.clone(), Instant::now());
         Ok(written)

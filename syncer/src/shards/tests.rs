@@ -327,7 +327,7 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
     let (taken, released) = (tenant_lease_name(&mine[0]), tenant_lease_name(&theirs[0]));
     let script = async move {
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/");
-        let take = supers.expect("PUT", &format!("{path}{taken}")).await;
+        let take = supers.expect("PATCH", &format!("{path}{taken}")).await;
         assert_eq!(holder_of(&take.body), Some(instance.as_str()));
         assert_eq!(
             take.body["metadata"]["resourceVersion"], "7",
@@ -335,7 +335,7 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
         );
         assert_eq!(take.body["spec"]["leaseTransitions"], 3);
         take.echo();
-        let release = supers.expect("PUT", &format!("{path}{released}")).await;
+        let release = supers.expect("PATCH", &format!("{path}{released}")).await;
         assert_eq!(holder_of(&release.body), None);
         assert_eq!(release.body["metadata"]["resourceVersion"], "8");
         release.echo();
@@ -375,7 +375,7 @@ async fn the_membership_lease_is_created_renewed_and_not_stolen() {
         assert_eq!(holder_of(&create.body), Some(instance.as_str()));
         assert_eq!(create.body["metadata"]["labels"][LABEL_SYNCER_LEASE], ROLE_MEMBER);
         create.echo();
-        let renew = supers.expect("PUT", &format!("{path}/{name}")).await;
+        let renew = supers.expect("PATCH", &format!("{path}/{name}")).await;
         assert_eq!(holder_of(&renew.body), Some(instance.as_str()));
         assert_eq!(renew.body["metadata"]["resourceVersion"], "200");
         let mut answer = renew.body.clone();
