@@ -6,7 +6,8 @@
 //! about `1/(n+1)` of them to one that joins, but it balances tenant counts, not weights: one heavy tenant
 //! plus a share of light ones can leave a member with far more than its share. So tenants are placed
 //! heaviest first, each with the first member in its ranking that stays within a load cap of
-//! `max(heaviest weight, 5/4 · total weight / members)`: no member holds much more than its weighted share,
+//! `max(heaviest weight, ⌈total / members⌉, ⌊5/4 · total / members⌋)` (weights): no member holds much more
+//! than its weighted share,
 //! and a tenant leaves its first choice only when that member is full, which keeps movement close to
 //! rendezvous hashing's.
 
@@ -70,7 +71,11 @@ pub fn assign(tenants: &[Placed], members: &[&str]) -> BTreeMap<String, String> 
     let total: u64 = order.iter().map(|t| weight(t)).sum();
     let heaviest = order.iter().map(|t| weight(t)).max().unwrap_or(1);
     let n = members.len() as u64;
-    let cap = heaviest.max((total * CAP_QUARTERS).div_ceil(4 * n));
+    // An even share rounded up is always allowed, so that few tenants still split evenly (6 over 2 is 3
+    // and 3); the headroom (rounded down) only counts once it is at least one whole tenant.
+    let cap = heaviest
+        .max(total.div_ceil(n))
+        .max(total * CAP_QUARTERS / (4 * n));
     let mut loads: BTreeMap<&str, u64> = members.iter().map(|m| (*m, 0)).collect();
     for tenant in order {
         let ranked = ranking(&members, &tenant.key);
@@ -133,6 +138,14 @@ mod tests {
         // And the same as yesterday: the hash is fixed, not seeded per process.
         assert_eq!(score("syncer-a", "t"), score("syncer-a", "t"));
         assert_ne!(score("syncer-a", "t"), score("syncer-b", "t"));
+    }
+
+    #[test]
+    fn few_tenants_split_evenly() {
+        let all = tenants(6, |_| 1);
+        let placed = assign(&all, &["syncer-0", "syncer-1"]);
+        let counts = loads(&all, &placed);
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), [3, 3], "{counts:?}");
     }
 
     #[test]
