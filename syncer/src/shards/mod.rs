@@ -275,6 +275,8 @@ pub struct Shards {
     observed: Mutex<HashMap<String, Observed>>,
     /// Whether the Lease watch has listed once (before, an absent Lease may just not be seen yet).
     listed: AtomicBool,
+    /// When the membership was first renewed.
+    joined: std::sync::OnceLock<Instant>,
     /// Until when the membership is valid (the last successful renewal's start plus the renew deadline).
     valid_until: Mutex<Option<Instant>>,
     /// Rings when a Lease changed or the membership was renewed (the balancing loop).
@@ -314,6 +316,7 @@ impl Shards {
             changes: watch::channel(0).0,
             observed: Mutex::new(HashMap::new()),
             listed: AtomicBool::new(false),
+            joined: std::sync::OnceLock::new(),
             valid_until: Mutex::new(None),
             wake: Notify::new(),
             membership: Notify::new(),
@@ -394,6 +397,7 @@ impl Shards {
     }
 
     fn renewed(&self, sent: Instant) {
+        let _ = self.joined.set(sent);
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(sent + self.settings.renew_deadline());
         self.membership.notify_waiters();
@@ -768,6 +772,15 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
         return;
     }
     if !shards.listed.load(Ordering::Acquire) {
+        return;
+    }
+    // Replicas started together (a new Deployment) see each other within a renew period: waiting that long
+    // spares taking every tenant and handing most of them over again.
+    if shards
+        .joined
+        .get()
+        .is_some_and(|joined| now.saturating_duration_since(*joined) < shards.settings.renew_period())
+    {
         return;
     }
     let observed = shards.snapshot();
