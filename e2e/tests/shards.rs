@@ -1,7 +1,7 @@
 //! Syncer replicas sharing the tenants (`--shards`): three replicas in process on a real super cluster and
 //! four tenant masters. Every tenant is synced by exactly one replica; one replica is killed in the middle
 //! of a burst of pod creates, its tenants move to the others, and every pod reaches the super cluster
-//! exactly once, with nothing deleted.
+//! exactly once, with nothing deleted. Then one of the two left stops gracefully and hands its tenants over.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -356,5 +356,47 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         .map(|(n, s)| (n.clone(), s.context.metrics.shard_owned_tenants.get()))
         .collect();
     println!("owned tenants per surviving replica: {counts:?}");
+
+    // A graceful stop hands everything over at once: the last replica takes the tenants without waiting for
+    // a Lease to expire, and the stopped replica's membership Lease is gone.
+    let (leaving, mut syncer) = {
+        let mut replicas = replicas.lock().expect("lock");
+        let leaving = replicas.keys().next().cloned().context("a survivor")?;
+        let syncer = replicas.remove(&leaving).context("the survivor")?;
+        (leaving, syncer)
+    };
+    let resigned_at = Instant::now();
+    syncer.resign().await;
+    syncer.stop();
+    let taken =
+        wait::until(PATIENCE, "the last replica syncs every tenant", || {
+            let now = attached(&replicas.lock().expect("lock"));
+            let all = keys.len();
+            async move {
+                (now.len() == all && now.values().all(|on| on.len() == 1)).then(|| resigned_at.elapsed())
+            }
+        })
+        .await?;
+    println!(
+        "{leaving} resigned; its tenants attached on the last replica {:.1} s later",
+        taken.as_secs_f64()
+    );
+    let members: Api<Lease> = Api::namespaced(tenancy.super_client(), LEASE_NAMESPACE);
+    assert!(
+        members
+            .get_opt(&syncer::shards::member_lease_name(&leaving))
+            .await?
+            .is_none(),
+        "the resigned replica's membership Lease is deleted"
+    );
+    let holders = lease_holders(&tenancy).await?;
+    let last = replicas
+        .lock()
+        .expect("lock")
+        .keys()
+        .next()
+        .cloned()
+        .context("the last replica")?;
+    assert!(keys.keys().all(|k| holders.get(k) == Some(&last)), "{holders:?}");
     Ok(())
 }
