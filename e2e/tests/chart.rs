@@ -223,9 +223,21 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
         }
         "syncer" => {
             let parsed = syncer::Args::try_parse_from(argv("syncer")).with_context(context)?;
-            syncer::SyncerConfig::try_from(parsed.syncer)
+            let config = syncer::SyncerConfig::try_from(parsed.syncer)
                 .map_err(anyhow::Error::msg)
                 .with_context(context)?;
+            if config.shards.is_some() {
+                // Sharded replicas coordinate through their own Leases: all active, rolling updates.
+                ensure!(
+                    !parsed.leader.leader_elect,
+                    "a sharded syncer with leader election"
+                );
+                ensure!(
+                    env_from_field(container, "POD_NAME").as_deref() == Some("metadata.name"),
+                    "a sharded syncer's replica id (POD_NAME) is not its pod name"
+                );
+                return Ok(None);
+            }
             Ok(Some(parsed.leader.leader_elect))
         }
         "vn-agent" => {
@@ -461,7 +473,11 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
                         );
                     }
                 }
-                if rule.verbs.iter().any(|v| v != "create") {
+                if role_name.ends_with("syncer-shards") {
+                    // Sharded syncer replicas: Leases named after replicas and tenants, in the release
+                    // namespace only (a Role), and nothing but Leases.
+                    assert_eq!(resources, ["leases"], "{what}: {role_name} {rule:?}");
+                } else if rule.verbs.iter().any(|v| v != "create") {
                     assert!(rule.resource_names.is_some(), "{what}: {role_name} {rule:?}");
                 }
             }
@@ -524,7 +540,8 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             for (component, elected) in check_pod(&owner, &pod, defaults)? {
                 let strategy = spec.strategy.as_ref().and_then(|s| s.type_.as_deref());
                 let Some(elected) = elected else {
-                    // Writes nothing: replicas side by side, rolling updates that keep it answering.
+                    // Writes nothing, or coordinates its replicas itself (the sharded syncer): replicas side
+                    // by side, rolling updates that keep it answering.
                     assert_eq!(strategy, Some("RollingUpdate"), "{what}: {owner}");
                     continue;
                 };
@@ -924,6 +941,19 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "syncer.leaderElection.enabled=false",
             ][..],
             "need leader election",
+        ),
+        (
+            &["--set", "syncer.shards.enabled=maybe"][..],
+            "syncer.shards.enabled must be auto, true or false",
+        ),
+        (
+            &[
+                "--set",
+                "syncer.replicas=2",
+                "--set",
+                "syncer.shards.leaseDurationSeconds=2",
+            ][..],
+            "syncer.shards.leaseDurationSeconds must be at least 3",
         ),
         (&["--set", "logFormat=xml"][..], "logFormat must be text or json"),
         (&["--set", "syncer.tokenTTLSeconds=60"][..], "at least 600"),

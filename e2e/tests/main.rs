@@ -27,6 +27,7 @@ mod pause;
 mod pod_updates;
 mod real_nodes;
 mod sandbox;
+mod shards;
 mod snapshots;
 mod syncer;
 mod tenant_extensions;

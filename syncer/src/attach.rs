@@ -363,6 +363,10 @@ async fn check(client: &Client, which: &str) -> Result<Answer, Failure> {
     }
 }
 
+/// Why attaching stopped: the tenant was handed over to another replica meanwhile (never reported: the
+/// new owner reports).
+const REASON_HANDED_OVER: &str = "TenantHandedOver";
+
 /// Reason of the condition when the tenant is another cluster than the one first synced.
 pub const REASON_IDENTITY_CHANGED: &str = "TenantIdentityChanged";
 
@@ -560,6 +564,8 @@ async fn supervise_one(
     // fits, even though each attempt attaches (only a full listing within the limits shows that it fits).
     let retry = Backoff::<Failing>::new(RETRY_MIN, RETRY_MAX);
     let mut state: Option<&'static str> = None;
+    // Sharded: which tenants this replica holds changes under the supervisor's feet.
+    let mut ownership = ctx.shards.as_ref().map(|shards| shards.subscribe());
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
             if let Some(old) = state {
@@ -579,7 +585,24 @@ async fn supervise_one(
             }
             continue;
         };
-        let wait = if vc.spec.paused && vc.meta().deletion_timestamp.is_none() {
+        // Detached meanwhile (handed over to another replica): nothing of it is attached here any more.
+        if attached.as_ref().is_some_and(|(tenant, _)| {
+            ctx.tenants
+                .get(&identity.cluster_key)
+                .is_none_or(|current| !Arc::ptr_eq(&current, tenant))
+        }) {
+            attached = None;
+        }
+        let owned = ctx.owns(&identity.cluster_key);
+        let wait = if !owned {
+            // Another replica syncs it (or will, once it takes the Lease): nothing is attached, reported or
+            // removed from here.
+            if attached.take().is_some() {
+                detach(&ctx, &identity.cluster_key);
+            }
+            enter(&ctx, Some("elsewhere"));
+            None
+        } else if vc.spec.paused && vc.meta().deletion_timestamp.is_none() {
             // Paused: stop watching (a provisioned apiserver is going away) and remove the super pods; the
             // super Services and every other copy stay, so resuming gets the same cluster IPs back.
             if attached.take().is_some() {
@@ -629,6 +652,11 @@ async fn supervise_one(
                     .await;
                     Some(ctx.config.tenant_health_period)
                 }
+                Err(_) if !ctx.owns(&identity.cluster_key) => {
+                    // Handed over while attaching: the new owner reports.
+                    enter(&ctx, Some("elsewhere"));
+                    None
+                }
                 Err(failed) => {
                     enter(
                         &ctx,
@@ -659,13 +687,32 @@ async fn supervise_one(
                 }
             }
         };
+        // Wakes only when this tenant's ownership changed since the look above, not on every other
+        // tenant's handover.
+        let owner_changed = async {
+            match ownership.as_mut() {
+                Some(ownership) => loop {
+                    if ownership.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    if ctx.owns(&identity.cluster_key) != owned {
+                        break;
+                    }
+                },
+                None => std::future::pending().await,
+            }
+        };
         let changed = match wait {
             Some(wait) => tokio::select! {
                 changed = updates.changed() => changed,
                 _ = tokio::time::sleep(wait) => Ok(()),
                 _ = over_limit => Ok(()),
+                () = owner_changed => Ok(()),
             },
-            None => updates.changed().await,
+            None => tokio::select! {
+                changed = updates.changed() => changed,
+                () = owner_changed => Ok(()),
+            },
         };
         if changed.is_err() {
             break;
@@ -755,13 +802,21 @@ async fn attach_or_check(
         let _ = tenant.resumed.set(crate::tenant::Resumed::at(Timestamp::now()));
         tracing::info!(vc = %identity.vc_ref(), "tenant resumed; its pods' super copies are recreated");
     }
+    // Sharded: only while this replica holds the tenant's Lease, checked atomically with the insert.
+    let Some(previous) = ctx.admit(&identity.cluster_key, || ctx.tenants.insert(tenant.clone())) else {
+        tenant.stop();
+        return Err(failure(
+            REASON_HANDED_OVER,
+            "another syncer replica syncs this tenant now",
+        ));
+    };
+    if let Some(previous) = previous {
+        previous.stop();
+    }
     tokio::spawn({
         let tenant = tenant.clone();
         async move { tenant.become_ready().await }
     });
-    if let Some(previous) = ctx.tenants.insert(tenant.clone()) {
-        previous.stop();
-    }
     // Outside `pods` mode the tenant sees its nodes from the start.
     if ctx.config.vnode_mode != crate::config::VNodeMode::Pods {
         for node in ctx.supers.nodes.state() {
@@ -890,7 +945,11 @@ async fn remove(ctx: &Arc<Context>, supervised: &mut HashMap<String, Supervised>
     entry.task.abort();
     if let Some(key) = entry.cluster_key {
         detach(ctx, &key);
-        clean_up(ctx, &key).await;
+        // Sharded: the replica that held the tenant removes its namespaces when it sees the VirtualCluster
+        // gone (see `shards::balance`), and the cluster-wide patrol catches what a dead one left.
+        if ctx.shards.is_none() {
+            clean_up(ctx, &key).await;
+        }
     }
 }
 

@@ -330,6 +330,21 @@ pub struct SyncerArgs {
     /// tenants, their objects copied down and their status up.
     #[arg(long)]
     pub custom_resources: Vec<String>,
+    /// Shard tenants across replicas: every replica is active and syncs only the tenants whose Lease it
+    /// holds, placed by weight over the live replicas (whole-process leader election is then off).
+    #[arg(long, env = "SHARDS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub shards: bool,
+    /// This replica's name among the shards (default: the pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub replica_id: Option<String>,
+    /// Namespace of the shard Leases (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub shard_namespace: String,
+    /// Seconds a replica's membership (and with it every tenant Lease it holds) lasts without renewal. It
+    /// renews every third of that and stops syncing after two thirds without renewal; a dead replica's
+    /// tenants move after this long.
+    #[arg(long, env = "SHARD_LEASE_DURATION_SECONDS", default_value_t = 6)]
+    pub shard_lease_duration_seconds: u64,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -567,6 +582,8 @@ pub struct SyncerConfig {
     pub usage: crate::usage::UsageSettings,
     /// The custom resource kinds synced.
     pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
+    /// Sharding across replicas (`--shards`); `None`: this process syncs every tenant.
+    pub shards: Option<crate::shards::ShardSettings>,
 }
 
 impl Default for SyncerConfig {
@@ -596,6 +613,7 @@ impl Default for SyncerConfig {
             vn_agent_access: None,
             usage: crate::usage::UsageSettings::default(),
             custom_resources: Vec::new(),
+            shards: None,
         }
     }
 }
@@ -705,7 +723,40 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             status_interval: Duration::from_secs(args.usage_status_interval_seconds),
         };
         let custom_resources = crate::resources::custom_resource::kinds::parse_all(&args.custom_resources)?;
+        let shards = match args.shards {
+            false => None,
+            true => {
+                let lease_duration = Duration::from_secs(args.shard_lease_duration_seconds);
+                if lease_duration < crate::shards::MIN_LEASE_DURATION {
+                    return Err(format!(
+                        "--shard-lease-duration-seconds must be at least {}",
+                        crate::shards::MIN_LEASE_DURATION.as_secs()
+                    ));
+                }
+                let replica_id = args
+                    .replica_id
+                    .filter(|id| !id.trim().is_empty())
+                    // Outside a pod: host name and pid, made a Lease name.
+                    .unwrap_or_else(|| {
+                        vc_runtime::leader::identity()
+                            .to_ascii_lowercase()
+                            .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '.', "-")
+                            .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+                            .to_owned()
+                    });
+                let namespace = args.shard_namespace.trim();
+                if namespace.is_empty() {
+                    return Err("--shard-namespace must not be empty".into());
+                }
+                Some(crate::shards::ShardSettings {
+                    replica_id: crate::shards::replica_id(&replica_id)?,
+                    namespace: namespace.to_owned(),
+                    lease_duration,
+                })
+            }
+        };
         Ok(Self {
+            shards,
             usage,
             custom_resources,
             vn_agent_access,
@@ -750,6 +801,34 @@ mod tests {
     fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
         let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
         SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn shards_are_off_by_default_and_their_flags_are_checked() {
+        assert!(parse(&[]).expect("defaults").shards.is_none());
+        let config = parse(&[
+            "--shards=true",
+            "--replica-id=syncer-7f9c-abcde",
+            "--shard-namespace=vc-system",
+        ])
+        .expect("sharded");
+        assert_eq!(
+            config.shards,
+            Some(crate::shards::ShardSettings {
+                replica_id: "syncer-7f9c-abcde".into(),
+                namespace: "vc-system".into(),
+                lease_duration: Duration::from_secs(6),
+            })
+        );
+        let refused = parse(&["--shards=true", "--replica-id=Bad_Name"]).expect_err("refused");
+        assert!(refused.contains("--replica-id"), "{refused}");
+        let refused = parse(&[
+            "--shards=true",
+            "--replica-id=a",
+            "--shard-lease-duration-seconds=2",
+        ])
+        .expect_err("refused");
+        assert!(refused.contains("at least 3"), "{refused}");
     }
 
     #[test]

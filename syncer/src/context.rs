@@ -10,6 +10,7 @@ use crate::{
     events::EventInbox,
     metrics::Metrics,
     quota::Quota,
+    shards::Shards,
     super_stores::SuperStores,
     tenant::{Queues, Tenants},
 };
@@ -34,9 +35,34 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Tenant copies of super events waiting for the upward workers.
     pub events: EventInbox,
+    /// This replica's share of the tenants, when they are sharded across replicas (`--shards`).
+    pub shards: Option<Arc<Shards>>,
 }
 
 impl Context {
+    /// Whether this replica syncs tenant `cluster_key`: always without sharding, else while it holds the
+    /// tenant's Lease.
+    pub fn owns(&self, cluster_key: &str) -> bool {
+        self.shards
+            .as_ref()
+            .is_none_or(|shards| shards.holds(cluster_key))
+    }
+
+    /// Whether this replica runs the duties that must run once for the whole super cluster (removing the
+    /// namespaces of deleted tenants): always without sharding, else while it holds the duties' Lease.
+    pub fn runs_cluster_duties(&self) -> bool {
+        self.shards.as_ref().is_none_or(|shards| shards.runs_duties())
+    }
+
+    /// Runs `admit` (attaching a tenant) unless sharding says this replica does not hold `cluster_key`,
+    /// atomically with the check: a tenant handed over meanwhile is never attached afterwards.
+    pub fn admit<R>(&self, cluster_key: &str, admit: impl FnOnce() -> R) -> Option<R> {
+        match &self.shards {
+            Some(shards) => shards.admit(cluster_key, admit),
+            None => Some(admit()),
+        }
+    }
+
     /// Super-owned label/annotation prefixes for a tenant: the flag's and the VirtualCluster's.
     pub fn opaque_prefixes(&self, tenant_prefixes: &[String]) -> Vec<String> {
         self.config

@@ -50,6 +50,23 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// A sharded replica's membership Lease is held by another instance (an earlier process of the same
+    /// replica) that has not expired yet.
+    #[error(
+        "membership Lease {name} is held by {holder} (an earlier process of this replica?); waiting for it to expire"
+    )]
+    LeaseHeld {
+        /// The Lease.
+        name: String,
+        /// Its holder.
+        holder: String,
+    },
+    /// A sharded replica's membership Lease was not renewed within the renew deadline.
+    #[error("membership Lease {name}: no answer within the renew deadline")]
+    LeaseTimeout {
+        /// The Lease.
+        name: String,
+    },
     /// The shared runtime failed.
     #[error(transparent)]
     Runtime(#[from] vc_runtime::Error),
@@ -71,6 +88,8 @@ impl Error {
             Self::Conversion(_) => "conversion",
             Self::Serialize { .. } => "serialize",
             Self::Measure { .. } => "measure",
+            Self::LeaseHeld { .. } => "lease_held",
+            Self::LeaseTimeout { .. } => "lease_timeout",
             Self::Runtime(_) => "runtime",
         }
     }

@@ -25,6 +25,7 @@ pub mod queue;
 pub mod quota;
 pub mod resources;
 pub mod settings;
+pub mod shards;
 pub mod stores;
 pub mod super_stores;
 pub mod tenant;
@@ -59,6 +60,8 @@ pub struct Syncer {
     /// Shared state, for inspection (tests, benchmarks).
     pub context: Arc<Context>,
     tasks: Vec<JoinHandle<()>>,
+    /// The loops that keep this replica's Leases (sharded replicas): stopped first when it resigns.
+    shard_tasks: Vec<JoinHandle<()>>,
 }
 
 impl Syncer {
@@ -94,6 +97,10 @@ impl Syncer {
             &config.custom_resources,
         );
         let (vc_store, vc_writer) = reflector::store();
+        let shards = config
+            .shards
+            .clone()
+            .map(|settings| Arc::new(shards::Shards::new(settings)));
         let ctx = Arc::new(Context {
             super_client: client,
             config,
@@ -104,6 +111,7 @@ impl Syncer {
             quota,
             metrics,
             events: Default::default(),
+            shards,
         });
 
         let mut tasks = Vec::new();
@@ -130,16 +138,50 @@ impl Syncer {
         tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
         tasks.push(tokio::spawn(usage::run(ctx.clone())));
+        let mut shard_tasks = Vec::new();
+        if let Some(shards) = ctx.shards.clone() {
+            // After the VirtualClusters are listed: the assignment places every one of them.
+            shard_tasks.push(tokio::spawn(shards::watch_leases(
+                ctx.super_client.clone(),
+                shards.clone(),
+            )));
+            shard_tasks.push(tokio::spawn(shards::keep_membership(
+                ctx.super_client.clone(),
+                shards.clone(),
+            )));
+            shard_tasks.push(tokio::spawn(shards::guard_membership(
+                ctx.clone(),
+                shards.clone(),
+            )));
+            shard_tasks.push(tokio::spawn(shards::balance(ctx.clone(), shards.clone())));
+            tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
+        }
         health.set_ready(true);
         tracing::info!("syncer ready: super-cluster caches synced");
-        Ok(Self { context: ctx, tasks })
+        Ok(Self {
+            context: ctx,
+            tasks,
+            shard_tasks,
+        })
+    }
+
+    /// Hands every tenant over before stopping (sharded replicas; nothing to do otherwise): the others take
+    /// them at once instead of after this replica's Leases expire. Call before [`Syncer::stop`] on a
+    /// graceful stop; a replica that crashes (or is dropped) leaves its Leases to expire.
+    pub async fn resign(&mut self) {
+        for task in self.shard_tasks.drain(..) {
+            task.abort();
+        }
+        if let Some(shards) = self.context.shards.clone() {
+            shards::resign(&self.context, &shards).await;
+        }
     }
 
     /// Stops every loop and detaches every tenant.
     pub fn stop(&mut self) {
         self.context.queues.down.close();
         self.context.queues.up.close();
-        for task in self.tasks.drain(..) {
+        for task in self.shard_tasks.drain(..).chain(self.tasks.drain(..)) {
             task.abort();
         }
         for tenant in self.context.tenants.all() {
@@ -189,6 +231,7 @@ pub async fn run(mut runtime: Runtime, config: SyncerConfig) -> Result<()> {
                 None => shutdown.requested().await,
             }
             health.set_ready(false);
+            syncer.resign().await;
             syncer.stop();
             Ok(())
         })

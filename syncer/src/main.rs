@@ -9,10 +9,15 @@ use vc_runtime::Runtime;
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = SyncerConfig::try_from(args.syncer).map_err(anyhow::Error::msg)?;
+    // Sharded replicas are all active; each holds its own Leases instead of one for the whole process.
+    let election = match config.shards {
+        Some(_) => None,
+        None => args.leader.leader_election(),
+    };
     let runtime = Runtime::builder()
         .with_log(args.log_format)
         .with_admin(args.admin_address)
-        .with_leader_election(LEASE_NAME, args.leader.leader_election())
+        .with_leader_election(LEASE_NAME, election)
         .build()
         .await
         .context("connecting to the super cluster")?;

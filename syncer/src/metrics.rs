@@ -69,6 +69,14 @@ pub struct WriteLabels {
     pub verb: &'static str,
 }
 
+/// Labels of tenant handovers between sharded replicas.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoverLabels {
+    /// `acquired` (a free or new Lease), `taken_over` (its holder's membership had expired), `released`
+    /// (handed to the replica that should own it), `lost` (membership lapsed, or another replica holds it).
+    pub reason: &'static str,
+}
+
 /// Labels of per-tenant series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantLabels {
@@ -147,6 +155,14 @@ pub struct Metrics {
     pub tenants: Family<StateLabels, Gauge>,
     /// Super events not copied up because their tenant had too many waiting.
     pub events_dropped: Counter,
+    /// Tenants this replica holds the Lease of (sharded replicas only).
+    pub shard_owned_tenants: Gauge,
+    /// Live replicas this replica sees, itself included (sharded replicas only).
+    pub shard_members: Gauge,
+    /// 1 while this replica runs the cluster-wide duties (sharded replicas only).
+    pub shard_duties: Gauge,
+    /// Tenant Leases this replica acquired, took over, released or lost.
+    pub shard_handovers: Family<HandoverLabels, Counter>,
     /// What tenants consume ([`crate::usage`]).
     pub usage: crate::usage::metrics::UsageMetrics,
 }
@@ -174,6 +190,10 @@ impl Default for Metrics {
             refusals: Family::default(),
             tenants: Family::default(),
             events_dropped: Counter::default(),
+            shard_owned_tenants: Gauge::default(),
+            shard_members: Gauge::default(),
+            shard_duties: Gauge::default(),
+            shard_handovers: Family::default(),
             usage: Default::default(),
         }
     }
@@ -258,6 +278,26 @@ impl Metrics {
             "events_dropped",
             "Super events not copied up because their tenant had too many waiting",
             self.events_dropped.clone(),
+        );
+        registry.register(
+            "shard_owned_tenants",
+            "Tenants this replica holds the Lease of (sharded replicas)",
+            self.shard_owned_tenants.clone(),
+        );
+        registry.register(
+            "shard_members",
+            "Live syncer replicas this replica sees, itself included (sharded replicas)",
+            self.shard_members.clone(),
+        );
+        registry.register(
+            "shard_duties",
+            "1 while this replica runs the cluster-wide duties (sharded replicas)",
+            self.shard_duties.clone(),
+        );
+        registry.register(
+            "shard_handovers",
+            "Tenant Leases acquired, taken over, released or lost, by reason",
+            self.shard_handovers.clone(),
         );
         self.usage.register(registry);
     }

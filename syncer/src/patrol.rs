@@ -36,7 +36,10 @@ pub async fn scan(ctx: &Context) -> Findings {
         }
         findings += resources::patrol(ctx, &tenant);
     }
-    findings.orphaned += remove_orphaned_tenants(ctx).await;
+    // Once for the whole super cluster: with sharded replicas, only the one holding the duties' Lease.
+    if ctx.runs_cluster_duties() {
+        findings.orphaned += remove_orphaned_tenants(ctx).await;
+    }
     ctx.metrics
         .patrol_duration
         .observe(started.elapsed().as_secs_f64());

@@ -193,6 +193,8 @@ pub struct Tenant {
     pub budget: Arc<CacheBudget>,
     /// Set when the tenant is attached again after a pause (see [`Tenant::paused_away`]).
     pub resumed: std::sync::OnceLock<Resumed>,
+    /// Workers' reconciles of this tenant in progress (waited for before its Lease is handed over).
+    pub in_flight: crate::shards::InFlight,
     settings: RwLock<Arc<TenantSettings>>,
     ready: std::sync::atomic::AtomicBool,
     check: Arc<IdentityCheck>,
@@ -403,6 +405,7 @@ impl Tenant {
             kube_system_uid,
             budget,
             resumed: std::sync::OnceLock::new(),
+            in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(false),
             check,
@@ -582,6 +585,7 @@ impl Tenant {
             kube_system_uid: "kube-system-uid".into(),
             budget: CacheBudget::new("test".into(), CacheLimits::default()),
             resumed: std::sync::OnceLock::new(),
+            in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(true),
             check: Arc::new(IdentityCheck::default()),

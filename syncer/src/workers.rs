@@ -105,6 +105,7 @@ async fn process(
         }
         return;
     };
+    let _in_flight = tenant.in_flight.enter();
     if !tenant.is_ready() {
         if charged {
             queue.charge(&work.tenant, -1.0);

@@ -96,6 +96,22 @@ Usage: include "virtualcluster.leaderElect" (list "syncer" .Values.syncer)
 {{- end }}
 {{- end }}
 
+{{/*
+Whether the syncer shards tenants across its replicas: "true" or "false". auto: when replicas > 1. Sharded
+replicas are all active (each syncs the tenants whose Lease it holds), so whole-process leader election is
+off then.
+*/}}
+{{- define "virtualcluster.syncerShards" -}}
+{{- $values := .Values.syncer }}
+{{- $setting := (($values.shards | default dict).enabled) }}
+{{- if or (kindIs "invalid" $setting) (eq (toString $setting) "auto") (eq (toString $setting) "") }}
+{{- if gt (int $values.replicas) 1 }}true{{ else }}false{{ end }}
+{{- else if or (eq (toString $setting) "true") (eq (toString $setting) "false") }}{{ toString $setting }}
+{{- else }}
+{{- fail (printf "syncer.shards.enabled must be auto, true or false, not %v" $setting) }}
+{{- end }}
+{{- end }}
+
 {{/* The log format flag, checked. */}}
 {{- define "virtualcluster.logFormat" -}}
 {{- if not (has .Values.logFormat (list "text" "json")) }}

@@ -440,7 +440,9 @@ impl Measurer {
                 continue;
             };
             let has_usage = vc.status.as_ref().is_some_and(|s| s.usage.is_some());
-            if attached_uids.contains(&uid) || !has_usage || self.cleared.contains(&uid) {
+            // Sharded: another replica measures the tenants it holds.
+            let ours = crds::naming::cluster_key_of(&vc).is_some_and(|key| ctx.owns(&key));
+            if !ours || attached_uids.contains(&uid) || !has_usage || self.cleared.contains(&uid) {
                 self.unattached_since.remove(&uid);
                 continue;
             }
