@@ -37,6 +37,8 @@ pub async fn scan(ctx: &Context) -> Findings {
         findings += resources::patrol(ctx, &tenant);
     }
     findings.orphaned += remove_orphaned_tenants(ctx).await;
+    // Gone pods' tokens leave the shared token Secrets (the delete path writes nothing).
+    findings.drifted += resources::pod::shards::sweep(ctx).await;
     ctx.metrics
         .patrol_duration
         .observe(started.elapsed().as_secs_f64());

@@ -213,6 +213,7 @@ impl SuperStores {
         queues: &Queues,
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
+        token_shards: Arc<crate::resources::pod::shards::TokenShards>,
         sync_ingresses: bool,
         vnode_mode: crate::config::VNodeMode,
         custom_resources: &[crate::resources::custom_resource::CustomKind],
@@ -262,12 +263,24 @@ impl SuperStores {
         let tokens = {
             let queue = queues.down.clone();
             let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
-            supers.watch(selector, move |secret: &PartialObjectMeta<Secret>| {
-                // A pod's token Secret is part of the pod: repairing it means syncing the pod.
+            supers.watch_with(selector, trim, move |secret: &PartialObjectMeta<Secret>, change| {
+                // A pod's token Secret (of an earlier version) is part of the pod: repairing it means
+                // syncing the pod.
                 if let (Some((tenant, namespace, _)), Some(pod)) =
                     (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
                 {
                     queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                    return;
+                }
+                // A shared one someone else changed is read again before its next write; when it is
+                // deleted, the pods it served write their keys again. Our own writes queue nothing.
+                token_shards.observe(secret.meta(), change);
+                if change == Change::Deleted
+                    && let Some((tenant, items)) = crate::resources::pod::shards::member_items(secret.meta())
+                {
+                    for item in items {
+                        queue.add(&tenant, item);
+                    }
                 }
             })
         };
@@ -312,6 +325,8 @@ pub(crate) struct Writers {
     pub apiservers: kube::runtime::reflector::store::Writer<Endpoints>,
     /// The syncer's RoleBindings.
     pub role_bindings: kube::runtime::reflector::store::Writer<RoleBinding>,
+    /// Metadata of pod token Secrets.
+    pub tokens: kube::runtime::reflector::store::Writer<PartialObjectMeta<Secret>>,
 }
 
 #[cfg(test)]
@@ -327,7 +342,9 @@ impl SuperStores {
         let (network_policies, network_policies_writer) = store();
         let (apiservers, apiservers_writer) = store();
         let (role_bindings, role_bindings_writer) = store();
+        let (tokens, tokens_writer) = store();
         let mut stores = Self::empty();
+        stores.tokens = tokens;
         stores.namespaces = namespaces;
         stores.pods = pods;
         stores.claims = claims;
@@ -345,6 +362,7 @@ impl SuperStores {
             network_policies: network_policies_writer,
             apiservers: apiservers_writer,
             role_bindings: role_bindings_writer,
+            tokens: tokens_writer,
         };
         (stores, writers)
     }

@@ -66,6 +66,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         queues,
         metrics,
         events: Default::default(),
+        token_shards: Default::default(),
     };
     (ctx, writers)
 }

@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    ephemeral, policy, token,
+    ephemeral, policy, shards, token,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -163,7 +163,7 @@ fn convert(
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
-    let token_secret = token::secret_name(&pod.name_any());
+    let token_key_prefix = shards::key_prefix(&pod.name_any());
     let published_priority_class = |name: &str| {
         ctx.supers
             .priority_classes
@@ -182,7 +182,8 @@ fn convert(
         endpoints,
         ndots: ctx.config.dns_ndots,
         upstream_nameservers: &ctx.config.pod_upstream_nameservers,
-        token_secret: &token_secret,
+        token_secret: convert::UNASSIGNED_TOKEN_SECRET,
+        token_key_prefix: &token_key_prefix,
     };
     convert::to_super(pod, &cx)
 }
@@ -516,11 +517,6 @@ async fn create_admitted(
             .as_ref()
             .and_then(|s| s.service_account_name.as_deref()),
     };
-    // Tokens before the pod: if the tenant cannot issue them, the pod is not created yet.
-    let minted = match converted.needs_secret {
-        true => Some(token::mint(tenant, &subject, &converted.tokens, ctx.config.token_ttl_seconds).await?),
-        false => None,
-    };
     let (_, hash) = desired_state(
         ctx,
         tenant,
@@ -530,14 +526,26 @@ async fn create_admitted(
     let mut pod = converted.pod;
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
+        // Tokens before the pod, in the shard its volumes read: if the tenant cannot issue them, the pod is
+        // not created yet; once created, the kubelet finds them.
+        let super_namespace = api_namespace(api);
+        let shard = ctx
+            .token_shards
+            .assign(ctx, &super_namespace, &namespace, subject.name, subject.uid);
+        if let Some(spec) = pod.spec.as_mut() {
+            convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
+        }
+        shards::put(ctx, tenant, &super_namespace, &shard, &subject, &converted.tokens).await?;
+        writes += 1;
         pod.metadata = with_annotation(
             pod.metadata,
             token::ANNOTATION_POD_TOKENS,
             token::needs_annotation(&converted.tokens),
         );
+        pod.metadata = with_annotation(pod.metadata, token::ANNOTATION_TOKEN_SECRET, shard);
     }
-    let created = match apply(ctx, api, pod, None).await {
-        Ok(created) => created,
+    match apply(ctx, api, pod, None).await {
+        Ok(_) => {}
         // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
         Err(error)
             if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
@@ -563,19 +571,12 @@ async fn create_admitted(
         Err(error) => return Err(error),
     };
     writes += 1;
-    if let Some(minted) = minted {
-        write_token_secret(
-            ctx,
-            tenant,
-            &subject,
-            &created.namespace().unwrap_or_default(),
-            &created.uid().unwrap_or_default(),
-            minted,
-        )
-        .await?;
-        writes += 1;
-    }
     Ok(Outcome::Created { writes })
+}
+
+/// The namespace an `Api` of a namespace serves.
+fn api_namespace(api: &Api<Pod>) -> String {
+    api.namespace().unwrap_or_default().to_owned()
 }
 
 async fn write_token_secret(
@@ -819,8 +820,10 @@ async fn update(
             super_pod.namespace().unwrap_or_default()
         )))?;
         let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
-        if let Some(tokens) = super_pod.annotations().get(token::ANNOTATION_POD_TOKENS) {
-            meta = with_annotation(meta, token::ANNOTATION_POD_TOKENS, tokens.clone());
+        for key in [token::ANNOTATION_POD_TOKENS, token::ANNOTATION_TOKEN_SECRET] {
+            if let Some(value) = super_pod.annotations().get(key) {
+                meta = with_annotation(meta, key, value.clone());
+            }
         }
         for (key, value) in [
             (ANNOTATION_REFUSED_RESIZE, refused_resize),
@@ -852,7 +855,11 @@ async fn update(
         }
     }
     if let Some(needs) = token::needs_of(super_pod.meta()) {
-        writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
+        writes += match token::secret_of(super_pod.meta()) {
+            Some(shard) => shards::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
+            // A pod of an earlier version reads a token Secret of its own.
+            None => refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?,
+        };
     }
     writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
     Ok(match (ephemeral.waiting, writes) {
