@@ -553,12 +553,14 @@ impl Shard {
             }
             let removed: Vec<&Member> = gone.iter().filter_map(|pod| members.get(pod)).collect();
             let result = match (exists, after.is_empty() && puts.is_empty()) {
+                // It serves no pod any more.
                 (true, true) => self.delete(ctx, resource_version).await.map(|()| None),
+                (false, true) => Ok(None),
                 (true, false) => self
                     .patch(ctx, tenant, &added, &removed, &after, resource_version)
                     .await
                     .map(Some),
-                (false, _) => self.create(ctx, tenant, &added, &after).await.map(Some),
+                (false, false) => self.create(ctx, tenant, &added, &after).await.map(Some),
             };
             match result {
                 Ok(written) => {
