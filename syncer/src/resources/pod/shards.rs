@@ -1097,12 +1097,15 @@ mod tests {
                         let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
                         // Created only after its key is in the Secret.
                         assert!(
-                            secret_writes.iter().any(|w| w["data"].get(format!("{pod}.token")).is_some()),
+                            secret_writes.iter().any(|w| w["data"]
+                                .as_object()
+                                .is_some_and(|d| d.keys().any(|k| k.starts_with(&format!("{pod}.token-"))))),
                             "{pod} created before its token was written"
                         );
                         let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
                         assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
-                        assert_eq!(volume[0]["secret"]["items"][0]["key"], format!("{pod}.token"));
+                        let key = volume[0]["secret"]["items"][0]["key"].as_str().unwrap_or_default();
+                        assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
                         assert_eq!(
                             call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
                             "shard-0.vc-tokens"
@@ -1133,9 +1136,9 @@ mod tests {
         assert_eq!(writes[1]["data"].as_object().map(|d| d.len()), Some(6), "{}", writes[1]);
         let first = writes[0]["data"]
             .as_object()
-            .and_then(|d| d.keys().find(|k| k.ends_with(".token")).cloned())
+            .and_then(|d| d.keys().find(|k| k.contains(".token-")).cloned())
             .expect("a token");
-        let pod = first.trim_end_matches(".token");
+        let pod = first.split(".token-").next().unwrap_or_default();
         assert_eq!(decoded(&writes[0]["data"][&first]), format!("jwt-{pod}"));
         assert_eq!(decoded(&writes[0]["data"][&format!("{pod}.uid")]), format!("uid-{pod}"));
         assert_eq!(decoded(&writes[0]["data"]["namespace"]), "ns");
@@ -1215,16 +1218,22 @@ mod tests {
         }
         let tenant_pod_of = |name: &str| tenant.stores.pods.get(&ObjectRef::new(name).within("ns")).expect("pod");
         let super_pod_of = |name: &str| ctx.supers.pods.get(&ObjectRef::new(name).within(SUPER_NS)).expect("pod");
+        let needs = [need()];
+        let (tenant_pods, super_pods): (Vec<_>, Vec<_>) = ["p1", "p2", "p4"]
+            .into_iter()
+            .map(|name| (tenant_pod_of(name), super_pod_of(name)))
+            .unzip();
+        let shard = "shard-0.vc-tokens";
 
         // A fresh member is in sync: nothing is asked or written (also right after a restart).
-        let fresh = keep(&ctx, &tenant, &tenant_pod_of("p4"), &super_pod_of("p4"), "shard-0.vc-tokens", &[need()]);
+        let fresh = keep(&ctx, &tenant, &tenant_pods[2], &super_pods[2], shard, &needs);
         assert_eq!(fresh.await.expect("kept"), 0);
         supers.idle().await;
         tenants.idle().await;
 
         let expires = (Timestamp::now() + jiff::SignedDuration::from_secs(3600)).to_string();
         let (renewed, ()) = tokio::join!(
-            keep(&ctx, &tenant, &tenant_pod_of("p1"), &super_pod_of("p1"), "shard-0.vc-tokens", &[need()]),
+            keep(&ctx, &tenant, &tenant_pods[0], &super_pods[0], shard, &needs),
             async {
                 for _ in 0..2 {
                     let call = tenants
@@ -1250,7 +1259,7 @@ mod tests {
         );
         assert_eq!(renewed.expect("renewed"), 1);
         // p2 was renewed with p1: its own wake-up finds nothing to do.
-        let along = keep(&ctx, &tenant, &tenant_pod_of("p2"), &super_pod_of("p2"), "shard-0.vc-tokens", &[need()]);
+        let along = keep(&ctx, &tenant, &tenant_pods[1], &super_pods[1], shard, &needs);
         assert_eq!(along.await.expect("kept"), 0);
         assert_eq!(ctx.metrics.super_writes_total(), 1);
         supers.idle().await;
