@@ -658,7 +658,9 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
         }
         if !(1..=256).contains(&args.pods_per_token_secret) {
-            return Err("--pods-per-token-secret must be between 1 and 256 (a Secret holds at most 1 MiB)".into());
+            return Err(
+                "--pods-per-token-secret must be between 1 and 256 (a Secret holds at most 1 MiB)".into(),
+            );
         }
         let version = args.pod_security_version.trim();
         let version_ok = version == "latest"

@@ -34,8 +34,6 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Tenant copies of super events waiting for the upward workers.
     pub events: EventInbox,
-    /// The shared token Secrets of pods.
-    pub token_shards: Arc<crate::resources::pod::shards::TokenShards>,
 }
 
 impl Context {

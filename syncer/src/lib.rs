@@ -84,13 +84,11 @@ impl Syncer {
         };
         let tenants = Arc::new(Tenants::default());
         let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
-        let token_shards = Arc::new(resources::pod::shards::TokenShards::default());
         let supers = SuperStores::start(
             &client,
             &queues,
             tenants.clone(),
             quota.clone(),
-            token_shards.clone(),
             config.sync_ingresses,
             config.vnode_mode.clone(),
             &config.custom_resources,
@@ -106,7 +104,6 @@ impl Syncer {
             quota,
             metrics,
             events: Default::default(),
-            token_shards,
         });
 
         let mut tasks = Vec::new();

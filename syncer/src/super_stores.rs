@@ -23,6 +23,7 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     kept,
     quota::{ObjectUsage, Quota},
+    resources::pod::shards::TokenShards,
     stores::{Cache, Change, reflect, reflect_with, trim},
     tenant::{Queues, Tenants},
 };
@@ -46,6 +47,8 @@ macro_rules! super_stores {
             pub apiservers: Store<Endpoints>,
             /// Metadata of pod token Secrets.
             pub tokens: Store<PartialObjectMeta<Secret>>,
+            /// What the syncer wrote of the shared token Secrets, ahead of `tokens`.
+            pub token_shards: Arc<TokenShards>,
             /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
             pub role_bindings: Store<RoleBinding>,
             tasks: Vec<JoinHandle<()>>,
@@ -56,12 +59,14 @@ macro_rules! super_stores {
                 supers: &mut SuperWatch<'_>,
                 apiservers: Store<Endpoints>,
                 tokens: Store<PartialObjectMeta<Secret>>,
+                token_shards: Arc<TokenShards>,
                 role_bindings: Store<RoleBinding>,
             ) -> Self {
                 let mut stores = Self {
                     $( $caches: <kinds::$kind as SuperCache>::watch(supers), )*
                     apiservers,
                     tokens,
+                    token_shards,
                     role_bindings,
                     tasks: Vec::new(),
                 };
@@ -83,6 +88,7 @@ macro_rules! super_stores {
                     $( $caches: Cache::empty(), )*
                     apiservers: Cache::empty(),
                     tokens: Cache::empty(),
+                    token_shards: Default::default(),
                     role_bindings: Cache::empty(),
                     tasks: Vec::new(),
                 }
@@ -213,12 +219,12 @@ impl SuperStores {
         queues: &Queues,
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
-        token_shards: Arc<crate::resources::pod::shards::TokenShards>,
         sync_ingresses: bool,
         vnode_mode: crate::config::VNodeMode,
         custom_resources: &[crate::resources::custom_resource::CustomKind],
     ) -> Self {
         let _span = tracing::info_span!("super").entered();
+        let token_shards = Arc::new(TokenShards::default());
         // The tenant namespaces come first: other kinds' watches consult them.
         let (namespaces, namespaces_task) = {
             let queue = queues.down.clone();
@@ -263,26 +269,32 @@ impl SuperStores {
         let tokens = {
             let queue = queues.down.clone();
             let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
-            supers.watch_with(selector, trim, move |secret: &PartialObjectMeta<Secret>, change| {
-                // A pod's token Secret (of an earlier version) is part of the pod: repairing it means
-                // syncing the pod.
-                if let (Some((tenant, namespace, _)), Some(pod)) =
-                    (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
-                {
-                    queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
-                    return;
-                }
-                // A shared one someone else changed is read again before its next write; when it is
-                // deleted, the pods it served write their keys again. Our own writes queue nothing.
-                token_shards.observe(secret.meta(), change);
-                if change == Change::Deleted
-                    && let Some((tenant, items)) = crate::resources::pod::shards::member_items(secret.meta())
-                {
-                    for item in items {
-                        queue.add(&tenant, item);
+            let token_shards = token_shards.clone();
+            supers.watch_with(
+                selector,
+                trim,
+                move |secret: &PartialObjectMeta<Secret>, change| {
+                    // A pod's token Secret (of an earlier version) is part of the pod: repairing it means
+                    // syncing the pod.
+                    if let (Some((tenant, namespace, _)), Some(pod)) =
+                        (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
+                    {
+                        queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                        return;
                     }
-                }
-            })
+                    // A shared one someone else changed is read again before its next write; when it is
+                    // deleted, the pods it served write their keys again. Our own writes queue nothing.
+                    token_shards.observe(secret.meta(), change);
+                    if change == Change::Deleted
+                        && let Some((tenant, items)) =
+                            crate::resources::pod::shards::member_items(secret.meta())
+                    {
+                        for item in items {
+                            queue.add(&tenant, item);
+                        }
+                    }
+                },
+            )
         };
         let role_bindings = {
             let queue = queues.down.clone();
@@ -293,7 +305,7 @@ impl SuperStores {
                 }
             })
         };
-        Self::watch_kinds(&mut supers, apiservers, tokens, role_bindings)
+        Self::watch_kinds(&mut supers, apiservers, tokens, token_shards, role_bindings)
     }
 }
 

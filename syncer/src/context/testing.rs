@@ -66,7 +66,6 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         queues,
         metrics,
         events: Default::default(),
-        token_shards: Default::default(),
     };
     (ctx, writers)
 }

@@ -530,6 +530,7 @@ async fn create_admitted(
         // not created yet; once created, the kubelet finds them.
         let super_namespace = api_namespace(api);
         let shard = ctx
+            .supers
             .token_shards
             .assign(ctx, &super_namespace, &namespace, subject.name, subject.uid);
         if let Some(spec) = pod.spec.as_mut() {

@@ -803,7 +803,7 @@ pub async fn put(
     };
     let put = put_for(tenant, subject, needs, ctx.config.token_ttl_seconds).await?;
     let refresh = put.member.refresh_at();
-    ctx.token_shards
+    ctx.supers.token_shards
         .shard(super_namespace, subject.namespace, index)
         .submit(ctx, tenant, Entry::Put(put))
         .await?;
@@ -832,7 +832,7 @@ pub async fn keep(
     let name = tenant_pod.name_any();
     let uid = tenant_pod.uid().unwrap_or_default();
     let super_namespace = super_pod.namespace().unwrap_or_default();
-    let shard = ctx.token_shards.shard(&super_namespace, &namespace, index);
+    let shard = ctx.supers.token_shards.shard(&super_namespace, &namespace, index);
     let prefix = key_prefix(&name);
     let now = token::now();
     let member = shard.load(ctx).members.get(&name).cloned();
@@ -879,7 +879,7 @@ pub async fn sweep(ctx: &Context) -> usize {
         let Some(tenant) = identity::owner_cluster(&cached.metadata).and_then(|c| ctx.tenants.get(c)) else {
             continue;
         };
-        let shard = ctx.token_shards.shard(&namespace, tenant_namespace, index);
+        let shard = ctx.supers.token_shards.shard(&namespace, tenant_namespace, index);
         let stale = {
             let mut state = shard.load(ctx);
             shard.settle(ctx, &mut state);
