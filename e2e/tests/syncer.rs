@@ -391,19 +391,20 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
             Some("64")
         );
 
-        // The pod's token is a tenant token bound to the tenant pod.
-        let token_secret = until(
-            &super_api::<Secret>(&tenancy, tenant, "shop"),
-            "web-1.vc-token",
-            "token Secret",
-            |s| s.is_some(),
-        )
-        .await?
-        .context("token secret")?;
+        // The pod's token is a tenant token bound to the tenant pod, in the shared token Secret its super
+        // pod names, under the pod's own keys.
+        let super_pod = super_api::<Pod>(&tenancy, tenant, "shop").get("web-1").await?;
+        let shard = super_pod
+            .annotations()
+            .get("tenancy.x-k8s.io/token-secret")
+            .context("the super pod names its token Secret")?
+            .clone();
+        assert!(shard.ends_with(".vc-tokens"), "{shard}");
+        let token_secret = super_api::<Secret>(&tenancy, tenant, "shop").get(&shard).await?;
         let data = token_secret.data.clone().context("token data")?;
         let token_key = data
             .keys()
-            .find(|k| k.starts_with("token"))
+            .find(|k| k.starts_with("web-1.token"))
             .context("a token")?
             .clone();
         let token = String::from_utf8(data[&token_key].0.clone())?;
@@ -833,9 +834,10 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         |p| p.is_none(),
     )
     .await?;
+    // The patrol removes the gone pod's keys: its shard, which served no other pod, goes.
     until(
         &super_api::<Secret>(&tenancy, a, "shop"),
-        "web-1.vc-token",
+        "shard-0.vc-tokens",
         "token Secret collected",
         |s| s.is_none(),
     )

@@ -226,6 +226,10 @@ pub struct SyncerArgs {
     /// Lifetime of the service-account tokens minted for tenant pods (refreshed at 80%).
     #[arg(long, default_value_t = 3600)]
     pub token_ttl_seconds: i64,
+    /// Most pods whose tokens share one token Secret of a super namespace (1-256): every kubelet running
+    /// one of them receives the whole Secret on each write.
+    #[arg(long, env = "PODS_PER_TOKEN_SECRET", default_value_t = 32)]
+    pub pods_per_token_secret: usize,
     /// Label and annotation prefixes that are super-owned for every tenant, besides each VirtualCluster's
     /// `opaqueMetaPrefixes`.
     #[arg(long, env = "OPAQUE_META_PREFIXES", value_delimiter = ',')]
@@ -562,6 +566,8 @@ pub struct SyncerConfig {
     pub pod_upstream_nameservers: Vec<String>,
     /// Token lifetime in seconds.
     pub token_ttl_seconds: i64,
+    /// Most pods per token Secret.
+    pub pods_per_token_secret: usize,
     /// Super-owned prefixes for every tenant.
     pub opaque_meta_prefixes: Vec<String>,
     /// What the syncer caches of one tenant at most.
@@ -603,6 +609,7 @@ impl Default for SyncerConfig {
             tenant_dns: None,
             pod_upstream_nameservers: Vec::new(),
             token_ttl_seconds: 3600,
+            pods_per_token_secret: 32,
             opaque_meta_prefixes: Vec::new(),
             tenant_cache_limits: CacheLimits::default(),
             pod_security: PodSecurityLabels::default(),
@@ -667,6 +674,11 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         }
         if args.token_ttl_seconds < 600 {
             return Err("--token-ttl-seconds must be at least 600 (the apiserver's minimum)".into());
+        }
+        if !(1..=256).contains(&args.pods_per_token_secret) {
+            return Err(
+                "--pods-per-token-secret must be between 1 and 256 (a Secret holds at most 1 MiB)".into(),
+            );
         }
         let version = args.pod_security_version.trim();
         let version_ok = version == "latest"
@@ -779,6 +791,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             tenant_dns,
             pod_upstream_nameservers,
             token_ttl_seconds: args.token_ttl_seconds,
+            pods_per_token_secret: args.pods_per_token_secret,
             opaque_meta_prefixes: args
                 .opaque_meta_prefixes
                 .into_iter()

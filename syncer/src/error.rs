@@ -70,6 +70,9 @@ pub enum Error {
     /// The shared runtime failed.
     #[error(transparent)]
     Runtime(#[from] vc_runtime::Error),
+    /// A write made for several callers at once (a batched token Secret write) failed: each gets it.
+    #[error("{0}")]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {
@@ -91,6 +94,7 @@ impl Error {
             Self::LeaseHeld { .. } => "lease_held",
             Self::LeaseTimeout { .. } => "lease_timeout",
             Self::Runtime(_) => "runtime",
+            Self::Shared(inner) => inner.category(),
         }
     }
 
@@ -105,6 +109,7 @@ impl Error {
                 source: kube::Error::Api(s),
                 ..
             } => Some(s.message.as_str()),
+            Self::Shared(inner) => inner.status_message(),
             _ => None,
         }
     }
@@ -135,6 +140,9 @@ impl Error {
 
     /// Whether the apiserver answered with this HTTP status.
     pub fn is_status(&self, code: u16) -> bool {
+        if let Self::Shared(inner) = self {
+            return inner.is_status(code);
+        }
         matches!(self, Self::Super { source: kube::Error::Api(s), .. } | Self::Tenant { source: kube::Error::Api(s), .. } if s.code == code)
     }
 }

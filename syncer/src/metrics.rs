@@ -339,7 +339,14 @@ impl Metrics {
         ];
         let mut counts = Vec::new();
         for resource in RESOURCES {
-            for verb in ["apply", "delete"] {
+            for verb in [
+                "apply",
+                "create",
+                "patch",
+                "delete",
+                "resize",
+                "ephemeralcontainers",
+            ] {
                 if let Some(counter) = self.super_writes.get(&WriteLabels { resource, verb }) {
                     let count = counter.get();
                     if count > 0 {

@@ -40,6 +40,9 @@ pub async fn scan(ctx: &Context) -> Findings {
     if ctx.runs_cluster_duties() {
         findings.orphaned += remove_orphaned_tenants(ctx).await;
     }
+    // Gone pods' tokens leave the shared token Secrets of the tenants this replica holds (the delete path
+    // writes nothing).
+    findings.drifted += resources::pod::shards::sweep(ctx).await;
     ctx.metrics
         .patrol_duration
         .observe(started.elapsed().as_secs_f64());

@@ -23,6 +23,7 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     kept,
     quota::{ObjectUsage, Quota},
+    resources::pod::shards::TokenShards,
     stores::{Cache, Change, reflect, reflect_with, trim},
     tenant::{Queues, Tenants},
 };
@@ -46,6 +47,8 @@ macro_rules! super_stores {
             pub apiservers: Store<Endpoints>,
             /// Metadata of pod token Secrets.
             pub tokens: Store<PartialObjectMeta<Secret>>,
+            /// What the syncer wrote of the shared token Secrets, ahead of `tokens`.
+            pub token_shards: Arc<TokenShards>,
             /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
             pub role_bindings: Store<RoleBinding>,
             tasks: Vec<JoinHandle<()>>,
@@ -56,12 +59,14 @@ macro_rules! super_stores {
                 supers: &mut SuperWatch<'_>,
                 apiservers: Store<Endpoints>,
                 tokens: Store<PartialObjectMeta<Secret>>,
+                token_shards: Arc<TokenShards>,
                 role_bindings: Store<RoleBinding>,
             ) -> Self {
                 let mut stores = Self {
                     $( $caches: <kinds::$kind as SuperCache>::watch(supers), )*
                     apiservers,
                     tokens,
+                    token_shards,
                     role_bindings,
                     tasks: Vec::new(),
                 };
@@ -83,6 +88,7 @@ macro_rules! super_stores {
                     $( $caches: Cache::empty(), )*
                     apiservers: Cache::empty(),
                     tokens: Cache::empty(),
+                    token_shards: Default::default(),
                     role_bindings: Cache::empty(),
                     tasks: Vec::new(),
                 }
@@ -218,6 +224,7 @@ impl SuperStores {
         custom_resources: &[crate::resources::custom_resource::CustomKind],
     ) -> Self {
         let _span = tracing::info_span!("super").entered();
+        let token_shards = Arc::new(TokenShards::default());
         // The tenant namespaces come first: other kinds' watches consult them.
         let (namespaces, namespaces_task) = {
             let queue = queues.down.clone();
@@ -262,14 +269,32 @@ impl SuperStores {
         let tokens = {
             let queue = queues.down.clone();
             let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
-            supers.watch(selector, move |secret: &PartialObjectMeta<Secret>| {
-                // A pod's token Secret is part of the pod: repairing it means syncing the pod.
-                if let (Some((tenant, namespace, _)), Some(pod)) =
-                    (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
-                {
-                    queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
-                }
-            })
+            let token_shards = token_shards.clone();
+            supers.watch_with(
+                selector,
+                trim,
+                move |secret: &PartialObjectMeta<Secret>, change| {
+                    // A pod's token Secret (of an earlier version) is part of the pod: repairing it means
+                    // syncing the pod.
+                    if let (Some((tenant, namespace, _)), Some(pod)) =
+                        (tenant_key(secret), kept::pod_of_token_secret(secret.meta()))
+                    {
+                        queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                        return;
+                    }
+                    // A shared one someone else changed is read again before its next write; when it is
+                    // deleted, the pods it served write their keys again. Our own writes queue nothing.
+                    token_shards.observe(secret.meta(), change);
+                    if change == Change::Deleted
+                        && let Some((tenant, items)) =
+                            crate::resources::pod::shards::member_items(secret.meta())
+                    {
+                        for item in items {
+                            queue.add(&tenant, item);
+                        }
+                    }
+                },
+            )
         };
         let role_bindings = {
             let queue = queues.down.clone();
@@ -280,7 +305,7 @@ impl SuperStores {
                 }
             })
         };
-        Self::watch_kinds(&mut supers, apiservers, tokens, role_bindings)
+        Self::watch_kinds(&mut supers, apiservers, tokens, token_shards, role_bindings)
     }
 }
 
@@ -312,6 +337,8 @@ pub(crate) struct Writers {
     pub apiservers: kube::runtime::reflector::store::Writer<Endpoints>,
     /// The syncer's RoleBindings.
     pub role_bindings: kube::runtime::reflector::store::Writer<RoleBinding>,
+    /// Metadata of pod token Secrets.
+    pub tokens: kube::runtime::reflector::store::Writer<PartialObjectMeta<Secret>>,
 }
 
 #[cfg(test)]
@@ -327,7 +354,9 @@ impl SuperStores {
         let (network_policies, network_policies_writer) = store();
         let (apiservers, apiservers_writer) = store();
         let (role_bindings, role_bindings_writer) = store();
+        let (tokens, tokens_writer) = store();
         let mut stores = Self::empty();
+        stores.tokens = tokens;
         stores.namespaces = namespaces;
         stores.pods = pods;
         stores.claims = claims;
@@ -345,6 +374,7 @@ impl SuperStores {
             network_policies: network_policies_writer,
             apiservers: apiservers_writer,
             role_bindings: role_bindings_writer,
+            tokens: tokens_writer,
         };
         (stores, writers)
     }

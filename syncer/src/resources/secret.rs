@@ -1,5 +1,6 @@
 //! Secrets: copied down, legacy service-account token Secrets as Opaque ones. Pods' token Secrets, which
-//! the syncer makes itself, are the pods' ([`super::pod::token`]).
+//! the syncer makes itself, are the pods' ([`super::pod::shards`]); tenant Secrets of their names are not
+//! copied.
 
 use crds::wellknown::{LABEL_POD_TOKEN, LABEL_VC_NAME};
 use k8s_openapi::api::core::v1::Secret;
@@ -9,6 +10,7 @@ use serde_json::{Value, json};
 use super::{
     copy::{self, Conversion, Downward},
     outcome::Outcome,
+    pod::token,
     synced::SyncedKind,
 };
 use crate::{
@@ -23,6 +25,9 @@ use crate::{
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
 /// controller would otherwise rewrite them).
 const SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+
+/// Reason of the event on a tenant Secret whose name the syncer keeps for pods' token Secrets.
+pub const REASON_RESERVED_NAME: &str = "ReservedName";
 
 impl Downward for Secret {
     const KIND: Kind = Kind::Secret;
@@ -47,6 +52,18 @@ impl Downward for Secret {
             immutable: tenant.immutable,
             type_,
         }))
+    }
+
+    fn creation_refusal(tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        let name = tenant.metadata.name.as_deref().unwrap_or_default();
+        token::is_reserved_secret_name(name).then(|| {
+            (
+                REASON_RESERVED_NAME,
+                format!(
+                    "Secret names ending in .vc-token or .vc-tokens are the syncer's, for pods' service-account tokens; {name:?} is not synced"
+                ),
+            )
+        })
     }
 
     fn view(object: &Self) -> Value {

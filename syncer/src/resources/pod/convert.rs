@@ -61,13 +61,35 @@ pub struct PodConversion<'a> {
     pub upstream_nameservers: &'a [String],
     /// Name of the pod's token Secret in the super namespace.
     pub token_secret: &'a str,
+    /// Prefix of the pod's own keys in that Secret (its tokens and uid; the CA and namespace are shared).
+    pub token_key_prefix: &'a str,
+}
+
+/// The token Secret a pod's volumes read, and the prefix of the pod's own keys in it.
+#[derive(Clone, Copy)]
+struct TokenTarget<'a> {
+    secret: &'a str,
+    prefix: &'a str,
+}
+
+impl TokenTarget<'_> {
+    /// The Secret key of one of the pod's own files.
+    fn key(&self, key: &str) -> String {
+        pod_data_key(self.prefix, key)
+    }
+}
+
+/// The key of a pod's own file in a shared token Secret: `<prefix>.<key>`. Keys never contain a dot, so a
+/// data key names its pod and file unambiguously, and never equals the shared `ca.crt` or `namespace`.
+pub fn pod_data_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}.{key}")
 }
 
 /// A service-account token the pod needs, minted from the tenant apiserver.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenNeed {
-    /// Key in the token Secret.
+    /// The token's file key (`token`, `token-<hash>`); in the token Secret it follows the pod's prefix.
     pub key: String,
     /// Audience (`None`: the apiserver's default).
     pub audience: Option<String>,
@@ -111,11 +133,11 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// Keys of the token Secret besides tokens.
+/// Keys of the token Secret besides tokens, shared by the pods of its super namespace.
 pub const KEY_CA: &str = "ca.crt";
-/// Tenant namespace, for downward-API files.
+/// Tenant namespace, for downward-API files (shared: a super namespace serves one tenant namespace).
 pub const KEY_NAMESPACE: &str = "namespace";
-/// Tenant pod uid, for downward-API files.
+/// Tenant pod uid, for downward-API files (one per pod, after the pod's prefix).
 pub const KEY_UID: &str = "uid";
 /// The default token.
 pub const KEY_TOKEN: &str = "token";
@@ -136,7 +158,8 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         forced_runtime_class: cx.runtime_class_name,
         published_priority_class: cx.published_priority_class,
     };
-    let violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
+    let mut violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
+    violations.extend(reserved_secret_references(&spec));
     if !violations.is_empty() {
         return Err(Refusal::Policy(violations));
     }
@@ -155,8 +178,12 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
 
     let mut tokens = Vec::new();
     let mut needs_secret = false;
+    let target = TokenTarget {
+        secret: cx.token_secret,
+        prefix: cx.token_key_prefix,
+    };
     for volume in spec.volumes.iter_mut().flatten() {
-        needs_secret |= rewrite_volume(volume, cx.token_secret, &mut tokens);
+        needs_secret |= rewrite_volume(volume, target, &mut tokens);
     }
     tokens.sort();
     tokens.dedup();
@@ -221,6 +248,84 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     })
 }
 
+/// Name the conversion gives the token Secret until the pod's shard is chosen ([`retarget_token_secret`]):
+/// a pod is assigned to a shard only once it is admitted.
+pub const UNASSIGNED_TOKEN_SECRET: &str = "unassigned.vc-tokens";
+
+/// Points the volumes that read token Secret `from` at `to`.
+pub fn retarget_token_secret(spec: &mut PodSpec, from: &str, to: &str) {
+    for volume in spec.volumes.iter_mut().flatten() {
+        if let Some(secret) = &mut volume.secret
+            && secret.secret_name.as_deref() == Some(from)
+        {
+            secret.secret_name = Some(to.to_owned());
+        }
+        for source in volume
+            .projected
+            .iter_mut()
+            .flat_map(|p| p.sources.iter_mut().flatten())
+        {
+            if let Some(secret) = &mut source.secret
+                && secret.name == from
+            {
+                secret.name = to.to_owned();
+            }
+        }
+    }
+}
+
+/// What a tenant pod names of the Secrets the syncer keeps for pods' tokens (which hold the tokens of
+/// other pods, of other service accounts): in volumes, projections, image pull secrets and container
+/// environments. The tenant apiserver does not look at them, the super kubelet would serve them.
+fn reserved_secret_references(spec: &PodSpec) -> Vec<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for volume in spec.volumes.iter().flatten() {
+        names.extend(volume.secret.as_ref().and_then(|s| s.secret_name.as_deref()));
+        for source in volume.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            names.extend(source.secret.as_ref().map(|s| s.name.as_str()));
+        }
+    }
+    names.extend(spec.image_pull_secrets.iter().flatten().map(|r| r.name.as_str()));
+    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
+    }
+    for container in spec.ephemeral_containers.iter().flatten() {
+        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
+    }
+    reserved_refusals(names)
+}
+
+fn env_secret_names<'s>(
+    env: Option<&'s [EnvVar]>,
+    env_from: Option<&'s [k8s_openapi::api::core::v1::EnvFromSource]>,
+) -> impl Iterator<Item = &'s str> {
+    let from_vars = env
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+        .map(|r| r.name.as_str());
+    let from_sources = env_from
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.secret_ref.as_ref())
+        .map(|r| r.name.as_str());
+    from_vars.chain(from_sources)
+}
+
+fn reserved_refusals(mut names: Vec<&str>) -> Vec<String> {
+    names.retain(|name| super::token::is_reserved_secret_name(name));
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            format!(
+                "a reference to Secret {name:?} (names ending in .vc-token or .vc-tokens are the syncer's, for pods' tokens)"
+            )
+        })
+        .collect()
+}
+
 /// The Secret key of a token with a non-default audience or lifetime.
 fn token_key(audience: Option<&str>, expiration: Option<i64>) -> String {
     if audience.is_none() && expiration.is_none() {
@@ -232,12 +337,13 @@ fn token_key(audience: Option<&str>, expiration: Option<i64>) -> String {
 
 /// Points a volume's token, CA and downward-API namespace/uid files at the token Secret. Returns whether
 /// the volume needs the Secret.
-fn rewrite_volume(volume: &mut Volume, secret: &str, tokens: &mut Vec<TokenNeed>) -> bool {
+fn rewrite_volume(volume: &mut Volume, target: TokenTarget<'_>, tokens: &mut Vec<TokenNeed>) -> bool {
     let mut needs = false;
+    let secret = target.secret;
     if let Some(projected) = &mut volume.projected {
         let mut sources = Vec::new();
         for source in projected.sources.take().unwrap_or_default() {
-            sources.extend(rewrite_projection(source, secret, tokens, &mut needs));
+            sources.extend(rewrite_projection(source, target, tokens, &mut needs));
         }
         projected.sources = Some(sources);
     }
@@ -261,7 +367,7 @@ fn rewrite_volume(volume: &mut Volume, secret: &str, tokens: &mut Vec<TokenNeed>
         needs = true;
     }
     if let Some(downward) = &volume.downward_api {
-        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default());
+        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default(), target);
         if !moved.is_empty() {
             let mut sources = Vec::new();
             if !kept.is_empty() {
@@ -309,6 +415,7 @@ fn secret_projection(secret: &str, items: Vec<KeyToPath>) -> VolumeProjection {
 /// namespace and uid, which differ there) served from the token Secret.
 fn split_downward(
     items: Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
+    target: TokenTarget<'_>,
 ) -> (
     Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
     Vec<KeyToPath>,
@@ -317,13 +424,13 @@ fn split_downward(
     let mut moved = Vec::new();
     for item in items {
         let key = match item.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-            Some("metadata.namespace") => Some(KEY_NAMESPACE),
-            Some("metadata.uid") => Some(KEY_UID),
+            Some("metadata.namespace") => Some(KEY_NAMESPACE.to_owned()),
+            Some("metadata.uid") => Some(target.key(KEY_UID)),
             _ => None,
         };
         match key {
             Some(key) => moved.push(KeyToPath {
-                key: key.to_owned(),
+                key,
                 path: item.path,
                 mode: item.mode,
             }),
@@ -335,10 +442,11 @@ fn split_downward(
 
 fn rewrite_projection(
     source: VolumeProjection,
-    secret: &str,
+    target: TokenTarget<'_>,
     tokens: &mut Vec<TokenNeed>,
     needs: &mut bool,
 ) -> Vec<VolumeProjection> {
+    let secret = target.secret;
     if let Some(token) = &source.service_account_token {
         let key = token_key(token.audience.as_deref(), token.expiration_seconds);
         tokens.push(TokenNeed {
@@ -350,7 +458,7 @@ fn rewrite_projection(
         return vec![secret_projection(
             secret,
             vec![KeyToPath {
-                key,
+                key: target.key(&key),
                 path: token.path.clone(),
                 mode: None,
             }],
@@ -370,7 +478,7 @@ fn rewrite_projection(
         return vec![secret_projection(secret, items)];
     }
     if let Some(downward) = &source.downward_api {
-        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default());
+        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default(), target);
         if !moved.is_empty() {
             *needs = true;
             let mut out = Vec::new();
@@ -681,12 +789,15 @@ pub fn ephemeral_to_super(
         forced_runtime_class: None,
         published_priority_class: &|_| false,
     };
-    let violations = super::policy::ephemeral_container_violations(
+    let mut violations = super::policy::ephemeral_container_violations(
         container,
         &spec,
         tenant.metadata.annotations.as_ref(),
         &input,
     );
+    violations.extend(reserved_refusals(
+        env_secret_names(container.env.as_deref(), container.env_from.as_deref()).collect(),
+    ));
     if !violations.is_empty() {
         return Err(violations);
     }
@@ -748,6 +859,8 @@ pub fn cached_spec(pod: &Pod) -> CachedPodSpec {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn identity() -> TenantIdentity {
@@ -804,7 +917,8 @@ mod tests {
             endpoints,
             ndots: 5,
             upstream_nameservers: &[],
-            token_secret: "web-1.vc-token",
+            token_secret: "shard-0.vc-tokens",
+            token_key_prefix: "web-1",
         };
         to_super(pod, &cx)
     }
@@ -878,9 +992,9 @@ mod tests {
             .sources
             .expect("sources");
         assert_eq!(sources.len(), 3);
-        for (source, key) in sources.iter().zip(["token-", "ca.crt", "namespace"]) {
+        for (source, key) in sources.iter().zip(["web-1.token-", "ca.crt", "namespace"]) {
             let secret = source.secret.as_ref().expect("secret source");
-            assert_eq!(secret.name, "web-1.vc-token");
+            assert_eq!(secret.name, "shard-0.vc-tokens");
             assert!(
                 secret.items.as_ref().expect("items")[0].key.starts_with(key),
                 "{key}"
@@ -960,7 +1074,8 @@ mod tests {
             endpoints: &endpoints,
             ndots: 5,
             upstream_nameservers: &upstream,
-            token_secret: "web-1.vc-token",
+            token_secret: "shard-0.vc-tokens",
+            token_key_prefix: "web-1",
         };
         let spec = to_super(&pod, &cx).expect("converted").pod.spec.expect("spec");
         assert_eq!(spec.dns_policy.as_deref(), Some("None"));
@@ -1037,6 +1152,48 @@ mod tests {
             ..Default::default()
         };
         assert!(convert(&pod, &allowed, &endpoints()).is_ok());
+    }
+
+    #[test]
+    fn a_pod_naming_a_token_secret_of_the_syncer_is_refused() {
+        for (reference, name) in [
+            (json!({"volumes": [{"name": "v", "secret": {"secretName": "shard-0.vc-tokens"}}]}), "shard-0.vc-tokens"),
+            (
+                json!({"volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": "web-1.vc-token"}}]}}]}),
+                "web-1.vc-token",
+            ),
+            (json!({"imagePullSecrets": [{"name": "a.vc-tokens"}]}), "a.vc-tokens"),
+        ] {
+            let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+            for (key, value) in reference.as_object().expect("object") {
+                spec[key] = value.clone();
+            }
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "thief", "namespace": "shop", "uid": "u"}, "spec": spec
+            }))
+            .expect("pod");
+            match convert(&pod, &PodPolicy::default(), &endpoints()) {
+                Err(Refusal::Policy(violations)) => {
+                    assert!(violations.iter().any(|v| v.contains(name)), "{violations:?}")
+                }
+                other => panic!("{name}: {:?}", other.map(|c| c.pod.metadata.name)),
+            }
+        }
+        let env = json!({"metadata": {"name": "thief", "namespace": "shop", "uid": "u"}, "spec": {"containers": [
+            {"name": "c", "image": "busybox",
+             "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "shard-1.vc-tokens", "key": "web-1.token"}}}],
+             "envFrom": [{"secretRef": {"name": "web-1.vc-token"}}]}]}});
+        let pod: Pod = serde_json::from_value(env).expect("pod");
+        let Err(Refusal::Policy(violations)) = convert(&pod, &PodPolicy::default(), &endpoints()) else {
+            panic!("refused");
+        };
+        assert_eq!(violations.len(), 2, "{violations:?}");
+        // The tenant's own Secrets are fine.
+        let own: Pod = serde_json::from_value(json!({"metadata": {"name": "ok", "namespace": "shop", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "v", "secret": {"secretName": "vc-tokens"}}]}}))
+        .expect("pod");
+        assert!(convert(&own, &PodPolicy::default(), &endpoints()).is_ok());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    ephemeral, policy, token,
+    ephemeral, policy, shards, token,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -163,7 +163,7 @@ fn convert(
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
-    let token_secret = token::secret_name(&pod.name_any());
+    let token_key_prefix = shards::key_prefix(&pod.name_any());
     let published_priority_class = |name: &str| {
         ctx.supers
             .priority_classes
@@ -182,7 +182,8 @@ fn convert(
         endpoints,
         ndots: ctx.config.dns_ndots,
         upstream_nameservers: &ctx.config.pod_upstream_nameservers,
-        token_secret: &token_secret,
+        token_secret: convert::UNASSIGNED_TOKEN_SECRET,
+        token_key_prefix: &token_key_prefix,
     };
     convert::to_super(pod, &cx)
 }
@@ -516,11 +517,6 @@ async fn create_admitted(
             .as_ref()
             .and_then(|s| s.service_account_name.as_deref()),
     };
-    // Tokens before the pod: if the tenant cannot issue them, the pod is not created yet.
-    let minted = match converted.needs_secret {
-        true => Some(token::mint(tenant, &subject, &converted.tokens, ctx.config.token_ttl_seconds).await?),
-        false => None,
-    };
     let (_, hash) = desired_state(
         ctx,
         tenant,
@@ -530,14 +526,27 @@ async fn create_admitted(
     let mut pod = converted.pod;
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
+        // Tokens before the pod, in the shard its volumes read: if the tenant cannot issue them, the pod is
+        // not created yet; once created, the kubelet finds them.
+        let super_namespace = api_namespace(api);
+        let shard = ctx
+            .supers
+            .token_shards
+            .assign(ctx, &super_namespace, &namespace, subject.name, subject.uid);
+        if let Some(spec) = pod.spec.as_mut() {
+            convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
+        }
+        shards::put(ctx, tenant, &super_namespace, &shard, &subject, &converted.tokens).await?;
+        writes += 1;
         pod.metadata = with_annotation(
             pod.metadata,
             token::ANNOTATION_POD_TOKENS,
             token::needs_annotation(&converted.tokens),
         );
+        pod.metadata = with_annotation(pod.metadata, token::ANNOTATION_TOKEN_SECRET, shard);
     }
-    let created = match apply(ctx, api, pod, None).await {
-        Ok(created) => created,
+    match apply(ctx, api, pod, None).await {
+        Ok(_) => {}
         // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
         Err(error)
             if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
@@ -563,19 +572,12 @@ async fn create_admitted(
         Err(error) => return Err(error),
     };
     writes += 1;
-    if let Some(minted) = minted {
-        write_token_secret(
-            ctx,
-            tenant,
-            &subject,
-            &created.namespace().unwrap_or_default(),
-            &created.uid().unwrap_or_default(),
-            minted,
-        )
-        .await?;
-        writes += 1;
-    }
     Ok(Outcome::Created { writes })
+}
+
+/// The namespace an `Api` of a namespace serves.
+fn api_namespace(api: &Api<Pod>) -> String {
+    api.namespace().unwrap_or_default().to_owned()
 }
 
 async fn write_token_secret(
@@ -819,8 +821,10 @@ async fn update(
             super_pod.namespace().unwrap_or_default()
         )))?;
         let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
-        if let Some(tokens) = super_pod.annotations().get(token::ANNOTATION_POD_TOKENS) {
-            meta = with_annotation(meta, token::ANNOTATION_POD_TOKENS, tokens.clone());
+        for key in [token::ANNOTATION_POD_TOKENS, token::ANNOTATION_TOKEN_SECRET] {
+            if let Some(value) = super_pod.annotations().get(key) {
+                meta = with_annotation(meta, key, value.clone());
+            }
         }
         for (key, value) in [
             (ANNOTATION_REFUSED_RESIZE, refused_resize),
@@ -852,7 +856,11 @@ async fn update(
         }
     }
     if let Some(needs) = token::needs_of(super_pod.meta()) {
-        writes += refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?;
+        writes += match token::secret_of(super_pod.meta()) {
+            Some(shard) => shards::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
+            // A pod of an earlier version reads a token Secret of its own.
+            None => refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?,
+        };
     }
     writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
     Ok(match (ephemeral.waiting, writes) {
@@ -1184,6 +1192,72 @@ mod tests {
     }
 
     const POD: &str = "/api/v1/namespaces/team-abc123-vc-shop/pods/web";
+
+    /// The token Secret of a pod created by an earlier version, as the metadata cache holds it.
+    fn legacy_token_secret(issued: i64, expires: i64) -> kube::core::PartialObjectMeta<Secret> {
+        from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": "web.vc-token", "namespace": "team-abc123-vc-shop",
+            "labels": {"tenancy.x-k8s.io/pod-token": "true"},
+            "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop",
+                "tenancy.x-k8s.io/uid": "pod-uid", "tenancy.x-k8s.io/token-for-pod": "web",
+                (token::ANNOTATION_TOKEN_KEYS): "token",
+                (token::ANNOTATION_TOKEN_ISSUED): issued.to_string(),
+                (token::ANNOTATION_TOKEN_EXPIRES): expires.to_string()}}}))
+    }
+
+    #[tokio::test]
+    async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
+        let needs = [TokenNeed {
+            key: "token".into(),
+            audience: None,
+            expiration_seconds: None,
+        }];
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            mut super_caches,
+        } = running_pod(running("busybox:1", "100m", json!([])), identity_annotations());
+        let tenant_pod = tenant
+            .stores
+            .pods
+            .get(&ObjectRef::new("web").within("shop"))
+            .expect("tenant pod");
+        let super_pod = ctx
+            .supers
+            .pods
+            .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
+            .expect("super pod");
+        let now = token::now();
+
+        // In sync (a restart): nothing is asked or written.
+        crate::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 10, now + 3590));
+        let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
+        assert_eq!(kept.expect("kept"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+
+        // Due: minted again and applied to the pod's own Secret, not to a shared one.
+        crate::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 3000, now + 500));
+        let (refreshed, ()) = tokio::join!(refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs), async {
+            let call = tenants
+                .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
+                .await;
+            assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
+            let spec = call.body["spec"].clone();
+            call.ok(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
+                "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}));
+            let applied = supers
+                .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?")
+                .await;
+            assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
+            applied.echo();
+        });
+        assert_eq!(refreshed.expect("refreshed"), 1);
+        supers.idle().await;
+        tenants.idle().await;
+    }
 
     #[tokio::test]
     async fn image_allowed_tolerations_and_resources_of_a_running_pod_reach_the_super_pod() {

@@ -1,8 +1,10 @@
 //! Service-account tokens for tenant pods.
 //!
 //! A super pod gets short-lived tokens for its *tenant* service account, requested from the tenant
-//! apiserver (TokenRequest, bound to the tenant pod), stored with the tenant CA and namespace in a Secret
-//! owned by the super pod, and refreshed when a fifth of their life remains. No long-lived token is made.
+//! apiserver (TokenRequest, bound to the tenant pod), and refreshed when a fifth of their life remains. No
+//! long-lived token is made. Pods keep them, with the tenant CA and namespace, in the shared token Secrets
+//! of their super namespace ([`super::shards`]). Pods created by earlier versions have a Secret of their
+//! own, `<pod>.vc-token`, owned by the super pod ([`secret`]), which is still refreshed.
 //!
 //! The syncer caches only the metadata of token Secrets: the annotations say what they hold and until
 //! when, so the token values never sit in the syncer's memory.
@@ -37,6 +39,21 @@ pub const ANNOTATION_TOKEN_ISSUED: &str = "tenancy.x-k8s.io/token-issued";
 pub const ANNOTATION_TOKEN_KEYS: &str = "tenancy.x-k8s.io/token-keys";
 /// Annotation on a super pod: the tokens it needs, as JSON (absent: it needs no token Secret).
 pub const ANNOTATION_POD_TOKENS: &str = "tenancy.x-k8s.io/tokens";
+/// Annotation on a super pod: the shared token Secret its volumes read (absent on pods of earlier
+/// versions, which read `<pod>.vc-token`).
+pub const ANNOTATION_TOKEN_SECRET: &str = "tenancy.x-k8s.io/token-secret";
+
+/// The shared token Secret a super pod's volumes read, if it is not a pod of an earlier version.
+pub fn secret_of(super_pod: &ObjectMeta) -> Option<&str> {
+    annotation(super_pod, ANNOTATION_TOKEN_SECRET)
+}
+
+/// Whether a Secret name is the syncer's, for pods' tokens: shards (`*.vc-tokens`) and the per-pod Secrets
+/// of earlier versions (`*.vc-token`). Tenant Secrets of such names are not synced and tenant pods may not
+/// name them, so no tenant object can stand in for, or read, another pod's tokens.
+pub fn is_reserved_secret_name(name: &str) -> bool {
+    name.ends_with(".vc-token") || name.ends_with(super::shards::SHARD_SUFFIX)
+}
 
 /// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
 /// requests get the syncer's own short lifetime instead.

@@ -1,0 +1,1309 @@
+//! Shared token Secrets: the tokens of many pods of a super namespace in a few Secrets, written in batches.
+//!
+//! A pod's tokens (TokenRequests bound to the tenant pod) are keys `<pod>.<file>` of one shard Secret
+//! `shard-<n>.vc-tokens` of its super namespace, beside the shared `ca.crt` and `namespace`; the pod's
+//! volumes select only its own keys. A shard holds at most `--pods-per-token-secret` pods, so the Secret
+//! every kubelet running one of them watches stays small. The shard is fixed when the pod is created (its
+//! volumes name it) and recorded on the super pod ([`token::ANNOTATION_TOKEN_SECRET`]).
+//!
+//! Writes to a shard are a group commit: one write at a time; what arrives while one is in flight goes in
+//! the next, together. At low load a pod's key is written at once; in a burst many pods share a write. A
+//! pod is created only after the write carrying its key, so the kubelet finds it.
+//!
+//! Token values are never kept: writes are merge patches naming only the keys they add or remove, and
+//! the shard's annotation [`ANNOTATION_TOKEN_MEMBERS`] says which pod (tenant uid) owns which keys and when
+//! its tokens expire. Keys of gone pods are removed by the shard's next write and by the patrol
+//! ([`sweep`]), which deletes a shard that serves no pod. A member due for renewal renews the whole shard:
+//! every member past half its tokens' life is minted again, in one write.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use crds::wellknown::LABEL_POD_TOKEN;
+use futures::{StreamExt, stream};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    core::PartialObjectMeta,
+    runtime::reflector::ObjectRef,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{
+    convert::{self, KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed},
+    token,
+};
+use crate::{
+    cached::SuperPod,
+    context::Context,
+    error::{Error, Result, on_super},
+    identity,
+    items::{DownItem, Kind},
+    stores::Change,
+    tenant::Tenant,
+};
+
+/// Annotation on a shard Secret: its members, as JSON `{pod: {uid, keys, issued, expires}}`.
+pub const ANNOTATION_TOKEN_MEMBERS: &str = "tenancy.x-k8s.io/token-members";
+
+/// Suffix of shard Secret names. Tenant Secrets and references with it (or the per-pod `.vc-token` of
+/// earlier versions) are refused ([`token::is_reserved_secret_name`]).
+pub const SHARD_SUFFIX: &str = ".vc-tokens";
+
+/// How long a pod assigned to a shard counts as a member before its super pod shows in the cache (its
+/// tokens are minted, written and the pod created within seconds; the cache follows in less).
+const RESERVATION: Duration = Duration::from_secs(120);
+
+/// Tenant TokenRequests made at once while a shard is renewed.
+const MINTS_IN_FLIGHT: usize = 8;
+
+/// The name of shard `index`.
+pub fn shard_name(index: u32) -> String {
+    format!("shard-{index}{SHARD_SUFFIX}")
+}
+
+/// The index of a shard, by its name.
+pub fn shard_index(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("shard-")?.strip_suffix(SHARD_SUFFIX)?;
+    (!digits.starts_with('0') || digits == "0")
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// The prefix of a pod's keys: its name (a DNS subdomain, so a valid key), shortened with a hash when a
+/// key would exceed the 253 characters a key may have.
+pub fn key_prefix(pod: &str) -> String {
+    if pod.len() <= 200 {
+        return pod.to_owned();
+    }
+    let digest = hex::encode(Sha256::digest(pod.as_bytes()));
+    format!("{}.{}", pod[..180].trim_end_matches('.'), &digest[..16])
+}
+
+/// One pod's share of a shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The tenant pod's uid, which its tokens are bound to.
+    pub uid: String,
+    /// Its data keys.
+    pub keys: Vec<String>,
+    /// When its tokens were issued (unix seconds).
+    #[serde(default)]
+    pub issued: i64,
+    /// When its earliest token expires (unix seconds; 0: it has no token).
+    #[serde(default)]
+    pub expires: i64,
+}
+
+impl Member {
+    /// When its tokens are renewed: in the last fifth of their life.
+    pub fn refresh_at(&self) -> Option<i64> {
+        (self.expires > 0).then(|| self.expires - (self.expires - self.issued) / 5)
+    }
+
+    /// Whether its tokens are due for renewal.
+    pub fn due(&self, now: i64) -> bool {
+        self.refresh_at().is_some_and(|at| now >= at)
+    }
+
+    /// Whether it is renewed with a shard renewed now: its tokens are past half their life, so the
+    /// members minted together stay together and a renewal is one write for them all.
+    pub fn joins_renewal(&self, now: i64) -> bool {
+        self.expires > 0 && now >= self.issued + (self.expires - self.issued) / 2
+    }
+
+    /// Whether it holds every key `needs` asks for.
+    pub fn covers(&self, prefix: &str, needs: &[TokenNeed]) -> bool {
+        needs
+            .iter()
+            .all(|n| self.keys.contains(&convert::pod_data_key(prefix, &n.key)))
+            && self.keys.contains(&convert::pod_data_key(prefix, KEY_UID))
+    }
+}
+
+/// Members of a shard, by pod name.
+pub type Members = BTreeMap<String, Member>;
+
+/// The members a shard's metadata records.
+pub fn members_of(meta: &ObjectMeta) -> Members {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_TOKEN_MEMBERS))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default()
+}
+
+/// The shard a new pod goes to: the one it is already in, else the first with room (`occupancy` below
+/// `capacity`), else a new one after the last in use.
+pub fn choose(shards: &[ShardView], capacity: usize) -> u32 {
+    if let Some(own) = shards.iter().find(|s| s.holds_pod) {
+        return own.index;
+    }
+    shards
+        .iter()
+        .find(|s| s.occupancy < capacity)
+        .map(|s| s.index)
+        .unwrap_or_else(|| shards.iter().map(|s| s.index + 1).max().unwrap_or(0))
+}
+
+/// What [`choose`] knows of a shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardView {
+    /// Its index.
+    pub index: u32,
+    /// Live members and reservations.
+    pub occupancy: usize,
+    /// Whether the pod is a member or reserved there already.
+    pub holds_pod: bool,
+}
+
+/// A write's merge patch of the data: keys added with their values, keys of removed members as `null`,
+/// and the shared CA and namespace.
+pub fn data_patch(
+    added: &BTreeMap<String, ByteString>,
+    removed: &[&Member],
+    ca: &str,
+    namespace: &str,
+) -> serde_json::Map<String, Value> {
+    let mut data = serde_json::Map::new();
+    for member in removed {
+        for key in &member.keys {
+            data.insert(key.clone(), Value::Null);
+        }
+    }
+    for (key, value) in added {
+        data.insert(key.clone(), json!(value));
+    }
+    data.insert(KEY_CA.to_owned(), json!(ByteString(ca.as_bytes().to_vec())));
+    data.insert(
+        KEY_NAMESPACE.to_owned(),
+        json!(ByteString(namespace.as_bytes().to_vec())),
+    );
+    data
+}
+
+/// Group commit: callers [`GroupCommit::submit`] items; one write runs at a time, and the items that
+/// arrived while it ran are written together by the next. Each caller gets the result of the write that
+/// carried its item.
+pub struct GroupCommit<T, R> {
+    queue: Mutex<Batches<T, R>>,
+    writer: tokio::sync::Mutex<()>,
+}
+
+struct Batches<T, R> {
+    next: u64,
+    waiting: Vec<(u64, T)>,
+    results: HashMap<u64, R>,
+}
+
+impl<T, R> Default for GroupCommit<T, R> {
+    fn default() -> Self {
+        Self {
+            queue: Mutex::new(Batches {
+                next: 0,
+                waiting: Vec::new(),
+                results: HashMap::new(),
+            }),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl<T, R: Clone> GroupCommit<T, R> {
+    fn batches(&self) -> std::sync::MutexGuard<'_, Batches<T, R>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes `item` with whatever else is waiting, unless a write already carried it. `abandoned` is the
+    /// result when the write that took the item never finished (its caller was cancelled).
+    pub async fn submit<F, Fut>(&self, item: T, write: F, abandoned: impl FnOnce() -> R) -> R
+    where
+        F: FnOnce(Vec<T>) -> Fut,
+        Fut: Future<Output = R>,
+    {
+        let id = {
+            let mut batches = self.batches();
+            let id = batches.next;
+            batches.next += 1;
+            batches.waiting.push((id, item));
+            id
+        };
+        let _writing = self.writer.lock().await;
+        let batch = {
+            let mut batches = self.batches();
+            if let Some(result) = batches.results.remove(&id) {
+                return result;
+            }
+            if !batches.waiting.iter().any(|(waiting, _)| *waiting == id) {
+                return abandoned();
+            }
+            std::mem::take(&mut batches.waiting)
+        };
+        let (ids, items): (Vec<u64>, Vec<T>) = batch.into_iter().unzip();
+        let result = write(items).await;
+        let mut batches = self.batches();
+        for other in ids.into_iter().filter(|other| *other != id) {
+            batches.results.insert(other, result.clone());
+        }
+        result
+    }
+}
+
+/// What a write to a shard is asked for.
+enum Entry {
+    /// A pod's freshly minted tokens.
+    Put(Put),
+    /// Renew the members that are due (and those past half their life).
+    Renew,
+    /// Remove the keys of gone pods.
+    Sweep,
+}
+
+/// A pod's keys to add.
+struct Put {
+    pod: String,
+    member: Member,
+    data: BTreeMap<String, ByteString>,
+}
+
+/// What the syncer knows of a shard Secret: what its last write left or the cache showed.
+#[derive(Default)]
+struct ShardState {
+    loaded: bool,
+    exists: bool,
+    resource_version: Option<String>,
+    members: Members,
+    /// Pods assigned here whose super pods may not be in the cache yet: pod → (tenant uid, since).
+    reserved: HashMap<String, (String, Instant)>,
+}
+
+/// One shard Secret of a super namespace.
+pub struct Shard {
+    namespace: String,
+    tenant_namespace: String,
+    name: String,
+    state: Mutex<ShardState>,
+    commit: GroupCommit<Entry, std::result::Result<bool, Arc<Error>>>,
+}
+
+/// The shards of every super namespace the syncer wrote or read since it started.
+#[derive(Default)]
+pub struct TokenShards {
+    shards: Mutex<HashMap<(String, u32), Arc<Shard>>>,
+}
+
+impl TokenShards {
+    fn shard(&self, namespace: &str, tenant_namespace: &str, index: u32) -> Arc<Shard> {
+        self.shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((namespace.to_owned(), index))
+            .or_insert_with(|| {
+                Arc::new(Shard {
+                    namespace: namespace.to_owned(),
+                    tenant_namespace: tenant_namespace.to_owned(),
+                    name: shard_name(index),
+                    state: Mutex::default(),
+                    commit: GroupCommit::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// Follows the token Secrets' cache: a shard someone else changed or deleted is read again from the
+    /// cache before its next use. Our own writes are known already.
+    pub fn observe(&self, meta: &ObjectMeta, change: Change) {
+        let (Some(namespace), Some(index)) = (
+            meta.namespace.as_deref(),
+            meta.name.as_deref().and_then(shard_index),
+        ) else {
+            return;
+        };
+        let Some(shard) = self
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_owned(), index))
+            .cloned()
+        else {
+            return;
+        };
+        let mut state = shard.lock();
+        let newer = |seen: Option<&str>| match (seen.and_then(|v| v.parse::<u64>().ok()), state
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok()))
+        {
+            (Some(seen), Some(known)) => seen > known,
+            _ => seen != state.resource_version.as_deref(),
+        };
+        if change == Change::Deleted || newer(meta.resource_version.as_deref()) {
+            state.loaded = false;
+        }
+    }
+
+    /// Assigns a pod of `tenant_namespace` to a shard of its super namespace `namespace` (reserving its
+    /// place) and returns the shard's name.
+    pub fn assign(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        tenant_namespace: &str,
+        pod: &str,
+        tenant_uid: &str,
+    ) -> String {
+        let mut views = Vec::new();
+        for index in 0.. {
+            let shard = self.shard(namespace, tenant_namespace, index);
+            let state = shard.load(ctx);
+            if !state.exists && state.members.is_empty() && state.reserved.is_empty() {
+                break;
+            }
+            views.push(ShardView {
+                index,
+                occupancy: shard.occupancy(ctx, &state),
+                holds_pod: state.members.get(pod).is_some_and(|m| m.uid == tenant_uid)
+                    || state.reserved.get(pod).is_some_and(|(uid, _)| uid == tenant_uid),
+            });
+        }
+        let index = choose(&views, ctx.config.pods_per_token_secret);
+        let shard = self.shard(namespace, tenant_namespace, index);
+        shard
+            .lock()
+            .reserved
+            .insert(pod.to_owned(), (tenant_uid.to_owned(), Instant::now()));
+        shard.name.clone()
+    }
+}
+
+impl Shard {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ShardState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The state, read from the cache first if it is not known.
+    fn load(&self, ctx: &Context) -> std::sync::MutexGuard<'_, ShardState> {
+        let mut state = self.lock();
+        if !state.loaded {
+            let cached = ctx
+                .supers
+                .tokens
+                .get(&ObjectRef::new(&self.name).within(&self.namespace));
+            state.exists = cached.is_some();
+            state.resource_version = cached.as_ref().and_then(|c| c.metadata.resource_version.clone());
+            state.members = cached.map(|c| members_of(&c.metadata)).unwrap_or_default();
+            state.loaded = true;
+        }
+        state
+    }
+
+    /// Whether a member's pod still needs its keys: its super pod names this shard and is bound to the
+    /// member's tenant pod, or it was assigned here a moment ago.
+    fn is_live(&self, ctx: &Context, state: &ShardState, pod: &str, uid: &str) -> bool {
+        if state
+            .reserved
+            .get(pod)
+            .is_some_and(|(reserved, at)| reserved == uid && at.elapsed() < RESERVATION)
+        {
+            return true;
+        }
+        ctx.supers
+            .pods
+            .get(&ObjectRef::new(pod).within(&self.namespace))
+            .is_some_and(|p| {
+                token::secret_of(p.meta()) == Some(self.name.as_str())
+                    && identity::tenant_uid(p.meta()) == Some(uid)
+            })
+    }
+
+    fn occupancy(&self, ctx: &Context, state: &ShardState) -> usize {
+        let live = state
+            .members
+            .iter()
+            .filter(|(pod, m)| self.is_live(ctx, state, pod, &m.uid))
+            .count();
+        let reserved_apart = state
+            .reserved
+            .iter()
+            .filter(|(pod, (_, at))| at.elapsed() < RESERVATION && !state.members.contains_key(*pod))
+            .count();
+        live + reserved_apart
+    }
+
+    /// Ends the reservations of pods the cache shows (they are live by their super pods from now on, and
+    /// gone once those are) and those that ran out.
+    fn settle(&self, ctx: &Context, state: &mut ShardState) {
+        state.reserved.retain(|pod, (uid, at)| {
+            let shown = ctx
+                .supers
+                .pods
+                .get(&ObjectRef::new(pod).within(&self.namespace))
+                .is_some_and(|p| {
+                    token::secret_of(p.meta()) == Some(self.name.as_str())
+                        && identity::tenant_uid(p.meta()) == Some(uid.as_str())
+                });
+            !shown && at.elapsed() < RESERVATION
+        });
+    }
+
+    /// The members whose pods are gone.
+    fn gone(&self, ctx: &Context, state: &ShardState) -> Vec<String> {
+        state
+            .members
+            .iter()
+            .filter(|(pod, m)| !self.is_live(ctx, state, pod, &m.uid))
+            .map(|(pod, _)| pod.clone())
+            .collect()
+    }
+
+    async fn submit(&self, ctx: &Context, tenant: &Tenant, entry: Entry) -> Result<bool> {
+        self.commit
+            .submit(
+                entry,
+                |batch| async move { self.write(ctx, tenant, batch).await.map_err(Arc::new) },
+                || {
+                    Err(Arc::new(Error::Conversion(format!(
+                        "the write of token Secret {}/{} was abandoned",
+                        self.namespace, self.name
+                    ))))
+                },
+            )
+            .await
+            .map_err(Error::Shared)
+    }
+
+    /// One write carrying a batch: the puts' keys, the renewed members' new tokens, the removal of gone
+    /// members' keys. Returns whether anything was written.
+    async fn write(&self, ctx: &Context, tenant: &Tenant, batch: Vec<Entry>) -> Result<bool> {
+        let now = token::now();
+        let renew = batch.iter().any(|e| matches!(e, Entry::Renew));
+        let mut puts: BTreeMap<String, Put> = BTreeMap::new();
+        for entry in batch {
+            if let Entry::Put(put) = entry {
+                puts.insert(put.pod.clone(), put);
+            }
+        }
+        if renew {
+            let renewing: Vec<(String, Member)> = {
+                let state = self.load(ctx);
+                state
+                    .members
+                    .iter()
+                    .filter(|(pod, m)| {
+                        !puts.contains_key(*pod) && m.joins_renewal(now) && self.is_live(ctx, &state, pod, &m.uid)
+                    })
+                    .map(|(pod, m)| (pod.clone(), m.clone()))
+                    .collect()
+            };
+            let minted: Vec<Option<Put>> = stream::iter(renewing)
+                .map(|(pod, member)| self.mint_again(ctx, tenant, pod, member))
+                .buffer_unordered(MINTS_IN_FLIGHT)
+                .collect()
+                .await;
+            for put in minted.into_iter().flatten() {
+                puts.insert(put.pod.clone(), put);
+            }
+        }
+        for attempt in 0..2 {
+            let (exists, resource_version, members, gone) = {
+                let mut state = self.load(ctx);
+                self.settle(ctx, &mut state);
+                let gone: Vec<String> = self
+                    .gone(ctx, &state)
+                    .into_iter()
+                    .filter(|pod| !puts.contains_key(pod))
+                    .collect();
+                (
+                    state.exists,
+                    state.resource_version.clone(),
+                    state.members.clone(),
+                    gone,
+                )
+            };
+            if puts.is_empty() && gone.is_empty() {
+                return Ok(false);
+            }
+            let mut after = members.clone();
+            for pod in &gone {
+                after.remove(pod);
+            }
+            let mut added = BTreeMap::new();
+            for (pod, put) in &puts {
+                // A pod's earlier keys that it no longer has (another tenant pod of the same name).
+                if let Some(old) = after.insert(pod.clone(), put.member.clone()) {
+                    let stale: Vec<&String> = old.keys.iter().filter(|k| !put.member.keys.contains(k)).collect();
+                    for key in stale {
+                        added.insert(key.clone(), None);
+                    }
+                }
+                for (key, value) in &put.data {
+                    added.insert(key.clone(), Some(value.clone()));
+                }
+            }
+            let removed: Vec<&Member> = gone.iter().filter_map(|pod| members.get(pod)).collect();
+            let result = match (exists, after.is_empty() && puts.is_empty()) {
+                // It serves no pod any more.
+                (true, true) => self.delete(ctx, resource_version).await.map(|()| None),
+                (false, true) => Ok(None),
+                (true, false) => self
+                    .patch(ctx, tenant, &added, &removed, &after, resource_version)
+                    .await
+                    .map(Some),
+                (false, false) => self.create(ctx, tenant, &added, &after).await.map(Some),
+            };
+            match result {
+                Ok(written) => {
+                    let mut state = self.lock();
+                    match written {
+                        Some(meta) => {
+                            state.exists = true;
+                            state.resource_version = meta.resource_version;
+                        }
+                        None => {
+                            state.exists = false;
+                            state.resource_version = None;
+                        }
+                    }
+                    state.members = after;
+                    state.loaded = true;
+                    return Ok(true);
+                }
+                // Changed or created behind our back (or the cache was behind): read what is there, again.
+                Err(error) if attempt == 0 && (error.is_status(409) || error.is_status(404)) => {
+                    self.reread(ctx).await?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::Conversion(format!(
+            "token Secret {}/{} kept changing while it was written",
+            self.namespace, self.name
+        )))
+    }
+
+    /// Mints a member's tokens again; `None` (logged, retried by the pod's own sync) when it cannot be.
+    async fn mint_again(&self, ctx: &Context, tenant: &Tenant, pod: String, member: Member) -> Option<Put> {
+        let super_pod = ctx
+            .supers
+            .pods
+            .get(&ObjectRef::new(&pod).within(&self.namespace))?;
+        let namespace = identity::tenant_namespace(super_pod.meta())?.to_owned();
+        let needs = token::needs_of(super_pod.meta())?;
+        let tenant_pod = tenant
+            .stores
+            .pods
+            .get(&ObjectRef::new(&pod).within(&namespace))
+            .filter(|p| p.uid().as_deref() == Some(member.uid.as_str()))?;
+        let subject = token::Subject {
+            namespace: &namespace,
+            name: &pod,
+            uid: &member.uid,
+            service_account: tenant_pod.spec.service_account_name.as_deref(),
+        };
+        match put_for(tenant, &subject, &needs, ctx.config.token_ttl_seconds).await {
+            Ok(put) => Some(put),
+            Err(error) => {
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, %pod, %error, "renewing a pod's tokens");
+                None
+            }
+        }
+    }
+
+    fn metadata(&self, tenant: &Tenant, members: &Members, resource_version: Option<String>) -> Result<Value> {
+        let mut meta = identity::super_metadata(
+            &ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.tenant_namespace.clone()),
+                ..Default::default()
+            },
+            &tenant.identity,
+            &[],
+            Some(self.namespace.clone()),
+            true,
+        );
+        meta.labels
+            .get_or_insert_with(Default::default)
+            .insert(LABEL_POD_TOKEN.to_owned(), "true".to_owned());
+        let recorded = serde_json::to_string(members).map_err(|source| Error::Serialize {
+            what: format!("members of token Secret {}/{}", self.namespace, self.name),
+            source,
+        })?;
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_TOKEN_MEMBERS.to_owned(), recorded);
+        meta.resource_version = resource_version;
+        serde_json::to_value(meta).map_err(|source| Error::Serialize {
+            what: format!("token Secret {}/{}", self.namespace, self.name),
+            source,
+        })
+    }
+
+    fn shared_values(&self, tenant: &Tenant) -> (String, String) {
+        let ca = token::tenant_ca(tenant, &self.tenant_namespace).unwrap_or_default();
+        (ca, self.tenant_namespace.clone())
+    }
+
+    async fn create(
+        &self,
+        ctx: &Context,
+        tenant: &Tenant,
+        added: &BTreeMap<String, Option<ByteString>>,
+        members: &Members,
+    ) -> Result<ObjectMeta> {
+        let (ca, namespace) = self.shared_values(tenant);
+        let values: BTreeMap<String, ByteString> = added
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+            .collect();
+        let data = data_patch(&values, &[], &ca, &namespace);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": self.metadata(tenant, members, None)?,
+            "type": "Opaque",
+            "data": data,
+        }))
+        .map_err(|source| Error::Serialize {
+            what: format!("token Secret {}/{}", self.namespace, self.name),
+            source,
+        })?;
+        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
+        let params = PostParams {
+            field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
+            ..Default::default()
+        };
+        ctx.metrics.super_write("secret", "create");
+        let created = api
+            .create(&params, &secret)
+            .await
+            .map_err(on_super(format!("creating token Secret {}/{}", self.namespace, self.name)))?;
+        Ok(created.metadata)
+    }
+
+    async fn patch(
+        &self,
+        ctx: &Context,
+        tenant: &Tenant,
+        added: &BTreeMap<String, Option<ByteString>>,
+        removed: &[&Member],
+        members: &Members,
+        resource_version: Option<String>,
+    ) -> Result<ObjectMeta> {
+        let (ca, namespace) = self.shared_values(tenant);
+        let values: BTreeMap<String, ByteString> = added
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+            .collect();
+        let mut data = data_patch(&values, removed, &ca, &namespace);
+        for (key, value) in added {
+            if value.is_none() {
+                data.insert(key.clone(), Value::Null);
+            }
+        }
+        let patch = json!({
+            "metadata": self.metadata(tenant, members, resource_version)?,
+            "data": data,
+        });
+        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
+        let params = PatchParams {
+            field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
+            ..Default::default()
+        };
+        ctx.metrics.super_write("secret", "patch");
+        let patched = api
+            .patch(&self.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(on_super(format!("writing token Secret {}/{}", self.namespace, self.name)))?;
+        Ok(patched.metadata)
+    }
+
+    async fn delete(&self, ctx: &Context, resource_version: Option<String>) -> Result<()> {
+        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: None,
+                resource_version,
+            }),
+            ..Default::default()
+        };
+        ctx.metrics.super_write("secret", "delete");
+        match api.delete(&self.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(on_super(format!("deleting token Secret {}/{}", self.namespace, self.name))(e)),
+        }
+    }
+
+    /// Reads the shard's metadata from the super cluster (never its values).
+    async fn reread(&self, ctx: &Context) -> Result<()> {
+        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
+        let found: Option<PartialObjectMeta<Secret>> = match api.get_metadata(&self.name).await {
+            Ok(meta) => Some(meta),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => {
+                return Err(on_super(format!("reading token Secret {}/{}", self.namespace, self.name))(e));
+            }
+        };
+        let mut state = self.lock();
+        state.exists = found.is_some();
+        state.resource_version = found.as_ref().and_then(|f| f.metadata.resource_version.clone());
+        state.members = found.map(|f| members_of(&f.metadata)).unwrap_or_default();
+        state.loaded = true;
+        Ok(())
+    }
+}
+
+/// Mints a pod's tokens: its member record and data keys.
+async fn put_for(tenant: &Tenant, subject: &token::Subject<'_>, needs: &[TokenNeed], ttl: i64) -> Result<Put> {
+    let prefix = key_prefix(subject.name);
+    let minted = token::mint(tenant, subject, needs, ttl).await?;
+    let mut data: BTreeMap<String, ByteString> = minted
+        .tokens
+        .into_iter()
+        .map(|(key, value)| (convert::pod_data_key(&prefix, &key), value))
+        .collect();
+    data.insert(
+        convert::pod_data_key(&prefix, KEY_UID),
+        ByteString(subject.uid.as_bytes().to_vec()),
+    );
+    let has_tokens = !needs.is_empty();
+    Ok(Put {
+        pod: subject.name.to_owned(),
+        member: Member {
+            uid: subject.uid.to_owned(),
+            keys: data.keys().cloned().collect(),
+            issued: if has_tokens { token::now() } else { 0 },
+            expires: if has_tokens { minted.expires } else { 0 },
+        },
+        data,
+    })
+}
+
+/// Mints a new pod's tokens and writes them to its shard (batched with others); returns once they are in
+/// the Secret, so the pod can be created.
+pub async fn put(
+    ctx: &Context,
+    tenant: &Tenant,
+    super_namespace: &str,
+    shard: &str,
+    subject: &token::Subject<'_>,
+    needs: &[TokenNeed],
+) -> Result<()> {
+    let Some(index) = shard_index(shard) else {
+        return Err(Error::Conversion(format!("{shard} is not a token Secret")));
+    };
+    let put = put_for(tenant, subject, needs, ctx.config.token_ttl_seconds).await?;
+    let refresh = put.member.refresh_at();
+    ctx.supers.token_shards
+        .shard(super_namespace, subject.namespace, index)
+        .submit(ctx, tenant, Entry::Put(put))
+        .await?;
+    if let Some(at) = refresh {
+        schedule_refresh(ctx, tenant, subject.namespace, subject.name, at);
+    }
+    Ok(())
+}
+
+/// Keeps a running pod's tokens: written again when its shard lacks them (the Secret was deleted, or the
+/// pod is another of the same name), renewed with its shard when due; otherwise nothing is written and the
+/// pod is looked at again when they will be due. Returns the writes made.
+pub async fn keep(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &crate::cached::TenantPod,
+    super_pod: &SuperPod,
+    shard: &str,
+    needs: &[TokenNeed],
+) -> Result<u32> {
+    let Some(index) = shard_index(shard) else {
+        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %super_pod.name_any(), shard, "the super pod names no token Secret of the syncer's");
+        return Ok(0);
+    };
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let name = tenant_pod.name_any();
+    let uid = tenant_pod.uid().unwrap_or_default();
+    let super_namespace = super_pod.namespace().unwrap_or_default();
+    let shard = ctx.supers.token_shards.shard(&super_namespace, &namespace, index);
+    let prefix = key_prefix(&name);
+    let now = token::now();
+    let member = shard.load(ctx).members.get(&name).cloned();
+    let entry = match member {
+        Some(member) if member.uid == uid && member.covers(&prefix, needs) => {
+            if !member.due(now) {
+                if let Some(at) = member.refresh_at() {
+                    schedule_refresh(ctx, tenant, &namespace, &name, at);
+                }
+                return Ok(0);
+            }
+            Entry::Renew
+        }
+        _ => {
+            let subject = token::Subject {
+                namespace: &namespace,
+                name: &name,
+                uid: &uid,
+                service_account: tenant_pod.spec.service_account_name.as_deref(),
+            };
+            Entry::Put(put_for(tenant, &subject, needs, ctx.config.token_ttl_seconds).await?)
+        }
+    };
+    let wrote = shard.submit(ctx, tenant, entry).await?;
+    let member = shard.load(ctx).members.get(&name).cloned();
+    if let Some(at) = member.and_then(|m| m.refresh_at()) {
+        schedule_refresh(ctx, tenant, &namespace, &name, at);
+    }
+    Ok(u32::from(wrote))
+}
+
+/// The patrol's part: removes gone pods' keys from every shard of attached tenants, and deletes shards
+/// that serve no pod. Returns how many shards it wrote.
+pub async fn sweep(ctx: &Context) -> usize {
+    let mut swept = 0;
+    for cached in ctx.supers.tokens.state() {
+        let (Some(namespace), Some(tenant_namespace), Some(index)) = (
+            cached.metadata.namespace.clone(),
+            identity::tenant_namespace(&cached.metadata),
+            cached.metadata.name.as_deref().and_then(shard_index),
+        ) else {
+            continue;
+        };
+        let Some(tenant) = identity::owner_cluster(&cached.metadata).and_then(|c| ctx.tenants.get(c)) else {
+            continue;
+        };
+        let shard = ctx.supers.token_shards.shard(&namespace, tenant_namespace, index);
+        let stale = {
+            let mut state = shard.load(ctx);
+            shard.settle(ctx, &mut state);
+            !shard.gone(ctx, &state).is_empty()
+        };
+        if !stale {
+            continue;
+        }
+        crate::findings::found(ctx, "secret", "stale-token-keys");
+        match shard.submit(ctx, &tenant, Entry::Sweep).await {
+            Ok(true) => swept += 1,
+            Ok(false) => {}
+            Err(error) => tracing::warn!(%namespace, shard = %shard.name, %error, "removing gone pods' tokens"),
+        }
+    }
+    swept
+}
+
+/// The pods a shard serves, as down items of their tenant: when it is deleted, they write their keys
+/// again.
+pub fn member_items(meta: &ObjectMeta) -> Option<(crate::queue::TenantId, Vec<DownItem>)> {
+    let cluster = identity::owner_cluster(meta)?;
+    let namespace = identity::tenant_namespace(meta)?;
+    let items = members_of(meta)
+        .keys()
+        .map(|pod| DownItem::new(Kind::Pod, namespace, pod))
+        .collect();
+    Some((Arc::from(cluster), items))
+}
+
+fn schedule_refresh(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str, at: i64) {
+    let delay = Duration::from_secs(u64::try_from(at - token::now()).unwrap_or(0));
+    ctx.queues
+        .down
+        .add_after(&tenant.id, DownItem::new(Kind::Pod, namespace, name), delay);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::jiff::{self, Timestamp};
+
+    use super::*;
+
+    #[test]
+    fn shard_names_round_trip_and_are_reserved() {
+        assert_eq!(shard_name(0), "shard-0.vc-tokens");
+        assert_eq!(shard_index("shard-12.vc-tokens"), Some(12));
+        assert_eq!(shard_index("shard-012.vc-tokens"), None);
+        assert_eq!(shard_index("web-1.vc-token"), None);
+        assert_eq!(shard_index("shard-x.vc-tokens"), None);
+        assert!(token::is_reserved_secret_name(&shard_name(7)));
+        assert!(token::is_reserved_secret_name(&token::secret_name("web-1")));
+        assert!(!token::is_reserved_secret_name("vc-tokens"));
+    }
+
+    #[test]
+    fn key_prefixes_are_valid_keys_for_any_pod_name() {
+        assert_eq!(key_prefix("web-1"), "web-1");
+        let long = format!("{}.b", "a".repeat(251));
+        let prefix = key_prefix(&long);
+        assert!(convert::pod_data_key(&prefix, "token-0123456789").len() <= 253);
+        assert_ne!(key_prefix(&format!("{}.c", "a".repeat(251))), prefix);
+    }
+
+    fn member(issued: i64, expires: i64) -> Member {
+        Member {
+            uid: "u".into(),
+            keys: vec!["p.token".into(), "p.uid".into()],
+            issued,
+            expires,
+        }
+    }
+
+    #[test]
+    fn members_are_due_in_the_last_fifth_and_join_a_renewal_past_half_their_life() {
+        let m = member(1000, 2000);
+        assert_eq!(m.refresh_at(), Some(1800));
+        assert!(!m.due(1799));
+        assert!(m.due(1800));
+        assert!(!m.joins_renewal(1499));
+        assert!(m.joins_renewal(1500));
+        let no_token = member(0, 0);
+        assert!(!no_token.due(i64::MAX) && !no_token.joins_renewal(i64::MAX));
+        assert!(m.covers("p", &[TokenNeed { key: "token".into(), audience: None, expiration_seconds: None }]));
+        assert!(!m.covers("p", &[TokenNeed { key: "token-x".into(), audience: None, expiration_seconds: None }]));
+    }
+
+    #[test]
+    fn a_pod_goes_to_its_own_shard_else_the_first_with_room_else_a_new_one() {
+        let view = |index, occupancy, holds_pod| ShardView {
+            index,
+            occupancy,
+            holds_pod,
+        };
+        assert_eq!(choose(&[], 32), 0);
+        assert_eq!(choose(&[view(0, 32, false), view(1, 5, false)], 32), 1);
+        assert_eq!(choose(&[view(0, 32, false), view(1, 32, false)], 32), 2);
+        assert_eq!(choose(&[view(0, 3, false), view(1, 32, true)], 32), 1);
+    }
+
+    #[test]
+    fn a_data_patch_adds_removes_and_keeps_the_shared_keys() {
+        let added: BTreeMap<String, ByteString> = [("a.token".to_owned(), ByteString(b"jwt".to_vec()))].into();
+        let gone = member(1, 2);
+        let data = data_patch(&added, &[&gone], "CA", "shop");
+        assert_eq!(data["a.token"], json!("and0"));
+        assert_eq!(data["p.token"], Value::Null);
+        assert_eq!(data["p.uid"], Value::Null);
+        assert_eq!(data["ca.crt"], json!("Q0E="));
+        assert_eq!(data["namespace"], json!("c2hvcA=="));
+    }
+
+    // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
+
+    use crate::{
+        context::testing::{self, from_json, put as cache},
+        items::Item,
+        resources::Outcome,
+        settings::TenantSettings,
+    };
+    use k8s_openapi::api::core::v1::Namespace;
+
+    const SUPER_NS: &str = "team-abc123-vc-ns";
+
+    fn tenant_pod(name: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "volumes": [{"name": "kube-api-access-x",
+                "projected": {"sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace",
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]},
+            "status": {"phase": "Pending"}
+        })
+    }
+
+    /// A TokenRequest's answer, bound to the pod the request names.
+    fn issued(request: &Value, expires: &str) -> Value {
+        let pod = request["spec"]["boundObjectRef"]["name"].as_str().unwrap_or_default();
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": request["spec"],
+            "status": {"token": format!("jwt-{pod}"), "expirationTimestamp": expires}})
+    }
+
+    fn decoded(value: &Value) -> String {
+        let bytes: ByteString = serde_json::from_value(value.clone()).expect("base64");
+        String::from_utf8(bytes.0).expect("utf-8")
+    }
+
+    #[tokio::test]
+    async fn pods_are_created_after_their_tokens_and_a_burst_shares_token_secret_writes() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        for name in ["p1", "p2", "p3"] {
+            cache(&mut caches.pods, from_json(tenant_pod(name)));
+        }
+        cache(
+            &mut super_caches.namespaces,
+            from_json::<Namespace>(json!({"metadata": {"name": SUPER_NS, "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns"}}})),
+        );
+        let items: Vec<Item> = ["p1", "p2", "p3"]
+            .into_iter()
+            .map(|name| Item::new(Kind::Pod, "ns", name))
+            .collect();
+        let (minted_tx, mut minted_rx) = tokio::sync::watch::channel(0);
+        let tenant_script = async {
+            for _ in 0..6 {
+                let call = tenants.next().await;
+                match (call.method.as_str(), call.uri.as_str()) {
+                    ("GET", uri) if uri.starts_with("/api/v1/namespaces/ns/pods/") => {
+                        let name = uri.trim_start_matches("/api/v1/namespaces/ns/pods/");
+                        let name = name.split('?').next().unwrap_or_default().to_owned();
+                        call.ok(tenant_pod(&name));
+                    }
+                    ("POST", "/api/v1/namespaces/ns/serviceaccounts/default/token?") => {
+                        let answer = issued(&call.body, "2030-01-01T00:00:00Z");
+                        call.ok(answer);
+                        minted_tx.send_modify(|n| *n += 1);
+                    }
+                    (method, uri) => panic!("unexpected tenant request {method} {uri}"),
+                }
+            }
+        };
+        let super_script = async {
+            let mut pods_created = Vec::new();
+            let mut secret_writes = Vec::new();
+            for _ in 0..5 {
+                let call = supers.next().await;
+                let secrets = format!("/api/v1/namespaces/{SUPER_NS}/secrets");
+                match call.method.as_str() {
+                    "POST" if call.uri.starts_with(&secrets) => {
+                        // The first pod's keys are written at once; the others' tokens arrive meanwhile.
+                        let _ = minted_rx.wait_for(|n| *n == 3).await;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        assert_eq!(call.body["metadata"]["name"], "shard-0.vc-tokens");
+                        assert_eq!(call.body["metadata"]["labels"][LABEL_POD_TOKEN], "true");
+                        secret_writes.push(call.body.clone());
+                        call.echo();
+                    }
+                    "PATCH" if call.uri.starts_with(&format!("{secrets}/shard-0.vc-tokens?")) => {
+                        assert_eq!(call.content_type, "application/merge-patch+json");
+                        assert_eq!(call.body["metadata"]["resourceVersion"], "200");
+                        secret_writes.push(call.body.clone());
+                        let mut answer = call.body.clone();
+                        answer["metadata"]["resourceVersion"] = json!("201");
+                        call.ok(answer);
+                    }
+                    "PATCH" if call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods/")) => {
+                        let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                        // Created only after its key is in the Secret.
+                        assert!(
+                            secret_writes.iter().any(|w| w["data"]
+                                .as_object()
+                                .is_some_and(|d| d.keys().any(|k| k.starts_with(&format!("{pod}.token-"))))),
+                            "{pod} created before its token was written"
+                        );
+                        let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
+                        assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
+                        let key = volume[0]["secret"]["items"][0]["key"].as_str().unwrap_or_default();
+                        assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
+                        assert_eq!(
+                            call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
+                            "shard-0.vc-tokens"
+                        );
+                        pods_created.push(pod);
+                        call.echo();
+                    }
+                    _ => panic!("unexpected super request {} {}", call.method, call.uri),
+                }
+            }
+            (pods_created, secret_writes)
+        };
+        let (o1, o2, o3, (), (mut created, writes)) = tokio::join!(
+            super::super::down::sync(&ctx, &tenant, &items[0]),
+            super::super::down::sync(&ctx, &tenant, &items[1]),
+            super::super::down::sync(&ctx, &tenant, &items[2]),
+            tenant_script,
+            super_script,
+        );
+        for outcome in [o1, o2, o3] {
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 2 });
+        }
+        created.sort();
+        assert_eq!(created, ["p1", "p2", "p3"]);
+        // Three pods, two token Secret writes: the first alone, the two that waited together.
+        assert_eq!(writes.len(), 2);
+        assert_eq!(writes[0]["data"].as_object().map(|d| d.len()), Some(4), "{}", writes[0]);
+        assert_eq!(writes[1]["data"].as_object().map(|d| d.len()), Some(6), "{}", writes[1]);
+        let first = writes[0]["data"]
+            .as_object()
+            .and_then(|d| d.keys().find(|k| k.contains(".token-")).cloned())
+            .expect("a token");
+        let pod = first.split(".token-").next().unwrap_or_default();
+        assert_eq!(decoded(&writes[0]["data"][&first]), format!("jwt-{pod}"));
+        assert_eq!(decoded(&writes[0]["data"][&format!("{pod}.uid")]), format!("uid-{pod}"));
+        assert_eq!(decoded(&writes[0]["data"]["namespace"]), "ns");
+        let members: Members = serde_json::from_str(
+            writes[1]["metadata"]["annotations"][ANNOTATION_TOKEN_MEMBERS].as_str().expect("members"),
+        )
+        .expect("members json");
+        assert_eq!(members.keys().collect::<Vec<_>>(), ["p1", "p2", "p3"]);
+        let counts = ctx.metrics.super_write_counts();
+        let count = |resource, verb| {
+            counts
+                .iter()
+                .find(|(r, v, _)| *r == resource && *v == verb)
+                .map_or(0, |(_, _, n)| *n)
+        };
+        assert_eq!(count("pod", "apply"), 3);
+        assert_eq!(count("secret", "create") + count("secret", "patch"), 2);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    fn super_pod(name: &str) -> SuperPod {
+        from_json(json!({
+            "metadata": {"name": name, "namespace": SUPER_NS, "uid": format!("super-{name}"), "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns",
+                "tenancy.x-k8s.io/uid": format!("uid-{name}"),
+                (token::ANNOTATION_POD_TOKENS): token::needs_annotation(&[need()]),
+                (token::ANNOTATION_TOKEN_SECRET): "shard-0.vc-tokens"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }))
+    }
+
+    fn need() -> TokenNeed {
+        TokenNeed {
+            key: "token".into(),
+            audience: None,
+            expiration_seconds: None,
+        }
+    }
+
+    fn shard_meta(members: &Members) -> PartialObjectMeta<Secret> {
+        from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": "shard-0.vc-tokens", "namespace": SUPER_NS, "resourceVersion": "300",
+            "labels": {(LABEL_POD_TOKEN): "true"},
+            "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns",
+                (ANNOTATION_TOKEN_MEMBERS): serde_json::to_string(members).expect("json")}}}))
+    }
+
+    fn recorded(pod: &str, issued: i64, expires: i64) -> Member {
+        Member {
+            uid: format!("uid-{pod}"),
+            keys: vec![format!("{pod}.token"), format!("{pod}.uid")],
+            issued,
+            expires,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_due_shard_is_renewed_in_one_write_that_also_drops_gone_pods() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let now = token::now();
+        // p1 is due, p2 past half its life, p3's pod is gone, p4 fresh.
+        let members: Members = [
+            ("p1".to_owned(), recorded("p1", now - 3000, now + 500)),
+            ("p2".to_owned(), recorded("p2", now - 2000, now + 1600)),
+            ("p3".to_owned(), recorded("p3", now - 3000, now + 500)),
+            ("p4".to_owned(), recorded("p4", now - 10, now + 3590)),
+        ]
+        .into();
+        cache(&mut super_caches.tokens, shard_meta(&members));
+        for name in ["p1", "p2", "p4"] {
+            cache(&mut super_caches.pods, super_pod(name));
+            cache(&mut caches.pods, from_json(tenant_pod(name)));
+        }
+        let tenant_pod_of = |name: &str| tenant.stores.pods.get(&ObjectRef::new(name).within("ns")).expect("pod");
+        let super_pod_of = |name: &str| ctx.supers.pods.get(&ObjectRef::new(name).within(SUPER_NS)).expect("pod");
+        let needs = [need()];
+        let (tenant_pods, super_pods): (Vec<_>, Vec<_>) = ["p1", "p2", "p4"]
+            .into_iter()
+            .map(|name| (tenant_pod_of(name), super_pod_of(name)))
+            .unzip();
+        let shard = "shard-0.vc-tokens";
+
+        // A fresh member is in sync: nothing is asked or written (also right after a restart).
+        let fresh = keep(&ctx, &tenant, &tenant_pods[2], &super_pods[2], shard, &needs);
+        assert_eq!(fresh.await.expect("kept"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+
+        let expires = (Timestamp::now() + jiff::SignedDuration::from_secs(3600)).to_string();
+        let (renewed, ()) = tokio::join!(
+            keep(&ctx, &tenant, &tenant_pods[0], &super_pods[0], shard, &needs),
+            async {
+                for _ in 0..2 {
+                    let call = tenants
+                        .expect("POST", "/api/v1/namespaces/ns/serviceaccounts/default/token?")
+                        .await;
+                    let answer = issued(&call.body, &expires);
+                    call.ok(answer);
+                }
+                let call = supers
+                    .expect("PATCH", &format!("/api/v1/namespaces/{SUPER_NS}/secrets/shard-0.vc-tokens?"))
+                    .await;
+                let data = call.body["data"].as_object().cloned().unwrap_or_default();
+                assert_eq!(decoded(&data["p1.token"]), "jwt-p1");
+                assert_eq!(decoded(&data["p2.token"]), "jwt-p2");
+                assert!(!data.contains_key("p4.token"), "{}", call.body);
+                assert_eq!(data["p3.token"], Value::Null);
+                assert_eq!(data["p3.uid"], Value::Null);
+                assert_eq!(call.body["metadata"]["resourceVersion"], "300");
+                let mut answer = call.body.clone();
+                answer["metadata"]["resourceVersion"] = json!("301");
+                call.ok(answer);
+            }
+        );
+        assert_eq!(renewed.expect("renewed"), 1);
+        // p2 was renewed with p1: its own wake-up finds nothing to do.
+        let along = keep(&ctx, &tenant, &tenant_pods[1], &super_pods[1], shard, &needs);
+        assert_eq!(along.await.expect("kept"), 0);
+        assert_eq!(ctx.metrics.super_writes_total(), 1);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn group_commit_writes_at_once_and_batches_what_arrives_meanwhile() {
+        let commit: Arc<GroupCommit<u32, Vec<u32>>> = Arc::default();
+        let writes = Arc::new(AtomicUsize::new(0));
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let write = |writes: Arc<AtomicUsize>, mut gate: tokio::sync::watch::Receiver<bool>| {
+            move |batch: Vec<u32>| async move {
+                writes.fetch_add(1, Ordering::SeqCst);
+                let _ = gate.wait_for(|open| *open).await;
+                batch
+            }
+        };
+        // The first item is written at once.
+        let first = tokio::spawn({
+            let (commit, writes, gate) = (commit.clone(), writes.clone(), gate.clone());
+            async move { commit.submit(1, write(writes, gate), Vec::new).await }
+        });
+        while writes.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Five arrive while it is in flight.
+        let mut later = Vec::new();
+        for item in 2..=6 {
+            let (commit, writes, gate) = (commit.clone(), writes.clone(), gate.clone());
+            later.push(tokio::spawn(async move {
+                commit.submit(item, write(writes, gate), Vec::new).await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(writes.load(Ordering::SeqCst), 1);
+        release.send(true).expect("open");
+        assert_eq!(first.await.expect("first"), vec![1]);
+        for task in later {
+            let mut batch = task.await.expect("later");
+            batch.sort_unstable();
+            assert_eq!(batch, vec![2, 3, 4, 5, 6]);
+        }
+        // One write for the first item, one for the five together.
+        assert_eq!(writes.load(Ordering::SeqCst), 2);
+    }
+}
