@@ -23,7 +23,7 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     kept,
     quota::{ObjectUsage, Quota},
-    resources::pod::shards::TokenShards,
+    resources::pod::token_secrets::TokenShards,
     stores::{Cache, Change, reflect, reflect_with, trim},
     tenant::{Queues, Tenants},
 };
@@ -287,7 +287,7 @@ impl SuperStores {
                     token_shards.observe(secret.meta(), change);
                     if change == Change::Deleted
                         && let Some((tenant, items)) =
-                            crate::resources::pod::shards::member_items(secret.meta())
+                            crate::resources::pod::token_secrets::member_items(secret.meta())
                     {
                         for item in items {
                             queue.add(&tenant, item);

@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    ephemeral, policy, shards, token,
+    ephemeral, policy, token, token_secrets,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -163,7 +163,7 @@ fn convert(
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
-    let token_key_prefix = shards::key_prefix(&pod.name_any());
+    let token_key_prefix = token_secrets::key_prefix(&pod.name_any());
     let published_priority_class = |name: &str| {
         ctx.supers
             .priority_classes
@@ -536,7 +536,7 @@ async fn create_admitted(
         if let Some(spec) = pod.spec.as_mut() {
             convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
         }
-        shards::put(ctx, tenant, &super_namespace, &shard, &subject, &converted.tokens).await?;
+        token_secrets::put(ctx, tenant, &super_namespace, &shard, &subject, &converted.tokens).await?;
         writes += 1;
         pod.metadata = with_annotation(
             pod.metadata,
@@ -857,7 +857,7 @@ async fn update(
     }
     if let Some(needs) = token::needs_of(super_pod.meta()) {
         writes += match token::secret_of(super_pod.meta()) {
-            Some(shard) => shards::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
+            Some(shard) => token_secrets::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
             // A pod of an earlier version reads a token Secret of its own.
             None => refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?,
         };

@@ -1,11 +1,11 @@
 //! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]),
-//! service-account tokens ([`token`], kept in shared Secrets: [`shards`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]).
+//! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]).
 
 pub mod convert;
 pub mod down;
 pub mod ephemeral;
 pub mod policy;
-pub mod shards;
+pub mod token_secrets;
 pub mod token;
 pub mod up;
 

@@ -3,7 +3,7 @@
 //! A super pod gets short-lived tokens for its *tenant* service account, requested from the tenant
 //! apiserver (TokenRequest, bound to the tenant pod), and refreshed when a fifth of their life remains. No
 //! long-lived token is made. Pods keep them, with the tenant CA and namespace, in the shared token Secrets
-//! of their super namespace ([`super::shards`]). Pods created by earlier versions have a Secret of their
+//! of their super namespace ([`super::token_secrets`]). Pods created by earlier versions have a Secret of their
 //! own, `<pod>.vc-token`, owned by the super pod ([`secret`]), which is still refreshed.
 //!
 //! The syncer caches only the metadata of token Secrets: the annotations say what they hold and until
@@ -52,7 +52,7 @@ pub fn secret_of(super_pod: &ObjectMeta) -> Option<&str> {
 /// of earlier versions (`*.vc-token`). Tenant Secrets of such names are not synced and tenant pods may not
 /// name them, so no tenant object can stand in for, or read, another pod's tokens.
 pub fn is_reserved_secret_name(name: &str) -> bool {
-    name.ends_with(".vc-token") || name.ends_with(super::shards::SHARD_SUFFIX)
+    name.ends_with(".vc-token") || name.ends_with(super::token_secrets::SHARD_SUFFIX)
 }
 
 /// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
