@@ -78,6 +78,13 @@ pub struct TenantLabels {
     pub direction: Direction,
 }
 
+/// Labels of the super-write slot waits.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    /// `tenant` (a worker's write for a tenant's item) or `platform` (attach, patrol, usage).
+    pub class: &'static str,
+}
+
 /// Labels of per-tenant usage gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UsageLabels {
@@ -149,6 +156,8 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// What tenants consume ([`crate::usage`]).
     pub usage: crate::usage::metrics::UsageMetrics,
+    /// The bound on in-flight super writes ([`crate::write_gate`]).
+    pub write_slots: crate::write_gate::GateMetrics,
 }
 
 fn duration_histogram() -> Histogram {
@@ -175,6 +184,11 @@ impl Default for Metrics {
             tenants: Family::default(),
             events_dropped: Counter::default(),
             usage: Default::default(),
+            write_slots: crate::write_gate::GateMetrics {
+                wait: Family::new_with_constructor(duration_histogram),
+                in_use: Gauge::default(),
+                waiting: Gauge::default(),
+            },
         }
     }
 }
@@ -258,6 +272,21 @@ impl Metrics {
             "events_dropped",
             "Super events not copied up because their tenant had too many waiting",
             self.events_dropped.clone(),
+        );
+        registry.register(
+            "super_write_slot_wait_seconds",
+            "Time super writes waited for one of the --super-write-slots, by class (tenant, platform)",
+            self.write_slots.wait.clone(),
+        );
+        registry.register(
+            "super_write_slots_in_use",
+            "Super writes in flight (at most --super-write-slots)",
+            self.write_slots.in_use.clone(),
+        );
+        registry.register(
+            "super_write_slot_waiters",
+            "Super writes waiting for a slot",
+            self.write_slots.waiting.clone(),
         );
         self.usage.register(registry);
     }
