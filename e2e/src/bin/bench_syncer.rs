@@ -677,7 +677,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
             ),
             (
                 "simulated nodes (bench threads)".to_owned(),
-                Box::new(move || nodes.cpu_seconds()),
+                Box::new(move || nodes.cpu_seconds()) as CpuReader<'_>,
             ),
         ];
         if !tenant_etcd.is_empty() {
@@ -688,7 +688,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
             "tenant controller-managers".to_owned(),
             processes_cpu(tenant_components.clone()),
         ));
-        parts.push(("bench (clients, watches)".to_owned(), Box::new(bench_cpu)));
+        parts.push((
+            "bench (clients, watches)".to_owned(),
+            Box::new(bench_cpu) as CpuReader<'_>,
+        ));
         parts
     };
     // What each part may run on, as the kernel reports it for every one of its threads.
