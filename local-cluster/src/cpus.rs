@@ -204,11 +204,7 @@ mod tests {
     fn a_pinned_runtime_pins_its_threads() {
         let own = own_affinity().expect("Cpus_allowed_list");
         // The first CPU this process may use: pinning to it always succeeds.
-        let first = own
-            .split([',', '-'])
-            .next()
-            .expect("a CPU")
-            .to_owned();
+        let first = own.split([',', '-']).next().expect("a CPU").to_owned();
         let runtime = PinnedRuntime::new("pinned-test", 1, Some(first.clone())).expect("runtime");
         // Worker threads record themselves (after pinning) once they run.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

@@ -457,7 +457,11 @@ mod tests {
         }
         greedy_permits.pop();
         let quiet_permit = tasks.pop().expect("quiet").await.expect("granted");
-        assert_eq!(gate.held_by(&quiet.key), 1, "the quiet tenant overtook the backlog");
+        assert_eq!(
+            gate.held_by(&quiet.key),
+            1,
+            "the quiet tenant overtook the backlog"
+        );
         assert_eq!(gate.held_by(&greedy.key), 3);
         drop(quiet_permit);
         drop(greedy_permits);
@@ -494,8 +498,14 @@ mod tests {
         order.push(shares[1].clone());
         order.push(shares[2].clone());
         let granted = grant_order(&gate, &order, 8).await;
-        let first_b = granted.iter().position(|k| *k == shares[1].key).expect("b granted");
-        let first_c = granted.iter().position(|k| *k == shares[2].key).expect("c granted");
+        let first_b = granted
+            .iter()
+            .position(|k| *k == shares[1].key)
+            .expect("b granted");
+        let first_c = granted
+            .iter()
+            .position(|k| *k == shares[2].key)
+            .expect("c granted");
         // In arrival order they would come 7th and 8th.
         assert!(
             first_b < 4 && first_c < 4,
@@ -628,7 +638,11 @@ mod tests {
             let (ctx, api, desired) = (ctx.clone(), api.clone(), config_map("second"));
             let share = tenant_share.clone();
             tokio::spawn(async move {
-                on_behalf(share, async move { write::apply(&ctx, &api, desired, None).await }).await
+                on_behalf(
+                    share,
+                    async move { write::apply(&ctx, &api, desired, None).await },
+                )
+                .await
             })
         };
         while gate.waiting() < 1 {

@@ -470,7 +470,10 @@ async fn metric_sum_at(port: u16, name: &str) -> f64 {
     };
     body.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -537,7 +540,10 @@ fn requests_per_pod(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64
     let total: f64 = deltas.iter().map(|(_, d)| d).sum();
     let mut text = format!("{:.2} per pod", total / pods as f64);
     for (key, delta) in &deltas {
-        text.push_str(&format!("\n    {key:<48} {:8.3}  ({delta:.0})", delta / pods as f64));
+        text.push_str(&format!(
+            "\n    {key:<48} {:8.3}  ({delta:.0})",
+            delta / pods as f64
+        ));
     }
     text
 }
@@ -654,11 +660,21 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         .flat_map(|t| t.control_plane.component_pids())
         .collect();
     placement.pin(
-        &[super_etcd.clone(), super_apiserver.clone(), super_components.clone()].concat(),
+        &[
+            super_etcd.clone(),
+            super_apiserver.clone(),
+            super_components.clone(),
+        ]
+        .concat(),
         true,
     )?;
     placement.pin(
-        &[tenant_etcd.clone(), tenant_apiservers.clone(), tenant_components.clone()].concat(),
+        &[
+            tenant_etcd.clone(),
+            tenant_apiservers.clone(),
+            tenant_components.clone(),
+        ]
+        .concat(),
         false,
     )?;
     let etcd_name = match tenant_etcd.is_empty() {
@@ -670,7 +686,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     let control_plane_parts = || {
         let mut parts: Vec<(String, CpuReader<'_>)> = vec![
             (etcd_name.to_owned(), processes_cpu(super_etcd.clone())),
-            ("super apiserver".to_owned(), processes_cpu(super_apiserver.clone())),
+            (
+                "super apiserver".to_owned(),
+                processes_cpu(super_apiserver.clone()),
+            ),
             (
                 "super controller-manager/scheduler".to_owned(),
                 processes_cpu(super_components.clone()),
@@ -683,7 +702,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         if !tenant_etcd.is_empty() {
             parts.push(("tenant etcd".to_owned(), processes_cpu(tenant_etcd.clone())));
         }
-        parts.push(("tenant apiservers".to_owned(), processes_cpu(tenant_apiservers.clone())));
+        parts.push((
+            "tenant apiservers".to_owned(),
+            processes_cpu(tenant_apiservers.clone()),
+        ));
         parts.push((
             "tenant controller-managers".to_owned(),
             processes_cpu(tenant_components.clone()),
