@@ -147,6 +147,13 @@ impl ControlPlane {
         self.controller_manager.as_mut()
     }
 
+    /// Process ids of the controller-manager and scheduler, when they run.
+    pub fn component_pids(&self) -> Vec<u32> {
+        let controller_manager = self.controller_manager.as_ref().and_then(ControllerManager::pid);
+        let scheduler = self.scheduler.as_ref().and_then(Scheduler::pid);
+        controller_manager.into_iter().chain(scheduler).collect()
+    }
+
     /// Whether a scheduler runs (otherwise the node simulator should bind pods).
     pub fn has_scheduler(&self) -> bool {
         self.scheduler.is_some()

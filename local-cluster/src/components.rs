@@ -64,6 +64,11 @@ impl ControllerManager {
     pub fn process(&mut self) -> &mut ManagedProcess {
         &mut self.process
     }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
 }
 
 /// A kube-scheduler for one apiserver.
@@ -114,5 +119,10 @@ leaderElection:
     /// The process, for logs.
     pub fn process(&mut self) -> &mut ManagedProcess {
         &mut self.process
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
     }
 }

@@ -24,6 +24,7 @@ mod binaries;
 mod cluster;
 mod components;
 pub mod conformance;
+pub mod cpus;
 pub mod dns;
 pub mod download;
 mod error;

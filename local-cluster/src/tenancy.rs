@@ -50,6 +50,13 @@ pub struct TenancyOptions {
     /// Simulated nodes: where the kubelet API listens and the nodes' InternalIP (see
     /// [`NodeSimulatorOptions::kubelet_address`]; default 127.0.0.1).
     pub kubelet_address: Option<std::net::IpAddr>,
+    /// Tenant masters store into an etcd of their own rather than the super cluster's (as in
+    /// production, where they run elsewhere).
+    pub separate_tenant_etcd: bool,
+    /// Simulated nodes run on this runtime (e.g. a [`crate::cpus::PinnedRuntime`]'s) rather than the
+    /// caller's, so that their CPU can be placed and counted apart. [`Tenancy::start`] must then run on a
+    /// multi-threaded runtime.
+    pub nodes_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Default for TenancyOptions {
@@ -67,6 +74,8 @@ impl Default for TenancyOptions {
             kubelet_api_users: Vec::new(),
             loopback_ip_label: None,
             kubelet_address: None,
+            separate_tenant_etcd: false,
+            nodes_runtime: None,
         }
     }
 }
@@ -138,16 +147,18 @@ impl TenantMaster {
     }
 }
 
-/// A super cluster, tenant masters sharing its etcd, and simulated nodes.
+/// A super cluster, tenant masters sharing its etcd (or on one of their own), and simulated nodes.
 pub struct Tenancy {
-    /// Tenants, in creation order (fields drop in order: tenants, nodes, super cluster, etcd).
+    /// Tenants, in creation order (fields drop in order: tenants, nodes, super cluster, etcds).
     pub tenants: Vec<TenantMaster>,
     /// The super nodes.
     pub nodes: SuperNodes,
     /// The super cluster.
     pub super_cluster: ControlPlane,
-    /// The shared etcd.
+    /// The super cluster's etcd (the tenants' too, without [`TenancyOptions::separate_tenant_etcd`]).
     pub etcd: Arc<Etcd>,
+    /// The tenants' etcd, with [`TenancyOptions::separate_tenant_etcd`].
+    pub tenant_etcd: Option<Arc<Etcd>>,
     options: TenancyOptions,
 }
 
@@ -181,25 +192,40 @@ impl Tenancy {
                 )
                 .await?,
             )),
-            false => SuperNodes::Simulated(
-                NodeSimulator::start(
-                    &super_cluster,
-                    NodeSimulatorOptions {
-                        node_count: options.nodes,
-                        extra_client_cas: options.kubelet_client_cas.clone(),
-                        loopback_ip_label: options.loopback_ip_label.clone(),
-                        kubelet_address: options.kubelet_address,
-                        ..Default::default()
-                    },
-                )
-                .await?,
-            ),
+            false => {
+                let simulated = NodeSimulatorOptions {
+                    node_count: options.nodes,
+                    extra_client_cas: options.kubelet_client_cas.clone(),
+                    loopback_ip_label: options.loopback_ip_label.clone(),
+                    kubelet_address: options.kubelet_address,
+                    ..Default::default()
+                };
+                let simulator = match &options.nodes_runtime {
+                    None => NodeSimulator::start(&super_cluster, simulated).await?,
+                    // Entered there, the simulation's tasks (and its client's) are spawned on that runtime.
+                    Some(runtime) => tokio::task::block_in_place(|| {
+                        runtime.block_on(async {
+                            let client = crate::client_from_kubeconfig_file(
+                                super_cluster.apiserver().kubeconfig_path(),
+                            )
+                            .await?;
+                            NodeSimulator::start_with_client(&super_cluster, client, simulated).await
+                        })
+                    })?,
+                };
+                SuperNodes::Simulated(simulator)
+            }
+        };
+        let tenant_etcd = match options.separate_tenant_etcd {
+            true => Some(Arc::new(Etcd::start().await?)),
+            false => None,
         };
         let mut tenancy = Self {
             tenants: Vec::new(),
             nodes,
             super_cluster,
             etcd,
+            tenant_etcd,
             options,
         };
         for i in 0..tenancy.options.tenants {
@@ -237,7 +263,8 @@ impl Tenancy {
             .extra_args
             .extend(self.options.apiserver_args.iter().cloned());
         options.apiserver.kubelet_ca = self.options.tenant_kubelet_ca.clone();
-        let control_plane = ControlPlane::start_on(self.etcd.clone(), options).await?;
+        let etcd = self.tenant_etcd.as_ref().unwrap_or(&self.etcd).clone();
+        let control_plane = ControlPlane::start_on(etcd, options).await?;
         let virtual_cluster = self
             .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)
             .await?;

@@ -5,6 +5,9 @@ use std::time::Duration;
 use crate::budget::CacheLimits;
 use ipnet::IpNet;
 
+/// Default of `--super-write-slots`: off (unbounded). 8 slots measured worse than none (docs/syncer.md, "Fair super writes").
+pub const DEFAULT_SUPER_WRITE_SLOTS: usize = 0;
+
 /// What the super cluster gets of a tenant's ExternalName Service. Either way the target must be a host
 /// name (`crds::naming::external_name_target`); otherwise nothing is synced and the tenant Service gets a
 /// Warning `ExternalNameRefused` event.
@@ -201,6 +204,11 @@ pub struct SyncerArgs {
     /// Workers syncing status up.
     #[arg(long, default_value_t = 32)]
     pub upward_workers: usize,
+    /// Super-cluster writes in flight at once, shared among tenants by weight: a burst then waits in the
+    /// syncer, where other tenants' writes overtake it, rather than in the super apiserver's queue. `0`
+    /// sets no bound.
+    #[arg(long, env = "SUPER_WRITE_SLOTS", default_value_t = DEFAULT_SUPER_WRITE_SLOTS)]
+    pub super_write_slots: usize,
     /// Also sync Ingresses down.
     #[arg(long, default_value_t = false)]
     pub sync_ingresses: bool,
@@ -554,6 +562,8 @@ pub struct SyncerConfig {
     pub downward_workers: usize,
     /// Upward workers.
     pub upward_workers: usize,
+    /// Super writes in flight at once; `0`: unbounded.
+    pub super_write_slots: usize,
     /// Sync Ingresses.
     pub sync_ingresses: bool,
     /// Copy PodDisruptionBudgets down.
@@ -603,6 +613,7 @@ impl Default for SyncerConfig {
             tenant_health_period: Duration::from_secs(30),
             downward_workers: 32,
             upward_workers: 32,
+            super_write_slots: DEFAULT_SUPER_WRITE_SLOTS,
             sync_ingresses: false,
             sync_disruption_budgets: true,
             dns_ndots: 5,
@@ -785,6 +796,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             tenant_health_period: Duration::from_secs(args.tenant_health_period_seconds.max(1)),
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
+            super_write_slots: args.super_write_slots,
             sync_ingresses: args.sync_ingresses,
             sync_disruption_budgets: args.sync_disruption_budgets,
             dns_ndots: args.dns_ndots,

@@ -31,6 +31,7 @@ pub mod super_stores;
 pub mod tenant;
 pub mod usage;
 pub mod workers;
+pub mod write_gate;
 
 use std::sync::Arc;
 
@@ -73,6 +74,14 @@ impl Syncer {
         metrics: Arc<Metrics>,
         health: Health,
     ) -> Result<Self> {
+        // Every super write of the syncer goes through the gate, reads and watches do not.
+        let client = match config.super_write_slots {
+            0 => client,
+            slots => write_gate::gated(
+                client,
+                write_gate::WriteGate::new(slots, metrics.write_slots.clone()),
+            ),
+        };
         let virtual_clusters: Api<VirtualCluster> = Api::all(client.clone());
         virtual_clusters
             .list(&ListParams::default().limit(1))

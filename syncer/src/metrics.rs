@@ -86,6 +86,13 @@ pub struct TenantLabels {
     pub direction: Direction,
 }
 
+/// Labels of the super-write slot waits.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    /// `tenant` (a worker's write for a tenant's item) or `platform` (attach, patrol, usage).
+    pub class: &'static str,
+}
+
 /// Labels of per-tenant usage gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UsageLabels {
@@ -165,6 +172,8 @@ pub struct Metrics {
     pub shard_handovers: Family<HandoverLabels, Counter>,
     /// What tenants consume ([`crate::usage`]).
     pub usage: crate::usage::metrics::UsageMetrics,
+    /// The bound on in-flight super writes ([`crate::write_gate`]).
+    pub write_slots: crate::write_gate::GateMetrics,
 }
 
 fn duration_histogram() -> Histogram {
@@ -195,6 +204,11 @@ impl Default for Metrics {
             shard_duties: Gauge::default(),
             shard_handovers: Family::default(),
             usage: Default::default(),
+            write_slots: crate::write_gate::GateMetrics {
+                wait: Family::new_with_constructor(duration_histogram),
+                in_use: Gauge::default(),
+                waiting: Gauge::default(),
+            },
         }
     }
 }
@@ -298,6 +312,21 @@ impl Metrics {
             "shard_handovers",
             "Tenant Leases acquired, taken over, released or lost, by reason",
             self.shard_handovers.clone(),
+        );
+        registry.register(
+            "super_write_slot_wait_seconds",
+            "Time super writes waited for one of the --super-write-slots, by class (tenant, platform)",
+            self.write_slots.wait.clone(),
+        );
+        registry.register(
+            "super_write_slots_in_use",
+            "Super writes in flight (at most --super-write-slots)",
+            self.write_slots.in_use.clone(),
+        );
+        registry.register(
+            "super_write_slot_waiters",
+            "Super writes waiting for a slot",
+            self.write_slots.waiting.clone(),
         );
         self.usage.register(registry);
     }

@@ -13,6 +13,7 @@ use crate::{
     queue::{FairQueue, TenantId, Work},
     resources::{self, Outcome},
     tenant::Tenant,
+    write_gate::{Share, on_behalf},
 };
 
 /// Per-item failure counts, for exponential backoff that resets on success.
@@ -114,9 +115,11 @@ async fn process(
         return;
     }
     let started = Instant::now();
+    // Its super writes take from the tenant's share of the write slots.
+    let share = Share::tenant(work.tenant.clone(), tenant.settings().weight);
     let result = match direction {
-        Direction::Down => resources::sync_down(ctx, &tenant, &work.item).await,
-        Direction::Up => resources::sync_up(ctx, &tenant, &work.item).await,
+        Direction::Down => on_behalf(share, resources::sync_down(ctx, &tenant, &work.item)).await,
+        Direction::Up => on_behalf(share, resources::sync_up(ctx, &tenant, &work.item)).await,
     };
     record(
         ctx,

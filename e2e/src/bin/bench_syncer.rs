@@ -4,7 +4,15 @@
 //!   the same pods created in T tenants and synced, for throughput and latency;
 //! - the syncer's peak RSS and bytes per synced pod;
 //! - a restart with everything synced (writes issued, seconds until ready);
-//! - a fairness run: greedy tenants burst while regular tenants create pods one at a time.
+//! - a fairness run: greedy tenants burst while regular tenants create pods one at a time;
+//! - where the cost went: requests per pod by apiserver, verb and resource, and CPU seconds per pod of
+//!   every process.
+//!
+//! `--topology` places the processes: `shared` (everything on every core, tenants on the super cluster's
+//! etcd), `split` (closer to production, where tenant control planes run on other machines: the super
+//! cluster's etcd, apiserver, controller-manager and simulated nodes on CPU 0; the tenants' own etcd and
+//! control planes, the syncer and the bench's clients on CPU 1), or `both` (default), one after the other.
+//! Pinning is read back from every thread's `Cpus_allowed_list` and printed.
 //!
 //! The syncer runs as its own process (the release binary next to this one), so that its memory is its
 //! own. Build both first: `cargo build --release -p syncer -p e2e`, then
@@ -27,7 +35,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use local_cluster::{
-    Binary, ManagedProcess, WorkDir, free_port,
+    Binary, ManagedProcess, WorkDir, cpus, free_port,
     tenancy::{Tenancy, TenancyOptions},
     wait,
 };
@@ -63,6 +71,13 @@ struct Args {
     /// The syncer binary (default: `syncer` next to this binary).
     #[arg(long)]
     syncer: Option<PathBuf>,
+    /// One more syncer flag (repeatable), e.g. `--syncer-arg=--super-write-slots=0`.
+    #[arg(long, allow_hyphen_values = true)]
+    syncer_arg: Vec<String>,
+    /// Where processes run: `shared` (everything on every core, one etcd), `split` (super cluster and
+    /// simulated nodes on CPU 0; tenants on their own etcd, syncer and clients on CPU 1), or `both`.
+    #[arg(long, value_enum, default_value_t = Topology::Both)]
+    topology: Topology,
 }
 
 fn pod(name: &str) -> Pod {
@@ -227,20 +242,6 @@ fn figures(started: &HashMap<String, Instant>, done: &HashMap<String, Instant>) 
     }
 }
 
-/// CPU seconds a process has used so far (user + system).
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// CPU seconds the whole machine has been busy.
 fn machine_busy_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -257,17 +258,29 @@ fn machine_busy_seconds() -> f64 {
     busy / 100.0
 }
 
+/// Reads how many CPU seconds one part of the setup has used so far.
+type CpuReader<'a> = Box<dyn Fn() -> f64 + Send + 'a>;
+
+/// CPU seconds of some processes (every thread).
+fn processes_cpu(pids: Vec<u32>) -> CpuReader<'static> {
+    Box::new(move || {
+        pids.iter()
+            .map(|pid| cpus::cpu_seconds(&format!("/proc/{pid}/stat")))
+            .sum()
+    })
+}
+
 /// CPU used by each part of the setup during one phase.
-struct CpuMeter {
-    parts: Vec<(String, Vec<u32>, f64)>,
+struct CpuMeter<'a> {
+    parts: Vec<(String, CpuReader<'a>, f64)>,
     machine: f64,
 }
 
-impl CpuMeter {
-    fn start(parts: Vec<(String, Vec<u32>)>) -> Self {
-        let parts = parts.into_iter().map(|(name, pids)| {
-            let used = pids.iter().map(|p| cpu_seconds(*p)).sum();
-            (name, pids, used)
+impl<'a> CpuMeter<'a> {
+    fn start(parts: Vec<(String, CpuReader<'a>)>) -> Self {
+        let parts = parts.into_iter().map(|(name, read)| {
+            let used = read();
+            (name, read, used)
         });
         Self {
             parts: parts.collect(),
@@ -275,17 +288,87 @@ impl CpuMeter {
         }
     }
 
-    fn report(&self, phase: &str, wall: f64) -> String {
-        let mut line = format!(
-            "{phase} CPU over {wall:.1}s wall: machine {:.1}s",
-            machine_busy_seconds() - self.machine
+    /// CPU seconds of each part, in total and per pod.
+    fn report(&self, phase: &str, wall: f64, pods: usize) -> String {
+        let machine = machine_busy_seconds() - self.machine;
+        let mut text = format!(
+            "{phase} CPU over {wall:.1}s wall: machine {machine:.1}s (whole machine, other users included)\n"
         );
-        for (name, pids, before) in &self.parts {
-            let now: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
-            line.push_str(&format!(", {name} {:.1}s", now - before));
+        for (name, read, before) in &self.parts {
+            let used = read() - before;
+            text.push_str(&format!(
+                "    {name:<38} {used:7.1}s  {:8.2} ms/pod\n",
+                used * 1000.0 / pods.max(1) as f64
+            ));
         }
-        line
+        text
     }
+}
+
+/// Where the benchmark's processes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Topology {
+    /// Everything shares every core, and tenants share the super cluster's etcd (the old benchmark).
+    Shared,
+    /// Production-like: the super cluster (its etcd, apiserver, controller-manager and the simulated
+    /// nodes) on CPU 0; the tenants (on their own etcd), the syncer and the clients on CPU 1.
+    Split,
+    /// Shared, then split.
+    Both,
+}
+
+/// CPU lists of the two sides of a split topology (`None`: not pinned).
+#[derive(Clone, Debug)]
+struct Placement {
+    name: &'static str,
+    super_cpus: Option<String>,
+    other_cpus: Option<String>,
+}
+
+impl Placement {
+    fn of(topology: Topology) -> Vec<Self> {
+        let shared = Self {
+            name: "shared",
+            super_cpus: None,
+            other_cpus: None,
+        };
+        let split = Self {
+            name: "split",
+            super_cpus: Some("0".into()),
+            other_cpus: Some("1".into()),
+        };
+        match topology {
+            Topology::Shared => vec![shared],
+            Topology::Split => vec![split],
+            Topology::Both => vec![shared, split],
+        }
+    }
+
+    fn pin(&self, pids: &[u32], super_side: bool) -> anyhow::Result<()> {
+        let cpus = match super_side {
+            true => &self.super_cpus,
+            false => &self.other_cpus,
+        };
+        if let Some(cpus) = cpus {
+            for pid in pids {
+                cpus::pin_process(*pid, cpus)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Thread ids of this process that are not in `except`.
+fn own_threads_except(except: &[u32]) -> Vec<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|tid| !except.contains(tid))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A syncer process and its admin endpoint.
@@ -300,18 +383,22 @@ impl SyncerProcess {
         kubeconfig: &std::path::Path,
         dir: &WorkDir,
         name: &str,
+        extra_args: &[String],
+        cpus: Option<&str>,
     ) -> anyhow::Result<(Self, f64)> {
         let admin_port = free_port()?;
-        let args = vec![
+        let mut args = vec![
             "--leader-elect=false".to_owned(),
             format!("--admin-address=127.0.0.1:{admin_port}"),
             "--patrol-interval-seconds=60".to_owned(),
         ];
-        // The syncer reads KUBECONFIG; a small wrapper passes it on.
+        args.extend(extra_args.iter().cloned());
+        // The syncer reads KUBECONFIG; a small wrapper passes it on, and pins it from its first thread.
+        let pinned = cpus.map(|c| format!("taskset -c {c} ")).unwrap_or_default();
         let wrapper = dir.write(
             &format!("{name}.sh"),
             format!(
-                "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn\nexec {} \"$@\"\n",
+                "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn\nexec {pinned}{} \"$@\"\n",
                 kubeconfig.display(),
                 binary.display()
             ),
@@ -371,14 +458,24 @@ impl SyncerProcess {
     }
 
     async fn metric_sum(&self, name: &str) -> f64 {
-        let Some(body) = http_get(self.admin_port, "/metrics").await else {
-            return f64::NAN;
-        };
-        body.lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metric_sum_at(self.admin_port, name).await
     }
+}
+
+/// The sum of every series of metric `name` (a counter, or a histogram's `_sum` or `_count`) on the admin
+/// endpoint at `port`.
+async fn metric_sum_at(port: u16, name: &str) -> f64 {
+    let Some(body) = http_get(port, "/metrics").await else {
+        return f64::NAN;
+    };
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
@@ -432,21 +529,23 @@ async fn request_counts(clients: &[Client]) -> BTreeMap<String, f64> {
     counts
 }
 
-/// The largest request counts between two snapshots, per pod.
+/// Every request count between two snapshots, per pod, largest first.
 fn requests_per_pod(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, pods: usize) -> String {
     let mut deltas: Vec<(String, f64)> = after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, d)| *d >= 1.0)
         .collect();
-    deltas.sort_by(|a, b| b.1.total_cmp(&a.1));
+    deltas.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let total: f64 = deltas.iter().map(|(_, d)| d).sum();
-    let top: Vec<String> = deltas
-        .iter()
-        .take(8)
-        .map(|(k, d)| format!("{k} {:.2}", d / pods as f64))
-        .collect();
-    format!("{:.2} per pod: {}", total / pods as f64, top.join(", "))
+    let mut text = format!("{:.2} per pod", total / pods as f64);
+    for (key, delta) in &deltas {
+        text.push_str(&format!(
+            "\n    {key:<48} {:8.3}  ({delta:.0})",
+            delta / pods as f64
+        ));
+    }
+    text
 }
 
 /// Deletes namespaces and waits until they are gone.
@@ -494,11 +593,28 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let syncer_binary = syncer_binary(&args)?;
+    let placements = Placement::of(args.topology);
+    if placements.iter().any(|p| p.super_cpus.is_some()) && std::thread::available_parallelism()?.get() < 2 {
+        bail!("--topology split needs two CPUs");
+    }
+    for placement in &placements {
+        run(&args, placement, &syncer_binary).await?;
+    }
+    Ok(())
+}
+
+/// One full benchmark (direct, synced, restart, fairness) in one topology; prints its figures.
+async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow::Result<()> {
     let total = args.tenants * args.pods;
+    println!();
     println!(
-        "syncer benchmark: {} tenants x {} pods = {total} pods, {} simulated nodes",
-        args.tenants, args.pods, args.nodes
+        "##### topology {}: {} tenants x {} pods = {total} pods, {} simulated nodes #####",
+        placement.name, args.tenants, args.pods, args.nodes
     );
+    // The bench (its clients, and the harness's spawner thread, whose children inherit its CPUs) goes on
+    // the tenants' side; the simulated nodes get a runtime of their own on the super cluster's side.
+    placement.pin(&[std::process::id()], false)?;
+    let nodes_runtime = cpus::PinnedRuntime::new("sim-nodes", 2, placement.super_cpus.clone())?;
 
     let setup = Instant::now();
     let tenancy = Tenancy::start(TenancyOptions {
@@ -512,6 +628,8 @@ async fn main() -> anyhow::Result<()> {
             "--max-requests-inflight=2000".into(),
             "--max-mutating-requests-inflight=1000".into(),
         ],
+        separate_tenant_etcd: placement.super_cpus.is_some(),
+        nodes_runtime: Some(nodes_runtime.handle()),
         ..TenancyOptions::default()
     })
     .await?;
@@ -523,23 +641,119 @@ async fn main() -> anyhow::Result<()> {
     let super_client = tenancy.super_client();
     let dir = WorkDir::new("bench-syncer")?;
     let pid_of = |p: &ManagedProcess| p.pid().into_iter().collect::<Vec<u32>>();
+    let super_etcd = pid_of(tenancy.etcd.process());
+    let super_apiserver = pid_of(tenancy.super_cluster.apiserver().process());
+    let super_components = tenancy.super_cluster.component_pids();
+    let tenant_etcd = tenancy
+        .tenant_etcd
+        .as_ref()
+        .map(|etcd| pid_of(etcd.process()))
+        .unwrap_or_default();
+    let tenant_apiservers: Vec<u32> = tenancy
+        .tenants
+        .iter()
+        .flat_map(|t| pid_of(t.control_plane.apiserver().process()))
+        .collect();
+    let tenant_components: Vec<u32> = tenancy
+        .tenants
+        .iter()
+        .flat_map(|t| t.control_plane.component_pids())
+        .collect();
+    placement.pin(
+        &[
+            super_etcd.clone(),
+            super_apiserver.clone(),
+            super_components.clone(),
+        ]
+        .concat(),
+        true,
+    )?;
+    placement.pin(
+        &[
+            tenant_etcd.clone(),
+            tenant_apiservers.clone(),
+            tenant_components.clone(),
+        ]
+        .concat(),
+        false,
+    )?;
+    let etcd_name = match tenant_etcd.is_empty() {
+        true => "etcd (super and tenants)",
+        false => "super etcd",
+    };
+    let nodes = &nodes_runtime;
+    let bench_cpu = move || cpus::cpu_seconds("/proc/self/stat") - nodes.cpu_seconds();
     let control_plane_parts = || {
-        vec![
-            ("etcd".to_owned(), pid_of(tenancy.etcd.process())),
+        let mut parts: Vec<(String, CpuReader<'_>)> = vec![
+            (etcd_name.to_owned(), processes_cpu(super_etcd.clone())),
             (
                 "super apiserver".to_owned(),
-                pid_of(tenancy.super_cluster.apiserver().process()),
+                processes_cpu(super_apiserver.clone()),
             ),
             (
-                "tenant apiservers".to_owned(),
-                tenancy
-                    .tenants
-                    .iter()
-                    .flat_map(|t| pid_of(t.control_plane.apiserver().process()))
-                    .collect(),
+                "super controller-manager/scheduler".to_owned(),
+                processes_cpu(super_components.clone()),
             ),
-            ("bench+nodes".to_owned(), vec![std::process::id()]),
+            (
+                "simulated nodes (bench threads)".to_owned(),
+                Box::new(move || nodes.cpu_seconds()) as CpuReader<'_>,
+            ),
+        ];
+        if !tenant_etcd.is_empty() {
+            parts.push(("tenant etcd".to_owned(), processes_cpu(tenant_etcd.clone())));
+        }
+        parts.push((
+            "tenant apiservers".to_owned(),
+            processes_cpu(tenant_apiservers.clone()),
+        ));
+        parts.push((
+            "tenant controller-managers".to_owned(),
+            processes_cpu(tenant_components.clone()),
+        ));
+        parts.push((
+            "bench (clients, watches)".to_owned(),
+            Box::new(bench_cpu) as CpuReader<'_>,
+        ));
+        parts
+    };
+    // What each part may run on, as the kernel reports it for every one of its threads.
+    let affinity = |syncer: Option<u32>| {
+        let mut lines = vec![
+            (etcd_name, super_etcd.clone()),
+            ("super apiserver", super_apiserver.clone()),
+            ("super controller-manager/scheduler", super_components.clone()),
+            ("tenant etcd", tenant_etcd.clone()),
+            ("tenant apiservers", tenant_apiservers.clone()),
+            ("tenant controller-managers", tenant_components.clone()),
+            ("syncer", syncer.into_iter().collect()),
         ]
+        .into_iter()
+        .filter(|(_, pids)| !pids.is_empty())
+        .map(|(name, pids)| {
+            let allowed: std::collections::BTreeSet<String> =
+                pids.iter().flat_map(|pid| cpus::process_affinity(*pid)).collect();
+            format!(
+                "    {name:<38} {} process(es), Cpus_allowed_list {:?}",
+                pids.len(),
+                allowed
+            )
+        })
+        .collect::<Vec<_>>();
+        let node_threads = nodes_runtime.thread_ids();
+        lines.push(format!(
+            "    {:<38} {} thread(s), Cpus_allowed_list {:?}",
+            "simulated nodes",
+            node_threads.len(),
+            cpus::threads_affinity(&node_threads)
+        ));
+        let bench_threads = own_threads_except(&node_threads);
+        lines.push(format!(
+            "    {:<38} {} thread(s), Cpus_allowed_list {:?}",
+            "bench",
+            bench_threads.len(),
+            cpus::threads_affinity(&bench_threads)
+        ));
+        lines.join("\n")
     };
 
     // 1. Direct baseline.
@@ -577,7 +791,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let direct = figures(&started, &direct_seen.lock().expect("lock").running);
-    let direct_cpu = direct_cpu.report("direct", direct.seconds);
+    let direct_cpu = direct_cpu.report("direct", direct.seconds, total);
     let direct_requests = requests_per_pod(
         &direct_requests_before,
         &request_counts(std::slice::from_ref(&super_client)).await,
@@ -588,12 +802,15 @@ async fn main() -> anyhow::Result<()> {
 
     // 2. Through the syncer.
     let (mut syncer, first_ready) = SyncerProcess::start(
-        &syncer_binary,
+        syncer_binary,
         tenancy.super_cluster.apiserver().kubeconfig_path(),
         &dir,
         "syncer-1",
+        &args.syncer_arg,
+        placement.other_cpus.as_deref(),
     )
     .await?;
+    let affinity_report = affinity(syncer.process.pid());
     wait_attached(&tenancy).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let baseline_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
@@ -645,7 +862,7 @@ async fn main() -> anyhow::Result<()> {
         })
     };
     let mut parts = control_plane_parts();
-    parts.push(("syncer".to_owned(), pid_of(&syncer.process)));
+    parts.push(("syncer".to_owned(), processes_cpu(pid_of(&syncer.process))));
     let tenant_clients: Vec<Client> = tenancy.tenants.iter().map(|t| t.client()).collect();
     let super_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
     let tenant_requests_before = request_counts(&tenant_clients).await;
@@ -695,7 +912,7 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
-    let synced_cpu = synced_cpu.report("synced", synced.seconds);
+    let synced_cpu = synced_cpu.report("synced", synced.seconds, total);
     let synced_super_requests = requests_per_pod(
         &super_requests_before,
         &request_counts(std::slice::from_ref(&super_client)).await,
@@ -731,10 +948,12 @@ async fn main() -> anyhow::Result<()> {
     let before_restart = syncer.metric_sum("syncer_super_writes_total").await;
     drop(syncer);
     let (restarted, ready_seconds) = SyncerProcess::start(
-        &syncer_binary,
+        syncer_binary,
         tenancy.super_cluster.apiserver().kubeconfig_path(),
         &dir,
         "syncer-2",
+        &args.syncer_arg,
+        placement.other_cpus.as_deref(),
     )
     .await?;
     wait_attached(&tenancy).await?;
@@ -775,8 +994,18 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let slot_wait = |syncer: &SyncerProcess| {
+        let syncer = syncer.admin_port;
+        async move {
+            let sum = metric_sum_at(syncer, "syncer_super_write_slot_wait_seconds_sum").await;
+            let count = metric_sum_at(syncer, "syncer_super_write_slot_wait_seconds_count").await;
+            (sum, count)
+        }
+    };
+    let slots_before = slot_wait(&syncer).await;
     let loaded = regular_latencies(&regular, &super_seen, "loaded", args.regular_pods).await?;
     let wait_loaded = syncer.queue_wait(&regular).await;
+    let slots_loaded = slot_wait(&syncer).await;
     for burst in bursts {
         burst.await??;
     }
@@ -794,6 +1023,12 @@ async fn main() -> anyhow::Result<()> {
     let direct_p99 = percentile(&mut direct_latencies, 0.99);
     let synced_p99 = percentile(&mut synced_latencies, 0.99);
     println!();
+    println!(
+        "===== figures, topology {} (a shared, noisy machine: other engineers' builds run beside it) =====",
+        placement.name
+    );
+    println!("== placement (read back from /proc/<pid>/task/*/status) ==");
+    println!("{affinity_report}");
     println!("== throughput ({total} pods) ==");
     println!(
         "direct:        {:8.1} pods/s ({:.1}s)",
@@ -809,8 +1044,10 @@ async fn main() -> anyhow::Result<()> {
         "ratio:         {:8.2}x (target >= 0.95)",
         synced.throughput() / direct.throughput()
     );
-    println!("{direct_cpu}");
-    println!("{synced_cpu}");
+    println!("== CPU seconds per process (per pod: over the {total} pods of the run) ==");
+    print!("{direct_cpu}");
+    print!("{synced_cpu}");
+    println!("== requests per pod, by apiserver, verb and resource ==");
     println!("direct requests, super apiserver: {direct_requests}");
     println!("synced requests, super apiserver: {synced_super_requests}");
     println!("synced requests, tenant apiservers: {synced_tenant_requests}");
@@ -865,6 +1102,11 @@ async fn main() -> anyhow::Result<()> {
         mean_wait(wait_before, wait_alone) * 1000.0,
         mean_wait(wait_alone, wait_loaded) * 1000.0,
         mean_wait(greedy_before, greedy_after) * 1000.0
+    );
+    println!(
+        "super write slot wait (all writes while regular tenants ran next to greedy): mean {:.1} ms over {:.0} writes",
+        mean_wait(slots_before, slots_loaded) * 1000.0,
+        slots_loaded.1 - slots_before.1
     );
     Ok(())
 }

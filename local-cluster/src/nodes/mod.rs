@@ -141,7 +141,16 @@ struct Shared {
 impl NodeSimulator {
     /// Creates the nodes in `cluster` and starts simulating them.
     pub async fn start(cluster: &ControlPlane, options: NodeSimulatorOptions) -> Result<Self> {
-        let client = cluster.client();
+        Self::start_with_client(cluster, cluster.client(), options).await
+    }
+
+    /// Like [`start`](Self::start), talking to `cluster` through `client`: one made on the runtime the
+    /// simulation is to run on (a client's connection tasks run on the runtime it was made on).
+    pub async fn start_with_client(
+        cluster: &ControlPlane,
+        client: Client,
+        options: NodeSimulatorOptions,
+    ) -> Result<Self> {
         let nodes: Vec<String> = (0..options.node_count)
             .map(|i| format!("{}{i}", options.name_prefix))
             .collect();
