@@ -195,6 +195,10 @@ pub struct SyncerArgs {
     /// Seconds between checks that an attached tenant's apiserver still answers.
     #[arg(long, default_value_t = 30)]
     pub tenant_health_period_seconds: u64,
+    /// Reach tenant apiservers over HTTP/2 when they offer it (every kube-apiserver does): a tenant's
+    /// watches and requests then share one TLS connection. `false`: HTTP/1.1, one connection per watch.
+    #[arg(long, env = "TENANT_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub tenant_http2: bool,
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
     pub downward_workers: usize,
@@ -531,6 +535,8 @@ pub struct SyncerConfig {
     pub patrol_interval: Duration,
     /// Tenant health-check period.
     pub tenant_health_period: Duration,
+    /// Tenant clients over HTTP/2 (one connection per tenant).
+    pub tenant_http2: bool,
     /// Downward workers.
     pub downward_workers: usize,
     /// Upward workers.
@@ -578,6 +584,7 @@ impl Default for SyncerConfig {
             vnode_mode: VNodeMode::Pods,
             patrol_interval: Duration::from_secs(60),
             tenant_health_period: Duration::from_secs(30),
+            tenant_http2: true,
             downward_workers: 32,
             upward_workers: 32,
             sync_ingresses: false,
@@ -720,6 +727,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             vnode_mode: vnode_mode(&args.vnode_mode)?,
             patrol_interval: Duration::from_secs(args.patrol_interval_seconds.max(1)),
             tenant_health_period: Duration::from_secs(args.tenant_health_period_seconds.max(1)),
+            tenant_http2: args.tenant_http2,
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
             sync_ingresses: args.sync_ingresses,
