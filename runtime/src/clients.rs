@@ -137,18 +137,20 @@ pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Resul
         .https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = rustls_pki_types::ServerName::try_from(name.clone()).map_err(|e| {
-            Error::Client(kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))
+            Error::Client(kube::Error::RustlsTls(
+                kube::client::RustlsTlsError::InvalidServerName(e),
+            ))
         })?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
     let https = https.enable_http1().enable_http2().wrap_connector(http);
     let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .timer(hyper_util::rt::TokioTimer::new())
-        .http2_keep_alive_interval(Some(PING_INTERVAL))
-        .http2_keep_alive_timeout(PING_TIMEOUT)
-        .http2_keep_alive_while_idle(true)
-        .build(https);
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(Some(PING_INTERVAL))
+            .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(https);
     let read = timeouts.read;
     let client = client.map_future(move |response| async move {
         match tokio::time::timeout(read, response).await {
@@ -161,9 +163,11 @@ pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Resul
     });
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| {
-            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
-        }))
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
+        )
         .option_layer(config.auth_layer().map_err(Error::Client)?)
         .layer(config.extra_headers_layer().map_err(Error::Client)?)
         .service(client);
