@@ -674,6 +674,12 @@ async fn main() -> anyhow::Result<()> {
             .iter()
             .map(|(name, at)| at.duration_since(created_at[name]).as_secs_f64())
             .collect();
+        println!(
+            "{target} tenants (+{}): created in {all_created:.1}s; all TenantSynced=True {all_attached:.1}s after the first create (create -> attached p50 {:.2}s, p99 {:.2}s)",
+            names.len(),
+            percentile(&mut latencies, 0.5),
+            percentile(&mut latencies, 0.99),
+        );
         // Settled: no super write for 10 s (the tenants' objects are all copied). Tenants sharing an
         // apiserver keep writing their own super cluster IP onto its `default/kubernetes` Service (see
         // the module's note), so the queues need not run empty.
@@ -688,7 +694,13 @@ async fn main() -> anyhow::Result<()> {
                 break;
             }
             if Instant::now() > deadline {
-                bail!("the syncer did not settle within {}s", args.timeout_seconds);
+                // Sampled anyway: the figures then include the copying still under way.
+                println!(
+                    "  not settled within {}s of the first create; sampling while it still writes",
+                    args.timeout_seconds
+                );
+                quiet_since = Instant::now();
+                break;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -702,9 +714,7 @@ async fn main() -> anyhow::Result<()> {
             .items
             .len();
         println!(
-            "{target} tenants (+{new}): created in {all_created:.1}s; all TenantSynced=True {all_attached:.1}s after the first create (create -> attached p50 {:.2}s, p99 {:.2}s); settled {settled:.1}s: {writes:.0} super writes ({:.1} per new tenant), {super_namespaces} super namespaces",
-            percentile(&mut latencies, 0.5),
-            percentile(&mut latencies, 0.99),
+            "  settled {settled:.1}s after the first create: {writes:.0} super writes ({:.1} per new tenant), {super_namespaces} super namespaces",
             writes / new as f64,
         );
         let sample = setup.idle_sample(target, args.idle_seconds).await;
