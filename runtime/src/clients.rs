@@ -107,6 +107,73 @@ fn service_of_url(server: &str) -> Option<(String, String, u16)> {
         .then(|| (service.to_owned(), namespace.to_owned(), port))
 }
 
+/// How often a multiplexed client pings its apiserver, and how long it waits for the answer: a peer that
+/// stops answering is found without a read timeout, which would also end idle watches.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client that reaches its apiserver over one HTTP/2 connection when the apiserver offers HTTP/2 (every
+/// kube-apiserver does), HTTP/1.1 otherwise.
+///
+/// kube's own client speaks HTTP/1.1 only: each watch then holds a TLS connection of its own, so a tenant's
+/// watches hold one connection per kind, and with `read` set, an idle watch (no event, no bookmark within
+/// it) is cut and started again. Here every watch and request of the client are streams of one connection;
+/// HTTP/2 pings find a dead peer, and `timeouts.read` bounds the wait for a response's headers (a watch's
+/// come at once; its events may then be minutes apart).
+pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Result<Client, Error> {
+    use kube::client::ConfigExt;
+    use tower::{ServiceBuilder, ServiceExt};
+
+    // The connector below holds the timeouts; kube's own would apply a read timeout to every watch.
+    config.read_timeout = None;
+    let mut tls = config.rustls_client_config().map_err(Error::Client)?;
+    // The connector sets the protocols it offers (h2, http/1.1).
+    tls.alpn_protocols.clear();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(timeouts.connect));
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls_pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            Error::Client(kube::Error::RustlsTls(
+                kube::client::RustlsTlsError::InvalidServerName(e),
+            ))
+        })?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = https.enable_http1().enable_http2().wrap_connector(http);
+    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(Some(PING_INTERVAL))
+            .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(https);
+    let read = timeouts.read;
+    let client = client.map_future(move |response| async move {
+        match tokio::time::timeout(read, response).await {
+            Ok(answered) => answered.map_err(tower::BoxError::from),
+            Err(_) => Err(tower::BoxError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no response within {}s", read.as_secs()),
+            ))),
+        }
+    });
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer().map_err(Error::Client)?)
+        .layer(config.extra_headers_layer().map_err(Error::Client)?)
+        .service(client);
+    Ok(Client::new(service, config.default_namespace))
+}
+
 /// A client for the current context of a kubeconfig (YAML).
 pub async fn from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -> Result<Client, Error> {
     Client::try_from(config_from_kubeconfig_yaml(yaml, timeouts).await?).map_err(Error::Client)

@@ -239,10 +239,12 @@ pub async fn load_kubeconfig(
 
 /// Builds a client from a kubeconfig and asks the apiserver for its version. A provisioned tenant's
 /// apiserver (`native_root`: the super client and the tenant's root namespace) is reached at its Service's
-/// cluster IP, so the syncer does not depend on cluster DNS.
+/// cluster IP, so the syncer does not depend on cluster DNS. `http2`: one multiplexed connection (see
+/// [`vc_runtime::clients::multiplexed_client`]) rather than one per watch.
 async fn connect(
     kubeconfig: &str,
     native_root: Option<(&Client, &str)>,
+    http2: bool,
 ) -> Result<(Connection, Answer), Failure> {
     // Data, never a recipe: a kubeconfig that names a file, a program or a proxy builds no client.
     let mut config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
@@ -279,7 +281,11 @@ async fn connect(
     });
     let server = config.cluster_url.to_string();
     let apiserver_addresses = addresses_of(&config.cluster_url).await;
-    let client = Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+    let client = match http2 {
+        true => vc_runtime::clients::multiplexed_client(config, ClientTimeouts::default())
+            .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?,
+        false => Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?,
+    };
     let answer = check(&client, &format!("at {server}")).await?;
     let connection = Connection {
         client,
@@ -767,7 +773,7 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
-    let (connection, answer) = connect(&kubeconfig, native_root).await?;
+    let (connection, answer) = connect(&kubeconfig, native_root, ctx.config.tenant_http2).await?;
     if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
         // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
         // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.

@@ -198,6 +198,10 @@ pub struct SyncerArgs {
     /// Seconds between checks that an attached tenant's apiserver still answers.
     #[arg(long, default_value_t = 30)]
     pub tenant_health_period_seconds: u64,
+    /// Reach tenant apiservers over HTTP/2 when they offer it (every kube-apiserver does): a tenant's
+    /// watches and requests then share one TLS connection. `false`: HTTP/1.1, one connection per watch.
+    #[arg(long, env = "TENANT_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
+    pub tenant_http2: bool,
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
     pub downward_workers: usize,
@@ -558,6 +562,8 @@ pub struct SyncerConfig {
     pub patrol_interval: Duration,
     /// Tenant health-check period.
     pub tenant_health_period: Duration,
+    /// Tenant clients over HTTP/2 (one connection per tenant).
+    pub tenant_http2: bool,
     /// Downward workers.
     pub downward_workers: usize,
     /// Upward workers.
@@ -611,6 +617,7 @@ impl Default for SyncerConfig {
             vnode_mode: VNodeMode::Pods,
             patrol_interval: Duration::from_secs(60),
             tenant_health_period: Duration::from_secs(30),
+            tenant_http2: false,
             downward_workers: 32,
             upward_workers: 32,
             super_write_slots: DEFAULT_SUPER_WRITE_SLOTS,
@@ -794,6 +801,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             vnode_mode: vnode_mode(&args.vnode_mode)?,
             patrol_interval: Duration::from_secs(args.patrol_interval_seconds.max(1)),
             tenant_health_period: Duration::from_secs(args.tenant_health_period_seconds.max(1)),
+            tenant_http2: args.tenant_http2,
             downward_workers: args.downward_workers.max(1),
             upward_workers: args.upward_workers.max(1),
             super_write_slots: args.super_write_slots,
