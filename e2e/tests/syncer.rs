@@ -427,9 +427,14 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
             review.user.and_then(|u| u.username).as_deref(),
             Some("system:serviceaccount:shop:default")
         );
+        // A shared Secret belongs to no pod: it records its members (the tenant pod's uid, which the tokens
+        // are bound to), and the patrol removes the keys of gone pods.
+        assert!(token_secret.owner_references().is_empty());
+        let members = syncer::resources::pod::token_secrets::members_of(&token_secret.metadata);
         assert_eq!(
-            token_secret.owner_references().first().map(|o| o.uid.clone()),
-            pod.uid()
+            members.get("web-1").map(|m| m.uid.as_str()),
+            annotation(&super_pod, wellknown::ANNOTATION_UID),
+            "{members:?}"
         );
     }
 
