@@ -20,6 +20,7 @@
 
 mod apiserver;
 pub mod apply;
+pub mod bench;
 mod binaries;
 mod cluster;
 mod components;

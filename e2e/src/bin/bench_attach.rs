@@ -30,12 +30,12 @@ use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service, ServiceAccount};
 use kube::{Api, Client, ResourceExt, api::ListParams};
+use local_cluster::bench::percentile;
 use local_cluster::{
     Binary, ControlPlane, ControlPlaneOptions, ManagedProcess, WorkDir, free_port,
     tenancy::{Tenancy, TenancyOptions, VC_NAMESPACE},
     wait,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser, Debug)]
 #[command(about = "Attach many idle tenants to one syncer and measure what each costs")]
@@ -298,17 +298,7 @@ impl SyncerProcess {
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut body))
-        .await
-        .ok()?
-        .ok()?;
-    Some(body)
+    local_cluster::bench::admin_get(port, path, Duration::from_secs(30)).await
 }
 
 fn syncer_binary(args: &Args) -> anyhow::Result<PathBuf> {
@@ -323,14 +313,6 @@ fn syncer_binary(args: &Args) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    values[((values.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Objects and their JSON bytes, by kind, that one tenant apiserver shows (what each tenant leading to it

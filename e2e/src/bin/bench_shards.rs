@@ -23,12 +23,12 @@ use kube::{
     api::PostParams,
     runtime::{WatchStreamExt, watcher},
 };
+use local_cluster::bench::percentile;
 use local_cluster::{
     Binary, ManagedProcess, WorkDir, free_port,
     tenancy::{Tenancy, TenancyOptions},
     wait,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark sharded syncer replicas: N replicas with N times the tenants")]
@@ -63,14 +63,6 @@ fn pod(name: &str) -> Pod {
         "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
     }))
     .expect("pod")
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    values[((values.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// First sightings by key: created, and Running.
@@ -111,17 +103,7 @@ fn observe(
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
-        .await
-        .ok()?
-        .ok()?;
-    Some(body)
+    local_cluster::bench::admin_get(port, path, Duration::from_secs(10)).await
 }
 
 /// The value of an unlabelled metric on a syncer's admin endpoint.

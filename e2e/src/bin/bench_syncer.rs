@@ -34,12 +34,12 @@ use kube::{
     api::{DeleteParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
+use local_cluster::bench::percentile;
 use local_cluster::{
     Binary, ManagedProcess, WorkDir, cpus, free_port,
     tenancy::{Tenancy, TenancyOptions},
     wait,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the syncer against a direct baseline on real apiservers")]
@@ -86,15 +86,6 @@ fn pod(name: &str) -> Pod {
         "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
     }))
     .expect("pod")
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
-    values[index]
 }
 
 fn mean(values: &[f64]) -> f64 {
@@ -479,17 +470,7 @@ async fn metric_sum_at(port: u16, name: &str) -> f64 {
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
-        .await
-        .ok()?
-        .ok()?;
-    Some(body)
+    local_cluster::bench::admin_get(port, path, Duration::from_secs(10)).await
 }
 
 /// `apiserver_request_total` of some apiservers, summed by verb, resource and subresource (the bench's
