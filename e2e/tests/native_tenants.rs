@@ -74,7 +74,7 @@ pub(crate) async fn viewer_kubeconfig(
 }
 
 /// `kubectl run <name> --image=busybox -- sh -c <script>` as the tenant, once the pod runs.
-async fn run_busybox(
+pub(crate) async fn run_busybox(
     kubeconfig: &Path,
     client: &kube::Client,
     name: &str,
@@ -166,7 +166,7 @@ pub(crate) async fn tenant_client(kubeconfig: &Path) -> anyhow::Result<kube::Cli
     Ok(local_cluster::client_from_kubeconfig_file(kubeconfig).await?)
 }
 
-async fn wait_running(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
+pub(crate) async fn wait_running(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let found = wait::until(
         Duration::from_secs(120),

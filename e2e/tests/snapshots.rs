@@ -1,14 +1,15 @@
 //! Snapshots on real nodes: `kubectl vc snapshot create` reads a native tenant's etcd and PKI into a
 //! folder, a tampered copy is refused before anything is created, and `kubectl vc snapshot restore`
 //! brings up a new VirtualCluster with the same objects, certificate authorities and service-account key,
-//! so that a token issued by the original tenant authenticates against the restored apiserver.
+//! so that a token issued by the original tenant authenticates against the restored apiserver, and its
+//! bare pod runs again.
 
 use std::{path::Path, time::Duration};
 
 use anyhow::Context;
 use clap::Parser;
 use crds::{SnapshotStatus, VirtualCluster};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{
     Api,
     api::{Patch, PatchParams},
@@ -19,7 +20,9 @@ use local_cluster::{
     wait,
 };
 
-use crate::native_tenants::{NEEDS, kubectl, tenant_client, token_kubeconfig, viewer_kubeconfig};
+use crate::native_tenants::{
+    NEEDS, kubectl, run_busybox, tenant_client, token_kubeconfig, viewer_kubeconfig, wait_running,
+};
 
 /// What one `kubectl vc` run printed (progress included, as on a terminal).
 struct Ran {
@@ -125,6 +128,9 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
         ],
     )
     .await?;
+    // A bare pod: no controller would replace it, so the restored tenant must run this very pod again.
+    let keeper = run_busybox(&kubeconfig, &client, "keeper", "exec sleep 3600").await?;
+    let keeper_uid = keeper.metadata.uid.clone().context("the pod's uid")?;
     let origin_token_config = viewer_kubeconfig(&kubeconfig, &client).await?;
     let token = std::fs::read_to_string(&origin_token_config)?
         .lines()
@@ -292,6 +298,32 @@ async fn a_restored_snapshot_brings_back_objects_certificates_and_tokens_on_real
     assert!(
         seen.contains("configmap/keep"),
         "the original tenant's token works on the restored tenant: {seen}"
+    );
+    // The bare pod was scheduled in the snapshot but never had a super copy for the restored tenant: it
+    // is recreated on the first attachment, not deleted as lost.
+    // (Its status in the snapshot already says Running, so the super copy is what shows it.)
+    let super_pods: Api<Pod> = Api::namespaced(
+        super_client.clone(),
+        &crds::naming::super_namespace(&restored_root, "default"),
+    );
+    wait::until(
+        Duration::from_secs(180),
+        "the restored bare pod's super copy running",
+        || {
+            let super_pods = super_pods.clone();
+            async move {
+                let pod = super_pods.get_opt("keeper").await.ok()??;
+                (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        },
+    )
+    .await?;
+    let restored_client = tenant_client(&restored_admin).await?;
+    let running = wait_running(&restored_client, "default", "keeper").await?;
+    assert_eq!(
+        running.metadata.uid.as_deref(),
+        Some(keeper_uid.as_str()),
+        "the same pod runs again"
     );
     println!("whole test took {:?}", started.elapsed());
 

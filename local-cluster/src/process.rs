@@ -114,6 +114,11 @@ impl ManagedProcess {
         }
     }
 
+    /// How the process ended, once it has (None while it runs, or before it was started).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

@@ -116,6 +116,20 @@ fn resuming(vc: &VirtualCluster) -> bool {
             && find(crds::wellknown::CONDITION_PAUSED).is_some_and(|c| c.status == "False"))
 }
 
+/// Why the scheduled tenant pods that have no super copy when the tenant is attached are to be recreated
+/// rather than treated as lost (deleted for their controllers to replace): the tenant was paused, or it is
+/// attached for the first time (no identity pinned yet) and brings pods from elsewhere — a restored
+/// snapshot, or an adopted cluster — whose copies never existed here.
+fn recreates_missing_copies(vc: &VirtualCluster) -> Option<&'static str> {
+    if resuming(vc) {
+        Some("resumed after a pause")
+    } else if pinned_identity(vc).is_none() {
+        Some("first attachment")
+    } else {
+        None
+    }
+}
+
 /// Removes a paused tenant's super pods, each pinned to its uid and with its own grace period; nothing in
 /// the tenant is touched. Returns how many of its super pods are still there (terminating, or refused).
 pub async fn remove_paused_pods(ctx: &Context, cluster_key: &str) -> usize {
@@ -803,10 +817,10 @@ async fn attach_or_check(
         &ctx.config.custom_resources,
         ctx.config.tenant_cache_limits,
     );
-    if resuming(vc) {
+    if let Some(why) = recreates_missing_copies(vc) {
         // Before the caches are ready, so before any pod is synced.
         let _ = tenant.resumed.set(crate::tenant::Resumed::at(Timestamp::now()));
-        tracing::info!(vc = %identity.vc_ref(), "tenant resumed; its pods' super copies are recreated");
+        tracing::info!(vc = %identity.vc_ref(), why, "scheduled tenant pods without a super copy are recreated, not treated as lost");
     }
     // Sharded: only while this replica holds the tenant's Lease, checked atomically with the insert.
     let Some(previous) = ctx.admit(&identity.cluster_key, || ctx.tenants.insert(tenant.clone())) else {
@@ -1432,6 +1446,34 @@ current-context: x
         assert!(!resuming(&attached));
         // A paused provisioned tenant is not attached; resumed, it waits for vc-manager to leave Paused.
         assert!(!eligible(&provisioned(Some("Paused"), Some("True")), true));
+    }
+
+    #[test]
+    fn missing_copies_are_recreated_after_a_pause_or_on_the_first_attachment_only() {
+        let mut pinned = provisioned(Some("Running"), Some("True"));
+        pinned.metadata.annotations.get_or_insert_default().insert(
+            ANNOTATION_TENANT_IDENTITY.to_owned(),
+            "kube-system-uid".to_owned(),
+        );
+        // Synced before with this identity: a copy missing now was lost.
+        assert_eq!(recreates_missing_copies(&pinned), None);
+        // Never attached (a restored snapshot, an adopted cluster): its scheduled pods never had a copy here.
+        let first = provisioned(Some("Running"), None);
+        assert_eq!(recreates_missing_copies(&first), Some("first attachment"));
+        // An empty annotation pins nothing.
+        let mut emptied = pinned.clone();
+        emptied
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ANNOTATION_TENANT_IDENTITY.to_owned(), String::new());
+        assert_eq!(recreates_missing_copies(&emptied), Some("first attachment"));
+        let paused = with_conditions(
+            pinned,
+            json!([{"type": CONDITION_TENANT_SYNCED, "status": "False", "reason": REASON_TENANT_PAUSED,
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+        );
+        assert_eq!(recreates_missing_copies(&paused), Some("resumed after a pause"));
     }
 
     #[test]

@@ -71,6 +71,9 @@ struct Args {
     /// The syncer binary (default: `syncer` next to this binary).
     #[arg(long)]
     syncer: Option<PathBuf>,
+    /// The syncer's log filter (`RUST_LOG`), e.g. `info` to see why it did what it did.
+    #[arg(long, default_value = "warn")]
+    syncer_log: String,
     /// One more syncer flag (repeatable), e.g. `--syncer-arg=--super-write-slots=0`.
     #[arg(long, allow_hyphen_values = true)]
     syncer_arg: Vec<String>,
@@ -376,6 +379,7 @@ impl SyncerProcess {
         name: &str,
         extra_args: &[String],
         cpus: Option<&str>,
+        log_filter: &str,
     ) -> anyhow::Result<(Self, f64)> {
         let admin_port = free_port()?;
         let mut args = vec![
@@ -389,7 +393,7 @@ impl SyncerProcess {
         let wrapper = dir.write(
             &format!("{name}.sh"),
             format!(
-                "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn\nexec {pinned}{} \"$@\"\n",
+                "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG='{log_filter}'\nexec {pinned}{} \"$@\"\n",
                 kubeconfig.display(),
                 binary.display()
             ),
@@ -406,6 +410,30 @@ impl SyncerProcess {
             .await?;
         let ready = started.elapsed().as_secs_f64();
         Ok((Self { process, admin_port }, ready))
+    }
+
+    /// Fails, with how it ended and its log's end, once the syncer has exited: a bench must not wait an
+    /// hour for pods a dead syncer will never sync. Its whole log is copied out of the work folder first.
+    fn ensure_alive(&mut self, during: &str) -> anyhow::Result<()> {
+        let Some(status) = self.process.exit_status() else {
+            return Ok(());
+        };
+        let kept = std::env::temp_dir().join(format!(
+            "bench-syncer-{}-{}.log",
+            self.process.name(),
+            std::process::id()
+        ));
+        let copied = std::fs::copy(self.process.log_path(), &kept).is_ok();
+        bail!(
+            "{} exited ({status}) while waiting for {during}; its whole log is at {}; it ends:\n{}",
+            self.process.name(),
+            if copied {
+                kept.display().to_string()
+            } else {
+                "(not copied)".to_owned()
+            },
+            self.process.log_tail(40)
+        )
     }
 
     fn memory_kib(&self, field: &str) -> Option<u64> {
@@ -789,6 +817,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         "syncer-1",
         &args.syncer_arg,
         placement.other_cpus.as_deref(),
+        &args.syncer_log,
     )
     .await?;
     let affinity_report = affinity(syncer.process.pid());
@@ -881,16 +910,22 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         }
         all
     };
-    wait::until_true(
-        Duration::from_secs(3600),
-        "synced pods Running in their tenants",
-        || {
-            let running = merged_running();
-            let done = keys.iter().all(|k| running.contains_key(k));
-            async move { done }
-        },
-    )
-    .await?;
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        let running = merged_running();
+        if keys.iter().all(|k| running.contains_key(k)) {
+            break;
+        }
+        syncer.ensure_alive("synced pods Running in their tenants")?;
+        if Instant::now() > deadline {
+            bail!(
+                "synced pods Running in their tenants: {} of {} after an hour",
+                running.len(),
+                keys.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
     let synced_cpu = synced_cpu.report("synced", synced.seconds, total);
@@ -935,6 +970,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         "syncer-2",
         &args.syncer_arg,
         placement.other_cpus.as_deref(),
+        &args.syncer_log,
     )
     .await?;
     wait_attached(&tenancy).await?;
