@@ -13,6 +13,7 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
 };
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 /// A container's name, image and resources.
@@ -150,16 +151,63 @@ pub struct TenantPodStatus {
 }
 
 /// A pod in a tenant, as cached (serialized only to weigh it against the tenant's cache limits).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct TenantPod {
     /// Metadata (managed fields dropped).
     pub metadata: ObjectMeta,
     /// Spec essentials.
-    #[serde(default, deserialize_with = "or_default")]
     pub spec: CachedPodSpec,
     /// Status essentials.
-    #[serde(default, deserialize_with = "or_default")]
     pub status: TenantPodStatus,
+    /// The whole spec as the watch sent it (compact JSON), kept only while the pod is unbound and not
+    /// being deleted, that is until its super copy exists: the copy is made from it rather than from a
+    /// read of the pod, a tenant request per pod saved. The binding's watch event replaces it with a
+    /// cached pod without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unbound_spec: Option<Box<RawValue>>,
+}
+
+impl<'de> Deserialize<'de> for TenantPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: Option<Box<RawValue>>,
+            #[serde(default, deserialize_with = "or_default")]
+            status: TenantPodStatus,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let spec: CachedPodSpec = match &wire.spec {
+            Some(raw) => {
+                Option::<CachedPodSpec>::deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+                    .map_err(serde::de::Error::custom)?
+                    .unwrap_or_default()
+            }
+            None => CachedPodSpec::default(),
+        };
+        let unbound = spec.node_name.is_none() && wire.metadata.deletion_timestamp.is_none();
+        Ok(Self {
+            metadata: wire.metadata,
+            spec,
+            status: wire.status,
+            unbound_spec: wire.spec.filter(|raw| unbound && raw.get() != "null"),
+        })
+    }
+}
+
+impl TenantPod {
+    /// The whole pod to copy, when the watch's spec is still kept ([`TenantPod::unbound_spec`]): the cached
+    /// metadata (all but managed fields and kubectl's last-applied annotation, which no copy carries) and
+    /// that spec. `None` when it is not kept, or does not parse as a pod spec.
+    pub fn unbound_pod(&self) -> Option<k8s_openapi::api::core::v1::Pod> {
+        let spec = serde_json::from_str(self.unbound_spec.as_ref()?.get()).ok()?;
+        Some(k8s_openapi::api::core::v1::Pod {
+            metadata: self.metadata.clone(),
+            spec: Some(spec),
+            status: None,
+        })
+    }
 }
 
 /// The parts of a super pod's status read without parsing it all.
@@ -314,6 +362,33 @@ mod tests {
             super_pod.parsed_status().and_then(|s| s.pod_ip).as_deref(),
             Some("10.0.0.9")
         );
+    }
+
+    #[test]
+    fn the_whole_spec_is_kept_only_while_the_pod_is_unbound_and_not_deleting() {
+        let mut wire: serde_json::Value = serde_json::from_str(POD).expect("json");
+        let bound: TenantPod = serde_json::from_value(wire.clone()).expect("bound pod");
+        assert!(bound.unbound_spec.is_none() && bound.unbound_pod().is_none());
+
+        wire["spec"].as_object_mut().expect("spec").remove("nodeName");
+        let unbound: TenantPod = serde_json::from_str(&wire.to_string()).expect("unbound pod");
+        let pod = unbound.unbound_pod().expect("the whole pod");
+        let spec = pod.spec.expect("spec");
+        // What the cache would otherwise drop is there: volumes, mounts, env.
+        assert_eq!(spec.volumes.expect("volumes")[0].name, "v");
+        assert_eq!(spec.containers[0].env.as_ref().expect("env")[0].name, "A");
+        assert_eq!(pod.metadata.labels.expect("labels")["app"], "web");
+        assert!(pod.status.is_none());
+        // Weighed against the cache limits with the spec it keeps.
+        let weight = serde_json::to_string(&unbound).expect("serialize").len();
+        assert!(weight > serde_json::to_string(&bound).expect("serialize").len());
+
+        wire["metadata"]["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
+        let deleting: TenantPod = serde_json::from_value(wire).expect("deleting pod");
+        assert!(deleting.unbound_spec.is_none());
+        let no_spec: TenantPod =
+            serde_json::from_str(r#"{"metadata": {"name": "x"}, "spec": null}"#).expect("pod");
+        assert!(no_spec.unbound_spec.is_none());
     }
 
     #[test]

@@ -81,6 +81,42 @@ struct Args {
     /// simulated nodes on CPU 0; tenants on their own etcd, syncer and clients on CPU 1), or `both`.
     #[arg(long, value_enum, default_value_t = Topology::Both)]
     topology: Topology,
+    /// Write CPU profiles (Go pprof) of the super apiserver, one over the direct and one over the synced
+    /// run's first `--profile-seconds`, into this folder (`go tool pprof -top FILE` reads them): where the
+    /// super cluster spends the CPU a synced pod costs. Turns on the apiservers' profiling endpoints.
+    #[arg(long)]
+    profile_dir: Option<PathBuf>,
+    /// Seconds each profile covers.
+    #[arg(long, default_value_t = 20)]
+    profile_seconds: u32,
+}
+
+/// Records a CPU profile of the apiserver behind `client` over `seconds`, into `path`; a failure is
+/// printed, never fatal (the figures do not depend on it).
+fn capture_profile(client: Client, seconds: u32, path: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+            .body(Vec::new())
+            .expect("a GET request");
+        let outcome = async {
+            let response = client.send(request.map(kube::client::Body::from)).await?;
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await?
+                .to_bytes();
+            anyhow::ensure!(
+                status.is_success(),
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            std::fs::write(&path, &body)?;
+            anyhow::Ok(body.len())
+        };
+        match outcome.await {
+            Ok(bytes) => println!("profile: {} ({bytes} bytes)", path.display()),
+            Err(error) => println!("profile {} not written: {error:#}", path.display()),
+        }
+    })
 }
 
 fn pod(name: &str) -> Pod {
@@ -602,6 +638,9 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let syncer_binary = syncer_binary(&args)?;
+    if let Some(dir) = &args.profile_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let placements = Placement::of(args.topology);
     if placements.iter().any(|p| p.super_cpus.is_some()) && std::thread::available_parallelism()?.get() < 2 {
         bail!("--topology split needs two CPUs");
@@ -633,10 +672,14 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         super_controller_manager: true,
         // Tenants need only what makes pods creatable: service accounts and namespace cleanup.
         tenant_controllers: Some("serviceaccount,serviceaccount-token,namespace,garbagecollector".into()),
-        apiserver_args: vec![
-            "--max-requests-inflight=2000".into(),
-            "--max-mutating-requests-inflight=1000".into(),
-        ],
+        apiserver_args: [
+            "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000",
+        ]
+        .into_iter()
+        .chain(args.profile_dir.as_ref().map(|_| "--profiling=true"))
+        .map(String::from)
+        .collect(),
         separate_tenant_etcd: placement.super_cpus.is_some(),
         nodes_runtime: Some(nodes_runtime.handle()),
         ..TenancyOptions::default()
@@ -776,6 +819,12 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     wait_for_default_accounts(&super_client, &namespaces).await?;
     let direct_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
     let direct_cpu = CpuMeter::start(control_plane_parts());
+    let profile = |run: &str| {
+        let dir = args.profile_dir.as_ref()?;
+        let path = dir.join(format!("super-apiserver-{}-{run}.pprof", placement.name));
+        Some(capture_profile(super_client.clone(), args.profile_seconds, path))
+    };
+    let direct_profile = profile("direct");
     let creators = namespaces.iter().map(|ns| {
         create_pods(
             super_client.clone(),
@@ -800,6 +849,9 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     )
     .await?;
     let direct = figures(&started, &direct_seen.lock().expect("lock").running);
+    if let Some(profile) = direct_profile {
+        let _ = profile.await;
+    }
     let direct_cpu = direct_cpu.report("direct", direct.seconds, total);
     let direct_requests = requests_per_pod(
         &direct_requests_before,
@@ -877,6 +929,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     let super_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
     let tenant_requests_before = request_counts(&tenant_clients).await;
     let synced_cpu = CpuMeter::start(parts);
+    let synced_profile = profile("synced");
     let creators = tenancy.tenants.iter().map(|t| {
         let name = t.name.clone();
         let client = t.client();
@@ -928,6 +981,9 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     }
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
+    if let Some(profile) = synced_profile {
+        let _ = profile.await;
+    }
     let synced_cpu = synced_cpu.report("synced", synced.seconds, total);
     let synced_super_requests = requests_per_pod(
         &super_requests_before,

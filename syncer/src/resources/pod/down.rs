@@ -405,17 +405,23 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             });
         }
     };
-    // The cache keeps little of a pod; the whole pod is read (from the apiserver's watch cache) to copy it.
-    let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
-    let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
-    let mut tenant_pod = match tenant_api.get_with(&name, &at).await {
-        Ok(pod) => pod,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
-        Err(e) => {
-            return Err(on_tenant(
-                &tenant.identity.cluster_key,
-                format!("reading pod {namespace}/{name}"),
-            )(e));
+    // The cache keeps little of a pod, but the whole spec of an unbound one: the copy is made from it.
+    // Otherwise (a pod a pause removed) the whole pod is read, from the apiserver's watch cache.
+    let mut tenant_pod = match cached.unbound_pod() {
+        Some(pod) => pod,
+        None => {
+            let tenant_api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
+            let at = GetParams::at(cached.meta().resource_version.as_deref().unwrap_or("0"));
+            match tenant_api.get_with(&name, &at).await {
+                Ok(pod) => pod,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::InSync),
+                Err(e) => {
+                    return Err(on_tenant(
+                        &tenant.identity.cluster_key,
+                        format!("reading pod {namespace}/{name}"),
+                    )(e));
+                }
+            }
         }
     };
     // A scheduled pod gets here only when a pause removed its super pod (`Tenant::paused_away`): its node
@@ -1093,14 +1099,11 @@ mod tests {
         assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
         tenants.idle().await;
 
-        // The quota is raised: the pod is queued, read whole and created.
+        // The quota is raised: the pod is queued and created from the cached spec of the unbound pod,
+        // with no read of the tenant.
         assert!(crate::attach::update_settings(&ctx, &tenant, quota("2")));
         assert_eq!(testing::drain_down(&ctx).await, std::slice::from_ref(&item));
         let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
-            tenants
-                .expect("GET", "/api/v1/namespaces/ns/pods/second?")
-                .await
-                .respond(200, &pod_json());
             let created = supers
                 .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-ns/pods/second?")
                 .await;
