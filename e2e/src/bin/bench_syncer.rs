@@ -82,8 +82,9 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Topology::Both)]
     topology: Topology,
     /// Write CPU profiles (Go pprof) of the super apiserver, one over the direct and one over the synced
-    /// run's first `--profile-seconds`, into this folder (`go tool pprof -top FILE` reads them): where the
-    /// super cluster spends the CPU a synced pod costs. Turns on the apiservers' profiling endpoints.
+    /// run's first `--profile-seconds`, and of the first tenant's apiserver over the synced run, into this
+    /// folder (`go tool pprof -top FILE` reads them): where the CPU a synced pod costs goes. Turns on the
+    /// apiservers' profiling endpoints.
     #[arg(long)]
     profile_dir: Option<PathBuf>,
     /// Seconds each profile covers.
@@ -126,6 +127,9 @@ fn pod(name: &str) -> Pod {
     }))
     .expect("pod")
 }
+
+/// How long every process's idle CPU is sampled before the runs.
+const IDLE_SAMPLE: Duration = Duration::from_secs(10);
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
@@ -318,17 +322,30 @@ impl<'a> CpuMeter<'a> {
         }
     }
 
-    /// CPU seconds of each part, in total and per pod.
-    fn report(&self, phase: &str, wall: f64, pods: usize) -> String {
+    /// CPU seconds per second of each part since the start: its idle rate, when nothing was asked of it.
+    fn rates(&self, wall: f64) -> HashMap<String, f64> {
+        self.parts
+            .iter()
+            .map(|(name, read, before)| (name.clone(), (read() - before) / wall.max(1e-3)))
+            .collect()
+    }
+
+    /// CPU seconds of each part, in total and per pod, and per pod above what the part burns idle over
+    /// the same wall time (`idle`, from [`rates`](Self::rates)): ten idle apiservers on one core cost
+    /// more than the pods do in a short run, and in production they run elsewhere.
+    fn report(&self, phase: &str, wall: f64, pods: usize, idle: &HashMap<String, f64>) -> String {
         let machine = machine_busy_seconds() - self.machine;
         let mut text = format!(
             "{phase} CPU over {wall:.1}s wall: machine {machine:.1}s (whole machine, other users included)\n"
         );
+        let per_pod = |seconds: f64| seconds * 1000.0 / pods.max(1) as f64;
         for (name, read, before) in &self.parts {
             let used = read() - before;
+            let above_idle = used - idle.get(name).copied().unwrap_or(0.0) * wall;
             text.push_str(&format!(
-                "    {name:<38} {used:7.1}s  {:8.2} ms/pod\n",
-                used * 1000.0 / pods.max(1) as f64
+                "    {name:<38} {used:7.1}s  {:8.2} ms/pod  {:8.2} ms/pod above idle\n",
+                per_pod(used),
+                per_pod(above_idle),
             ));
         }
         text
@@ -818,6 +835,12 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     }
     wait_for_default_accounts(&super_client, &namespaces).await?;
     let direct_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
+    // What every part burns with nothing to do (leases, controllers, watches' bookmarks), per second.
+    let idle_meter = CpuMeter::start(control_plane_parts());
+    let idle_started = Instant::now();
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    let mut idle = idle_meter.rates(idle_started.elapsed().as_secs_f64());
+    drop(idle_meter);
     let direct_cpu = CpuMeter::start(control_plane_parts());
     let profile = |run: &str| {
         let dir = args.profile_dir.as_ref()?;
@@ -852,7 +875,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     if let Some(profile) = direct_profile {
         let _ = profile.await;
     }
-    let direct_cpu = direct_cpu.report("direct", direct.seconds, total);
+    let direct_cpu = direct_cpu.report("direct", direct.seconds, total, &idle);
     let direct_requests = requests_per_pod(
         &direct_requests_before,
         &request_counts(std::slice::from_ref(&super_client)).await,
@@ -876,6 +899,14 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     wait_attached(&tenancy).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let baseline_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let syncer_idle = CpuMeter::start(vec![(
+        "syncer".to_owned(),
+        processes_cpu(pid_of(&syncer.process)),
+    )]);
+    let syncer_idle_started = Instant::now();
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    idle.extend(syncer_idle.rates(syncer_idle_started.elapsed().as_secs_f64()));
+    drop(syncer_idle);
     let mut super_seen_watch = Vec::new();
     let (super_seen, task) = observe(super_client.clone(), |p| {
         let annotations = p.metadata.annotations.as_ref()?;
@@ -930,6 +961,15 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     let tenant_requests_before = request_counts(&tenant_clients).await;
     let synced_cpu = CpuMeter::start(parts);
     let synced_profile = profile("synced");
+    // One tenant apiserver too: the tenants' side is what a synced pod adds.
+    let tenant_profile = args
+        .profile_dir
+        .as_ref()
+        .zip(tenancy.tenants.first())
+        .map(|(dir, tenant)| {
+            let path = dir.join(format!("tenant-apiserver-{}-synced.pprof", placement.name));
+            capture_profile(tenant.client(), args.profile_seconds, path)
+        });
     let creators = tenancy.tenants.iter().map(|t| {
         let name = t.name.clone();
         let client = t.client();
@@ -981,10 +1021,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     }
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
-    if let Some(profile) = synced_profile {
+    for profile in [synced_profile, tenant_profile].into_iter().flatten() {
         let _ = profile.await;
     }
-    let synced_cpu = synced_cpu.report("synced", synced.seconds, total);
+    let synced_cpu = synced_cpu.report("synced", synced.seconds, total, &idle);
     let synced_super_requests = requests_per_pod(
         &super_requests_before,
         &request_counts(std::slice::from_ref(&super_client)).await,
