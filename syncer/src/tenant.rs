@@ -193,12 +193,69 @@ pub struct Tenant {
     pub budget: Arc<CacheBudget>,
     /// Set when the tenant is attached again after a pause (see [`Tenant::paused_away`]).
     pub resumed: std::sync::OnceLock<Resumed>,
+    /// Bindings made that the pod cache may not show yet.
+    pub recent_bindings: RecentBindings,
     /// Workers' reconciles of this tenant in progress (waited for before its Lease is handed over).
     pub in_flight: crate::shards::InFlight,
     settings: RwLock<Arc<TenantSettings>>,
     ready: std::sync::atomic::AtomicBool,
     check: Arc<IdentityCheck>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Tenant pods this syncer bound to a vNode, by uid, until the pod cache shows the node name.
+///
+/// A pod's next upward sync (its super pod starts running) often comes before the binding's own watch
+/// event: the cache still shows the pod unbound, and binding it again costs a request that the apiserver
+/// refuses (409). Entries are dropped when the cache shows the binding, and after [`RecentBindings::TTL`]
+/// (a pod deleted meanwhile), so the map holds only pods in flight.
+#[derive(Debug, Default)]
+pub struct RecentBindings {
+    bound: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+}
+
+impl RecentBindings {
+    /// How long a binding is remembered at most.
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>> {
+        self.bound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that pod `uid` was bound to `node`.
+    pub fn record(&self, uid: &str, node: &str) {
+        let now = std::time::Instant::now();
+        let mut bound = self.lock();
+        bound.retain(|_, (_, at)| now.duration_since(*at) < Self::TTL);
+        bound.insert(uid.to_owned(), (node.to_owned(), now));
+    }
+
+    /// Whether pod `uid` was bound to `node` by this syncer lately.
+    pub fn bound_to(&self, uid: &str, node: &str) -> bool {
+        self.lock()
+            .get(uid)
+            .is_some_and(|(n, at)| n == node && at.elapsed() < Self::TTL)
+    }
+
+    /// Forgets pod `uid`: the cache shows its binding.
+    pub fn forget(&self, uid: &str) {
+        let mut bound = self.lock();
+        if !bound.is_empty() {
+            bound.remove(uid);
+        }
+    }
+
+    /// How many bindings are remembered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A tenant attached again after a pause: the pods it had then lost their super copies to the pause, not to
@@ -405,6 +462,7 @@ impl Tenant {
             kube_system_uid,
             budget,
             resumed: std::sync::OnceLock::new(),
+            recent_bindings: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(false),
@@ -585,6 +643,7 @@ impl Tenant {
             kube_system_uid: "kube-system-uid".into(),
             budget: CacheBudget::new("test".into(), CacheLimits::default()),
             resumed: std::sync::OnceLock::new(),
+            recent_bindings: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: std::sync::atomic::AtomicBool::new(true),
@@ -605,6 +664,20 @@ impl Tenant {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_binding_is_remembered_for_its_node_until_forgotten() {
+        let bindings = super::RecentBindings::default();
+        assert!(!bindings.bound_to("uid-1", "node-1"));
+        bindings.record("uid-1", "node-1");
+        bindings.record("uid-2", "node-2");
+        assert!(bindings.bound_to("uid-1", "node-1"));
+        // Another node: the super pod was placed again (a pause); it is bound anew.
+        assert!(!bindings.bound_to("uid-1", "node-2"));
+        bindings.forget("uid-1");
+        assert!(!bindings.bound_to("uid-1", "node-1"));
+        assert_eq!(bindings.len(), 1);
+    }
 
     use super::*;
     use crate::context::testing;

@@ -110,7 +110,17 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let mut bound = false;
     let tenant_node = &tenant_pod.spec.node_name;
     let super_node = &super_pod.spec.node_name;
-    if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
+    let uid = tenant_pod.uid().unwrap_or_default();
+    if tenant_node.is_some() {
+        tenant.recent_bindings.forget(&uid);
+    }
+    let bound_lately = super_node
+        .as_deref()
+        .is_some_and(|node| tenant_node.is_none() && tenant.recent_bindings.bound_to(&uid, node));
+    if bound_lately {
+        // Bound by an earlier pass whose watch event has not reached the cache yet.
+        bound = true;
+    } else if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
         writes += vnode::ensure(ctx, tenant, node).await?;
         let binding = serde_json::json!({
             "apiVersion": "v1",
@@ -126,6 +136,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             Ok(_) => {
                 writes += 1;
                 bound = true;
+                tenant.recent_bindings.record(&uid, node);
             }
             // Bound meanwhile (409) or gone (404): the next event shows the current state.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
@@ -197,6 +208,20 @@ mod tests {
     fn bound_below(
         status: serde_json::Value,
     ) -> (Context, Arc<Tenant>, testing::ApiServer, testing::ApiServer) {
+        let (ctx, tenant, supers, tenants, _) = bound_below_with_caches(status);
+        (ctx, tenant, supers, tenants)
+    }
+
+    /// [`bound_below`], with the super caches' writers.
+    fn bound_below_with_caches(
+        status: serde_json::Value,
+    ) -> (
+        Context,
+        Arc<Tenant>,
+        testing::ApiServer,
+        testing::ApiServer,
+        crate::super_stores::Writers,
+    ) {
         let (super_client, supers) = testing::mock();
         let (tenant_client, tenants) = testing::mock();
         let (ctx, mut super_caches) = testing::context(super_client);
@@ -223,7 +248,7 @@ mod tests {
             &mut caches.vnodes,
             from_json(json!({"metadata": {"name": "node-1"}})),
         );
-        (ctx, tenant, supers, tenants)
+        (ctx, tenant, supers, tenants, super_caches)
     }
 
     /// `pod`, failing instead of hanging when it makes a request the test does not answer.
@@ -281,6 +306,42 @@ mod tests {
         assert_eq!(status["status"]["phase"], json!("Running"));
         assert_eq!(status["status"]["podIP"], json!("10.244.1.9"));
         assert_eq!(status["status"]["conditions"][1]["type"], json!("Ready"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_binding_the_cache_does_not_show_yet_is_not_made_twice() {
+        let (ctx, tenant, mut supers, mut tenants, mut super_caches) = bound_below_with_caches(json!({
+            "phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]
+        }));
+        let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert!(tenant.recent_bindings.bound_to("pod-uid", "node-1"));
+
+        // The super pod runs before the binding's watch event arrives: only the status is written.
+        put(
+            &mut super_caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                        "tenancy.x-k8s.io/namespace": "shop"}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Running", "qosClass": "BestEffort",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            })),
+        );
+        let (outcome, status) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("PATCH", POD_STATUS).await.echo()
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        assert_eq!(status["status"]["phase"], json!("Running"));
         supers.idle().await;
         tenants.idle().await;
     }
