@@ -111,6 +111,11 @@ pub struct Work<T> {
     pub waited: Duration,
 }
 
+/// Workers kept for tenants with nothing in progress: an eighth of them (none below eight workers).
+fn reserve(workers: usize) -> usize {
+    workers / 8
+}
+
 /// A fair, deduplicating, per-tenant rate-limited work queue.
 pub struct FairQueue<T> {
     state: Mutex<State<T>>,
@@ -145,7 +150,8 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
 
     /// Tells the queue how many workers drain it. While several tenants have work, none gets more than
     /// its weighted share of them, so a tenant whose items are slow (an apiserver that hangs) cannot hold
-    /// every worker. `0` (the default) sets no cap.
+    /// every worker; and an eighth of them is kept for tenants with nothing in progress, so a quiet
+    /// tenant's item does not wait for a busy one's to finish. `0` (the default) sets no cap.
     pub fn set_workers(&self, workers: usize) {
         self.lock().workers = workers;
     }
@@ -336,8 +342,16 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
         let busy_weight: i64 = busy.iter().sum();
         let contended = busy.len() > 1 && state.workers > 0;
         let workers = state.workers as i64;
+        // The last free workers wait for a tenant with nothing in progress: a quiet tenant's first item
+        // then starts at once instead of after one of a burst's slow items.
+        let in_progress: usize = state.tenants.values().map(|s| s.processing.len()).sum();
+        let reserved_for_idle =
+            state.workers > 0 && state.workers.saturating_sub(in_progress) <= reserve(state.workers);
         for (tenant, sub) in state.tenants.iter_mut() {
             if sub.fifo.is_empty() {
+                continue;
+            }
+            if reserved_for_idle && !sub.processing.is_empty() {
                 continue;
             }
             if contended {
@@ -553,6 +567,42 @@ mod tests {
         let start = Instant::now();
         queue.next().await.expect("work");
         assert!(start.elapsed() >= Duration::from_secs(3), "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn the_last_workers_wait_for_a_tenant_with_nothing_in_progress() {
+        let queue = FairQueue::new();
+        queue.set_workers(16);
+        let (greedy, quiet) = (tenant("greedy"), tenant("quiet"));
+        for i in 0..100 {
+            queue.add(&greedy, i);
+        }
+        // Alone, the greedy tenant gets all but the reserved two workers.
+        let mut held = Vec::new();
+        for _ in 0..14 {
+            held.push(queue.next().await.expect("work"));
+        }
+        assert!(held.iter().all(|w| &*w.tenant == "greedy"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), queue.next())
+                .await
+                .is_err(),
+            "the reserve is not the greedy tenant's"
+        );
+        // A quiet tenant's first item starts at once, with nothing of the burst finished.
+        queue.add(&quiet, 1000);
+        let next = tokio::time::timeout(Duration::from_millis(50), queue.next())
+            .await
+            .expect("served from the reserve")
+            .expect("work");
+        assert_eq!(&*next.tenant, "quiet");
+        // One greedy item done: its worker goes back to the burst only while the reserve stays free.
+        queue.done(&held.pop().expect("held"));
+        let after = tokio::time::timeout(Duration::from_millis(50), queue.next()).await;
+        assert!(
+            after.is_err(),
+            "one worker free, and it is the reserve: {after:?}"
+        );
     }
 
     #[tokio::test]
