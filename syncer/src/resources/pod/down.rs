@@ -575,10 +575,51 @@ async fn create_admitted(
                 retry_after: None,
             });
         }
+        // Any other admission refusal (a RuntimeClass the super cluster lacks, a webhook, a LimitRange):
+        // the tenant is told, and the pod is looked at again now and then in case the platform changes.
+        Err(error) if refused_by_admission(&error) => {
+            let message = format!(
+                "the super cluster refused the pod ({}); it is retried every {}s",
+                error.status_message().unwrap_or_default(),
+                REFUSED_RETRY.as_secs()
+            );
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
+            ctx.metrics.refused("pod", REASON_REFUSED_BY_SUPER_CLUSTER);
+            events::warn(
+                tenant,
+                &tenant_pod.object_ref(&()),
+                REASON_REFUSED_BY_SUPER_CLUSTER,
+                &message,
+            )
+            .await;
+            return Ok(Outcome::Waiting {
+                reason: message,
+                retry_after: Some(REFUSED_RETRY),
+            });
+        }
         Err(error) => return Err(error),
     };
     writes += 1;
     Ok(Outcome::Created { writes })
+}
+
+/// Reason of the event on a tenant pod whose copy the super cluster's admission refused.
+pub const REASON_REFUSED_BY_SUPER_CLUSTER: &str = "RefusedBySuperCluster";
+
+/// How soon a pod the super cluster refused is tried again.
+const REFUSED_RETRY: Duration = Duration::from_secs(60);
+
+/// Whether the super apiserver refused a pod for what the pod says (admission: 400, 422, or a 403 that
+/// names a rejection), rather than for the syncer's own rights (an RBAC 403 stays an error, and is not
+/// shown to the tenant).
+fn refused_by_admission(error: &crate::error::Error) -> bool {
+    let message = error.status_message().unwrap_or_default();
+    error.is_status(400)
+        || error.is_status(422)
+        || (error.is_status(403)
+            && ["pod rejected", "admission webhook", "exceeded quota", "maximum", "minimum"]
+                .iter()
+                .any(|m| message.contains(m)))
 }
 
 /// The namespace an `Api` of a namespace serves.
@@ -1114,6 +1155,63 @@ mod tests {
         assert_eq!(ctx.quota.used(&tenant.id).pods, 2);
         supers.idle().await;
         tenants.idle().await;
+    }
+
+    #[tokio::test]
+    async fn a_pod_the_super_cluster_refuses_is_told_to_the_tenant_and_retried_later() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let mut pod = pod_json();
+        pod["spec"]["runtimeClassName"] = json!("gvisor");
+        pod["status"] = json!({"phase": "Pending"});
+        put(&mut caches.pods, from_json(pod));
+        put(
+            &mut super_caches.namespaces,
+            from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-ns", "annotations": {
+                "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns"}}})),
+        );
+        let item = DownItem::new(Kind::Pod, "ns", "second");
+        let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            supers
+                .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-ns/pods/second?")
+                .await
+                .fail(403, "Forbidden", "pods \"second\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found");
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/ns/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_REFUSED_BY_SUPER_CLUSTER);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("RuntimeClass \"gvisor\" not found"), "{note}");
+            event.echo();
+        });
+        match outcome.expect("synced") {
+            Outcome::Waiting { retry_after, .. } => assert_eq!(retry_after, Some(REFUSED_RETRY)),
+            other => panic!("{other:?}"),
+        }
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    #[test]
+    fn only_admission_refusals_are_the_tenants_to_see() {
+        let refusal = |code: u16, message: &str| {
+            crate::error::on_super("creating pod")(kube::Error::Api(
+                kube::core::Status::failure(message, "Forbidden")
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        assert!(refused_by_admission(&refusal(403, "pod rejected: RuntimeClass \"x\" not found")));
+        assert!(refused_by_admission(&refusal(422, "spec.containers[0].image: Required value")));
+        assert!(refused_by_admission(&refusal(403, "admission webhook \"a.example.com\" denied the request")));
+        // The syncer's own rights are the platform's problem, not told to tenants.
+        assert!(!refused_by_admission(&refusal(
+            403,
+            "pods is forbidden: User \"system:serviceaccount:vc:syncer\" cannot create resource \"pods\""
+        )));
+        assert!(!refused_by_admission(&refusal(500, "etcdserver: request timed out")));
     }
 
     #[test]
