@@ -5,7 +5,7 @@
 #
 #   e2e/conformance/run.sh --e2e-test PATH --ginkgo PATH --agnhost PATH [--out DIR] [--procs N]
 #                          [--focus REGEX] [--skip REGEX] [--only plain|tenant] [--tenant native|adopted]
-#                          [--passed-in PLAIN.json]
+#                          [--passed-in PLAIN.json] [--tenant-pod-policy open|default]
 #
 # The plain cluster is the sandbox's super cluster (real etcd, kube-apiserver, controller-manager, scheduler
 # and one real node: kubelet, containerd, kube-proxy); the tenant is a native tenant of it (its etcd,
@@ -13,10 +13,13 @@
 # sandbox starts and hands over) whose pods the syncer runs on that node. Both see the same node and images.
 # --passed-in PLAIN.json: run the tenant alone on the tests that passed in that earlier plain run, and
 # compare against it (the tests failing on the plain cluster take most of a full run's time).
+# --tenant-pod-policy open (the default) lets the tenant's pods do what the plain cluster's may (privileged
+# containers, hostPath, host namespaces and ports: spec.podPolicy of its VirtualCluster); default keeps the
+# platform's default policy, under which the tests that need those are refused with PodPolicyViolation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native passed_in=""
+e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native passed_in="" pod_policy=open
 focus='\[Conformance\]'
 skip='\[Disruptive\]|\[Flaky\]'
 while [ $# -gt 0 ]; do
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift 2 ;;
     --tenant) tenant_kind="$2"; shift 2 ;;
     --passed-in) passed_in="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --tenant-pod-policy) pod_policy="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +47,7 @@ for pair in "e2e-test:$e2e_test" "ginkgo:$ginkgo" "agnhost:$agnhost"; do
   fi
 done
 case "$only" in ""|plain|tenant) ;; *) echo "run.sh: --only takes plain or tenant" >&2; exit 2 ;; esac
+case "$pod_policy" in open|default) ;; *) echo "run.sh: --tenant-pod-policy takes open or default" >&2; exit 2 ;; esac
 case "$tenant_kind" in
   native) tenant_args=(--tenants 0 --native conformance) ;;
   adopted) tenant_args=(--tenant conformance) ;;
@@ -90,6 +95,11 @@ for _ in $(seq 1 900); do
 done
 grep -q "sandbox is up" "$out/sandbox.log" || { echo "run.sh: the sandbox was not up in 900 s" >&2; exit 1; }
 grep "not serving" "$out/sandbox.log" || true
+if [ "$pod_policy" = open ] && [ "$only" != plain ]; then
+  echo "==> the tenant's pods may do what the plain cluster's may (spec.podPolicy)"
+  "$assets/kubectl" --kubeconfig "$out/sandbox/super.kubeconfig" -n default patch virtualcluster conformance \
+    --type merge -p '{"spec":{"podPolicy":{"privileged":true,"hostPath":true,"hostNetwork":true,"hostPID":true,"hostIPC":true,"hostPorts":true,"unconfined":true}}}'
+fi
 
 run_suite() { # name kubeconfig
   local name="$1" kubeconfig="$2"
