@@ -553,51 +553,18 @@ async fn create_admitted(
     }
     match apply(ctx, api, pod, None).await {
         Ok(_) => {}
-        // The super namespace's Pod Security level is the platform's backstop behind podPolicy.
-        Err(error)
-            if error.is_status(403) && error.status_message().is_some_and(|m| m.contains("PodSecurity")) =>
-        {
-            let message = format!(
-                "the super cluster's Pod Security admission refused the pod ({}); the pod is not synced",
-                error.status_message().unwrap_or_default()
-            );
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
-            ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
-            events::warn(
-                tenant,
-                &tenant_pod.object_ref(&()),
-                REASON_POLICY_VIOLATION,
-                &message,
-            )
-            .await;
+        Err(error) => {
+            let Some((reason, message, retry_after)) = super_refusal(&error) else {
+                return Err(error);
+            };
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, reason, "{message}");
+            ctx.metrics.refused("pod", reason);
+            events::warn(tenant, &tenant_pod.object_ref(&()), reason, &message).await;
             return Ok(Outcome::Waiting {
                 reason: message,
-                retry_after: None,
+                retry_after,
             });
         }
-        // Any other admission refusal (a RuntimeClass the super cluster lacks, a webhook, a LimitRange):
-        // the tenant is told, and the pod is looked at again now and then in case the platform changes.
-        Err(error) if refused_by_admission(&error) => {
-            let message = format!(
-                "the super cluster refused the pod ({}); it is retried every {}s",
-                error.status_message().unwrap_or_default(),
-                REFUSED_RETRY.as_secs()
-            );
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, "{message}");
-            ctx.metrics.refused("pod", REASON_REFUSED_BY_SUPER_CLUSTER);
-            events::warn(
-                tenant,
-                &tenant_pod.object_ref(&()),
-                REASON_REFUSED_BY_SUPER_CLUSTER,
-                &message,
-            )
-            .await;
-            return Ok(Outcome::Waiting {
-                reason: message,
-                retry_after: Some(REFUSED_RETRY),
-            });
-        }
-        Err(error) => return Err(error),
     };
     writes += 1;
     Ok(Outcome::Created { writes })
@@ -608,6 +575,28 @@ pub const REASON_REFUSED_BY_SUPER_CLUSTER: &str = "RefusedBySuperCluster";
 
 /// How soon a pod the super cluster refused is tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
+
+/// What the tenant is told when the super apiserver refused its pod's copy for what the pod says: the
+/// event reason, the message, and when to try again. The super namespace's Pod Security level is the
+/// platform's backstop behind podPolicy (not retried: the pod must change); any other admission refusal (a
+/// RuntimeClass the super cluster lacks, a webhook, a LimitRange) is tried again now and then, in case the
+/// platform changes. `None`: not a refusal, an error to retry with backoff.
+fn super_refusal(error: &crate::error::Error) -> Option<(&'static str, String, Option<Duration>)> {
+    let quoted = error.status_message().unwrap_or_default();
+    if error.is_status(403) && quoted.contains("PodSecurity") {
+        let message = format!(
+            "the super cluster's Pod Security admission refused the pod ({quoted}); the pod is not synced"
+        );
+        return Some((REASON_POLICY_VIOLATION, message, None));
+    }
+    refused_by_admission(error).then(|| {
+        let message = format!(
+            "the super cluster refused the pod ({quoted}); it is retried every {}s",
+            REFUSED_RETRY.as_secs()
+        );
+        (REASON_REFUSED_BY_SUPER_CLUSTER, message, Some(REFUSED_RETRY))
+    })
+}
 
 /// Whether the super apiserver refused a pod for what the pod says (admission: 400, 422, or a 403 that
 /// names a rejection), rather than for the syncer's own rights (an RBAC 403 stays an error, and is not
