@@ -203,6 +203,17 @@ mod tests {
         settings::TenantSettings,
     };
 
+    /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
+    fn super_copy(status: serde_json::Value) -> crate::cached::SuperPod {
+        from_json(json!({
+            "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                    "tenancy.x-k8s.io/namespace": "shop"}},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+            "status": status
+        }))
+    }
+
     /// A tenant pod on no node yet and its super copy, bound to `node-1` (a vNode the tenant already has),
     /// with `status`.
     fn bound_below(
@@ -234,16 +245,7 @@ mod tests {
                 "status": {"phase": "Pending", "qosClass": "BestEffort"}
             })),
         );
-        put(
-            &mut super_caches.pods,
-            from_json(json!({
-                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
-                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
-                        "tenancy.x-k8s.io/namespace": "shop"}},
-                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
-                "status": status
-            })),
-        );
+        put(&mut super_caches.pods, super_copy(status));
         put(
             &mut caches.vnodes,
             from_json(json!({"metadata": {"name": "node-1"}})),
@@ -328,14 +330,8 @@ mod tests {
         // The super pod runs before the binding's watch event arrives: only the status is written.
         put(
             &mut super_caches.pods,
-            from_json(json!({
-                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
-                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
-                        "tenancy.x-k8s.io/namespace": "shop"}},
-                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
-                "status": {"phase": "Running", "qosClass": "BestEffort",
-                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
-            })),
+            super_copy(json!({"phase": "Running", "qosClass": "BestEffort",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]})),
         );
         let (outcome, status) = tokio::join!(sync_pod(&ctx, &tenant), async {
             tenants.expect("PATCH", POD_STATUS).await.echo()
