@@ -797,11 +797,30 @@ async fn tenant_pods_reach_their_own_services_by_name_on_real_nodes() -> anyhow:
             "{tenant}'s first lookup of web.default did not answer {web}:\n{first}"
         );
 
-        // The ExternalName Service's CNAME, followed to web by the pod's own resolver.
-        let page = exec(
-            client,
-            "client",
-            &["timeout", "5", "wget", "-qO-", "http://alias/"],
+        // The ExternalName Service's CNAME, followed to web by the pod's own resolver. Retried like the
+        // fetch of web above: one lost UDP answer costs the resolver its whole 5 s timeout on a loaded
+        // machine; every failed try is printed, so an answer that never works shows as such.
+        let page = wait::until(
+            Duration::from_secs(60),
+            &format!("http://alias/ from {tenant}'s client"),
+            || {
+                let client = client.clone();
+                async move {
+                    let output = exec(
+                        &client,
+                        "client",
+                        &["sh", "-c", "timeout 5 wget -qO- http://alias/ 2>&1"],
+                    )
+                    .await
+                    .ok()?;
+                    if output.contains("hello") {
+                        Some(output)
+                    } else {
+                        eprintln!("{tenant}: http://alias/ not yet: {output:?}");
+                        None
+                    }
+                }
+            },
         )
         .await?;
         assert_eq!(page.trim(), format!("hello-from-{tenant}"), "http://alias/");
