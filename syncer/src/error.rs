@@ -138,6 +138,12 @@ impl Error {
         (!causes.is_empty()).then_some(causes)
     }
 
+    /// Whether a tenant apiserver refused a request for what it asked (a missing service account, a
+    /// forbidden or invalid request), as opposed to failing in a way worth retrying soon.
+    pub fn is_tenant_refusal(&self) -> bool {
+        matches!(self, Self::Tenant { source: kube::Error::Api(s), .. } if [400, 403, 404, 422].contains(&s.code))
+    }
+
     /// Whether the apiserver answered with this HTTP status.
     pub fn is_status(&self, code: u16) -> bool {
         if let Self::Shared(inner) = self {

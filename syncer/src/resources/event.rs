@@ -65,6 +65,9 @@ fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEve
     else {
         return None;
     };
+    if awaits_first_tokens(event) {
+        return None;
+    }
     let meta = synced_object(ctx, kind, super_namespace, name)?;
     let (Some(cluster), Some(tenant_namespace), Some(tenant_uid)) = (
         identity::owner_cluster(&meta),
@@ -102,6 +105,27 @@ fn tenant_copy(ctx: &Context, event: &CoreEvent) -> Option<(Arc<Tenant>, CoreEve
         related: None,
     };
     Some((tenant, copy))
+}
+
+/// Whether an event is a kubelet's failed mount of a pod's tokens not written yet: they are minted once
+/// the tenant pod is bound, a moment after the kubelet first looks, and it mounts them on a retry. That
+/// wait is the syncer's business and names super-cluster Secrets; a token the tenant apiserver refuses to
+/// issue is told to the tenant by the syncer (`TokenNotIssued`).
+fn awaits_first_tokens(event: &CoreEvent) -> bool {
+    let (Some("Pod"), Some("FailedMount"), Some(pod), Some(message)) = (
+        event.involved_object.kind.as_deref(),
+        event.reason.as_deref(),
+        event.involved_object.name.as_deref(),
+        event.message.as_deref(),
+    ) else {
+        return false;
+    };
+    // `secret "shard-0.vc-tokens" not found`, or `references non-existent secret key: <pod prefix>.token`.
+    message.contains(&format!("{}\"", super::pod::token_secrets::SHARD_SUFFIX))
+        || message.contains(&format!(
+            "non-existent secret key: {}.",
+            super::pod::token_secrets::key_prefix(pod)
+        ))
 }
 
 /// The metadata of the synced super object of `kind` an event is about: every namespaced kind the syncer
@@ -210,6 +234,33 @@ mod tests {
             "involvedObject": {"kind": "Pod", "namespace": format!("{cluster_key}-shop"), "name": "web"},
             "reason": "BackOff", "message": format!("pod {cluster_key}-shop/web restarting")
         }))
+    }
+
+    /// The kubelet's failed mounts of a pod's tokens not written yet stay in the super cluster; other
+    /// failed mounts (the tenant's own Secrets) reach the tenant.
+    #[test]
+    fn only_the_wait_for_a_pods_first_tokens_is_kept_from_the_tenant() {
+        let failed_mount = |message: &str| -> CoreEvent {
+            testing::from_json(json!({
+                "metadata": {"name": "web.1", "namespace": "t-shop"},
+                "involvedObject": {"kind": "Pod", "namespace": "t-shop", "name": "web"},
+                "reason": "FailedMount", "message": message
+            }))
+        };
+        for message in [
+            r#"MountVolume.SetUp failed for volume "kube-api-access-x" : secret "shard-0.vc-tokens" not found"#,
+            r#"MountVolume.SetUp failed for volume "kube-api-access-x" : references non-existent secret key: web.token"#,
+        ] {
+            assert!(awaits_first_tokens(&failed_mount(message)), "{message}");
+        }
+        for message in [
+            r#"MountVolume.SetUp failed for volume "config" : secret "db-password" not found"#,
+            r#"MountVolume.SetUp failed for volume "config" : references non-existent secret key: password"#,
+            r#"MountVolume.SetUp failed for volume "x" : references non-existent secret key: web-other.token"#,
+        ] {
+            assert!(!awaits_first_tokens(&failed_mount(message)), "{message}");
+        }
+        assert!(!awaits_first_tokens(&event("t", "web.2")));
     }
 
     /// A tenant whose pods flood the super cluster with events waits behind its own events: another

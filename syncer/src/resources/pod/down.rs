@@ -514,15 +514,7 @@ async fn create_admitted(
         Ok(writes) => writes,
         Err(outcome) => return Ok(outcome),
     };
-    let subject = token::Subject {
-        namespace: &namespace,
-        name: tenant_pod.metadata.name.as_deref().unwrap_or_default(),
-        uid: tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
-        service_account: tenant_pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.as_deref()),
-    };
+    let name = tenant_pod.metadata.name.as_deref().unwrap_or_default();
     let (_, hash) = desired_state(
         ctx,
         tenant,
@@ -532,18 +524,18 @@ async fn create_admitted(
     let mut pod = converted.pod;
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
-        // Tokens before the pod, in the shard its volumes read: if the tenant cannot issue them, the pod is
-        // not created yet; once created, the kubelet finds them.
-        let super_namespace = api_namespace(api);
-        let shard = ctx
-            .supers
-            .token_shards
-            .assign(ctx, &super_namespace, &namespace, subject.name, subject.uid);
+        // The shard its volumes read; its tokens are minted once the tenant pod is bound (so they name the
+        // node) and written there (`token_secrets::put_bound`); the kubelet retries the mount until then.
+        let shard = ctx.supers.token_shards.assign(
+            ctx,
+            &api_namespace(api),
+            &namespace,
+            tenant_pod.metadata.name.as_deref().unwrap_or_default(),
+            tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
         if let Some(spec) = pod.spec.as_mut() {
             convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
         }
-        token_secrets::put(ctx, tenant, &super_namespace, &shard, &subject, &converted.tokens).await?;
-        writes += 1;
         pod.metadata = with_annotation(
             pod.metadata,
             token::ANNOTATION_POD_TOKENS,
@@ -557,7 +549,7 @@ async fn create_admitted(
             let Some((reason, message, retry_after)) = super_refusal(&error) else {
                 return Err(error);
             };
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %subject.name, reason, "{message}");
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{message}");
             ctx.metrics.refused("pod", reason);
             events::warn(tenant, &tenant_pod.object_ref(&()), reason, &message).await;
             return Ok(Outcome::Waiting {
@@ -891,7 +883,10 @@ async fn update(
             Err(error) => return Err(error),
         }
     }
-    if let Some(needs) = token::needs_of(super_pod.meta()) {
+    // Tokens only for a bound pod: its first ones are minted after the binding (`up`), to name its node.
+    if let Some(needs) = token::needs_of(super_pod.meta())
+        && tenant_pod.spec.node_name.is_some()
+    {
         writes += match token::secret_of(super_pod.meta()) {
             Some(shard) => token_secrets::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
             // A pod of an earlier version reads a token Secret of its own.

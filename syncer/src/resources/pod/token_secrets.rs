@@ -7,8 +7,13 @@
 //! volumes name it) and recorded on the super pod ([`token::ANNOTATION_TOKEN_SECRET`]).
 //!
 //! Writes to a shard are a group commit: one write at a time; what arrives while one is in flight goes in
-//! the next, together. At low load a pod's key is written at once; in a burst many pods share a write. A
-//! pod is created only after the write carrying its key, so the kubelet finds it.
+//! the next, together. At low load a pod's key is written at once; in a burst many pods share a write.
+//!
+//! A pod's first tokens are minted once its tenant pod is bound to its vNode ([`put_bound`]): the tenant
+//! apiserver then names the node in each token (`authentication.kubernetes.io/node-name` and `node-uid`),
+//! as it does for a kubelet's, and a token stops working when that vNode is deleted. The super pod is
+//! created first, naming keys not written yet; its kubelet retries the mount until they are there, which
+//! is the moment the syncer binds the tenant pod, a round trip after the super scheduler bound the copy.
 //!
 //! Token values are never kept: writes are merge patches naming only the keys they add or remove, and
 //! the shard's annotation [`ANNOTATION_TOKEN_MEMBERS`] says which pod (tenant uid) owns which keys and when
@@ -45,7 +50,7 @@ use super::{
     token,
 };
 use crate::{
-    cached::SuperPod,
+    cached::{SuperPod, TenantPod},
     context::Context,
     error::{Error, Result, on_super},
     identity,
@@ -61,8 +66,9 @@ pub const ANNOTATION_TOKEN_MEMBERS: &str = "tenancy.x-k8s.io/token-members";
 /// earlier versions) are refused ([`token::is_reserved_secret_name`]).
 pub const SHARD_SUFFIX: &str = ".vc-tokens";
 
-/// How long a pod assigned to a shard counts as a member before its super pod shows in the cache (its
-/// tokens are minted, written and the pod created within seconds; the cache follows in less).
+/// How long a pod assigned to a shard counts as a member before its super pod shows in the cache (the pod
+/// is created within seconds; the cache follows in less). Once shown, it counts until its tokens are
+/// written, however long the super scheduler takes to place it.
 const RESERVATION: Duration = Duration::from_secs(120);
 
 /// Tenant TokenRequests made at once while a shard is renewed.
@@ -284,8 +290,23 @@ struct ShardState {
     exists: bool,
     resource_version: Option<String>,
     members: Members,
-    /// Pods assigned here whose super pods may not be in the cache yet: pod → (tenant uid, since).
+    /// Pods assigned here whose tokens are not written yet: pod → (tenant uid, since).
     reserved: HashMap<String, (String, Instant)>,
+    /// Pods whose tokens a worker is minting and writing now: pod → tenant uid. The binding (up) and the
+    /// tenant pod's event after it (down) both find the keys missing; one of them mints.
+    minting: HashMap<String, String>,
+}
+
+/// A pod's tokens being minted and written; ends when dropped.
+struct Minting {
+    shard: Arc<Shard>,
+    pod: String,
+}
+
+impl Drop for Minting {
+    fn drop(&mut self) {
+        self.shard.lock().minting.remove(&self.pod);
+    }
 }
 
 /// One shard Secret of a super namespace.
@@ -366,7 +387,8 @@ impl TokenShards {
         let mut views = Vec::new();
         for index in 0.. {
             let shard = self.shard(namespace, tenant_namespace, index);
-            let state = shard.load(ctx);
+            let mut state = shard.load(ctx);
+            shard.settle(ctx, &mut state);
             if !state.exists && state.members.is_empty() && state.reserved.is_empty() {
                 break;
             }
@@ -388,6 +410,19 @@ impl TokenShards {
 }
 
 impl Shard {
+    /// Marks a pod's tokens as being minted, unless another worker is minting them already.
+    fn start_minting(self: &Arc<Self>, pod: &str, uid: &str) -> Option<Minting> {
+        let mut state = self.lock();
+        if state.minting.get(pod).is_some_and(|minting| minting == uid) {
+            return None;
+        }
+        state.minting.insert(pod.to_owned(), uid.to_owned());
+        Some(Minting {
+            shard: self.clone(),
+            pod: pod.to_owned(),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ShardState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -433,27 +468,33 @@ impl Shard {
             .iter()
             .filter(|(pod, m)| self.is_live(ctx, state, pod, &m.uid))
             .count();
+        // (Settled: every reservation left is a pod still to come.)
         let reserved_apart = state
             .reserved
-            .iter()
-            .filter(|(pod, (_, at))| at.elapsed() < RESERVATION && !state.members.contains_key(*pod))
+            .keys()
+            .filter(|pod| !state.members.contains_key(*pod))
             .count();
         live + reserved_apart
     }
 
-    /// Ends the reservations of pods the cache shows (they are live by their super pods from now on, and
-    /// gone once those are) and those that ran out.
+    /// Ends the reservations of pods whose tokens are written (members from now on, gone once their super
+    /// pods are) and of pods the cache does not show once the reservation ran out (never created). A
+    /// pod the cache shows keeps its reservation while the super scheduler has not placed it.
     fn settle(&self, ctx: &Context, state: &mut ShardState) {
+        let members = &state.members;
         state.reserved.retain(|pod, (uid, at)| {
-            let shown = ctx
-                .supers
-                .pods
-                .get(&ObjectRef::new(pod).within(&self.namespace))
-                .is_some_and(|p| {
-                    token::secret_of(p.meta()) == Some(self.name.as_str())
-                        && identity::tenant_uid(p.meta()) == Some(uid.as_str())
-                });
-            !shown && at.elapsed() < RESERVATION
+            if members.get(pod).is_some_and(|m| &m.uid == uid) {
+                return false;
+            }
+            at.elapsed() < RESERVATION
+                || ctx
+                    .supers
+                    .pods
+                    .get(&ObjectRef::new(pod).within(&self.namespace))
+                    .is_some_and(|p| {
+                        token::secret_of(p.meta()) == Some(self.name.as_str())
+                            && identity::tenant_uid(p.meta()) == Some(uid.as_str())
+                    })
         });
     }
 
@@ -788,38 +829,43 @@ async fn put_for(tenant: &Tenant, subject: &token::Subject<'_>, needs: &[TokenNe
     })
 }
 
-/// Mints a new pod's tokens and writes them to its shard (batched with others); returns once they are in
-/// the Secret, so the pod can be created.
-pub async fn put(
-    ctx: &Context,
-    tenant: &Tenant,
-    super_namespace: &str,
-    shard: &str,
-    subject: &token::Subject<'_>,
-    needs: &[TokenNeed],
-) -> Result<()> {
-    let Some(index) = shard_index(shard) else {
-        return Err(Error::Conversion(format!("{shard} is not a token Secret")));
+/// Writes a bound pod's first tokens to the shard its volumes read, once its tenant pod is bound (the
+/// tokens name its node); returns the writes made, none when the shard holds them already (the cache's
+/// word: a shard whose keys someone removed is mended by [`keep`]).
+pub async fn put_bound(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, super_pod: &SuperPod) -> Result<u32> {
+    let (Some(needs), Some(shard)) = (token::needs_of(super_pod.meta()), token::secret_of(super_pod.meta())) else {
+        return Ok(0);
     };
-    let put = put_for(tenant, subject, needs, ctx.config.token_ttl_seconds).await?;
-    let refresh = put.member.refresh_at();
-    ctx.supers.token_shards
-        .shard(super_namespace, subject.namespace, index)
-        .submit(ctx, tenant, Entry::Put(put))
-        .await?;
-    if let Some(at) = refresh {
-        schedule_refresh(ctx, tenant, subject.namespace, subject.name, at);
+    let Some(index) = shard_index(shard) else {
+        return Ok(0);
+    };
+    let name = tenant_pod.name_any();
+    let uid = tenant_pod.uid().unwrap_or_default();
+    let held = ctx
+        .supers
+        .token_shards
+        .shard(
+            &super_pod.namespace().unwrap_or_default(),
+            &tenant_pod.namespace().unwrap_or_default(),
+            index,
+        )
+        .load(ctx)
+        .members
+        .get(&name)
+        .is_some_and(|m| m.uid == uid && m.covers(&key_prefix(&name), &needs));
+    if held {
+        return Ok(0);
     }
-    Ok(())
+    keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await
 }
 
-/// Keeps a running pod's tokens: written again when its shard lacks them (the Secret was deleted, or the
-/// pod is another of the same name), renewed with its shard when due; otherwise nothing is written and the
-/// pod is looked at again when they will be due. Returns the writes made.
+/// Keeps a bound pod's tokens: written when its shard lacks them (the first time, after the binding; the
+/// Secret was deleted; the pod is another of the same name), renewed with its shard when due; otherwise
+/// nothing is written and the pod is looked at again when they will be due. Returns the writes made.
 pub async fn keep(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_pod: &crate::cached::TenantPod,
+    tenant_pod: &TenantPod,
     super_pod: &SuperPod,
     shard: &str,
     needs: &[TokenNeed],
@@ -836,6 +882,7 @@ pub async fn keep(
     let prefix = key_prefix(&name);
     let now = token::now();
     let member = shard.load(ctx).members.get(&name).cloned();
+    let mut minting = None;
     let entry = match member {
         Some(member) if member.uid == uid && member.covers(&prefix, needs) => {
             if !member.due(now) {
@@ -847,6 +894,10 @@ pub async fn keep(
             Entry::Renew
         }
         _ => {
+            let Some(started) = shard.start_minting(&name, &uid) else {
+                return Ok(0);
+            };
+            minting = Some(started);
             let subject = token::Subject {
                 namespace: &namespace,
                 name: &name,
@@ -857,6 +908,7 @@ pub async fn keep(
         }
     };
     let wrote = shard.submit(ctx, tenant, entry).await?;
+    drop(minting);
     let member = shard.load(ctx).members.get(&name).cloned();
     if let Some(at) = member.and_then(|m| m.refresh_at()) {
         schedule_refresh(ctx, tenant, &namespace, &name, at);
@@ -1032,8 +1084,10 @@ mod tests {
         String::from_utf8(bytes.0).expect("utf-8")
     }
 
+    /// Pods are created naming their shard's keys; their tokens are minted once each tenant pod is bound
+    /// (so the tenant apiserver names the node in them), and a burst of bindings shares the writes.
     #[tokio::test]
-    async fn pods_are_created_after_their_tokens_and_a_burst_shares_token_secret_writes() {
+    async fn tokens_are_minted_after_the_binding_and_a_burst_shares_token_secret_writes() {
         let (super_client, mut supers) = testing::mock();
         let (tenant_client, mut tenants) = testing::mock();
         let (ctx, mut super_caches) = testing::context(super_client);
@@ -1041,6 +1095,7 @@ mod tests {
         for name in ["p1", "p2", "p3"] {
             cache(&mut caches.pods, from_json(tenant_pod(name)));
         }
+        cache(&mut caches.vnodes, from_json(json!({"metadata": {"name": "node-1"}})));
         cache(
             &mut super_caches.namespaces,
             from_json::<Namespace>(json!({"metadata": {"name": SUPER_NS, "annotations": {
@@ -1050,25 +1105,71 @@ mod tests {
             .into_iter()
             .map(|name| Item::new(Kind::Pod, "ns", name))
             .collect();
-        let (minted_tx, mut minted_rx) = tokio::sync::watch::channel(0);
-        // Unbound pods are copied from the cache's whole spec: the tenant sees only the token requests.
-        let tenant_script = async {
+
+        // Down: the copies are created at once, naming keys of shard-0 not written yet; the tenant is not
+        // asked for anything (unbound pods are copied from the cache's whole spec).
+        let super_script = async {
+            let mut created = Vec::new();
             for _ in 0..3 {
+                let call = supers.next().await;
+                assert_eq!(call.method, "PATCH", "{}", call.uri);
+                assert!(call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods/")), "{}", call.uri);
+                let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
+                assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
+                let key = volume[0]["secret"]["items"][0]["key"].as_str().unwrap_or_default();
+                assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
+                assert_eq!(
+                    call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
+                    "shard-0.vc-tokens"
+                );
+                created.push(call.echo());
+            }
+            created
+        };
+        let (o1, o2, o3, mut created) = tokio::join!(
+            super::super::down::sync(&ctx, &tenant, &items[0]),
+            super::super::down::sync(&ctx, &tenant, &items[1]),
+            super::super::down::sync(&ctx, &tenant, &items[2]),
+            super_script,
+        );
+        for outcome in [o1, o2, o3] {
+            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
+        }
+        assert_eq!(ctx.metrics.super_write_counts().iter().filter(|(r, _, _)| *r == "secret").count(), 0);
+
+        // The super scheduler places them; up: each tenant pod is bound, then its tokens are minted.
+        for copy in &mut created {
+            copy["spec"]["nodeName"] = json!("node-1");
+            copy["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]});
+            cache(&mut super_caches.pods, from_json(copy.clone()));
+        }
+        let (minted_tx, mut minted_rx) = tokio::sync::watch::channel(0);
+        let tenant_script = async {
+            let mut bound = Vec::new();
+            for _ in 0..6 {
                 let call = tenants.next().await;
-                match (call.method.as_str(), call.uri.as_str()) {
-                    ("POST", "/api/v1/namespaces/ns/serviceaccounts/default/token?") => {
+                let path = call.uri.trim_end_matches('?').to_owned();
+                match (call.method.as_str(), path.as_str()) {
+                    ("POST", "/api/v1/namespaces/ns/serviceaccounts/default/token") => {
+                        let pod = call.body["spec"]["boundObjectRef"]["name"].as_str().unwrap_or_default();
+                        assert!(bound.iter().any(|b| b == pod), "{pod}'s token was asked for before its binding");
                         let answer = issued(&call.body, "2030-01-01T00:00:00Z");
                         call.ok(answer);
                         minted_tx.send_modify(|n| *n += 1);
+                    }
+                    ("POST", binding) if binding.ends_with("/binding") => {
+                        assert_eq!(call.body["target"]["name"], "node-1");
+                        bound.push(call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+                        call.respond(201, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}));
                     }
                     (method, uri) => panic!("unexpected tenant request {method} {uri}"),
                 }
             }
         };
         let super_script = async {
-            let mut pods_created = Vec::new();
             let mut secret_writes = Vec::new();
-            for _ in 0..5 {
+            for _ in 0..2 {
                 let call = supers.next().await;
                 let secrets = format!("/api/v1/namespaces/{SUPER_NS}/secrets");
                 match call.method.as_str() {
@@ -1089,43 +1190,22 @@ mod tests {
                         answer["metadata"]["resourceVersion"] = json!("201");
                         call.ok(answer);
                     }
-                    "PATCH" if call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods/")) => {
-                        let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-                        // Created only after its key is in the Secret.
-                        assert!(
-                            secret_writes.iter().any(|w| w["data"]
-                                .as_object()
-                                .is_some_and(|d| d.keys().any(|k| k.starts_with(&format!("{pod}.token-"))))),
-                            "{pod} created before its token was written"
-                        );
-                        let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
-                        assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
-                        let key = volume[0]["secret"]["items"][0]["key"].as_str().unwrap_or_default();
-                        assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
-                        assert_eq!(
-                            call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
-                            "shard-0.vc-tokens"
-                        );
-                        pods_created.push(pod);
-                        call.echo();
-                    }
                     _ => panic!("unexpected super request {} {}", call.method, call.uri),
                 }
             }
-            (pods_created, secret_writes)
+            secret_writes
         };
-        let (o1, o2, o3, (), (mut created, writes)) = tokio::join!(
-            super::super::down::sync(&ctx, &tenant, &items[0]),
-            super::super::down::sync(&ctx, &tenant, &items[1]),
-            super::super::down::sync(&ctx, &tenant, &items[2]),
+        let (o1, o2, o3, (), writes) = tokio::join!(
+            super::super::up::pod(&ctx, &tenant, "ns", "p1"),
+            super::super::up::pod(&ctx, &tenant, "ns", "p2"),
+            super::super::up::pod(&ctx, &tenant, "ns", "p3"),
             tenant_script,
             super_script,
         );
         for outcome in [o1, o2, o3] {
-            assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 2 });
+            // The binding and the pod's share of a token Secret write.
+            assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 2 });
         }
-        created.sort();
-        assert_eq!(created, ["p1", "p2", "p3"]);
         // Three pods, two token Secret writes: the first alone, the two that waited together.
         assert_eq!(writes.len(), 2);
         assert_eq!(writes[0]["data"].as_object().map(|d| d.len()), Some(4), "{}", writes[0]);
@@ -1152,8 +1232,35 @@ mod tests {
         };
         assert_eq!(count("pod", "apply"), 3);
         assert_eq!(count("secret", "create") + count("secret", "patch"), 2);
+
+        // Once the binding shows, the next pass finds the tokens written: nothing is minted twice.
+        for name in ["p1", "p2", "p3"] {
+            let mut pod = tenant_pod(name);
+            pod["spec"]["nodeName"] = json!("node-1");
+            pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
+            cache(&mut caches.pods, from_json(pod));
+            let again = tokio::time::timeout(
+                Duration::from_secs(5),
+                super::super::up::pod(&ctx, &tenant, "ns", name),
+            )
+            .await
+            .expect("no request");
+            assert_eq!(again.expect("synced"), Outcome::InSync);
+        }
         supers.idle().await;
         tenants.idle().await;
+    }
+
+    /// While one worker mints a pod's tokens, another that finds them missing leaves them to it.
+    #[test]
+    fn a_pods_tokens_are_minted_by_one_worker_at_a_time() {
+        let shards = TokenShards::default();
+        let shard = shards.shard(SUPER_NS, "ns", 0);
+        let first = shard.start_minting("p1", "uid-p1").expect("the first mints");
+        assert!(shard.start_minting("p1", "uid-p1").is_none());
+        assert!(shard.start_minting("p2", "uid-p2").is_some());
+        drop(first);
+        assert!(shard.start_minting("p1", "uid-p1").is_some());
     }
 
     fn super_pod(name: &str) -> SuperPod {

@@ -8,11 +8,12 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::down::finalize_tenant_pod;
+use super::{down::finalize_tenant_pod, token_secrets};
 use crate::{
     cached::{CachedCondition, ContainerImage, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
     context::Context,
     error::{Result, on_tenant},
+    events,
     resources::{
         outcome::Outcome,
         upward::{matching_super, params, transparent},
@@ -87,7 +88,13 @@ fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
     status
 }
 
-/// Syncs one tenant pod up: binding to a vNode, status, completed deletion.
+/// Reason of the event on a bound tenant pod whose service account token its apiserver refused to issue.
+pub const REASON_TOKEN_NOT_ISSUED: &str = "TokenNotIssued";
+
+/// How soon a token the tenant apiserver refused is asked for again (the service account may be created).
+const TOKEN_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Syncs one tenant pod up: binding to a vNode, its first tokens, status, completed deletion.
 pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
     let Some(tenant_pod) = tenant.stores.pods.get(&ObjectRef::new(name).within(namespace)) else {
         return Ok(Outcome::InSync);
@@ -146,6 +153,27 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
                     format!("binding pod {namespace}/{name} to {node}"),
                 )(e));
             }
+        }
+    }
+
+    // The first tokens of a bound pod, before its status: its kubelet is waiting for them.
+    if (bound || tenant_node.is_some()) && tenant_pod.meta().deletion_timestamp.is_none() {
+        match token_secrets::put_bound(ctx, tenant, &tenant_pod, &super_pod).await {
+            Ok(written) => writes += written,
+            Err(error) if error.is_tenant_refusal() => {
+                let message = format!(
+                    "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
+                    error.status_message().unwrap_or_default()
+                );
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
+                ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
+                events::warn(tenant, &tenant_pod.object_ref(&()), REASON_TOKEN_NOT_ISSUED, &message).await;
+                return Ok(Outcome::Waiting {
+                    reason: message,
+                    retry_after: Some(TOKEN_RETRY),
+                });
+            }
+            Err(error) => return Err(error),
         }
     }
 
@@ -251,6 +279,51 @@ mod tests {
             from_json(json!({"metadata": {"name": "node-1"}})),
         );
         (ctx, tenant, supers, tenants, super_caches)
+    }
+
+    /// A bound pod whose token the tenant apiserver will not issue (its service account is gone) waits:
+    /// the tenant is told why, and the token is asked for again later.
+    #[tokio::test]
+    async fn a_token_the_tenant_will_not_issue_is_told_and_asked_for_again() {
+        let (ctx, tenant, mut supers, mut tenants, mut super_caches) = bound_below_with_caches(json!({
+            "phase": "Pending", "qosClass": "BestEffort", "conditions": [{"type": "PodScheduled", "status": "True"}]
+        }));
+        put(
+            &mut super_caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                        "tenancy.x-k8s.io/namespace": "shop",
+                        "tenancy.x-k8s.io/tokens": r#"[{"key":"token"}]"#,
+                        "tenancy.x-k8s.io/token-secret": "shard-0.vc-tokens"}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            })),
+        );
+        let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            tenants.expect("POST", BINDING).await.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            tenants
+                .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
+                .await
+                .fail(404, "NotFound", "serviceaccounts \"default\" not found");
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_TOKEN_NOT_ISSUED);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("serviceaccounts \"default\" not found"), "{note}");
+            event.echo();
+        });
+        match outcome.expect("synced") {
+            Outcome::Waiting { retry_after, .. } => assert_eq!(retry_after, Some(TOKEN_RETRY)),
+            other => panic!("{other:?}"),
+        }
+        assert!(tenant.recent_bindings.bound_to("pod-uid", "node-1"));
+        supers.idle().await;
+        tenants.idle().await;
     }
 
     /// `pod`, failing instead of hanging when it makes a request the test does not answer.
