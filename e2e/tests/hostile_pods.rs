@@ -15,6 +15,10 @@
 //! - `claims_use_only_published_storage_classes`: claims naming an unpublished StorageClass, the empty
 //!   class (pre-made volumes), or no class while the super default is unpublished are refused with
 //!   `StorageClassNotPublished` and not synced; a claim of a published class is.
+//! - `pods_run_only_with_published_runtime_classes`: a pod naming an unpublished super RuntimeClass, or a
+//!   RuntimeClass of the tenant's own with an unpublished handler, is refused with `PodPolicyViolation`;
+//!   published classes appear in the tenant, and a tenant class with a published handler runs as the
+//!   published class, with its overhead rather than the tenant's.
 //! - `quotas_cannot_be_escaped`: pods that leave out a resource the quota limits are refused
 //!   (`ResourcesRequired`); Services, node ports, load balancers, claims and claimed storage beyond the
 //!   quota are refused with `TenantQuotaExceeded`, also when an existing Service is changed to a NodePort
@@ -436,6 +440,113 @@ async fn claims_use_only_published_storage_classes() -> anyhow::Result<()> {
     for (name, _, _) in &attacks {
         assert!(
             super_claims.get_opt(name).await?.is_none(),
+            "{name} reached the super cluster"
+        );
+    }
+    Ok(())
+}
+
+/// The attack: pods naming a RuntimeClass the platform keeps to itself, directly or through a RuntimeClass
+/// of the tenant's own with its handler, or with a tiny overhead for a sandboxed runtime. Published
+/// classes reach the tenant; a tenant class with a published handler runs as the published class, with
+/// the published class's overhead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pods_run_only_with_published_runtime_classes() -> anyhow::Result<()> {
+    if !local_cluster::require("pods_run_only_with_published_runtime_classes", NEEDS) {
+        return Ok(());
+    }
+    let (tenancy, _syncer) = tenancy(json!({})).await?;
+    let super_client = tenancy.super_client();
+    create::<RuntimeClass>(
+        &super_client,
+        None,
+        json!({"metadata": {"name": "platform-privileged"}, "handler": "runc-privileged"}),
+    )
+    .await?;
+    create::<RuntimeClass>(
+        &super_client,
+        None,
+        json!({"metadata": {"name": "sandboxed", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}},
+            "handler": "runsc", "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}}}),
+    )
+    .await?;
+    let tenant = tenancy.tenant("attacker");
+    let client = tenant.client();
+    seed(tenant, "apps", json!({})).await?;
+    let copy = until(
+        &Api::<RuntimeClass>::all(client.clone()),
+        "sandboxed",
+        "published RuntimeClass in the tenant",
+        |rc| rc.is_some(),
+    )
+    .await?
+    .context("the tenant's copy")?;
+    assert_eq!(copy.handler, "runsc");
+    // The attacker's own classes: the platform's privileged handler under a name of its own, and the
+    // published handler with a tiny overhead.
+    for (name, handler) in [
+        ("platform-privileged", "runc-privileged"),
+        ("mine", "runc-privileged"),
+    ] {
+        create::<RuntimeClass>(
+            &client,
+            None,
+            json!({"metadata": {"name": name}, "handler": handler}),
+        )
+        .await?;
+    }
+    create::<RuntimeClass>(
+        &client,
+        None,
+        json!({"metadata": {"name": "cheap-sandbox"}, "handler": "runsc", "overhead": {"podFixed": {"cpu": "1m"}}}),
+    )
+    .await?;
+    let attacks = [
+        (
+            "by-name",
+            "platform-privileged",
+            "runtimeClassName \"platform-privileged\" (handler \"runc-privileged\"",
+        ),
+        (
+            "by-handler",
+            "mine",
+            "runtimeClassName \"mine\" (handler \"runc-privileged\"",
+        ),
+    ];
+    for (name, class, _) in &attacks {
+        let mut object = pod(name);
+        object["spec"]["runtimeClassName"] = json!(class);
+        create::<Pod>(&client, Some("apps"), object).await?;
+    }
+    for (name, class) in [("published", "sandboxed"), ("own", "cheap-sandbox")] {
+        let mut object = pod(name);
+        object["spec"]["runtimeClassName"] = json!(class);
+        create::<Pod>(&client, Some("apps"), object).await?;
+    }
+    for (name, _, says) in &attacks {
+        let note = event(&client, "apps", name, "PodPolicyViolation", says).await?;
+        assert!(note.contains("published: sandboxed (runsc)"), "{note}");
+    }
+    let super_pods = super_api::<Pod>(&tenancy, tenant, "apps");
+    for name in ["published", "own"] {
+        let copy = until(&super_pods, name, &format!("super copy of {name}"), |p| {
+            p.is_some()
+        })
+        .await?
+        .context("super pod")?;
+        let spec = copy.spec.context("spec")?;
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("sandboxed"), "{name}");
+        let overhead = spec.overhead.unwrap_or_default();
+        assert_eq!(
+            overhead.get("cpu").map(|q| q.0.as_str()),
+            Some("250m"),
+            "{name}: {overhead:?}"
+        );
+    }
+    settle().await;
+    for (name, _, _) in &attacks {
+        assert!(
+            super_pods.get_opt(name).await?.is_none(),
             "{name} reached the super cluster"
         );
     }

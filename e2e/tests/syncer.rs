@@ -423,10 +423,27 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
             .await?;
         let review = review.status.context("review status")?;
         assert_eq!(review.authenticated, Some(true), "{review:?}");
+        let user = review.user.context("the reviewed user")?;
         assert_eq!(
-            review.user.and_then(|u| u.username).as_deref(),
+            user.username.as_deref(),
             Some("system:serviceaccount:shop:default")
         );
+        // Minted once the tenant pod was bound: since 1.30 the apiserver names the pod's node in it (the
+        // vNode, which the tenant sees), as in a kubelet's token.
+        let version = tenant.client().apiserver_version().await?;
+        if version.minor.trim_end_matches('+').parse::<u32>().unwrap_or(0) >= 30 {
+            let extra = user.extra.unwrap_or_default();
+            assert_eq!(
+                extra.get("authentication.kubernetes.io/node-name"),
+                Some(&vec![node.clone()]),
+                "{extra:?}"
+            );
+            assert_eq!(
+                extra.get("authentication.kubernetes.io/node-uid"),
+                Some(&vec![vnode.metadata.uid.clone().unwrap_or_default()]),
+                "{extra:?}"
+            );
+        }
         // A shared Secret belongs to no pod: it records its members (the tenant pod's uid, which the tokens
         // are bound to), and the patrol removes the keys of gone pods.
         assert!(token_secret.owner_references().is_empty());

@@ -857,6 +857,11 @@ async fn attach_or_check(
             UpItem::cluster(Kind::PriorityClass, &class.name_any()),
         );
     }
+    for class in ctx.supers.runtime_classes.state() {
+        ctx.queues
+            .up
+            .add(&tenant.id, UpItem::cluster(Kind::RuntimeClass, &class.name_any()));
+    }
     for class in ctx.supers.ingress_classes.iter().flat_map(|s| s.state()) {
         ctx.queues
             .up

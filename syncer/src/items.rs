@@ -47,6 +47,8 @@ macro_rules! with_kinds {
             StorageClass = "storageclass" => storage_class, storage_classes;
             /// Public PriorityClasses, up.
             PriorityClass = "priorityclass" => priority_class, priority_classes;
+            /// Public RuntimeClasses, up; the only ones a super pod may name.
+            RuntimeClass = "runtimeclass" => runtime_class, runtime_classes;
             /// Events about synced pods and services, up.
             Event = "event" => event, events;
         }

@@ -23,6 +23,7 @@ use crate::{
     cached::{CachedPodSpec, ContainerImage},
     config::PlatformPodPolicy,
     identity::{self, TenantIdentity},
+    resources::runtime_class::RuntimeClassChoice,
 };
 
 /// Where a tenant's own apiserver and DNS are reachable from super pods.
@@ -47,6 +48,8 @@ pub struct PodConversion<'a> {
     pub cluster_domain: &'a str,
     /// RuntimeClass to force.
     pub runtime_class_name: Option<&'a str>,
+    /// The published RuntimeClass the pod's own choice leads to ([`crate::resources::runtime_class::choose`]).
+    pub runtime_class: &'a RuntimeClassChoice,
     /// The VirtualCluster's `podPolicy`.
     pub pod_policy: &'a PodPolicy,
     /// What the platform allows every tenant.
@@ -160,6 +163,15 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     };
     let mut violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
     violations.extend(reserved_secret_references(&spec));
+    match (cx.runtime_class_name, cx.runtime_class) {
+        (Some(_), _) | (None, RuntimeClassChoice::Published(_)) => {}
+        (None, RuntimeClassChoice::Refused(why)) => violations.push(why.clone()),
+        (None, RuntimeClassChoice::Unnamed) => {
+            if let Some(asked) = spec.runtime_class_name.as_deref().filter(|r| !r.is_empty()) {
+                violations.push(format!("runtimeClassName {asked:?} (not looked up)"));
+            }
+        }
+    }
     if !violations.is_empty() {
         return Err(Refusal::Policy(violations));
     }
@@ -172,8 +184,10 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     spec.overhead = None;
     // Tokens come from the tenant, through the token Secret.
     spec.automount_service_account_token = Some(false);
-    if let Some(runtime_class) = cx.runtime_class_name {
-        spec.runtime_class_name = Some(runtime_class.to_owned());
+    match (cx.runtime_class_name, cx.runtime_class) {
+        (Some(forced), _) => spec.runtime_class_name = Some(forced.to_owned()),
+        (None, RuntimeClassChoice::Published(published)) => spec.runtime_class_name = Some(published.clone()),
+        (None, _) => {}
     }
 
     let mut tokens = Vec::new();
@@ -903,6 +917,17 @@ mod tests {
     }
 
     fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<Converted, Refusal> {
+        convert_with_runtime(pod, policy, endpoints, Some("kata"), &RuntimeClassChoice::Unnamed)
+    }
+
+    /// [`convert`], with the VirtualCluster's forced RuntimeClass and the pod's own choice.
+    fn convert_with_runtime(
+        pod: &Pod,
+        policy: &PodPolicy,
+        endpoints: &TenantEndpoints,
+        forced: Option<&str>,
+        chosen: &RuntimeClassChoice,
+    ) -> Result<Converted, Refusal> {
         let identity = identity();
         let platform = PlatformPodPolicy::default();
         let cx = PodConversion {
@@ -910,7 +935,8 @@ mod tests {
             opaque_prefixes: &[],
             super_namespace: "default-abc123-team-shop",
             cluster_domain: "cluster.local",
-            runtime_class_name: Some("kata"),
+            runtime_class_name: forced,
+            runtime_class: chosen,
             pod_policy: policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,
@@ -1068,6 +1094,7 @@ mod tests {
             super_namespace: "default-abc123-team-shop",
             cluster_domain: "cluster.local",
             runtime_class_name: None,
+            runtime_class: &RuntimeClassChoice::Unnamed,
             pod_policy: &policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,
@@ -1152,6 +1179,46 @@ mod tests {
             ..Default::default()
         };
         assert!(convert(&pod, &allowed, &endpoints()).is_ok());
+    }
+
+    #[test]
+    fn a_pod_runs_with_the_published_runtime_class_its_own_leads_to_or_is_refused() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "sandboxed", "namespace": "shop", "uid": "u"},
+            "spec": {"runtimeClassName": "my-gvisor", "overhead": {"cpu": "1m"},
+                "containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .expect("pod");
+        let policy = PodPolicy::default();
+        let published = RuntimeClassChoice::Published("gvisor".into());
+        let spec = convert_with_runtime(&pod, &policy, &endpoints(), None, &published)
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+        // The super cluster's admission sets the published class's overhead; the tenant's is not sent.
+        assert_eq!(spec.overhead, None);
+
+        let refused = RuntimeClassChoice::Refused("runtimeClassName \"my-gvisor\" (handler \"x\")".into());
+        match convert_with_runtime(&pod, &policy, &endpoints(), None, &refused) {
+            Err(Refusal::Policy(violations)) => assert!(violations.iter().any(|v| v.contains("my-gvisor")), "{violations:?}"),
+            other => panic!("{:?}", other.map(|c| c.pod.spec)),
+        }
+        // A class never looked up is not passed through.
+        match convert_with_runtime(&pod, &policy, &endpoints(), None, &RuntimeClassChoice::Unnamed) {
+            Err(Refusal::Policy(violations)) => assert!(violations.iter().any(|v| v.contains("my-gvisor")), "{violations:?}"),
+            other => panic!("{:?}", other.map(|c| c.pod.spec)),
+        }
+        // A forced class wins over the choice (the policy compares the names).
+        let mut forced_pod = pod.clone();
+        forced_pod.spec.as_mut().expect("spec").runtime_class_name = Some("kata".into());
+        let spec = convert_with_runtime(&forced_pod, &policy, &endpoints(), Some("kata"), &published)
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("kata"));
     }
 
     #[test]

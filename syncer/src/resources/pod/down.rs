@@ -29,6 +29,7 @@ use crate::{
         namespace,
         outcome::Outcome,
         public,
+        runtime_class::{self, RuntimeClassChoice},
         write::{apply, delete},
     },
     tenant::Tenant,
@@ -158,6 +159,7 @@ fn convert(
     tenant: &Tenant,
     pod: &Pod,
     endpoints: &TenantEndpoints,
+    runtime_class: &RuntimeClassChoice,
 ) -> Result<Converted, Refusal> {
     let settings = tenant.settings();
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
@@ -176,6 +178,7 @@ fn convert(
         super_namespace: &super_namespace,
         cluster_domain: &settings.cluster_domain,
         runtime_class_name: settings.runtime_class_name.as_deref(),
+        runtime_class,
         pod_policy: &settings.pod_policy,
         platform_policy: &ctx.config.pod_policy,
         published_priority_class: &published_priority_class,
@@ -430,7 +433,9 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
         Some(spec) if was_scheduled(cached) => spec.node_name.take(),
         _ => None,
     };
-    let converted = match convert(ctx, tenant, &tenant_pod, &endpoints) {
+    let asked_runtime_class = tenant_pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
+    let runtime_class = runtime_class::choose(ctx, tenant, asked_runtime_class).await?;
+    let converted = match convert(ctx, tenant, &tenant_pod, &endpoints, &runtime_class) {
         Ok(mut converted) => {
             if let Some(node) = previous_node {
                 prefer_node(&mut converted.pod, &node);
@@ -1148,7 +1153,6 @@ mod tests {
         let (ctx, mut super_caches) = testing::context(super_client);
         let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
         let mut pod = pod_json();
-        pod["spec"]["runtimeClassName"] = json!("gvisor");
         pod["status"] = json!({"phase": "Pending"});
         put(&mut caches.pods, from_json(pod));
         put(
@@ -1161,13 +1165,13 @@ mod tests {
             supers
                 .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-ns/pods/second?")
                 .await
-                .fail(403, "Forbidden", "pods \"second\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found");
+                .fail(403, "Forbidden", "pods \"second\" is forbidden: maximum cpu usage per Container is 2, but limit is 4");
             let event = tenants
                 .expect("POST", "/apis/events.k8s.io/v1/namespaces/ns/events")
                 .await;
             assert_eq!(event.body["reason"], REASON_REFUSED_BY_SUPER_CLUSTER);
             let note = event.body["note"].as_str().unwrap_or_default().to_owned();
-            assert!(note.contains("RuntimeClass \"gvisor\" not found"), "{note}");
+            assert!(note.contains("maximum cpu usage per Container is 2"), "{note}");
             event.echo();
         });
         match outcome.expect("synced") {
