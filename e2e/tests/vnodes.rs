@@ -6,6 +6,12 @@
 //!   tainted with a key it may not tolerate; its own cordon and uncordon stay (the syncer no longer puts
 //!   `unschedulable` back); a vNode it deletes comes back; its DaemonSet gets one pod per vNode, each on
 //!   the super node of that name.
+//! - `pods_select_among_the_vnodes_as_the_tenant_labelled_them` (simulated nodes): the super copies of
+//!   pods with a node selector on a label the tenant put on its vNode, node affinity on names, a node
+//!   name, and the pod of a DaemonSet with that node selector ask for exactly the super nodes of the
+//!   vNodes they select, by name; a selection no vNode matches (a label no node has, the hostname of
+//!   a node the tenant does not see) asks for a label no node has; a pod naming a node the tenant does
+//!   not see is refused.
 //! - `a_tenant_daemonset_runs_a_real_container_on_every_node` (real nodes): the same DaemonSet runs a real
 //!   container on each real node, which reports the node it runs on.
 
@@ -270,6 +276,190 @@ async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<(
             pod.name_any()
         );
     }
+    Ok(())
+}
+
+/// The super pod of this name, once the syncer made it.
+async fn until_found(pods: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
+    wait::until(PATIENCE, &format!("super pod {name}"), || {
+        let pods = pods.clone();
+        async move { pods.get_opt(name).await.ok().flatten() }
+    })
+    .await
+    .map_err(Into::into)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pods_select_among_the_vnodes_as_the_tenant_labelled_them() -> anyhow::Result<()> {
+    if !local_cluster::require("pods_select_among_the_vnodes_as_the_tenant_labelled_them", NEEDS) {
+        return Ok(());
+    }
+    let tenancy = Tenancy::start(TenancyOptions {
+        tenants: 1,
+        nodes: 3,
+        ..Default::default()
+    })
+    .await?;
+    let super_client = tenancy.super_client();
+    tenancy.nodes.wait_ready(&super_client).await?;
+    let names = tenancy.nodes.names();
+    let super_nodes: Api<Node> = Api::all(super_client.clone());
+    // The platform's node, which the tenant does not see, and a label the tenant will put on its vNode.
+    super_nodes
+        .patch(
+            &names[2],
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"color": "blue"}}, "spec": {"taints": [
+                {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}}),
+            ),
+        )
+        .await?;
+    let _syncer = Syncer::start(
+        super_client.clone(),
+        SyncerConfig {
+            patrol_interval: Duration::from_secs(2),
+            tenant_health_period: Duration::from_secs(2),
+            token_ttl_seconds: 600,
+            vnode_mode: VNodeMode::Usable,
+            ..Default::default()
+        },
+        Arc::new(Metrics::default()),
+        Health::new(),
+    )
+    .await?;
+    let tenant = tenancy.tenant("tenant-0").client();
+    let usable: BTreeSet<String> = names[..2].iter().cloned().collect();
+    wait::until_true(PATIENCE, "a vNode for each usable super node", || {
+        let tenant = tenant.clone();
+        let usable = usable.clone();
+        async move { vnode_names(&tenant).await == usable }
+    })
+    .await?;
+    wait::until_true(PATIENCE, "the default ServiceAccount", || {
+        let tenant = tenant.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(tenant, "default")
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        }
+    })
+    .await?;
+    // The tenant labels its first vNode; the super node keeps its own labels.
+    Api::<Node>::all(tenant.clone())
+        .patch(
+            &names[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"color": "blue"}}})),
+        )
+        .await?;
+    let hostname_of_platform_node = super_nodes
+        .get(&names[2])
+        .await?
+        .labels()
+        .get("kubernetes.io/hostname")
+        .cloned()
+        .unwrap_or_else(|| names[2].clone());
+    let pod = |name: &str, spec: serde_json::Value| -> anyhow::Result<Pod> {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+        spec["terminationGracePeriodSeconds"] = json!(1);
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": spec}),
+        )?)
+    };
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
+    for (name, spec) in [
+        ("blue", json!({"nodeSelector": {"color": "blue"}})),
+        ("nowhere", json!({"nodeSelector": {"label": "nonempty"}})),
+        // The platform's node, by its hostname and by its name: not a node of the tenant's.
+        (
+            "platform-host",
+            json!({"nodeSelector": {"kubernetes.io/hostname": hostname_of_platform_node}}),
+        ),
+        ("platform-name", json!({"nodeName": names[2]})),
+        ("second", json!({"nodeName": names[1]})),
+        (
+            "not-second",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [names[1]]}]}]}}}}),
+        ),
+    ] {
+        pods.create(&PostParams::default(), &pod(name, spec)?).await?;
+    }
+    let mut daemon = daemon_set()?;
+    if let Some(spec) = daemon.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.node_selector = Some([("color".to_owned(), "blue".to_owned())].into());
+    }
+    Api::<DaemonSet>::namespaced(tenant.clone(), "default")
+        .create(&PostParams::default(), &daemon)
+        .await?;
+
+    // The super copies ask for the super nodes of the vNodes they select, by name. (The
+    // simulated nodes here take pods without a scheduler; what the copies ask for is the syncer's part.)
+    let super_pods: Api<Pod> = Api::namespaced(
+        super_client.clone(),
+        &tenancy.tenant("tenant-0").super_namespace("default"),
+    );
+    let hosts = |wanted: &[&String]| -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::Value::Array(
+            wanted
+                .iter()
+                .map(|name| json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}))
+                .collect(),
+        ))
+    };
+    let none =
+        json!([{"matchExpressions": [{"key": "tenancy.x-k8s.io/no-matching-vnode", "operator": "Exists"}]}]);
+    let daemon_pod = wait::until(PATIENCE, "the DaemonSet's one pod", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default().labels("app=agent")).await.ok()?;
+            (list.items.len() == 1).then(|| list.items[0].name_any())
+        }
+    })
+    .await?;
+    for (name, terms) in [
+        ("blue", hosts(&[&names[0]])?),
+        ("not-second", hosts(&[&names[0]])?),
+        ("second", hosts(&[&names[1]])?),
+        (daemon_pod.as_str(), hosts(&[&names[0]])?),
+        ("nowhere", none.clone()),
+        ("platform-host", none.clone()),
+    ] {
+        let copy = until_found(&super_pods, name).await?;
+        let spec = copy.spec.context("spec")?;
+        assert_eq!(spec.node_selector, None, "{name}");
+        let affinity = serde_json::to_value(spec.affinity.and_then(|a| a.node_affinity))?;
+        assert_eq!(
+            affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"], terms,
+            "{name}: {affinity}"
+        );
+    }
+    // The tenant's DaemonSet controller saw the label on the tenant's vNode only.
+    let agent = pods.get(&daemon_pod).await?;
+    let pinned = serde_json::to_value(agent.spec.and_then(|s| s.affinity))?;
+    assert!(pinned.to_string().contains(&names[0]), "{pinned}");
+    // A pod naming a node the tenant does not see is refused outright.
+    wait::until_true(PATIENCE, "NotSupported for platform-name", || {
+        let tenant = tenant.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(tenant, "default")
+                .list(&ListParams::default())
+                .await
+                .is_ok_and(|list| {
+                    list.items.iter().any(|e| {
+                        e.involved_object.name.as_deref() == Some("platform-name")
+                            && e.reason.as_deref() == Some("NotSupported")
+                    })
+                })
+        }
+    })
+    .await?;
+    assert!(super_pods.get_opt("platform-name").await?.is_none());
     Ok(())
 }
 

@@ -26,6 +26,8 @@ use crate::{
     resources::runtime_class::RuntimeClassChoice,
 };
 
+use super::placement::Resolved;
+
 /// Where a tenant's own apiserver and DNS are reachable from super pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TenantEndpoints {
@@ -50,6 +52,9 @@ pub struct PodConversion<'a> {
     pub runtime_class_name: Option<&'a str>,
     /// The published RuntimeClass the pod's own choice leads to ([`crate::resources::runtime_class::choose`]).
     pub runtime_class: &'a RuntimeClassChoice,
+    /// The pod's node selection resolved against the tenant's vNodes ([`super::placement`]); `None` in
+    /// `--vnode-mode pods` or when the pod selects no node.
+    pub node_selection: Option<&'a Resolved>,
     /// The VirtualCluster's `podPolicy`.
     pub pod_policy: &'a PodPolicy,
     /// What the platform allows every tenant.
@@ -148,7 +153,13 @@ pub const KEY_TOKEN: &str = "token";
 /// The super pod for a tenant pod.
 pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refusal> {
     let mut spec = tenant.spec.clone().unwrap_or_default();
-    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
+    // A node name is honoured as a selection of that vNode; otherwise (`pods` mode, a node the tenant may
+    // not use) the super scheduler would be bypassed.
+    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty())
+        && !cx
+            .node_selection
+            .is_some_and(|resolved| resolved.required.iter().any(|c| &c.name == node))
+    {
         return Err(Refusal::NodeNameSet(node.clone()));
     }
     // The apiserver refuses ephemeral containers in a new pod. A pod that has some (one recreated after a
@@ -160,6 +171,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         platform: cx.platform_policy,
         forced_runtime_class: cx.runtime_class_name,
         published_priority_class: cx.published_priority_class,
+        node_selection_resolved: cx.node_selection.is_some(),
     };
     let mut violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
     violations.extend(reserved_secret_references(&spec));
@@ -182,6 +194,9 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     spec.priority = None;
     spec.preemption_policy = None;
     spec.overhead = None;
+    if let Some(resolved) = cx.node_selection {
+        super::placement::rewrite(&mut spec, resolved);
+    }
     // Tokens come from the tenant, through the token Secret.
     spec.automount_service_account_token = Some(false);
     match (cx.runtime_class_name, cx.runtime_class) {
@@ -802,6 +817,7 @@ pub fn ephemeral_to_super(
         // Placement, priority and runtime class are the pod's, fixed at creation.
         forced_runtime_class: None,
         published_priority_class: &|_| false,
+        node_selection_resolved: false,
     };
     let mut violations = super::policy::ephemeral_container_violations(
         container,
@@ -937,6 +953,7 @@ mod tests {
             cluster_domain: "cluster.local",
             runtime_class_name: forced,
             runtime_class: chosen,
+            node_selection: None,
             pod_policy: policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,
@@ -1095,6 +1112,7 @@ mod tests {
             cluster_domain: "cluster.local",
             runtime_class_name: None,
             runtime_class: &RuntimeClassChoice::Unnamed,
+            node_selection: None,
             pod_policy: &policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,

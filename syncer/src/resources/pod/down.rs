@@ -16,7 +16,9 @@ use kube::{
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
-    ephemeral, policy, token, token_secrets,
+    ephemeral,
+    placement::{self, Candidate, Resolved},
+    policy, token, token_secrets,
 };
 use crate::{
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
@@ -30,6 +32,7 @@ use crate::{
         outcome::Outcome,
         public,
         runtime_class::{self, RuntimeClassChoice},
+        vnode,
         write::{apply, delete},
     },
     tenant::Tenant,
@@ -160,6 +163,7 @@ fn convert(
     pod: &Pod,
     endpoints: &TenantEndpoints,
     runtime_class: &RuntimeClassChoice,
+    node_selection: Option<&Resolved>,
 ) -> Result<Converted, Refusal> {
     let settings = tenant.settings();
     let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
@@ -179,6 +183,7 @@ fn convert(
         cluster_domain: &settings.cluster_domain,
         runtime_class_name: settings.runtime_class_name.as_deref(),
         runtime_class,
+        node_selection,
         pod_policy: &settings.pod_policy,
         platform_policy: &ctx.config.pod_policy,
         published_priority_class: &published_priority_class,
@@ -189,6 +194,32 @@ fn convert(
         token_key_prefix: &token_key_prefix,
     };
     convert::to_super(pod, &cx)
+}
+
+/// A pod's node selection resolved against the tenant's vNodes, outside `--vnode-mode pods` (there a
+/// tenant sees only the nodes its pods run on, and the pod policy judges the labels a pod names).
+fn node_selection(ctx: &Context, tenant: &Tenant, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Option<Resolved> {
+    let spec = spec.filter(|spec| placement::selects(spec))?;
+    if ctx.config.vnode_mode == crate::config::VNodeMode::Pods {
+        return None;
+    }
+    // The vNodes of the super nodes the tenant may use, as the tenant labelled them.
+    let candidates: Vec<Candidate> = tenant
+        .stores
+        .nodes
+        .state()
+        .iter()
+        .filter_map(|vnode| {
+            let name = vnode.metadata.name.as_deref()?;
+            let node = ctx.supers.nodes.get(&ObjectRef::new(name))?;
+            vnode::wanted(ctx, tenant, &node).then(|| Candidate {
+                name: name.to_owned(),
+                labels: vnode.metadata.labels.clone().unwrap_or_default(),
+                unschedulable: vnode.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
+            })
+        })
+        .collect();
+    Some(placement::resolve(spec, &candidates))
 }
 
 /// The super metadata a tenant pod calls for, and the sync hash over everything of a pod that may change
@@ -435,7 +466,15 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     };
     let asked_runtime_class = tenant_pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
     let runtime_class = runtime_class::choose(ctx, tenant, asked_runtime_class).await?;
-    let converted = match convert(ctx, tenant, &tenant_pod, &endpoints, &runtime_class) {
+    let node_selection = node_selection(ctx, tenant, tenant_pod.spec.as_ref());
+    let converted = match convert(
+        ctx,
+        tenant,
+        &tenant_pod,
+        &endpoints,
+        &runtime_class,
+        node_selection.as_ref(),
+    ) {
         Ok(mut converted) => {
             if let Some(node) = previous_node {
                 prefer_node(&mut converted.pod, &node);

@@ -1,9 +1,11 @@
-//! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]),
+//! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]), node
+//! selection in the tenant's view ([`placement`]),
 //! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]).
 
 pub mod convert;
 pub mod down;
 pub mod ephemeral;
+pub mod placement;
 pub mod policy;
 pub mod token_secrets;
 pub mod token;

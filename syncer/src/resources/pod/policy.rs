@@ -40,6 +40,9 @@ pub struct PolicyInput<'a> {
     /// Whether a PriorityClass is published (a super PriorityClass labelled
     /// `tenancy.x-k8s.io/super.public=true`).
     pub published_priority_class: &'a dyn Fn(&str) -> bool,
+    /// Whether the pod's node selection is resolved against the tenant's vNodes ([`super::placement`]):
+    /// then it can only reach nodes the tenant sees, whatever labels it names, and they are not judged.
+    pub node_selection_resolved: bool,
 }
 
 /// A container of any kind, with what the policy looks at.
@@ -287,6 +290,9 @@ fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec<String>) {
             ));
         }
     }
+    if input.node_selection_resolved {
+        return;
+    }
     let labels = Allowed::of(
         &platform.allowed_node_labels,
         &platform.grantable_node_labels,
@@ -479,6 +485,7 @@ mod tests {
             platform: &platform,
             forced_runtime_class: Some("kata"),
             published_priority_class: &published,
+            node_selection_resolved: false,
         };
         violations(spec, Some(&annotations), &input)
     }
@@ -618,6 +625,7 @@ mod tests {
             platform: &platform,
             forced_runtime_class: None,
             published_priority_class: &|_| false,
+            node_selection_resolved: false,
         };
         let annotations: BTreeMap<String, String> = serde_json::from_value(json!({
             "container.apparmor.security.beta.kubernetes.io/web": "unconfined",
