@@ -144,11 +144,26 @@ async fn daemon_pods(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<()> {
-    if !local_cluster::require("tenants_see_the_nodes_they_may_use_from_the_start", NEEDS) {
-        return Ok(());
-    }
+/// Waits for the tenant's default ServiceAccount (pods need it).
+async fn default_service_account(tenant: &Client) -> anyhow::Result<()> {
+    wait::until_true(PATIENCE, "the default ServiceAccount", || {
+        let tenant = tenant.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(tenant, "default")
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Three simulated super nodes, the third kept for the platform (a taint tenants may not tolerate, and
+/// `platform_labels`), one tenant and the syncer in `--vnode-mode usable`.
+async fn usable_nodes(platform_labels: serde_json::Value) -> anyhow::Result<(Tenancy, Syncer, Vec<String>)> {
     let tenancy = Tenancy::start(TenancyOptions {
         tenants: 1,
         nodes: 3,
@@ -158,18 +173,18 @@ async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<(
     let super_client = tenancy.super_client();
     tenancy.nodes.wait_ready(&super_client).await?;
     let names = tenancy.nodes.names();
-    // A node kept for the platform: its taint is not one tenants may tolerate.
     Api::<Node>::all(super_client.clone())
         .patch(
             &names[2],
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": [
-                {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}})),
+            &Patch::Merge(
+                json!({"metadata": {"labels": platform_labels}, "spec": {"taints": [
+                {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}}),
+            ),
         )
         .await?;
-    let usable: BTreeSet<String> = names[..2].iter().cloned().collect();
-    let _syncer = Syncer::start(
-        super_client.clone(),
+    let syncer = Syncer::start(
+        super_client,
         SyncerConfig {
             patrol_interval: Duration::from_secs(2),
             tenant_health_period: Duration::from_secs(2),
@@ -181,6 +196,17 @@ async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<(
         Health::new(),
     )
     .await?;
+    Ok((tenancy, syncer, names))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<()> {
+    if !local_cluster::require("tenants_see_the_nodes_they_may_use_from_the_start", NEEDS) {
+        return Ok(());
+    }
+    let (tenancy, _syncer, names) = usable_nodes(json!({})).await?;
+    let super_client = tenancy.super_client();
+    let usable: BTreeSet<String> = names[..2].iter().cloned().collect();
     let tenant = tenancy.tenant("tenant-0").client();
     let nodes: Api<Node> = Api::all(tenant.clone());
 
@@ -249,18 +275,7 @@ async fn tenants_see_the_nodes_they_may_use_from_the_start() -> anyhow::Result<(
     .await?;
 
     // A DaemonSet: one pod per vNode, each on the super node of its vNode's name.
-    wait::until_true(PATIENCE, "the default ServiceAccount", || {
-        let tenant = tenant.clone();
-        async move {
-            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(tenant, "default")
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-        }
-    })
-    .await?;
+    default_service_account(&tenant).await?;
     Api::<DaemonSet>::namespaced(tenant.clone(), "default")
         .create(&PostParams::default(), &daemon_set()?)
         .await?;
@@ -294,40 +309,10 @@ async fn pods_select_among_the_vnodes_as_the_tenant_labelled_them() -> anyhow::R
     if !local_cluster::require("pods_select_among_the_vnodes_as_the_tenant_labelled_them", NEEDS) {
         return Ok(());
     }
-    let tenancy = Tenancy::start(TenancyOptions {
-        tenants: 1,
-        nodes: 3,
-        ..Default::default()
-    })
-    .await?;
+    // The platform's node, which the tenant does not see, has the label the tenant will put on its vNode.
+    let (tenancy, _syncer, names) = usable_nodes(json!({"color": "blue"})).await?;
     let super_client = tenancy.super_client();
-    tenancy.nodes.wait_ready(&super_client).await?;
-    let names = tenancy.nodes.names();
     let super_nodes: Api<Node> = Api::all(super_client.clone());
-    // The platform's node, which the tenant does not see, and a label the tenant will put on its vNode.
-    super_nodes
-        .patch(
-            &names[2],
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"labels": {"color": "blue"}}, "spec": {"taints": [
-                {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}}),
-            ),
-        )
-        .await?;
-    let _syncer = Syncer::start(
-        super_client.clone(),
-        SyncerConfig {
-            patrol_interval: Duration::from_secs(2),
-            tenant_health_period: Duration::from_secs(2),
-            token_ttl_seconds: 600,
-            vnode_mode: VNodeMode::Usable,
-            ..Default::default()
-        },
-        Arc::new(Metrics::default()),
-        Health::new(),
-    )
-    .await?;
     let tenant = tenancy.tenant("tenant-0").client();
     let usable: BTreeSet<String> = names[..2].iter().cloned().collect();
     wait::until_true(PATIENCE, "a vNode for each usable super node", || {
@@ -336,18 +321,7 @@ async fn pods_select_among_the_vnodes_as_the_tenant_labelled_them() -> anyhow::R
         async move { vnode_names(&tenant).await == usable }
     })
     .await?;
-    wait::until_true(PATIENCE, "the default ServiceAccount", || {
-        let tenant = tenant.clone();
-        async move {
-            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(tenant, "default")
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-        }
-    })
-    .await?;
+    default_service_account(&tenant).await?;
     // The tenant labels its first vNode; the super node keeps its own labels.
     Api::<Node>::all(tenant.clone())
         .patch(
