@@ -14,8 +14,9 @@
 # --passed-in PLAIN.json: run the tenant alone on the tests that passed in that earlier plain run, and
 # compare against it (the tests failing on the plain cluster take most of a full run's time).
 # --tenant-pod-policy open (the default) lets the tenant's pods do what the plain cluster's may (privileged
-# containers, hostPath, host namespaces and ports: spec.podPolicy of its VirtualCluster); default keeps the
-# platform's default policy, under which the tests that need those are refused with PodPolicyViolation.
+# containers, hostPath, host namespaces and ports: spec.podPolicy of its VirtualCluster, and the Pod Security
+# level `privileged` on its super namespaces, the syncer's --pod-security-enforce); default keeps the
+# platform's defaults, under which the tests that need those are refused with PodPolicyViolation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --tenant) tenant_kind="$2"; shift 2 ;;
     --passed-in) passed_in="$2"; shift 2 ;;
     --tenant-pod-policy) pod_policy="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -74,7 +75,9 @@ if [ -n "$passed_in" ]; then
 fi
 
 echo "==> starting the sandbox (log: $out/sandbox.log)"
-"$target_dir/release/vc-sandbox" --nodes 1 "${tenant_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
+sandbox_args=()
+[ "$pod_policy" = open ] && sandbox_args+=(--pod-security-enforce privileged)
+"$target_dir/release/vc-sandbox" --nodes 1 "${tenant_args[@]}" "${sandbox_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
   --conformance-images "$e2e_test" --agnhost "$agnhost" >"$out/sandbox.log" 2>&1 &
 sandbox_pid=$!
 stop_sandbox() {

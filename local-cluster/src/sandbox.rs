@@ -83,6 +83,30 @@ pub struct SandboxOptions {
     pub max_certificate_lifetime: Option<Duration>,
     /// The syncer's `--vnode-mode`: which super nodes tenants see.
     pub vnode_mode: syncer::config::VNodeMode,
+    /// The syncer's `--pod-security-enforce`: the Pod Security level of tenants' super namespaces
+    /// (`None`: the syncer's default, `baseline`).
+    pub pod_security_enforce: Option<PodSecurityLevel>,
+}
+
+/// A Pod Security level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodSecurityLevel {
+    /// Anything goes (what a cluster without Pod Security admission allows).
+    Privileged,
+    /// Known privilege escalations refused.
+    Baseline,
+    /// Hardening best practices.
+    Restricted,
+}
+
+impl PodSecurityLevel {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Privileged => "privileged",
+            Self::Baseline => "baseline",
+            Self::Restricted => "restricted",
+        }
+    }
 }
 
 impl Default for SandboxOptions {
@@ -97,6 +121,7 @@ impl Default for SandboxOptions {
             accounts: None,
             max_certificate_lifetime: None,
             vnode_mode: syncer::config::VNodeMode::Pods,
+            pod_security_enforce: None,
         }
     }
 }
@@ -398,6 +423,13 @@ impl Sandbox {
                 downward_workers: 8,
                 upward_workers: 8,
                 vnode_mode: options.vnode_mode.clone(),
+                pod_security: match options.pod_security_enforce {
+                    Some(level) => syncer::config::PodSecurityLabels {
+                        enforce: Some(level.as_str().to_owned()),
+                        ..syncer::config::PodSecurityLabels::default()
+                    },
+                    None => syncer::config::PodSecurityLabels::default(),
+                },
                 vn_agent_access: options.accounts.as_ref().and_then(|accounts| {
                     Some(syncer::config::VnAgentAccess {
                         namespace: accounts.namespace.clone(),

@@ -44,6 +44,11 @@ struct Args {
     /// `selected:key=value[,...]`.
     #[arg(long, default_value = "usable")]
     vnode_mode: syncer::config::VNodeMode,
+    /// The Pod Security level enforced on tenants' super namespaces (the syncer's
+    /// --pod-security-enforce; default its own, baseline). `privileged` lets tenants' pods do what a
+    /// cluster without Pod Security admission allows, as far as their VirtualCluster's podPolicy does.
+    #[arg(long, value_enum)]
+    pod_security_enforce: Option<local_cluster::sandbox::PodSecurityLevel>,
     /// Download the Kubernetes binaries that are missing, for the pinned release, from the official release
     /// site into a cache folder, each checked against its published SHA-256 checksum.
     #[arg(long)]
@@ -171,6 +176,7 @@ async fn main() -> ExitCode {
         node_kind,
         dir: args.dir.clone(),
         vnode_mode: args.vnode_mode.clone(),
+        pod_security_enforce: args.pod_security_enforce,
         ..SandboxOptions::default()
     })
     .await
