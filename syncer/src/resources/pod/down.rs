@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::{
-    api::core::v1::{Pod, PodCondition, PodStatus, Secret, Toleration},
+    api::core::v1::{Node, Pod, PodCondition, PodStatus, Secret, Toleration},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
     jiff::Timestamp,
 };
@@ -198,17 +198,37 @@ fn convert(
 
 /// A pod's node selection resolved against the tenant's vNodes, outside `--vnode-mode pods` (there a
 /// tenant sees only the nodes its pods run on, and the pod policy judges the labels a pod names).
-fn node_selection(ctx: &Context, tenant: &Tenant, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Option<Resolved> {
-    let spec = spec.filter(|spec| placement::selects(spec))?;
+async fn node_selection(
+    ctx: &Context,
+    tenant: &Tenant,
+    spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
+) -> Result<Option<Resolved>> {
+    let Some(spec) = spec.filter(|spec| placement::selects(spec)) else {
+        return Ok(None);
+    };
     if ctx.config.vnode_mode == crate::config::VNodeMode::Pods {
-        return None;
+        return Ok(None);
     }
-    // The vNodes of the super nodes the tenant may use, as the tenant labelled them.
-    let candidates: Vec<Candidate> = tenant
-        .stores
-        .nodes
-        .state()
-        .iter()
+    let cached = tenant.stores.nodes.state();
+    let resolved = placement::resolve(spec, &candidates(ctx, tenant, cached.iter().map(|n| &**n)));
+    if !resolved.narrowed || !resolved.required.is_empty() {
+        return Ok(Some(resolved));
+    }
+    // Nothing matched in the cache: a label the tenant put on a vNode just before creating the pod may not
+    // be there yet, and the copy, once made, cannot be placed again. The vNodes as they are now decide.
+    let listed = Api::<Node>::all(tenant.client.clone())
+        .list(&kube::api::ListParams::default().labels(crds::wellknown::LABEL_VIRTUAL_NODE))
+        .await
+        .map_err(on_tenant(&tenant.identity.cluster_key, "listing vNodes"))?;
+    Ok(Some(placement::resolve(
+        spec,
+        &candidates(ctx, tenant, listed.items.iter()),
+    )))
+}
+
+/// The vNodes of the super nodes the tenant may use, as the tenant labelled them.
+fn candidates<'a>(ctx: &Context, tenant: &Tenant, vnodes: impl Iterator<Item = &'a Node>) -> Vec<Candidate> {
+    vnodes
         .filter_map(|vnode| {
             let name = vnode.metadata.name.as_deref()?;
             let node = ctx.supers.nodes.get(&ObjectRef::new(name))?;
@@ -218,8 +238,7 @@ fn node_selection(ctx: &Context, tenant: &Tenant, spec: Option<&k8s_openapi::api
                 unschedulable: vnode.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
             })
         })
-        .collect();
-    Some(placement::resolve(spec, &candidates))
+        .collect()
 }
 
 /// The super metadata a tenant pod calls for, and the sync hash over everything of a pod that may change
@@ -466,7 +485,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     };
     let asked_runtime_class = tenant_pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
     let runtime_class = runtime_class::choose(ctx, tenant, asked_runtime_class).await?;
-    let node_selection = node_selection(ctx, tenant, tenant_pod.spec.as_ref());
+    let node_selection = node_selection(ctx, tenant, tenant_pod.spec.as_ref()).await?;
     let converted = match convert(
         ctx,
         tenant,
