@@ -388,10 +388,22 @@ impl StatefulSetChanges {
         let name = format!("{}/{}", after.namespace().unwrap_or_default(), after.name_any());
         let Some(before) = before else {
             if after.meta().generation == Some(1) {
+                // Made again rather than for the first time: the cluster ran, or its status shows this
+                // component's StatefulSet observed before (the status may have gone to Pending first).
+                let observed_before = vc.status.as_ref().is_some_and(|status| {
+                    status.conditions.iter().any(|c| {
+                        c.type_ == component.condition()
+                            && matches!(
+                                c.reason.as_str(),
+                                "StatefulSetReady" | "StatefulSetNotReady" | "RollingOut"
+                            )
+                    })
+                });
                 match vc.phase() {
                     Some(ClusterPhase::Running | ClusterPhase::Updating) => {
                         self.restored.push((component, name))
                     }
+                    _ if observed_before => self.restored.push((component, name)),
                     _ => self.created.push((component, name)),
                 }
             }
