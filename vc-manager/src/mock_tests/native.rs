@@ -403,6 +403,46 @@ async fn a_deleted_statefulset_of_a_running_tenant_is_restored_and_reported() {
     assert!(result.is_ok(), "{result:?}");
 }
 
+/// The same, when the status went to Pending (apiserver not ready) before the StatefulSet was made again:
+/// its condition shows it was observed before, so it is reported as restored, not as created.
+#[tokio::test]
+async fn a_deleted_statefulset_is_reported_restored_after_the_status_went_to_pending() {
+    let (ctx, mut caches, mut api) = context(no_probe());
+    caches.add_statefulset(cached_statefulset(Component::Etcd, true));
+    caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
+    let mut vc = running(native_vc());
+    if let Some(status) = vc.status.as_mut() {
+        status.phase = Some(crds::ClusterPhase::Pending);
+        for condition in &mut status.conditions {
+            if condition.type_ == CONDITION_APISERVER_READY || condition.type_ == CONDITION_READY {
+                condition.status = "False".into();
+                condition.reason = "StatefulSetNotReady".into();
+            }
+        }
+    }
+    let result = run(
+        async move {
+            root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
+            services(&mut api).await;
+            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
+                .await
+                .ok(secret_list(&secrets));
+            for (name, ready) in [("etcd", 1), ("apiserver", 0), ("controller-manager", 1)] {
+                let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
+                let body = with_status(call.body.clone(), 1, ready);
+                call.ok(body);
+            }
+            assert!(api.event("APIServerRestored").await.contains("apiserver"));
+            let _ = api.vc_status().await;
+        },
+        reconcile(Arc::new(vc), ctx),
+    )
+    .await;
+    assert!(result.is_ok(), "{result:?}");
+}
+
 #[tokio::test]
 async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() {
     let (ctx, mut caches, mut api) = context(no_probe());
