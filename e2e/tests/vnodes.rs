@@ -146,16 +146,10 @@ async fn daemon_pods(
 
 /// Waits for the tenant's default ServiceAccount (pods need it).
 async fn default_service_account(tenant: &Client) -> anyhow::Result<()> {
-    wait::until_true(PATIENCE, "the default ServiceAccount", || {
-        let tenant = tenant.clone();
-        async move {
-            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(tenant, "default")
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-        }
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(tenant.clone(), "default");
+    crate::object_support::until(&accounts, "default", "the default ServiceAccount", |sa| {
+        sa.is_some()
     })
     .await?;
     Ok(())

@@ -356,34 +356,32 @@ async fn an_unchanged_running_status_is_not_written() {
     assert!(result.is_ok(), "{result:?}");
 }
 
+/// A reconcile of a provisioned native tenant whose apiserver StatefulSet was deleted: the StatefulSets
+/// are applied, the apiserver's made again (not ready yet).
+async fn apiserver_made_again(api: &mut ApiServer) {
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
+    root_namespace_exists(api).await;
+    cluster_version_read(api, Some(cluster_version())).await;
+    services(api).await;
+    api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
+        .await
+        .ok(secret_list(&secrets));
+    for (name, ready) in [("etcd", 1), ("apiserver", 0), ("controller-manager", 1)] {
+        let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
+        let body = with_status(call.body.clone(), 1, ready);
+        call.ok(body);
+    }
+}
+
 #[tokio::test]
 async fn a_deleted_statefulset_of_a_running_tenant_is_restored_and_reported() {
     let (ctx, mut caches, mut api) = context(no_probe());
     // The apiserver StatefulSet was deleted: it is not in the cache.
     caches.add_statefulset(cached_statefulset(Component::Etcd, true));
     caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
-    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
-            let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path("etcd"))).await;
-            let body = with_status(call.body.clone(), 1, 1);
-            call.ok(body);
-            let call = api
-                .expect("PATCH", &format!("{}{APPLY}", sts_path("apiserver")))
-                .await;
-            let body = with_status(call.body.clone(), 1, 0);
-            call.ok(body);
-            let call = api
-                .expect("PATCH", &format!("{}{APPLY}", sts_path("controller-manager")))
-                .await;
-            let body = with_status(call.body.clone(), 1, 1);
-            call.ok(body);
+            apiserver_made_again(&mut api).await;
             assert!(api.event("APIServerRestored").await.contains("apiserver"));
             let status = api.vc_status().await;
             assert_eq!(status["phase"], "Updating");
@@ -410,7 +408,6 @@ async fn a_deleted_statefulset_is_reported_restored_after_the_status_went_to_pen
     let (ctx, mut caches, mut api) = context(no_probe());
     caches.add_statefulset(cached_statefulset(Component::Etcd, true));
     caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
-    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let mut vc = running(native_vc());
     if let Some(status) = vc.status.as_mut() {
         status.phase = Some(crds::ClusterPhase::Pending);
@@ -423,17 +420,7 @@ async fn a_deleted_statefulset_is_reported_restored_after_the_status_went_to_pen
     }
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
-            for (name, ready) in [("etcd", 1), ("apiserver", 0), ("controller-manager", 1)] {
-                let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
-                let body = with_status(call.body.clone(), 1, ready);
-                call.ok(body);
-            }
+            apiserver_made_again(&mut api).await;
             assert!(api.event("APIServerRestored").await.contains("apiserver"));
             let _ = api.vc_status().await;
         },
