@@ -13,7 +13,9 @@
 //!   a node the tenant does not see) asks for a label no node has; a pod naming a node the tenant does
 //!   not see is refused.
 //! - `a_tenant_daemonset_runs_a_real_container_on_every_node` (real nodes): the same DaemonSet runs a real
-//!   container on each real node, which reports the node it runs on.
+//!   container on each real node, which reports the node it runs on; a pod bound to a vNode by name that
+//!   the node cannot take (it asks for more CPU than the node has) fails at once with the kubelet's
+//!   reason, its copy is removed, and it stays failed.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -478,5 +480,46 @@ async fn a_tenant_daemonset_runs_a_real_container_on_every_node() -> anyhow::Res
         .await?;
         assert_eq!(logs.trim(), format!("on node {node}"), "{}", pod.name_any());
     }
+
+    // A pod bound to a vNode by name that its node cannot take fails at once, as the node's kubelet
+    // would fail it (a StatefulSet then makes it again); its copy is removed so it never starts later.
+    let node = nodes.iter().next().context("a node")?.clone();
+    let too_big: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "too-big"},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"], "resources": {"requests": {"cpu": "1000"}}}]}
+    }))?;
+    api.create(&PostParams::default(), &too_big).await?;
+    let failed = wait::until(PATIENCE, "too-big Failed", || {
+        let api = api.clone();
+        async move {
+            let pod = api.get("too-big").await.ok()?;
+            let status = pod.status?;
+            (status.phase.as_deref() == Some("Failed")).then_some(status)
+        }
+    })
+    .await?;
+    assert_eq!(failed.reason.as_deref(), Some("OutOfcpu"), "{failed:?}");
+    let message = failed.message.unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("Pod was rejected: node {node} cannot run it: "))
+            && message.contains("Insufficient cpu"),
+        "{message}"
+    );
+    let super_pods: Api<Pod> = Api::namespaced(
+        sandbox.tenancy().super_client(),
+        &sandbox.tenancy().tenant("alpha").super_namespace("default"),
+    );
+    wait::until_true(PATIENCE, "too-big's super copy removed", || {
+        let super_pods = super_pods.clone();
+        async move { super_pods.get_opt("too-big").await.is_ok_and(|p| p.is_none()) }
+    })
+    .await?;
+    // Without its copy, the failed pod stays as it ended: not made again, not deleted as lost.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept = api.get("too-big").await?;
+    assert_eq!(kept.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
+    assert!(super_pods.get_opt("too-big").await?.is_none(), "copy made again");
     Ok(())
 }

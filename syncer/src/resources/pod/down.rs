@@ -64,7 +64,7 @@ fn limited_dimensions(quota: Option<&crds::TenantQuota>) -> String {
 
 /// Whether a tenant pod was placed by the syncer (bound after its super pod was scheduled), as opposed to
 /// a pod the tenant created with a node name.
-fn was_scheduled(pod: &TenantPod) -> bool {
+pub(super) fn was_scheduled(pod: &TenantPod) -> bool {
     let status = &pod.status;
     status.pod_ip.is_some()
         || status.phase.as_deref().is_some_and(|p| p != "Pending")
@@ -72,6 +72,11 @@ fn was_scheduled(pod: &TenantPod) -> bool {
             .conditions
             .iter()
             .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+}
+
+/// Whether a tenant pod has ended (`Succeeded` or `Failed`): its phase never changes again.
+pub(super) fn has_ended(pod: &TenantPod) -> bool {
+    matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
 /// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
@@ -314,6 +319,16 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
         return terminate(ctx, tenant, &tenant_pod, super_pod.as_deref(), &api).await;
     }
     match super_pod {
+        // An ended pod needs no copy: one whose copy the super cluster collected stays as it ended.
+        None if has_ended(&tenant_pod) => Ok(Outcome::InSync),
+        // A pod that ended before the super scheduler placed its copy (its node refused it, see
+        // `up::rejected_by_node`) must never start later, when the node has room again.
+        Some(existing) if has_ended(&tenant_pod) && existing.spec.node_name.is_none() => {
+            if existing.meta().deletion_timestamp.is_none() {
+                delete(ctx, &api, &item.name, existing.uid(), None).await?;
+            }
+            Ok(Outcome::Deleted)
+        }
         None if was_scheduled(&tenant_pod) && !tenant.paused_away(tenant_pod.meta()) => {
             replace_lost(ctx, tenant, &tenant_pod).await
         }
@@ -1671,6 +1686,40 @@ mod tests {
         now["metadata"]["annotations"] = recorded["annotations"].clone();
         now["metadata"]["labels"] = recorded["labels"].clone();
         put(&mut super_caches.pods, from_json(now));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), sync(&ctx, &tenant, &item)).await;
+        assert_eq!(outcome.expect("no request").expect("synced"), Outcome::InSync);
+        supers.idle().await;
+        tenants.idle().await;
+    }
+
+    /// A pod that failed before its copy was placed (its node refused it) loses the copy, so the super
+    /// scheduler never starts it later; once the copy is gone, the failed pod stays as it is, with no copy
+    /// made again and nothing deleted as lost.
+    #[tokio::test]
+    async fn a_pod_that_failed_before_its_copy_was_placed_keeps_no_copy() {
+        let mut failed = running("busybox:1", "100m", json!([]));
+        failed["spec"]["nodeName"] = json!("node-1");
+        failed["status"] = json!({"phase": "Failed", "reason": "NodePorts",
+            "message": "Pod was rejected: node node-1 cannot run it"});
+        let Running {
+            ctx,
+            tenant,
+            mut supers,
+            mut tenants,
+            mut super_caches,
+        } = running_pod(failed, identity_annotations());
+        let item = DownItem::new(Kind::Pod, "shop", "web");
+        let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
+            let call = supers.expect("DELETE", &format!("{POD}?")).await;
+            assert_eq!(call.body["preconditions"]["uid"], "super-uid");
+            call.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Deleted);
+
+        let copy: SuperPod = from_json(super_pod(identity_annotations()));
+        super_caches
+            .pods
+            .apply_watcher_event(&kube::runtime::watcher::Event::Delete(copy));
         let outcome = tokio::time::timeout(Duration::from_secs(5), sync(&ctx, &tenant, &item)).await;
         assert_eq!(outcome.expect("no request").expect("synced"), Outcome::InSync);
         supers.idle().await;

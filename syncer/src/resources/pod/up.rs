@@ -8,9 +8,15 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::{down::finalize_tenant_pod, token_secrets};
+use super::{
+    down::{finalize_tenant_pod, has_ended, was_scheduled},
+    token_secrets,
+};
 use crate::{
-    cached::{CachedCondition, ContainerImage, POD_SCHEDULED, TenantPodStatus, container_statuses_hash},
+    cached::{
+        CachedCondition, ContainerImage, POD_SCHEDULED, SuperPod, TenantPod, TenantPodStatus,
+        container_statuses_hash,
+    },
     context::Context,
     error::{Result, on_tenant},
     events,
@@ -88,6 +94,52 @@ fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
     status
 }
 
+/// Why the node a tenant bound its pod to refuses it, as that node's kubelet would say: `Some((reason,
+/// message))` once the super scheduler reports that the node cannot take the pod's copy.
+///
+/// A pod created with `spec.nodeName` skips the scheduler, and on a plain cluster the named node's kubelet
+/// admits it or fails it at once (host port taken, no room); controllers rely on that (a StatefulSet makes
+/// a failed pod again). Its copy requires that node of the super scheduler, which would instead keep it
+/// Pending until the node has room, and the tenant's pod would wait for ever.
+fn rejected_by_node(tenant_pod: &TenantPod, super_pod: &SuperPod, super_status: &PodStatus) -> Option<(String, String)> {
+    let node = tenant_pod.spec.node_name.as_deref()?;
+    if super_pod.spec.node_name.is_some()
+        || was_scheduled(tenant_pod)
+        || has_ended(tenant_pod)
+        || tenant_pod.meta().deletion_timestamp.is_some()
+    {
+        return None;
+    }
+    let unschedulable = super_status.conditions.iter().flatten().find(|c| {
+        c.type_ == POD_SCHEDULED && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+    })?;
+    let why = unschedulable.message.clone().unwrap_or_default();
+    Some((admission_reason(&why), format!("Pod was rejected: node {node} cannot run it: {why}")))
+}
+
+/// The kubelet's admission reason for what the scheduler's message says first (`NodePorts`, `OutOfcpu`,
+/// ...), else `Unschedulable`.
+fn admission_reason(scheduler_message: &str) -> String {
+    let lowered = scheduler_message.to_ascii_lowercase();
+    let at = |needle: &str| lowered.find(needle);
+    let ports = at("didn't have free ports").map(|i| (i, "NodePorts".to_owned()));
+    let pods = at("too many pods").map(|i| (i, "OutOfpods".to_owned()));
+    let insufficient = at("insufficient ").map(|i| {
+        let resource = scheduler_message[i + "insufficient ".len()..]
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('.');
+        (i, format!("OutOf{resource}"))
+    });
+    [ports, pods, insufficient]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(i, _)| *i)
+        .map(|(_, reason)| reason)
+        .unwrap_or_else(|| "Unschedulable".to_owned())
+}
+
 /// Reason of the event on a bound tenant pod whose service account token its apiserver refused to issue.
 pub const REASON_TOKEN_NOT_ISSUED: &str = "TokenNotIssued";
 
@@ -156,6 +208,27 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         }
     }
 
+    let super_status = super_pod.parsed_status();
+    if let Some((reason, message)) = super_status
+        .as_ref()
+        .and_then(|status| rejected_by_node(&tenant_pod, &super_pod, status))
+    {
+        // The down worker removes the copy once the cache shows the pod failed, so it never starts later.
+        tracing::info!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, %reason, "{message}");
+        events::warn(tenant, &tenant_pod.object_ref(&()), &reason, &message).await;
+        let failed = PodStatus {
+            phase: Some("Failed".to_owned()),
+            reason: Some(reason),
+            message: Some(message),
+            ..Default::default()
+        };
+        writes += write_status(ctx, tenant, &api, namespace, name, failed).await?;
+        return Ok(match writes {
+            0 => Outcome::InSync,
+            writes => Outcome::Updated { writes },
+        });
+    }
+
     // The first tokens of a bound pod, before its status: its kubelet is waiting for them.
     if (bound || tenant_node.is_some()) && tenant_pod.meta().deletion_timestamp.is_none() {
         match token_secrets::put_bound(ctx, tenant, &tenant_pod, &super_pod).await {
@@ -177,7 +250,13 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         }
     }
 
-    if let Some(super_status) = super_pod.parsed_status() {
+    // An ended pod's phase never changes again: a copy that has not ended (one its node refused, on its way
+    // out) has nothing more to tell.
+    let super_ended = matches!(
+        super_status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    if let Some(super_status) = super_status.filter(|_| super_ended || !has_ended(&tenant_pod)) {
         let want = status_from_super(
             super_status,
             &tenant_pod.spec.readiness_gates,
@@ -191,25 +270,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             &tenant_pod.status
         };
         if !status_matches(&want, have) {
-            let patch = Pod {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    ..Default::default()
-                },
-                spec: None,
-                status: Some(want),
-            };
-            ctx.metrics.tenant_write("pod", "status");
-            match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
-                Ok(_) => writes += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(on_tenant(
-                        &tenant.identity.cluster_key,
-                        format!("updating status of pod {namespace}/{name}"),
-                    )(e));
-                }
-            }
+            writes += write_status(ctx, tenant, &api, namespace, name, want).await?;
         }
     }
     writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;
@@ -217,6 +278,34 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
     })
+}
+
+/// Applies `status` to the tenant pod; the number of writes made (0: the pod is gone).
+async fn write_status(
+    ctx: &Context,
+    tenant: &Tenant,
+    api: &Api<Pod>,
+    namespace: &str,
+    name: &str,
+    status: PodStatus,
+) -> Result<u32> {
+    let patch = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(status),
+    };
+    ctx.metrics.tenant_write("pod", "status");
+    match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
+        Ok(_) => Ok(1),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(0),
+        Err(e) => Err(on_tenant(
+            &tenant.identity.cluster_key,
+            format!("updating status of pod {namespace}/{name}"),
+        )(e)),
+    }
 }
 
 #[cfg(test)]
@@ -461,5 +550,90 @@ mod tests {
         assert!(!status_matches(&started, &written));
         // A pod without ephemeral containers reports none.
         assert_eq!(status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses, None);
+    }
+
+    #[test]
+    fn the_kubelets_reason_is_what_the_scheduler_says_first() {
+        let cases = [
+            (
+                "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node(s) didn't match Pod's node affinity/selector.",
+                "NodePorts",
+            ),
+            ("0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.", "OutOfcpu"),
+            ("0/1 nodes are available: 1 Insufficient example.com/gpu.", "OutOfexample.com/gpu"),
+            ("0/1 nodes are available: 1 Too many pods.", "OutOfpods"),
+            ("0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.", "Unschedulable"),
+        ];
+        for (message, reason) in cases {
+            assert_eq!(admission_reason(message), reason, "{message}");
+        }
+    }
+
+    /// A pod the tenant bound to its vNode by name fails as that node's kubelet would fail it once the
+    /// super scheduler says the node cannot take its copy; a pending copy that was not refused, or the copy
+    /// of a pod the syncer placed, leaves the pod as it is.
+    #[tokio::test]
+    async fn a_pod_bound_by_name_fails_when_its_node_cannot_take_it() {
+        let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 1 node(s) didn't match Pod's node affinity/selector."}]});
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(&mut caches.vnodes, from_json(json!({"metadata": {"name": "node-1"}})));
+        let mut unplaced = super_copy(unschedulable);
+        unplaced.spec.node_name = None;
+        put(&mut super_caches.pods, unplaced.clone());
+        put(
+            &mut caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Pending", "qosClass": "BestEffort"}
+            })),
+        );
+        let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], "NodePorts");
+            event.echo();
+            let status = tenants.expect("PATCH", POD_STATUS).await;
+            assert_eq!(status.body["status"]["phase"], "Failed");
+            assert_eq!(status.body["status"]["reason"], "NodePorts");
+            let message = status.body["status"]["message"].as_str().unwrap_or_default().to_owned();
+            assert!(message.starts_with("Pod was rejected: node node-1 cannot run it: 0/2 nodes"), "{message}");
+            status.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+
+        // Not refused yet: the pod waits, with the copy's status.
+        let pending = json!({"phase": "Pending"});
+        let mut waiting = super_copy(pending);
+        waiting.spec.node_name = None;
+        put(&mut super_caches.pods, waiting);
+        let outcome = sync_pod(&ctx, &tenant).await;
+        assert_eq!(outcome.expect("synced"), Outcome::InSync);
+
+        // A pod the syncer bound before (its copy was made again and waits): not failed.
+        put(
+            &mut caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Pending", "qosClass": "BestEffort",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            })),
+        );
+        put(&mut super_caches.pods, unplaced);
+        let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            let status = tenants.expect("PATCH", POD_STATUS).await;
+            assert_eq!(status.body["status"]["phase"], "Pending");
+            status.echo();
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        supers.idle().await;
+        tenants.idle().await;
     }
 }
