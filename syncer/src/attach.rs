@@ -502,7 +502,7 @@ async fn report(
     });
     let api: Api<VirtualCluster> =
         Api::namespaced(ctx.super_client.clone(), &vc.namespace().unwrap_or_default());
-    let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
+    let params = crate::resources::write::apply_params().force();
     if let Err(error) = api
         .patch_status(&vc.name_any(), &params, &Patch::Apply(&patch))
         .await

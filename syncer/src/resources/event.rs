@@ -8,7 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams},
+    api::{ObjectMeta, Patch},
     runtime::{
         WatchStreamExt,
         reflector::{ObjectRef, Store},
@@ -163,7 +163,7 @@ pub async fn copy_up(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
     };
     let api: Api<CoreEvent> = Api::namespaced(tenant.client.clone(), namespace);
     ctx.metrics.tenant_write("event", "apply");
-    let params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force();
+    let params = crate::resources::write::apply_params().force();
     match api.patch(name, &params, &Patch::Apply(&copy)).await {
         Ok(_) => Ok(Outcome::Created { writes: 1 }),
         // The involved object's namespace is gone, or the tenant refuses the event: nothing to retry.

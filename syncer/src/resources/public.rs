@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use k8s_openapi::ClusterResourceScope;
 use kube::{
     Api, Resource,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams},
+    api::{DeleteParams, ObjectMeta, Patch},
     runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -80,7 +80,7 @@ where
             }
             api.patch(
                 name,
-                &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
+                &crate::resources::write::apply_params().force(),
                 &Patch::Apply(&desired),
             )
             .await

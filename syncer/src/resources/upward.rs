@@ -19,7 +19,7 @@ use crate::{
 
 /// Force-applied under the syncer's field manager: the fields it writes into tenants are its own.
 pub fn params() -> PatchParams {
-    PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force()
+    crate::resources::write::apply_params().force()
 }
 
 /// The super copy of a tenant object, if it exists and was made from this very tenant object.

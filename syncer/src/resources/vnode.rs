@@ -38,7 +38,7 @@ use crate::{
 };
 
 fn params() -> PatchParams {
-    PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force()
+    crate::resources::write::apply_params().force()
 }
 
 /// Annotation on a vNode: `scheduled` when the tenant sees it by `--vnode-mode` (schedulable; the tenant

@@ -29,6 +29,14 @@ where
     apply_with(ctx, api, desired, uid, true).await
 }
 
+/// Server-side apply under the syncer's field manager, without field validation. Every body the syncer
+/// writes is serialized from typed objects, so the apiserver's strict second decoding of it (by default
+/// `Warn`: a second YAML parse of every apply body, about 4% of the super apiserver's CPU in the synced
+/// benchmark) could only find nothing; its warnings were never read.
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).validation_ignore()
+}
+
 async fn apply_with<K>(
     ctx: &Context,
     api: &Api<K>,
@@ -42,7 +50,7 @@ where
     desired.meta_mut().uid = uid;
     let name = desired.name_any();
     let resource = K::plural(&()).into_owned();
-    let mut params = PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER);
+    let mut params = apply_params();
     params.force = force;
     let result = api
         .patch(&name, &params, &Patch::Apply(&desired))

@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Resource,
-    api::{ApiResource, DeleteParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, Patch, PostParams},
     runtime::reflector::ObjectRef,
 };
 
@@ -107,7 +107,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
             let applied = api
                 .patch(
                     crd,
-                    &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
+                    &crate::resources::write::apply_params().force(),
                     &Patch::Apply(&desired),
                 )
                 .await

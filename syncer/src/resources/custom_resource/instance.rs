@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DynamicObject, Patch, PatchParams, PostParams},
+    api::{DynamicObject, Patch, PostParams},
 };
 
 use super::{
@@ -201,7 +201,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
             let applied = api
                 .patch(
                     name,
-                    &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER).force(),
+                    &crate::resources::write::apply_params().force(),
                     &Patch::Apply(&desired),
                 )
                 .await

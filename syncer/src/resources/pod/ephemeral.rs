@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{GetParams, Patch, PatchParams},
+    api::{GetParams, Patch},
 };
 
 use super::{
@@ -171,7 +171,7 @@ pub async fn sync(
                 .patch_subresource(
                     "ephemeralcontainers",
                     &name,
-                    &PatchParams::apply(crds::wellknown::FIELD_MANAGER_SYNCER),
+                    &crate::resources::write::apply_params(),
                     &Patch::Strategic(&patch),
                 )
                 .await

@@ -757,6 +757,7 @@ impl Shard {
         let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
         let params = PatchParams {
             field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
+            field_validation: Some(kube::api::ValidationDirective::Ignore),
             ..Default::default()
         };
         ctx.metrics.super_write("secret", "patch");

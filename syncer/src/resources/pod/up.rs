@@ -600,6 +600,7 @@ mod tests {
             assert_eq!(event.body["reason"], "NodePorts");
             event.echo();
             let status = tenants.expect("PATCH", POD_STATUS).await;
+            assert!(status.uri.contains("fieldValidation=Ignore"), "{}", status.uri);
             assert_eq!(status.body["status"]["phase"], "Failed");
             assert_eq!(status.body["status"]["reason"], "NodePorts");
             let message = status.body["status"]["message"].as_str().unwrap_or_default().to_owned();
