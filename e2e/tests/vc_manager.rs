@@ -626,17 +626,20 @@ async fn native_lifecycle() -> anyhow::Result<()> {
         "{}",
         blocked.message
     );
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await?;
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("DeletionBlocked")
-                && e.note.as_deref().is_some_and(|n| n.contains("tenants/alpha"))),
-        "DeletionBlocked event"
-    );
+    // vc-manager writes the condition first and the event after it: wait for the event, not just look.
+    let events = Api::<Event>::namespaced(client.clone(), "default");
+    wait::until_true(Duration::from_secs(30), "DeletionBlocked event", || {
+        let events = events.clone();
+        async move {
+            events.list(&ListParams::default()).await.is_ok_and(|list| {
+                list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("DeletionBlocked")
+                        && e.note.as_deref().is_some_and(|n| n.contains("tenants/alpha"))
+                })
+            })
+        }
+    })
+    .await?;
 
     // Events tell the story.
     let events = Api::<Event>::namespaced(client.clone(), TENANTS)
