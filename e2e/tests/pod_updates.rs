@@ -4,8 +4,9 @@
 //!
 //! - `a_running_pods_changes_reach_its_super_pod`: a new image, a deadline and a label, an added
 //!   toleration the pod policy allows (the one it does not is refused with `PodPolicyViolation` naming it
-//!   and kept out), and a resize through the tenant's `resize` subresource, which reaches the super pod
-//!   through the super pod's (on v1.33; v1.25 serves no `resize`, and that part is not run).
+//!   and kept out), a label removed after creation (gone from the copy, which was created by POST), and a
+//!   resize through the tenant's `resize` subresource, which reaches the super pod through the super
+//!   pod's (on v1.33; v1.25 serves no `resize`, and that part is not run).
 
 use crate::object_support::{create, until};
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -87,7 +88,7 @@ async fn a_running_pods_changes_reach_its_super_pod() -> anyhow::Result<()> {
     create::<Pod>(
         &client,
         Some("apps"),
-        json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
+        json!({"metadata": {"name": "web", "labels": {"stage": "canary"}}, "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
             "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}),
     )
     .await?;
@@ -152,6 +153,38 @@ async fn a_running_pods_changes_reach_its_super_pod() -> anyhow::Result<()> {
     })
     .await?;
     assert!(note.contains("toleration of taint dedicated=gpu"), "{note}");
+
+    // A label removed after creation leaves the copy too (the copy was created by POST; its first update
+    // made the syncer's fields applied ones, so an apply that no longer sets a label removes it).
+    pods.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"stage": null}}})),
+    )
+    .await?;
+    let relabelled = until(&super_pods, "web", "super pod without the removed label", |p| {
+        p.is_some_and(|p| !p.labels().contains_key("stage") && p.labels().contains_key("tier"))
+    })
+    .await?
+    .expect("super pod");
+    let syncer_entries: Vec<(String, String)> = relabelled
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some(wellknown::FIELD_MANAGER_SYNCER) && e.subresource.is_none())
+        .map(|e| {
+            (
+                e.manager.clone().unwrap_or_default(),
+                e.operation.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        syncer_entries,
+        [(wellknown::FIELD_MANAGER_SYNCER.to_owned(), "Apply".to_owned())],
+        "the syncer owns the pod's fields as applied ones only"
+    );
 
     // In-place resize, as `kubectl patch --subresource resize` does it.
     let resized = pods

@@ -120,6 +120,23 @@ fn capture_profile(client: Client, seconds: u32, path: PathBuf) -> tokio::task::
     })
 }
 
+/// One line on stderr as each step of a run begins, with the seconds since the bench started: where a run
+/// that stops moving stopped is then in its output.
+fn progress(step: &str) {
+    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let started = STARTED.get_or_init(Instant::now);
+    eprintln!("bench +{:.1}s: {step}", started.elapsed().as_secs_f64());
+}
+
+/// Waits for a profile, for at most its length and a minute: a stuck profiling request must not hold up
+/// the figures.
+async fn finish_profile(profile: tokio::task::JoinHandle<()>, seconds: u32) {
+    let limit = Duration::from_secs(u64::from(seconds) + 60);
+    if tokio::time::timeout(limit, profile).await.is_err() {
+        println!("a profile did not finish within {}s; left out", limit.as_secs());
+    }
+}
+
 fn pod(name: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": {"app": "bench"}},
@@ -562,7 +579,10 @@ async fn request_counts(clients: &[Client]) -> BTreeMap<String, f64> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .expect("a static request is valid");
-        let Ok(body) = client.request_text(request).await else {
+        // Bounded: an apiserver that does not answer leaves its counts out, it does not stop the bench.
+        let Ok(Ok(body)) = tokio::time::timeout(Duration::from_secs(60), client.request_text(request)).await
+        else {
+            println!("an apiserver's /metrics did not answer within 60s; its requests are left out");
             continue;
         };
         for line in body.lines() {
@@ -681,6 +701,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     placement.pin(&[std::process::id()], false)?;
     let nodes_runtime = cpus::PinnedRuntime::new("sim-nodes", 2, placement.super_cpus.clone())?;
 
+    progress("setting up the super cluster and the tenant masters");
     let setup = Instant::now();
     let tenancy = Tenancy::start(TenancyOptions {
         tenants: args.tenants,
@@ -826,6 +847,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     };
 
     // 1. Direct baseline.
+    progress("direct run");
     let (direct_seen, direct_watch) = observe(super_client.clone(), |p| {
         Some(format!("{}/{}", p.namespace()?, p.name_any()))
     });
@@ -873,7 +895,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     .await?;
     let direct = figures(&started, &direct_seen.lock().expect("lock").running);
     if let Some(profile) = direct_profile {
-        let _ = profile.await;
+        finish_profile(profile, args.profile_seconds).await;
     }
     let direct_cpu = direct_cpu.report("direct", direct.seconds, total, &idle);
     let direct_requests = requests_per_pod(
@@ -885,6 +907,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     delete_namespaces(&super_client, &namespaces).await?;
 
     // 2. Through the syncer.
+    progress("starting the syncer");
     let (mut syncer, first_ready) = SyncerProcess::start(
         syncer_binary,
         tenancy.super_cluster.apiserver().kubeconfig_path(),
@@ -970,6 +993,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
             let path = dir.join(format!("tenant-apiserver-{}-synced.pprof", placement.name));
             capture_profile(tenant.client(), args.profile_seconds, path)
         });
+    progress("creating the pods in the tenants");
     let creators = tenancy.tenants.iter().map(|t| {
         let name = t.name.clone();
         let client = t.client();
@@ -1021,8 +1045,9 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     }
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
+    progress("synced pods Running in their tenants; collecting figures");
     for profile in [synced_profile, tenant_profile].into_iter().flatten() {
-        let _ = profile.await;
+        finish_profile(profile, args.profile_seconds).await;
     }
     let synced_cpu = synced_cpu.report("synced", synced.seconds, total, &idle);
     let synced_super_requests = requests_per_pod(
@@ -1052,13 +1077,16 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
         (to_super, up)
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
+    syncer.ensure_alive("the figures of the synced run")?;
     let synced_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
     sampler.abort();
     let peak_kib = (*peak.lock().expect("lock")).max(syncer.memory_kib("VmHWM:").unwrap_or(0));
 
     // 3. Restart with everything synced.
+    progress("restart: stopping the first syncer");
     let before_restart = syncer.metric_sum("syncer_super_writes_total").await;
     drop(syncer);
+    progress("restart: starting the second syncer");
     let (restarted, ready_seconds) = SyncerProcess::start(
         syncer_binary,
         tenancy.super_cluster.apiserver().kubeconfig_path(),
@@ -1072,6 +1100,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     wait_attached(&tenancy).await?;
     // Let every tenant's initial resync run through.
     tokio::time::sleep(Duration::from_secs(20)).await;
+    progress("fairness run");
     let restart_writes = restarted.metric_sum("syncer_super_writes_total").await.abs();
     syncer = restarted;
 
@@ -1129,6 +1158,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path) -> anyhow
     }
     drop(syncer);
 
+    progress("figures");
     // Figures.
     let mut direct_latencies = direct.latencies.clone();
     let mut synced_latencies = synced.latencies.clone();

@@ -1113,8 +1113,8 @@ mod tests {
             let mut created = Vec::new();
             for _ in 0..3 {
                 let call = supers.next().await;
-                assert_eq!(call.method, "PATCH", "{}", call.uri);
-                assert!(call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods/")), "{}", call.uri);
+                assert_eq!(call.method, "POST", "{}", call.uri);
+                assert!(call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods?")), "{}", call.uri);
                 let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
                 let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
                 assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
@@ -1231,7 +1231,7 @@ mod tests {
                 .find(|(r, v, _)| *r == resource && *v == verb)
                 .map_or(0, |(_, _, n)| *n)
         };
-        assert_eq!(count("pod", "apply"), 3);
+        assert_eq!(count("pod", "create"), 3);
         assert_eq!(count("secret", "create") + count("secret", "patch"), 2);
 
         // Once the binding shows, the next pass finds the tokens written: nothing is minted twice.
