@@ -40,6 +40,44 @@ pub fn pin_process(pid: u32, cpus: &str) -> Result<()> {
     )
 }
 
+/// Lowers the scheduling priority of every thread of process `pid` to `niceness` (threads it starts later
+/// inherit it from the thread that starts them), through `renice`, which sets one thread per id.
+///
+/// For benchmarks that keep a core saturated: the kernel's per-CPU work items run at nice 0 and wait behind
+/// whatever holds the core. When a long one (conntrack's `gc_worker`) got too little of a saturated core,
+/// everything queued behind it on that core waited with it, tasks that needed it (`lru_add_drain_all`)
+/// blocked, and a benchmark hung (`BUG: workqueue lockup ... stuck for 127s`). Niced workload threads
+/// leave the kernel's workers their share without changing how the workload shares the core among itself.
+pub fn lower_priority(pid: u32, niceness: i32) -> Result<()> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(Error::io(format!("listing the threads of process {pid}")))?;
+    let tids: Vec<String> = tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().map(str::to_owned))
+        .collect();
+    for chunk in tids.chunks(256) {
+        let niceness = niceness.to_string();
+        let mut args = vec!["-n", niceness.as_str(), "-p"];
+        args.extend(chunk.iter().map(String::as_str));
+        let output = Command::new("renice")
+            .args(&args)
+            .output()
+            .map_err(Error::io(format!(
+                "lowering the priority of process {pid}: running renice"
+            )))?;
+        // A thread that ended meanwhile is no failure; renice reports the others it set.
+        if !output.status.success() && !String::from_utf8_lossy(&output.stderr).contains("No such process") {
+            return Err(Error::Command {
+                context: format!("lowering the priority of process {pid}"),
+                command: format!("renice {}", args.join(" ")),
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Pins one thread (by its kernel thread id) to `cpus`.
 pub fn pin_thread(tid: u32, cpus: &str) -> Result<()> {
     let tid = tid.to_string();

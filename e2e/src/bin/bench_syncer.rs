@@ -381,6 +381,10 @@ enum Topology {
     Both,
 }
 
+/// The niceness of every pinned process (the syncer's too): a saturated core still leaves the kernel's
+/// per-CPU workers (nice 0) their share, see [`cpus::lower_priority`].
+const PINNED_NICENESS: i32 = 5;
+
 /// CPU lists of the two sides of a split topology (`None`: not pinned).
 #[derive(Clone, Debug)]
 struct Placement {
@@ -416,6 +420,7 @@ impl Placement {
         if let Some(cpus) = cpus {
             for pid in pids {
                 cpus::pin_process(*pid, cpus)?;
+                cpus::lower_priority(*pid, PINNED_NICENESS)?;
             }
         }
         Ok(())
@@ -459,7 +464,9 @@ impl SyncerProcess {
         ];
         args.extend(extra_args.iter().cloned());
         // The syncer reads KUBECONFIG; a small wrapper passes it on, and pins it from its first thread.
-        let pinned = cpus.map(|c| format!("taskset -c {c} ")).unwrap_or_default();
+        let pinned = cpus
+            .map(|c| format!("nice -n {PINNED_NICENESS} taskset -c {c} "))
+            .unwrap_or_default();
         let wrapper = dir.write(
             &format!("{name}.sh"),
             format!(
