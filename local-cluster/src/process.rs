@@ -106,6 +106,24 @@ impl ManagedProcess {
         }
     }
 
+    /// Kills the process and leaves reaping it to a thread of its own, so that the caller never waits on
+    /// the kernel's teardown of it. On a saturated core that teardown has taken minutes (the reaping
+    /// `wait4` spinning in `proc_invalidate_siblings_dcache`), and a benchmark waiting on it stalled.
+    pub fn stop_without_waiting(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let name = self.name.clone();
+            let reaper = std::thread::Builder::new()
+                .name(format!("reap-{name}"))
+                .spawn(move || {
+                    let _ = child.wait();
+                });
+            if let Err(error) = reaper {
+                eprintln!("{name}: could not start a thread to reap it ({error}); left to exit unreaped");
+            }
+        }
+    }
+
     /// Whether the process is running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
