@@ -106,21 +106,14 @@ impl ManagedProcess {
         }
     }
 
-    /// Kills the process and leaves reaping it to a thread of its own, so that the caller never waits on
-    /// the kernel's teardown of it. On a saturated core that teardown has taken minutes (the reaping
-    /// `wait4` spinning in `proc_invalidate_siblings_dcache`), and a benchmark waiting on it stalled.
-    pub fn stop_without_waiting(&mut self) {
+    /// Kills the process and does not reap it: it stays a zombie until this process exits (and whoever
+    /// inherits it reaps it). For benchmarks only, which must not spend the run in the kernel's teardown of
+    /// a process: after a run that kept a core saturated, reaping a stopped syncer (`wait4` spinning in
+    /// `proc_invalidate_siblings_dcache`) took minutes of a core's time, on the benchmark's own core.
+    pub fn kill_unreaped(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
-            let name = self.name.clone();
-            let reaper = std::thread::Builder::new()
-                .name(format!("reap-{name}"))
-                .spawn(move || {
-                    let _ = child.wait();
-                });
-            if let Err(error) = reaper {
-                eprintln!("{name}: could not start a thread to reap it ({error}); left to exit unreaped");
-            }
+            std::mem::forget(child);
         }
     }
 
