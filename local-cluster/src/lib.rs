@@ -54,7 +54,7 @@ pub use nodes::{NodeSimulator, NodeSimulatorOptions};
 pub use ports::free_port;
 pub use process::ManagedProcess;
 pub use realnodes::{RealNodeOptions, RealNodes};
-pub use workdir::WorkDir;
+pub use workdir::{WorkDir, remove_own_folders};
 
 /// Installs this project's CRDs into a cluster and waits until they are served.
 pub async fn install_crds(client: &kube::Client) -> Result<()> {

@@ -46,6 +46,21 @@ impl WorkDir {
     }
 }
 
+/// Removes every folder of this process, for a process that exits without dropping its harness objects
+/// (a benchmark that must not wait for its children to be reaped). Best effort: a folder a still-running
+/// child writes into may stay, and the next run's sweep removes it.
+pub fn remove_own_folders() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let own = format!("{PREFIX}{}-", std::process::id());
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(&own)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Removes folders of earlier test processes that no longer run.
 fn sweep_stale() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {

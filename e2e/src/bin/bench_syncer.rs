@@ -1268,7 +1268,9 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     );
     if last {
         // Every figure is printed. Exit without waiting for this run's processes to be reaped (they die
-        // with this process, through their parent-death signal): that teardown has taken minutes.
+        // with this process, through their parent-death signal): that teardown has taken minutes. Their
+        // folders go first, since no harness object is dropped.
+        local_cluster::remove_own_folders();
         std::process::exit(0);
     }
     Ok(())
