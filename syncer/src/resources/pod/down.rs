@@ -330,7 +330,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
             Ok(Outcome::Deleted)
         }
         None if was_scheduled(&tenant_pod) && !tenant.paused_away(tenant_pod.meta()) => {
-            replace_lost(ctx, tenant, &tenant_pod).await
+            replace_lost(ctx, tenant, &tenant_pod, &api).await
         }
         None => create(ctx, tenant, &tenant_pod, &api).await,
         Some(existing) => update(ctx, tenant, &tenant_pod, &existing, &api).await,
@@ -392,7 +392,18 @@ pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &ObjectMe
 
 /// The super pod of a scheduled tenant pod disappeared behind the syncer's back: the tenant pod is deleted
 /// so that its controller replaces it, as when a node is lost.
-async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod) -> Result<Outcome> {
+async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
+    // The cache may not show yet a copy made a moment ago (a pod recreated after a pause and synced again
+    // before the copy's watch event arrived): deleting a pod is final, so the apiserver says whether its
+    // copy is really gone.
+    let name = tenant_pod.name_any();
+    let copy = api
+        .get_opt(&name)
+        .await
+        .map_err(on_super(format!("reading pod {}/{name}", api_namespace(api))))?;
+    if copy.is_some_and(|copy| identity::tenant_uid(copy.meta()) == tenant_pod.uid().as_deref()) {
+        return Ok(Outcome::InSync);
+    }
     events::warn(
         tenant,
         &tenant_pod.object_ref(&()),
