@@ -409,6 +409,13 @@ impl StatefulSetChanges {
             }
             return;
         };
+        // The cache still showed the one deleted meanwhile, and the apply made a new one: a restore too.
+        if let (Some(old), Some(new)) = (&before.metadata.uid, &after.metadata.uid)
+            && old != new
+        {
+            self.restored.push((component, name));
+            return;
+        }
         let version = |sts: &StatefulSet| {
             let annotations = sts.annotations();
             (
@@ -485,5 +492,52 @@ impl StatefulSetChanges {
             )
             .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statefulset(uid: &str, generation: i64) -> StatefulSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "apiserver", "namespace": "root", "uid": uid, "generation": generation}
+        }))
+        .expect("a StatefulSet")
+    }
+
+    #[test]
+    fn a_statefulset_made_again_behind_a_stale_cache_is_told_as_restored() {
+        let vc: VirtualCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": "alpha", "namespace": "tenants"},
+            "spec": {"clusterVersionName": "cv"},
+            "status": {"phase": "Pending"}
+        }))
+        .expect("a VirtualCluster");
+        let mut changes = StatefulSetChanges::default();
+        // The cache still shows the deleted one (uid a); the apply created a new one (uid b).
+        changes.record(
+            &vc,
+            Component::ApiServer,
+            Some(&statefulset("a", 3)),
+            &statefulset("b", 1),
+        );
+        assert_eq!(
+            changes.restored,
+            [(Component::ApiServer, "root/apiserver".to_owned())]
+        );
+        assert!(changes.created.is_empty() && changes.updated.is_empty());
+        // The same one, unchanged: nothing to tell.
+        let mut unchanged = StatefulSetChanges::default();
+        unchanged.record(
+            &vc,
+            Component::ApiServer,
+            Some(&statefulset("a", 3)),
+            &statefulset("a", 3),
+        );
+        assert!(
+            unchanged.restored.is_empty() && unchanged.created.is_empty() && unchanged.updated.is_empty()
+        );
     }
 }
