@@ -506,8 +506,8 @@ mod tests {
         .expect("a StatefulSet")
     }
 
-    #[test]
-    fn a_statefulset_made_again_behind_a_stale_cache_is_told_as_restored() {
+    /// What one apply of the apiserver StatefulSet is told as, the cache showing `before`.
+    fn told(before: &StatefulSet, after: &StatefulSet) -> StatefulSetChanges {
         let vc: VirtualCluster = serde_json::from_value(serde_json::json!({
             "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
             "metadata": {"name": "alpha", "namespace": "tenants"},
@@ -516,26 +516,21 @@ mod tests {
         }))
         .expect("a VirtualCluster");
         let mut changes = StatefulSetChanges::default();
+        changes.record(&vc, Component::ApiServer, Some(before), after);
+        changes
+    }
+
+    #[test]
+    fn a_statefulset_made_again_behind_a_stale_cache_is_told_as_restored() {
         // The cache still shows the deleted one (uid a); the apply created a new one (uid b).
-        changes.record(
-            &vc,
-            Component::ApiServer,
-            Some(&statefulset("a", 3)),
-            &statefulset("b", 1),
-        );
+        let changes = told(&statefulset("a", 3), &statefulset("b", 1));
         assert_eq!(
             changes.restored,
             [(Component::ApiServer, "root/apiserver".to_owned())]
         );
         assert!(changes.created.is_empty() && changes.updated.is_empty());
         // The same one, unchanged: nothing to tell.
-        let mut unchanged = StatefulSetChanges::default();
-        unchanged.record(
-            &vc,
-            Component::ApiServer,
-            Some(&statefulset("a", 3)),
-            &statefulset("a", 3),
-        );
+        let unchanged = told(&statefulset("a", 3), &statefulset("a", 3));
         assert!(
             unchanged.restored.is_empty() && unchanged.created.is_empty() && unchanged.updated.is_empty()
         );
