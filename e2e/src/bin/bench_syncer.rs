@@ -534,6 +534,26 @@ impl SyncerProcess {
 
     /// Sum and count of the downward queue wait of `tenants` (VirtualCluster names in the harness's
     /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
+    /// Sum and count of the syncer's downward pod syncs (`syncer_operation_duration_seconds`, all
+    /// tenants): a pod's copy is made by one POST, so their mean over a window is about what a super
+    /// write took then, the super apiserver's queue included.
+    async fn pod_sync_time(&self) -> (f64, f64) {
+        let Some(body) = http_get(self.admin_port, "/metrics").await else {
+            return (f64::NAN, f64::NAN);
+        };
+        let total = |series: &str| -> f64 {
+            body.lines()
+                .filter(|l| l.starts_with(series))
+                .filter(|l| l.contains("resource=\"pod\"") && l.contains("direction=\"Down\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        (
+            total("syncer_operation_duration_seconds_sum{"),
+            total("syncer_operation_duration_seconds_count{"),
+        )
+    }
+
     async fn queue_wait(&self, tenants: &[&local_cluster::tenancy::TenantMaster]) -> (f64, f64) {
         let Some(body) = http_get(self.admin_port, "/metrics").await else {
             return (f64::NAN, f64::NAN);
@@ -947,13 +967,17 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     drop(syncer_idle);
     let mut super_seen_watch = Vec::new();
     let (super_seen, task) = observe(super_client.clone(), |p| {
-        let annotations = p.metadata.annotations.as_ref()?;
-        Some(format!(
-            "{}/{}/{}",
-            annotations.get(crds::wellknown::ANNOTATION_VC_NAME)?,
-            annotations.get(crds::wellknown::ANNOTATION_NAMESPACE)?,
-            p.name_any()
-        ))
+        let synced = p.metadata.annotations.as_ref().and_then(|annotations| {
+            Some(format!(
+                "{}/{}/{}",
+                annotations.get(crds::wellknown::ANNOTATION_VC_NAME)?,
+                annotations.get(crds::wellknown::ANNOTATION_NAMESPACE)?,
+                p.name_any()
+            ))
+        });
+        // A pod created straight in the super cluster (the fairness run's control) is keyed by
+        // `super/<namespace>/<name>`.
+        synced.or_else(|| Some(format!("{DIRECT_CREATOR}/{}/{}", p.namespace()?, p.name_any())))
     });
     super_seen_watch.push(task);
     let mut tenant_seens = Vec::new();
@@ -1128,9 +1152,22 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         .skip(args.greedy)
         .take(args.regular)
         .collect();
+    let regular_creators: Vec<Creator> = regular.iter().map(|t| Creator::tenant(t)).collect();
+    // The control: one client creating the same pods straight in the super cluster, one at a time, in
+    // the same windows: how much the greedy burst slows the super cluster itself, which no syncer can
+    // hide from the pods it copies there.
+    let control = [Creator {
+        name: DIRECT_CREATOR.to_owned(),
+        client: tenancy.super_client(),
+    }];
     let wait_before = syncer.queue_wait(&regular).await;
-    let unloaded = regular_latencies(&regular, &super_seen, "alone", args.regular_pods).await?;
+    let sync_before = syncer.pod_sync_time().await;
+    let (unloaded, control_unloaded) = tokio::try_join!(
+        regular_latencies(&regular_creators, &super_seen, "alone", args.regular_pods),
+        regular_latencies(&control, &super_seen, "alone", args.regular_pods),
+    )?;
     let wait_alone = syncer.queue_wait(&regular).await;
+    let sync_alone = syncer.pod_sync_time().await;
     let greedy_before = syncer.queue_wait(&greedy).await;
     for tenant in &greedy {
         ensure_namespace(&tenant.client(), "greedy").await?;
@@ -1160,8 +1197,13 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         }
     };
     let slots_before = slot_wait(&syncer).await;
-    let loaded = regular_latencies(&regular, &super_seen, "loaded", args.regular_pods).await?;
+    let sync_loaded_from = syncer.pod_sync_time().await;
+    let (loaded, control_loaded) = tokio::try_join!(
+        regular_latencies(&regular_creators, &super_seen, "loaded", args.regular_pods),
+        regular_latencies(&control, &super_seen, "loaded", args.regular_pods),
+    )?;
     let wait_loaded = syncer.queue_wait(&regular).await;
+    let sync_loaded = syncer.pod_sync_time().await;
     let slots_loaded = slot_wait(&syncer).await;
     for burst in bursts {
         burst.await??;
@@ -1249,11 +1291,40 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         "== fairness ({} greedy x {} pods, {} regular x {} sequential pods) ==",
         args.greedy, args.greedy_pods, args.regular, args.regular_pods
     );
+    let means = |times: &[RegularTimes]| {
+        let total: Vec<f64> = times.iter().map(|t| t.total).collect();
+        let call: Vec<f64> = times.iter().map(|t| t.create_call).collect();
+        let after: Vec<f64> = times.iter().map(RegularTimes::after_create).collect();
+        (mean(&total), mean(&call), mean(&after))
+    };
+    let (alone_total, alone_call, alone_after) = means(&unloaded);
+    let (loaded_total, loaded_call, loaded_after) = means(&loaded);
     println!(
-        "regular create->super mean: alone {:.3}s, next to greedy {:.3}s, ratio {:.2}x (target <= 2)",
-        mean(&unloaded),
-        mean(&loaded),
-        mean(&loaded) / mean(&unloaded)
+        "regular create->super mean: alone {alone_total:.3}s, next to greedy {loaded_total:.3}s, ratio {:.2}x (target <= 2)",
+        loaded_total / alone_total
+    );
+    println!(
+        "  of which the create request at the tenant apiserver: alone {:.1} ms, next to greedy {:.1} ms",
+        alone_call * 1000.0,
+        loaded_call * 1000.0
+    );
+    println!(
+        "  of which create answered -> super watch shows the copy: alone {:.1} ms, next to greedy {:.1} ms",
+        alone_after * 1000.0,
+        loaded_after * 1000.0
+    );
+    let (control_alone, control_alone_call, _) = means(&control_unloaded);
+    let (control_next_to_greedy, control_loaded_call, _) = means(&control_loaded);
+    println!(
+        "control, pods created straight in the super cluster one at a time in the same windows: create->super watch mean alone {control_alone:.3}s, next to greedy {control_next_to_greedy:.3}s, ratio {:.2}x (create request {:.1} / {:.1} ms)",
+        control_next_to_greedy / control_alone,
+        control_alone_call * 1000.0,
+        control_loaded_call * 1000.0
+    );
+    println!(
+        "syncer's downward pod sync (one POST), mean over all tenants: alone {:.1} ms, next to greedy {:.1} ms",
+        mean_wait(sync_before, sync_alone) * 1000.0,
+        mean_wait(sync_loaded_from, sync_loaded) * 1000.0
     );
     println!(
         "syncer queue wait (down), mean: regular alone {:.1} ms, regular next to greedy {:.1} ms, greedy {:.1} ms",
@@ -1276,18 +1347,52 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     Ok(())
 }
 
-/// Each regular tenant creates pods one at a time; returns create->super-pod latencies.
+/// Where a regular pod's time from create to super pod went: the create request at its tenant apiserver,
+/// and from its answer until the super cluster's watch showed the copy (the syncer's watch, queue and
+/// write, and the super apiserver's watch).
+#[derive(Clone, Copy, Debug)]
+struct RegularTimes {
+    total: f64,
+    create_call: f64,
+}
+
+impl RegularTimes {
+    fn after_create(&self) -> f64 {
+        self.total - self.create_call
+    }
+}
+
+/// The key prefix of pods the fairness run creates straight in the super cluster.
+const DIRECT_CREATOR: &str = "super";
+
+/// Who creates regular pods in the fairness run: a tenant (by its name and client), or the control
+/// (`DIRECT_CREATOR` and the super cluster's client).
+struct Creator {
+    name: String,
+    client: Client,
+}
+
+impl Creator {
+    fn tenant(tenant: &local_cluster::tenancy::TenantMaster) -> Self {
+        Self {
+            name: tenant.name.clone(),
+            client: tenant.client(),
+        }
+    }
+}
+
+/// Each creator makes pods one at a time; returns where each pod's create->super-pod time went.
 async fn regular_latencies(
-    tenants: &[&local_cluster::tenancy::TenantMaster],
+    creators: &[Creator],
     super_seen: &Arc<Mutex<Seen>>,
     label: &str,
     count: usize,
-) -> anyhow::Result<Vec<f64>> {
-    let runs = tenants.iter().map(|tenant| {
+) -> anyhow::Result<Vec<RegularTimes>> {
+    let runs = creators.iter().map(|creator| {
         let super_seen = super_seen.clone();
         let label = label.to_owned();
-        let name = tenant.name.clone();
-        let client = tenant.client();
+        let name = creator.name.clone();
+        let client = creator.client.clone();
         async move {
             let namespace = format!("regular-{label}");
             ensure_namespace(&client, &namespace).await?;
@@ -1301,6 +1406,7 @@ async fn regular_latencies(
                 api.create(&PostParams::default(), &pod(&pod_name))
                     .await
                     .context("regular create")?;
+                let create_call = at.elapsed().as_secs_f64();
                 wait_count(
                     &super_seen,
                     std::slice::from_ref(&key),
@@ -1310,7 +1416,10 @@ async fn regular_latencies(
                 )
                 .await?;
                 let seen = super_seen.lock().expect("lock").created[&key];
-                latencies.push(seen.duration_since(at).as_secs_f64());
+                latencies.push(RegularTimes {
+                    total: seen.duration_since(at).as_secs_f64(),
+                    create_call,
+                });
             }
             anyhow::Ok(latencies)
         }
