@@ -536,7 +536,7 @@ impl SyncerProcess {
     /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
     /// Sum and count of the syncer's downward pod syncs (`syncer_operation_duration_seconds`, all
     /// tenants): a pod's copy is made by one POST, so their mean over a window is about what a super
-    /// write took then, the super apiserver's queue included.
+    /// write took then, the super apiserver's queue included, and the syncer's own wait for its core.
     async fn pod_sync_time(&self) -> (f64, f64) {
         let Some(body) = http_get(self.admin_port, "/metrics").await else {
             return (f64::NAN, f64::NAN);
@@ -1322,7 +1322,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         control_loaded_call * 1000.0
     );
     println!(
-        "syncer's downward pod sync (one POST), mean over all tenants: alone {:.1} ms, next to greedy {:.1} ms",
+        "syncer's downward pod syncs (one POST each, timed in the syncer), mean over all tenants: alone {:.1} ms, next to greedy {:.1} ms",
         mean_wait(sync_before, sync_alone) * 1000.0,
         mean_wait(sync_loaded_from, sync_loaded) * 1000.0
     );
