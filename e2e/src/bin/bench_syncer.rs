@@ -532,53 +532,52 @@ impl SyncerProcess {
             .ok()
     }
 
-    /// Sum and count of the downward queue wait of `tenants` (VirtualCluster names in the harness's
-    /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
-    /// Sum and count of the syncer's downward pod syncs (`syncer_operation_duration_seconds`, all
-    /// tenants): a pod's copy is made by one POST, so their mean over a window is about what a super
-    /// write took then, the super apiserver's queue included, and the syncer's own wait for its core.
-    async fn pod_sync_time(&self) -> (f64, f64) {
+    /// Sum and count of the syncer's histogram `name` over the series `keep` accepts (given each series'
+    /// labels, `{...}`), from one scrape: a mean over a window is the difference of two readings.
+    async fn histogram(&self, name: &str, keep: impl Fn(&str) -> bool) -> (f64, f64) {
         let Some(body) = http_get(self.admin_port, "/metrics").await else {
             return (f64::NAN, f64::NAN);
         };
         let total = |series: &str| -> f64 {
             body.lines()
-                .filter(|l| l.starts_with(series))
-                .filter(|l| l.contains("resource=\"pod\"") && l.contains("direction=\"Down\""))
+                .filter_map(|l| l.strip_prefix(series))
+                .filter(|rest| rest.starts_with('{') && keep(rest))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
-        (
-            total("syncer_operation_duration_seconds_sum{"),
-            total("syncer_operation_duration_seconds_count{"),
-        )
+        (total(&format!("{name}_sum")), total(&format!("{name}_count")))
     }
 
+    /// Sum and count of the syncer's downward pod syncs (`syncer_operation_duration_seconds`, all
+    /// tenants): a pod's copy is made by one POST, so their mean over a window is about what a super
+    /// write took then, the super apiserver's queue included, and the syncer's own wait for its core.
+    async fn pod_sync_time(&self) -> (f64, f64) {
+        self.histogram("syncer_operation_duration_seconds", |labels| {
+            labels.contains("resource=\"pod\"") && labels.contains("direction=\"Down\"")
+        })
+        .await
+    }
+
+    /// Sum and count of the downward queue wait of `tenants` (VirtualCluster names in the harness's
+    /// namespace): what the syncer's own queueing adds, apart from the apiservers' time.
     async fn queue_wait(&self, tenants: &[&local_cluster::tenancy::TenantMaster]) -> (f64, f64) {
-        let Some(body) = http_get(self.admin_port, "/metrics").await else {
-            return (f64::NAN, f64::NAN);
-        };
-        let ours = |line: &&str| {
-            line.contains("direction=\"Down\"")
+        self.histogram("syncer_queue_wait_seconds", |labels| {
+            labels.contains("direction=\"Down\"")
                 && tenants.iter().any(|t| {
-                    line.contains(&format!(
+                    labels.contains(&format!(
                         "tenant=\"{}/{}\"",
                         local_cluster::tenancy::VC_NAMESPACE,
                         t.name
                     ))
                 })
-        };
-        let total = |series: &str| -> f64 {
-            body.lines()
-                .filter(|l| l.starts_with(series))
-                .filter(ours)
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        };
-        (
-            total("syncer_queue_wait_seconds_sum{"),
-            total("syncer_queue_wait_seconds_count{"),
-        )
+        })
+        .await
+    }
+
+    /// Sum and count of the waits for a super write slot (all writes).
+    async fn slot_wait(&self) -> (f64, f64) {
+        self.histogram("syncer_super_write_slot_wait_seconds", |_| true)
+            .await
     }
 
     async fn metric_sum(&self, name: &str) -> f64 {
@@ -1188,15 +1187,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let slot_wait = |syncer: &SyncerProcess| {
-        let syncer = syncer.admin_port;
-        async move {
-            let sum = metric_sum_at(syncer, "syncer_super_write_slot_wait_seconds_sum").await;
-            let count = metric_sum_at(syncer, "syncer_super_write_slot_wait_seconds_count").await;
-            (sum, count)
-        }
-    };
-    let slots_before = slot_wait(&syncer).await;
+    let slots_before = syncer.slot_wait().await;
     let sync_loaded_from = syncer.pod_sync_time().await;
     let (loaded, control_loaded) = tokio::try_join!(
         regular_latencies(&regular_creators, &super_seen, "loaded", args.regular_pods),
@@ -1204,7 +1195,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     )?;
     let wait_loaded = syncer.queue_wait(&regular).await;
     let sync_loaded = syncer.pod_sync_time().await;
-    let slots_loaded = slot_wait(&syncer).await;
+    let slots_loaded = syncer.slot_wait().await;
     for burst in bursts {
         burst.await??;
     }
