@@ -835,7 +835,12 @@ async fn attach_or_check(
     }
     tokio::spawn({
         let tenant = tenant.clone();
-        async move { tenant.become_ready().await }
+        let listed = ctx.metrics.tenant_list_duration.clone();
+        let attached_at = std::time::Instant::now();
+        async move {
+            tenant.become_ready().await;
+            listed.observe(attached_at.elapsed().as_secs_f64());
+        }
     });
     // Outside `pods` mode the tenant sees its nodes from the start.
     if ctx.config.vnode_mode != crate::config::VNodeMode::Pods {

@@ -128,9 +128,11 @@ impl Syncer {
             .default_backoff()
             .modify(stores::trim)
             .reflect(vc_writer);
-        tasks.push(tokio::spawn(attach::supervise(ctx.clone(), vc_events)));
-
         ctx.supers.wait_ready().await;
+        // Tenants attach once the super caches have listed: no tenant's work can start before, and their
+        // lists would otherwise compete with the super cluster's for the syncer's CPU, delaying readiness.
+        // (Started here rather than waiting on its own: a store wakes only the last of concurrent waiters.)
+        tasks.push(tokio::spawn(attach::supervise(ctx.clone(), vc_events)));
         let _ = ctx.virtual_clusters.wait_until_ready().await;
 
         ctx.queues.down.set_workers(ctx.config.downward_workers);

@@ -156,6 +156,8 @@ pub struct Metrics {
     pub patrol_remedies: Family<PatrolLabels, Counter>,
     /// Patrol scan duration.
     pub patrol_duration: Histogram,
+    /// Time from a tenant's attach until every cache of it has listed (its work waits until then).
+    pub tenant_list_duration: Histogram,
     /// Tenant objects refused (not written to the super cluster) by resource and reason.
     pub refusals: Family<RefusalLabels, Counter>,
     /// Tenants by state.
@@ -196,6 +198,7 @@ impl Default for Metrics {
             patrol_findings: Family::default(),
             patrol_remedies: Family::default(),
             patrol_duration: duration_histogram(),
+            tenant_list_duration: duration_histogram(),
             refusals: Family::default(),
             tenants: Family::default(),
             events_dropped: Counter::default(),
@@ -281,6 +284,11 @@ impl Metrics {
             "patrol_duration_seconds",
             "Duration of a patrol scan",
             self.patrol_duration.clone(),
+        );
+        registry.register(
+            "tenant_list_duration_seconds",
+            "Time from a tenant's attach until every cache of it has listed",
+            self.tenant_list_duration.clone(),
         );
         registry.register(
             "refusals",

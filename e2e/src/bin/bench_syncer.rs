@@ -1135,6 +1135,21 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         &args.syncer_log,
     )
     .await?;
+    // The VirtualClusters still say TenantSynced from the first syncer: the new one's own count of tenants
+    // whose caches have listed says when its work can start.
+    let restarted_at = Instant::now();
+    let listed = wait::until_true(
+        Duration::from_secs(300),
+        "every tenant's caches listed",
+        || async {
+            restarted
+                .metric_sum("syncer_tenant_list_duration_seconds_count")
+                .await
+                >= args.tenants as f64
+        },
+    )
+    .await
+    .map(|()| ready_seconds + restarted_at.elapsed().as_secs_f64());
     wait_attached(&tenancy).await?;
     // Let every tenant's initial resync run through.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -1278,6 +1293,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     println!(
         "restart: ready in {ready_seconds:.2}s (target < 5), super writes after restart: {restart_writes} (target 0)"
     );
+    match &listed {
+        Ok(seconds) => println!("restart: every tenant's caches listed {seconds:.2}s after the start"),
+        Err(error) => println!("restart: not every tenant's caches listed: {error}"),
+    }
     println!(
         "== fairness ({} greedy x {} pods, {} regular x {} sequential pods) ==",
         args.greedy, args.greedy_pods, args.regular, args.regular_pods
