@@ -1,7 +1,7 @@
 //! The syncer against a real super cluster and real tenant masters (kube-apiserver + controller-manager
 //! each), with simulated nodes.
 
-use crate::object_support::{create, until};
+use crate::object_support::{create, syncer_series, until};
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -1337,9 +1337,12 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
     })
     .await?;
     // The restarted syncer says how long each tenant took to list before its work could start.
-    let listed = listed_tenants(&syncer)?;
+    let listed = syncer_series(&syncer)?
+        .get("syncer_tenant_list_duration_seconds_count")
+        .copied()
+        .context("no syncer_tenant_list_duration_seconds_count series")?;
     assert!(
-        listed >= tenancy.names().len() as u64,
+        listed >= tenancy.names().len() as f64,
         "tenants whose caches listed after the restart: {listed}"
     );
     let after = super_pods.list(&ListParams::default()).await?.items;
@@ -1569,19 +1572,4 @@ async fn an_unusable_kubeconfig_is_reported_and_recovers() -> anyhow::Result<()>
     tenancy.write_kubeconfig("tenant-0-kubeconfig", &good).await?;
     tenant_synced(&tenancy, "tenant-0", "True").await?;
     Ok(())
-}
-
-/// How many tenant attaches of `syncer` have seen every cache of their tenant list
-/// (`tenant_list_duration_seconds`' count).
-fn listed_tenants(syncer: &Syncer) -> anyhow::Result<u64> {
-    let mut registry = prometheus_client::registry::Registry::default();
-    syncer.context.metrics.register(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("syncer_tenant_list_duration_seconds_count "))
-        .context("no syncer_tenant_list_duration_seconds_count series")?
-        .trim()
-        .parse()
-        .context("tenant_list_duration_seconds_count")
 }

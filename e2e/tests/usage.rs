@@ -21,10 +21,9 @@ use local_cluster::{
     wait,
 };
 use serde_json::{Value, json};
-use syncer::Syncer;
 
 use crate::{
-    object_support::{create, until},
+    object_support::{create, syncer_series, until},
     syncer::{config, pod_json, seed, start_syncer, tenant_synced},
 };
 
@@ -159,22 +158,6 @@ fn shows(usage: &TenantUsage, expected: &Expected) -> bool {
         && quantity(&usage.storage, 1.0) == Some(expected.storage_bytes)
         && usage.load_balancers == Some(expected.load_balancers)
         && usage.node_ports == Some(expected.node_ports)
-}
-
-/// The syncer's series as Prometheus scrapes them: `name{tenant="..."}` to value.
-fn scrape(syncer: &Syncer) -> anyhow::Result<BTreeMap<String, f64>> {
-    let mut registry = prometheus_client::registry::Registry::default();
-    syncer.context.metrics.register(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), value.parse().ok()?))
-        })
-        .collect())
 }
 
 /// Runs `kubectl vc` against the super cluster; returns stdout.
@@ -383,7 +366,7 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     );
 
     // The series say the same, per tenant.
-    let series = scrape(&syncer)?;
+    let series = syncer_series(&syncer)?;
     let value = |name: &str, vc: &str| -> anyhow::Result<f64> {
         series
             .get(&format!("syncer_{name}{{tenant=\"{VC_NAMESPACE}/{vc}\"}}"))
@@ -456,7 +439,7 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     wait::until(PATIENCE, "the other tenant's series removed", || {
         let syncer = &syncer;
         async move {
-            let series = scrape(syncer).ok()?;
+            let series = syncer_series(syncer).ok()?;
             (!series
                 .keys()
                 .any(|k| k.contains(&format!("tenant=\"{VC_NAMESPACE}/other\""))))

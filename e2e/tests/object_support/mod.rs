@@ -51,3 +51,19 @@ where
     })
     .await?)
 }
+
+/// The syncer's series as Prometheus scrapes them: `name{label="..."}` to value.
+pub fn syncer_series(syncer: &syncer::Syncer) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    syncer.context.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect())
+}
