@@ -43,16 +43,47 @@ impl std::ops::SubAssign for Usage {
     }
 }
 
-fn amount(resources: Option<&BTreeMap<String, Quantity>>, name: &str, scale: f64) -> i64 {
-    resources
-        .and_then(|r| r.get(name))
-        .and_then(|q| parse_quantity(&q.0, scale))
+/// Quantities by resource name (a pod's overhead, a container's requests or its limits), however the caller
+/// keeps them: the apiserver's maps, or the syncer's compact cached form.
+pub trait Amounts {
+    /// The quantity stated for `resource`, as written.
+    fn amount(&self, resource: &str) -> Option<&str>;
+}
+
+impl Amounts for BTreeMap<String, Quantity> {
+    fn amount(&self, resource: &str) -> Option<&str> {
+        self.get(resource).map(|q| q.0.as_str())
+    }
+}
+
+/// A container's requests and limits, however the caller keeps them.
+pub trait Requirements {
+    /// Requests.
+    fn requests(&self) -> Option<&dyn Amounts>;
+    /// Limits.
+    fn limits(&self) -> Option<&dyn Amounts>;
+}
+
+impl Requirements for ResourceRequirements {
+    fn requests(&self) -> Option<&dyn Amounts> {
+        self.requests.as_ref().map(|r| r as &dyn Amounts)
+    }
+
+    fn limits(&self) -> Option<&dyn Amounts> {
+        self.limits.as_ref().map(|l| l as &dyn Amounts)
+    }
+}
+
+fn amount(amounts: Option<&dyn Amounts>, name: &str, scale: f64) -> i64 {
+    amounts
+        .and_then(|a| a.amount(name))
+        .and_then(|q| parse_quantity(q, scale))
         .unwrap_or(0)
 }
 
-fn container_usage(resources: Option<&ResourceRequirements>) -> Usage {
-    let requests = resources.and_then(|r| r.requests.as_ref());
-    let limits = resources.and_then(|r| r.limits.as_ref());
+fn container_usage<R: Requirements + ?Sized>(resources: Option<&R>) -> Usage {
+    let requests = resources.and_then(|r| r.requests());
+    let limits = resources.and_then(|r| r.limits());
     Usage {
         pods: 0,
         requests_cpu: amount(requests, "cpu", 1000.0),
@@ -64,10 +95,10 @@ fn container_usage(resources: Option<&ResourceRequirements>) -> Usage {
 
 /// What one pod counts, from its containers' and init containers' resources and its overhead. Quantities
 /// that do not parse count as zero (the apiserver has validated them already).
-pub fn pod_usage<'a>(
-    containers: impl IntoIterator<Item = Option<&'a ResourceRequirements>>,
-    init_containers: impl IntoIterator<Item = Option<&'a ResourceRequirements>>,
-    overhead: Option<&BTreeMap<String, Quantity>>,
+pub fn pod_usage<'a, R: Requirements + ?Sized + 'a, O: Amounts>(
+    containers: impl IntoIterator<Item = Option<&'a R>>,
+    init_containers: impl IntoIterator<Item = Option<&'a R>>,
+    overhead: Option<&O>,
 ) -> Usage {
     let mut total = Usage::default();
     for resources in containers {
@@ -80,6 +111,7 @@ pub fn pod_usage<'a>(
         total.limits_cpu = total.limits_cpu.max(usage.limits_cpu);
         total.limits_memory = total.limits_memory.max(usage.limits_memory);
     }
+    let overhead = overhead.map(|o| o as &dyn Amounts);
     total.requests_cpu += amount(overhead, "cpu", 1000.0);
     total.requests_memory += amount(overhead, "memory", 1.0);
     total.pods = 1;
@@ -119,7 +151,7 @@ mod tests {
 
     #[test]
     fn sums_and_differences() {
-        let one = pod_usage([None], [], None);
+        let one = pod_usage::<ResourceRequirements, BTreeMap<String, Quantity>>([None], [], None);
         let mut total = Usage::default();
         total += one;
         total += one;

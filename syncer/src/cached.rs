@@ -7,14 +7,92 @@
 
 use std::collections::BTreeMap;
 
+use crds::usage::Amounts;
+
 use k8s_openapi::{
     NamespaceResourceScope,
-    api::core::v1::{ContainerStatus, PodStatus, ResourceRequirements, Toleration},
+    api::core::v1::{ContainerStatus, PodStatus, Toleration},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+
+/// Quantities by resource name (requests, limits or a pod's overhead) as written, sorted by name.
+///
+/// A boxed slice rather than the apiserver's `BTreeMap<String, Quantity>`: a B-tree node takes about half
+/// a KiB however few keys it holds, and every synced pod is cached twice with a map or two per container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quantities(Box<[(Box<str>, Box<str>)]>);
+
+impl Quantities {
+    /// The stated quantities, sorted by resource name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(name, value)| (&**name, &**value))
+    }
+
+    /// Whether every quantity stated here is stated alike in `other` (which may state more).
+    pub fn covered_by(&self, other: &Quantities) -> bool {
+        self.iter().all(|(name, value)| other.amount(name) == Some(value))
+    }
+
+    /// As the apiserver writes them: a JSON object.
+    pub fn to_json(&self) -> serde_json::Value {
+        self.iter()
+            .map(|(name, value)| (name.to_owned(), serde_json::Value::from(value)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
+impl Amounts for Quantities {
+    fn amount(&self, resource: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(name, _)| (**name).cmp(resource))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantities {
+    /// From the apiserver's map, or `null` (the same as an empty one).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map: Option<BTreeMap<String, Quantity>> = Option::deserialize(deserializer)?;
+        Ok(Self::from(map.as_ref()))
+    }
+}
+
+impl From<Option<&BTreeMap<String, Quantity>>> for Quantities {
+    fn from(map: Option<&BTreeMap<String, Quantity>>) -> Self {
+        Self(
+            map.into_iter()
+                .flatten()
+                .map(|(name, value)| (name.as_str().into(), value.0.as_str().into()))
+                .collect(),
+        )
+    }
+}
+
+/// A container's requests and limits (an absent map reads as an empty one).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct CachedResources {
+    /// Requests.
+    #[serde(default)]
+    pub requests: Quantities,
+    /// Limits.
+    #[serde(default)]
+    pub limits: Quantities,
+}
+
+impl crds::usage::Requirements for CachedResources {
+    fn requests(&self) -> Option<&dyn Amounts> {
+        Some(&self.requests)
+    }
+
+    fn limits(&self) -> Option<&dyn Amounts> {
+        Some(&self.limits)
+    }
+}
 
 /// A container's name, image and resources.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,9 +102,9 @@ pub struct ContainerImage {
     /// Image.
     #[serde(default)]
     pub image: Option<String>,
-    /// Requests and limits, for quota.
-    #[serde(default, skip_serializing)]
-    pub resources: Option<ResourceRequirements>,
+    /// Requests and limits, for quota and in-place resizes.
+    #[serde(default, deserialize_with = "or_default", skip_serializing)]
+    pub resources: CachedResources,
 }
 
 fn gate_types<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
@@ -75,8 +153,8 @@ pub struct CachedPodSpec {
     #[serde(default, deserialize_with = "gate_types")]
     pub readiness_gates: Vec<String>,
     /// Pod overhead, for quota.
-    #[serde(default)]
-    pub overhead: Option<BTreeMap<String, Quantity>>,
+    #[serde(default, skip_serializing)]
+    pub overhead: Quantities,
     /// Tolerations, which a running pod may add to.
     #[serde(default, deserialize_with = "or_default", skip_serializing)]
     pub tolerations: Vec<Toleration>,
@@ -389,6 +467,40 @@ mod tests {
         let no_spec: TenantPod =
             serde_json::from_str(r#"{"metadata": {"name": "x"}, "spec": null}"#).expect("pod");
         assert!(no_spec.unbound_spec.is_none());
+    }
+
+    #[test]
+    fn requests_and_limits_are_kept_as_sorted_pairs() {
+        let pod: TenantPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "x"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"memory": "64Mi", "cpu": "250m"}, "limits": null}},
+                    {"name": "b", "resources": null}
+                ],
+                "overhead": {"cpu": "10m"}
+            }
+        }))
+        .expect("pod");
+        let stated = &pod.spec.containers[0].resources;
+        assert_eq!(
+            stated.requests.iter().collect::<Vec<_>>(),
+            [("cpu", "250m"), ("memory", "64Mi")]
+        );
+        assert_eq!(stated.requests.amount("memory"), Some("64Mi"));
+        assert_eq!(stated.requests.amount("nvidia.com/gpu"), None);
+        assert_eq!(stated.limits, Quantities::default());
+        let unstated = &pod.spec.containers[1].resources;
+        assert_eq!(*unstated, CachedResources::default());
+        // What states less is covered by what states more, not the other way round.
+        assert!(unstated.requests.covered_by(&stated.requests));
+        assert!(!stated.requests.covered_by(&unstated.requests));
+        assert_eq!(
+            stated.requests.to_json(),
+            serde_json::json!({"cpu": "250m", "memory": "64Mi"})
+        );
+        let usage = crate::quota::pod_usage(&pod.spec);
+        assert_eq!((usage.requests_cpu, usage.requests_memory), (260, 64 << 20));
     }
 
     #[test]

@@ -35,9 +35,9 @@ pub const REASON_QUOTA_EXCEEDED: &str = "TenantQuotaExceeded";
 /// What a pod counts against quota (see [`crds::usage::pod_usage`]).
 pub fn pod_usage(spec: &CachedPodSpec) -> Usage {
     crds::usage::pod_usage(
-        spec.containers.iter().map(|c| c.resources.as_ref()),
-        spec.init_containers.iter().map(|c| c.resources.as_ref()),
-        spec.overhead.as_ref(),
+        spec.containers.iter().map(|c| Some(&c.resources)),
+        spec.init_containers.iter().map(|c| Some(&c.resources)),
+        Some(&spec.overhead),
     )
 }
 

@@ -12,10 +12,7 @@ use k8s_openapi::{
         PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Toleration,
         Volume, VolumeProjection,
     },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
-    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
 use sha2::{Digest, Sha256};
 
@@ -717,36 +714,23 @@ pub fn mutable_view(spec: &CachedPodSpec) -> serde_json::Value {
     })
 }
 
-/// Requests and limits of one container; an absent map and an empty one are the same.
-fn requirements(container: &ContainerImage) -> [BTreeMap<String, Quantity>; 2] {
-    let resources = container.resources.as_ref();
-    [
-        resources.and_then(|r| r.requests.clone()).unwrap_or_default(),
-        resources.and_then(|r| r.limits.clone()).unwrap_or_default(),
-    ]
-}
-
 /// The strategic-merge patch of a super pod's `resize` subresource that gives its containers the tenant
 /// pod's requests and limits, or `None` when the super pod has them. Only the keys the tenant states count:
 /// the super cluster's admission (a LimitRange) may have added defaults of its own, and a resize cannot
 /// remove a key anyway. Containers the super pod lacks are left out: a pod's containers never change.
 pub fn resize_patch(tenant: &CachedPodSpec, super_spec: &CachedPodSpec) -> Option<serde_json::Value> {
-    let covered = |want: &BTreeMap<String, Quantity>, have: &BTreeMap<String, Quantity>| {
-        want.iter().all(|(key, value)| have.get(key) == Some(value))
-    };
     let changes = |tenant: &[ContainerImage], super_containers: &[ContainerImage]| -> Vec<serde_json::Value> {
         tenant
             .iter()
             .filter_map(|wanted| {
                 let have = super_containers.iter().find(|c| c.name == wanted.name)?;
-                let ([want_requests, want_limits], [have_requests, have_limits]) =
-                    (requirements(wanted), requirements(have));
-                if covered(&want_requests, &have_requests) && covered(&want_limits, &have_limits) {
+                let (want, have) = (&wanted.resources, &have.resources);
+                if want.requests.covered_by(&have.requests) && want.limits.covered_by(&have.limits) {
                     return None;
                 }
                 Some(serde_json::json!({
                     "name": wanted.name,
-                    "resources": {"requests": want_requests, "limits": want_limits},
+                    "resources": {"requests": want.requests.to_json(), "limits": want.limits.to_json()},
                 }))
             })
             .collect()
