@@ -40,6 +40,7 @@ pub mod realnodes;
 pub mod sandbox;
 pub mod tenancy;
 pub mod tenant_extensions;
+pub mod turns;
 pub mod wait;
 mod workdir;
 

@@ -4,8 +4,9 @@
 //! Tests choose them instead of the [`NodeSimulator`](crate::NodeSimulator) where containers must really run
 //! (native tenant control planes, `kubectl logs/exec` through a real kubelet, Service traffic); the simulated
 //! nodes stay for scale tests and benchmarks. Real nodes change the host (bridges, iptables, mounts), so
-//! one set runs at a time on a machine: [`RealNodes::start`] holds a machine-wide lock, sweeps what an
-//! earlier run may have left, and its drop undoes everything, also after a panic.
+//! one set runs at a time on a machine: they hold a machine-wide lock (a test takes it with its turn in
+//! [`require`], see [`crate::turns`]; else [`RealNodes::start`] does), the start sweeps what an earlier run
+//! may have left, and the drop undoes everything, also after a panic.
 //!
 //! Layout: node N is called `<prefix>N`, has the address `10.244.N.1` on bridge `vcbrN` and pods in
 //! `10.244.N.0/24`; the kubelet serves on `10.244.N.1:10250`, dnsmasq answers on `10.244.N.1:53`.
@@ -32,7 +33,7 @@ pub use images::{BUSYBOX_IMAGE, ControlPlaneImages, LocalImage, PAUSE_IMAGE};
 pub use node::{KUBELET_PORT, RealNode};
 
 use crate::{
-    Binary, ControlPlane, Error, ManagedProcess, Result, WorkDir, locate, nodes::node_is_ready, wait,
+    Binary, ControlPlane, Error, ManagedProcess, Result, WorkDir, locate, nodes::node_is_ready, turns, wait,
 };
 
 /// How to start real nodes.
@@ -78,6 +79,8 @@ pub struct RealNodes {
     folders: Vec<PathBuf>,
     _proxy_dir: WorkDir,
     _lock: std::fs::File,
+    /// When the lock was taken: the drop logs how long this set held the machine.
+    locked_at: std::time::Instant,
 }
 
 impl std::fmt::Debug for RealNodes {
@@ -89,10 +92,15 @@ impl std::fmt::Debug for RealNodes {
 }
 
 /// Checks that every part real nodes need is on this machine. When one is missing, prints one line naming
-/// the test and every missing part and returns `false`: the caller returns early (a skip).
+/// the test and every missing part and returns `false`: the caller returns early (a skip). When all are
+/// there, takes the test's turn with the machine-wide lock ([`crate::turns`]), which its real nodes hold on.
 pub fn require(test: &str) -> bool {
     let missing = missing_parts();
     if missing.is_empty() {
+        if let Err(error) = turns::take_real_node_turn() {
+            // Real nodes will try again and fail with it.
+            turns::log_lock(&format!("could not take the machine-wide lock: {error}"));
+        }
         return true;
     }
     let line = format!(
@@ -159,24 +167,6 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// The machine-wide lock: real nodes change the host's network, so one set runs at a time.
-async fn lock_machine() -> Result<std::fs::File> {
-    let path = std::env::temp_dir().join("vc-e2e-realnodes.lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(Error::io(format!("opening {}", path.display())))?;
-    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
-        .await
-        .map_err(|e| Error::Io {
-            context: "waiting for the real-node lock".into(),
-            source: std::io::Error::other(e),
-        })?
-        .map_err(Error::io(format!("locking {}", path.display())))
-}
-
 impl RealNodes {
     /// Starts `options.node_count` nodes for `cluster` (whose apiserver and controller-manager should run
     /// with [`APISERVER_ARGS`] and [`CONTROLLER_MANAGER_ARGS`], with a scheduler) and waits until they are
@@ -189,7 +179,25 @@ impl RealNodes {
                 hint: "see the README's real-node section".into(),
             });
         }
-        let lock = lock_machine().await?;
+        // Taken with the test's turn, or else here.
+        let lock = match turns::real_node_lock() {
+            Some(lock) => lock,
+            None => {
+                let asked = std::time::Instant::now();
+                let lock = tokio::task::spawn_blocking(turns::lock_machine)
+                    .await
+                    .map_err(|e| Error::Io {
+                        context: "waiting for the real-node lock".into(),
+                        source: std::io::Error::other(e),
+                    })??;
+                turns::log_lock(&format!(
+                    "waited {:.1} s for the machine-wide lock",
+                    asked.elapsed().as_secs_f64()
+                ));
+                lock
+            }
+        };
+        let locked_at = std::time::Instant::now();
         let kube_proxy_binary = locate(Binary::KubeProxy).ok();
         host::sweep(&host::stale_folders(), kube_proxy_binary.as_deref());
         let registry = tokio::task::spawn_blocking(registry::Registry::shared)
@@ -211,6 +219,7 @@ impl RealNodes {
                     folders,
                     _proxy_dir: proxy_dir,
                     _lock: lock,
+                    locked_at,
                 };
                 real.wait_ready(&cluster.client()).await?;
                 Ok(real)
@@ -375,6 +384,10 @@ impl Drop for RealNodes {
         self.kube_proxy.stop();
         host::sweep(&self.folders, locate(Binary::KubeProxy).ok().as_deref());
         host::restore(&self.host);
+        turns::log_lock(&format!(
+            "held the machine-wide lock for {:.1} s",
+            self.locked_at.elapsed().as_secs_f64()
+        ));
     }
 }
 
