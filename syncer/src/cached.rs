@@ -4,11 +4,13 @@
 //! is 3 KiB), and every synced pod is cached twice, in its tenant and in the super cluster. These types
 //! read the same watch events but keep a few fields; whatever else is needed (the whole tenant pod when its
 //! copy is created, the whole super pod when its mutable fields change) is read from the apiserver then.
+//! What they keep, they keep small: requests and limits as sorted pairs rather than B-tree maps, lists
+//! without spare room, and the parts most pods share (tolerations, conditions) once for all
+//! ([`crate::interned`]); `bench_pod_records` prints what the two records of a pod take.
 
 use std::collections::BTreeMap;
 
 use crds::usage::Amounts;
-
 use k8s_openapi::{
     NamespaceResourceScope,
     api::core::v1::{ContainerStatus, PodStatus, Toleration},
@@ -17,6 +19,8 @@ use k8s_openapi::{
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+
+use crate::interned::{Interned, interned_list};
 
 /// Quantities by resource name (requests, limits or a pod's overhead) as written, sorted by name.
 ///
@@ -114,11 +118,21 @@ fn gate_types<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>,
         condition_type: String,
     }
     let gates: Option<Vec<Gate>> = Option::deserialize(deserializer)?;
-    Ok(gates
+    let mut types: Vec<String> = gates
         .unwrap_or_default()
         .into_iter()
         .map(|g| g.condition_type)
-        .collect())
+        .collect();
+    types.shrink_to_fit();
+    Ok(types)
+}
+
+/// A list read without spare room: a `Vec` grown while reading (serde_json gives no length first) keeps
+/// capacity for up to twice its items, and a cached pod holds a handful of lists for as long as it lives.
+fn exact_list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Vec<T>, D::Error> {
+    let mut list = Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default();
+    list.shrink_to_fit();
+    Ok(list)
 }
 
 fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
@@ -138,13 +152,13 @@ pub struct CachedPodSpec {
     #[serde(default)]
     pub service_account_name: Option<String>,
     /// Containers.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "exact_list")]
     pub containers: Vec<ContainerImage>,
     /// Init containers.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "exact_list")]
     pub init_containers: Vec<ContainerImage>,
     /// Ephemeral containers (`kubectl debug`), which a running pod may add to.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "exact_list")]
     pub ephemeral_containers: Vec<ContainerImage>,
     /// Deadline, one of the fields that may change.
     #[serde(default)]
@@ -156,8 +170,8 @@ pub struct CachedPodSpec {
     #[serde(default, skip_serializing)]
     pub overhead: Quantities,
     /// Tolerations, which a running pod may add to.
-    #[serde(default, deserialize_with = "or_default", skip_serializing)]
-    pub tolerations: Vec<Toleration>,
+    #[serde(default, deserialize_with = "interned_list", skip_serializing)]
+    pub tolerations: Interned<Vec<Toleration>>,
 }
 
 /// The pod condition the scheduler, or a binding, sets.
@@ -178,6 +192,9 @@ pub struct CachedCondition {
     #[serde(default)]
     pub message: Option<String>,
 }
+
+crate::pooled!(Vec<Toleration>);
+crate::pooled!(Vec<CachedCondition>);
 
 /// Hash of container statuses in their k8s-openapi form, so that statuses read from JSON and statuses
 /// built in memory compare equal when they carry the same fields.
@@ -215,8 +232,8 @@ pub struct TenantPodStatus {
     #[serde(default)]
     pub reason: Option<String>,
     /// Conditions.
-    #[serde(default, deserialize_with = "or_default")]
-    pub conditions: Vec<CachedCondition>,
+    #[serde(default, deserialize_with = "interned_list")]
+    pub conditions: Interned<Vec<CachedCondition>>,
     /// Hash of the container statuses.
     #[serde(default, deserialize_with = "statuses_hash")]
     pub container_statuses: u64,
@@ -380,14 +397,6 @@ macro_rules! pod_resource {
 pod_resource!(TenantPod);
 pod_resource!(SuperPod);
 
-/// Drops what no sync step reads from cached metadata.
-pub fn trim_meta(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
-    if let Some(annotations) = &mut meta.annotations {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +476,31 @@ mod tests {
         let no_spec: TenantPod =
             serde_json::from_str(r#"{"metadata": {"name": "x"}, "spec": null}"#).expect("pod");
         assert!(no_spec.unbound_spec.is_none());
+    }
+
+    #[test]
+    fn pods_alike_share_their_tolerations_and_conditions() {
+        let mut wire: serde_json::Value = serde_json::from_str(POD).expect("json");
+        wire["spec"]["tolerations"] = serde_json::json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        ]);
+        let first: TenantPod = serde_json::from_value(wire.clone()).expect("pod");
+        // Another pod, its conditions set at another time.
+        wire["metadata"]["name"] = serde_json::json!("other");
+        wire["status"]["conditions"][0]["lastTransitionTime"] = serde_json::json!("2026-02-02T00:00:00Z");
+        let second: TenantPod = serde_json::from_value(wire.clone()).expect("pod");
+        assert!(std::ptr::eq(&*first.spec.tolerations, &*second.spec.tolerations));
+        assert!(std::ptr::eq(
+            &*first.status.conditions,
+            &*second.status.conditions
+        ));
+        assert_eq!(second.spec.tolerations[0].toleration_seconds, Some(300));
+        // A pod whose condition differs has its own.
+        wire["status"]["conditions"][0]["status"] = serde_json::json!("False");
+        let third: TenantPod = serde_json::from_value(wire).expect("pod");
+        assert_ne!(first.status.conditions, third.status.conditions);
+        assert_eq!(third.status.conditions[0].status, "False");
+        assert_eq!(first.status.conditions[0].status, "True");
     }
 
     #[test]

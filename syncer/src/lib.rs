@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod findings;
 pub mod identity;
+pub mod interned;
 pub mod items;
 pub mod kept;
 pub mod metrics;

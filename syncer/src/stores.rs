@@ -5,6 +5,7 @@ use std::{fmt::Debug, future::Future, hash::Hash};
 use futures::StreamExt;
 use kube::{
     Api, Resource,
+    api::ObjectMeta,
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -15,10 +16,21 @@ use crate::budget::Ledger;
 /// Drops what sync never reads: managed fields and the last-applied annotation are often larger than the
 /// rest of the object.
 pub fn trim<K: Resource>(object: &mut K) {
-    let meta = object.meta_mut();
+    trim_meta(object.meta_mut());
+}
+
+/// [`trim`] of an object's metadata. Lists lose their spare room as well (read without a length first, a
+/// `Vec` keeps capacity for up to twice its items; an owner reference is 150 bytes).
+pub fn trim_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     if let Some(annotations) = &mut meta.annotations {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(owners) = &mut meta.owner_references {
+        owners.shrink_to_fit();
+    }
+    if let Some(finalizers) = &mut meta.finalizers {
+        finalizers.shrink_to_fit();
     }
 }
 

@@ -83,15 +83,22 @@ fn status_matches(want: &PodStatus, have: &TenantPodStatus) -> bool {
 /// A tenant pod's status after its binding: the apiserver sets `PodScheduled=True` (no reason) itself, as
 /// for any bound pod, so a super status that says no more than that costs no status write of its own.
 fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
-    let mut status = before.clone();
-    status.conditions.retain(|c| c.type_ != POD_SCHEDULED);
-    status.conditions.push(CachedCondition {
+    let mut conditions: Vec<CachedCondition> = before
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != POD_SCHEDULED)
+        .cloned()
+        .collect();
+    conditions.push(CachedCondition {
         type_: POD_SCHEDULED.to_owned(),
         status: "True".to_owned(),
         reason: None,
         message: None,
     });
-    status
+    TenantPodStatus {
+        conditions: conditions.into(),
+        ..before.clone()
+    }
 }
 
 /// Why the node a tenant bound its pod to refuses it, as that node's kubelet would say: `Some((reason,
