@@ -1,6 +1,7 @@
 //! Parts many cached records hold alike, kept once: the tolerations every pod gets from its apiserver's
 //! admission, the conditions of every running pod. A cached pod holds a pointer to its part instead of a
-//! copy of its own (a list of two tolerations takes about 450 bytes of heap, five conditions about 900).
+//! copy of its own (`bench_pod_records`: a running pod's status with its four conditions took 653 bytes of
+//! heap, 194 with them pooled).
 //!
 //! Parts are pooled by their JSON (read without what differs between pods alike, such as timestamps, which
 //! the cached types leave out). A pool entry goes when the last record holding it does: the pool is swept
