@@ -129,12 +129,7 @@ pub fn take_real_node_turn() -> Result<()> {
             turns().give_back();
         }
     });
-    let asked = Instant::now();
     let lock = lock_machine()?;
-    log_lock(&format!(
-        "waited {:.1} s for the machine-wide lock",
-        asked.elapsed().as_secs_f64()
-    ));
     turns().take(true);
     HELD.with_borrow_mut(|held| {
         held.turn = true;
@@ -148,8 +143,10 @@ pub(crate) fn real_node_lock() -> Option<File> {
     HELD.with_borrow_mut(|held| held.real_node_lock.take())
 }
 
-/// Takes the machine-wide lock on real nodes, waiting for the set another process or test has.
+/// Takes the machine-wide lock on real nodes, waiting for the set another process or test has, and logs
+/// how long that took.
 pub(crate) fn lock_machine() -> Result<File> {
+    let asked = Instant::now();
     let path = std::env::temp_dir().join("vc-e2e-realnodes.lock");
     let file = File::options()
         .create(true)
@@ -159,6 +156,10 @@ pub(crate) fn lock_machine() -> Result<File> {
         .map_err(Error::io(format!("opening {}", path.display())))?;
     file.lock()
         .map_err(Error::io(format!("locking {}", path.display())))?;
+    log_lock(&format!(
+        "waited {:.1} s for the machine-wide lock",
+        asked.elapsed().as_secs_f64()
+    ));
     Ok(file)
 }
 

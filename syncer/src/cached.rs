@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::interned::{Interned, interned_list};
+use crate::interned::{Interned, Pooled};
 
 /// Quantities by resource name (requests, limits or a pod's overhead) as written, sorted by name.
 ///
@@ -133,6 +133,16 @@ fn exact_list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -
     let mut list = Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default();
     list.shrink_to_fit();
     Ok(list)
+}
+
+/// An [`exact_list`] kept once in its pool ([`crate::interned`]).
+fn interned_list<'de, D, T>(deserializer: D) -> Result<Interned<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+    Vec<T>: Pooled,
+{
+    exact_list(deserializer).map(Interned::new)
 }
 
 fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(

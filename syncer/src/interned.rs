@@ -152,19 +152,6 @@ impl<'de, T: Pooled + Deserialize<'de>> Deserialize<'de> for Interned<T> {
     }
 }
 
-/// A list read without spare room (a `Vec` grown while reading keeps capacity for up to twice its items),
-/// `null` as empty, then pooled.
-pub fn interned_list<'de, D, T>(deserializer: D) -> Result<Interned<Vec<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-    Vec<T>: Pooled,
-{
-    let mut list = Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default();
-    list.shrink_to_fit();
-    Ok(Interned::new(list))
-}
-
 /// Declares the pool of a type.
 #[macro_export]
 macro_rules! pooled {

@@ -59,6 +59,23 @@ fn kept<T>(count: usize, make: impl Fn() -> anyhow::Result<T>) -> anyhow::Result
     })
 }
 
+/// [`kept`] of values read from `json`.
+fn kept_parsed<T: serde::de::DeserializeOwned>(count: usize, json: &str) -> anyhow::Result<Heap> {
+    kept(count, || Ok(serde_json::from_str::<T>(json)?))
+}
+
+impl std::ops::Add for Heap {
+    type Output = Heap;
+
+    fn add(self, other: Heap) -> Heap {
+        Heap {
+            asked: self.asked + other.asked,
+            chunks: self.chunks + other.chunks,
+            allocations: self.allocations + other.allocations,
+        }
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Heap bytes of a synced pod's two cache records, by part")]
 struct Args {
@@ -125,35 +142,18 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|");
     row("tenant pod record", tenant_record);
     row("  its metadata", kept(count, meta(&tenant))?);
-    row(
-        "  its spec",
-        kept(count, || Ok(serde_json::from_str::<CachedPodSpec>(&tenant_spec)?))?,
-    );
+    row("  its spec", kept_parsed::<CachedPodSpec>(count, &tenant_spec)?);
     row(
         "  its status",
-        kept(count, || {
-            Ok(serde_json::from_str::<TenantPodStatus>(&tenant_status)?)
-        })?,
+        kept_parsed::<TenantPodStatus>(count, &tenant_status)?,
     );
     row("super pod record", super_record);
     row("  its metadata", kept(count, meta(&super_copy))?);
-    row(
-        "  its spec",
-        kept(count, || Ok(serde_json::from_str::<CachedPodSpec>(&super_spec)?))?,
-    );
+    row("  its spec", kept_parsed::<CachedPodSpec>(count, &super_spec)?);
     row(
         "  its status (JSON)",
-        kept(count, || {
-            Ok(serde_json::from_str::<Box<serde_json::value::RawValue>>(
-                &super_status,
-            )?)
-        })?,
+        kept_parsed::<Box<serde_json::value::RawValue>>(count, &super_status)?,
     );
-    let both = Heap {
-        asked: tenant_record.asked + super_record.asked,
-        chunks: tenant_record.chunks + super_record.chunks,
-        allocations: tenant_record.allocations + super_record.allocations,
-    };
-    row("both records", both);
+    row("both records", tenant_record + super_record);
     Ok(())
 }

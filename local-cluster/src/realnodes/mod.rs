@@ -182,20 +182,12 @@ impl RealNodes {
         // Taken with the test's turn, or else here.
         let lock = match turns::real_node_lock() {
             Some(lock) => lock,
-            None => {
-                let asked = std::time::Instant::now();
-                let lock = tokio::task::spawn_blocking(turns::lock_machine)
-                    .await
-                    .map_err(|e| Error::Io {
-                        context: "waiting for the real-node lock".into(),
-                        source: std::io::Error::other(e),
-                    })??;
-                turns::log_lock(&format!(
-                    "waited {:.1} s for the machine-wide lock",
-                    asked.elapsed().as_secs_f64()
-                ));
-                lock
-            }
+            None => tokio::task::spawn_blocking(turns::lock_machine)
+                .await
+                .map_err(|e| Error::Io {
+                    context: "waiting for the real-node lock".into(),
+                    source: std::io::Error::other(e),
+                })??,
         };
         let locked_at = std::time::Instant::now();
         let kube_proxy_binary = locate(Binary::KubeProxy).ok();
