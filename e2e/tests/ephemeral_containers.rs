@@ -188,7 +188,9 @@ async fn kubectl_debug_reaches_the_running_super_pod_through_vn_agent() -> anyho
                 "--",
                 "sh",
             ],
-            b"echo hi-from-attach; ps -o args; exit\n",
+            // The pause before `exit`: what a container prints just before it ends can miss an attached
+            // client (the runtime closes the attach streams on exit; the CI once lost `ps`'s lines so).
+            b"echo hi-from-attach; ps -o args; sleep 2; exit\n",
         )
         .await?
         .ok()?;
