@@ -49,15 +49,31 @@ current-context: {name}
 
 /// A client for the current context of a kubeconfig file.
 pub async fn client_from_kubeconfig_file(path: &Path) -> Result<Client> {
+    let config = config_from_kubeconfig_file(path).await?;
+    Client::try_from(config).map_err(Error::kube(format!("building a client from {}", path.display())))
+}
+
+/// A client for the current context of a kubeconfig file over one HTTP/2 connection, as the syncer reaches
+/// the super cluster by default (`--super-http2`).
+pub async fn multiplexed_client_from_kubeconfig_file(path: &Path) -> Result<Client> {
+    let config = config_from_kubeconfig_file(path).await?;
+    vc_runtime::clients::multiplexed_client(config, vc_runtime::clients::ClientTimeouts::default()).map_err(
+        |e| Error::Kubeconfig {
+            context: format!("building an HTTP/2 client from {}", path.display()),
+            source: Box::new(e),
+        },
+    )
+}
+
+async fn config_from_kubeconfig_file(path: &Path) -> Result<Config> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
         context: format!("reading {}", path.display()),
         source: Box::new(e),
     })?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| Error::Kubeconfig {
             context: format!("loading {}", path.display()),
             source: Box::new(e),
-        })?;
-    Client::try_from(config).map_err(Error::kube(format!("building a client from {}", path.display())))
+        })
 }

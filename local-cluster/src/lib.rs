@@ -50,7 +50,10 @@ pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};
 pub use error::{Error, Result, error_chain};
 pub use etcd::Etcd;
-pub use kubeconfig::{client_from_kubeconfig_file, kubeconfig_yaml, token_kubeconfig_yaml};
+pub use kubeconfig::{
+    client_from_kubeconfig_file, kubeconfig_yaml, multiplexed_client_from_kubeconfig_file,
+    token_kubeconfig_yaml,
+};
 pub use nodes::{NodeSimulator, NodeSimulatorOptions};
 pub use ports::free_port;
 pub use process::ManagedProcess;

@@ -36,7 +36,7 @@ use vc_runtime::admin::Health;
 use crate::{
     Binary, Error, Result, WorkDir,
     apply::apply_object,
-    client_from_kubeconfig_file, free_port,
+    client_from_kubeconfig_file, free_port, multiplexed_client_from_kubeconfig_file,
     pki::{CertificateAuthority, CertifiedKey, Usage},
     tenancy::{Tenancy, TenancyOptions, VC_NAMESPACE},
     token_kubeconfig_yaml, wait,
@@ -157,16 +157,20 @@ struct ComponentClients {
 impl ComponentClients {
     /// Cluster-admin for all three, or a token of each component's ServiceAccount.
     async fn new(tenancy: &Tenancy, accounts: Option<&ComponentAccounts>, dir: &WorkDir) -> Result<Self> {
+        // The syncer reaches the super cluster as its binary does by default: over one HTTP/2 connection.
         let Some(accounts) = accounts else {
             let admin = tenancy.super_client();
             return Ok(Self {
                 vc_manager: admin.clone(),
-                syncer: admin.clone(),
+                syncer: multiplexed_client_from_kubeconfig_file(
+                    tenancy.super_cluster.apiserver().kubeconfig_path(),
+                )
+                .await?,
                 vn_agent: admin.clone(),
                 dns: admin,
             });
         };
-        let as_account = |name: String| async move {
+        let as_account = |name: String, http2: bool| async move {
             let api: Api<ServiceAccount> = Api::namespaced(tenancy.super_client(), &accounts.namespace);
             let request = TokenRequest {
                 spec: TokenRequestSpec {
@@ -188,13 +192,17 @@ impl ComponentClients {
                 .unwrap_or_default();
             let apiserver = tenancy.super_cluster.apiserver();
             let kubeconfig = token_kubeconfig_yaml(&name, apiserver.url(), apiserver.ca().cert_pem(), &token);
-            client_from_kubeconfig_file(&dir.write(&format!("{name}.kubeconfig"), kubeconfig)?).await
+            let path = dir.write(&format!("{name}.kubeconfig"), kubeconfig)?;
+            match http2 {
+                true => multiplexed_client_from_kubeconfig_file(&path).await,
+                false => client_from_kubeconfig_file(&path).await,
+            }
         };
         Ok(Self {
-            vc_manager: as_account(accounts.vc_manager.clone()).await?,
-            syncer: as_account(accounts.syncer.clone()).await?,
-            vn_agent: as_account(accounts.vn_agent.clone()).await?,
-            dns: as_account(accounts.dns.clone()).await?,
+            vc_manager: as_account(accounts.vc_manager.clone(), false).await?,
+            syncer: as_account(accounts.syncer.clone(), true).await?,
+            vn_agent: as_account(accounts.vn_agent.clone(), false).await?,
+            dns: as_account(accounts.dns.clone(), false).await?,
         })
     }
 }

@@ -13,6 +13,26 @@ pub async fn super_cluster() -> Result<Client, Error> {
     Client::try_from(config).map_err(Error::Client)
 }
 
+/// The super-cluster client (as [`super_cluster`]) over one HTTP/2 connection ([`multiplexed_client`]):
+/// every watch and request of a busy component shares it, where kube's HTTP/1.1 client keeps a TLS
+/// connection (and its buffers) for every request that was ever in flight at once. A config that names a
+/// proxy gets kube's client, which knows how to use one.
+pub async fn super_cluster_multiplexed() -> Result<Client, Error> {
+    let config = Config::infer().await.map_err(Error::SuperClusterConfig)?;
+    if config.proxy_url.is_some() {
+        return Client::try_from(config).map_err(Error::Client);
+    }
+    let timeouts = ClientTimeouts {
+        connect: config.connect_timeout.unwrap_or(SUPER_CONNECT_TIMEOUT),
+        read: config.read_timeout.unwrap_or(SUPER_READ_TIMEOUT),
+    };
+    multiplexed_client(config, timeouts)
+}
+
+/// kube's defaults, for a config that sets none: the super cluster is ours and is given long.
+const SUPER_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const SUPER_READ_TIMEOUT: Duration = Duration::from_secs(295);
+
 /// Timeouts for clients of tenant apiservers, which may be slow or gone.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientTimeouts {

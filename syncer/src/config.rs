@@ -200,8 +200,12 @@ pub struct SyncerArgs {
     pub tenant_health_period_seconds: u64,
     /// Reach tenant apiservers over HTTP/2 when they offer it (every kube-apiserver does): a tenant's
     /// watches and requests then share one TLS connection. `false`: HTTP/1.1, one connection per watch.
-    #[arg(long, env = "TENANT_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TENANT_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub tenant_http2: bool,
+    /// Reach the super cluster's apiserver over one HTTP/2 connection. `false`: kube's HTTP/1.1 client,
+    /// one connection per request in flight (each kept, with its buffers, while the pool holds it).
+    #[arg(long, env = "SUPER_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub super_http2: bool,
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
     pub downward_workers: usize,
@@ -617,7 +621,7 @@ impl Default for SyncerConfig {
             vnode_mode: VNodeMode::Pods,
             patrol_interval: Duration::from_secs(60),
             tenant_health_period: Duration::from_secs(30),
-            tenant_http2: false,
+            tenant_http2: true,
             downward_workers: 32,
             upward_workers: 32,
             super_write_slots: DEFAULT_SUPER_WRITE_SLOTS,

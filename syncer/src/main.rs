@@ -8,13 +8,22 @@ use vc_runtime::Runtime;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let super_http2 = args.syncer.super_http2;
     let config = SyncerConfig::try_from(args.syncer).map_err(anyhow::Error::msg)?;
     // Sharded replicas are all active; each holds its own Leases instead of one for the whole process.
     let election = match config.shards {
         Some(_) => None,
         None => args.leader.leader_election(),
     };
-    let runtime = Runtime::builder()
+    let mut builder = Runtime::builder();
+    if super_http2 {
+        builder = builder.with_client(
+            vc_runtime::clients::super_cluster_multiplexed()
+                .await
+                .context("connecting to the super cluster")?,
+        );
+    }
+    let runtime = builder
         .with_log(args.log_format)
         .with_admin(args.admin_address)
         .with_leader_election(LEASE_NAME, election)
