@@ -111,6 +111,22 @@ pub struct Work<T> {
     pub waited: Duration,
 }
 
+/// Room a queue keeps however empty it gets.
+const KEPT_ROOM: usize = 64;
+
+/// Hash tables and deques keep the room their largest burst gave them; one that has drained to under a
+/// quarter of its room gives the rest back (to twice what it holds), so a burst of thousands of pods costs
+/// nothing once it is through. Shrinking copies what is left, at most a quarter of the room: amortized
+/// over the removals that emptied it.
+macro_rules! give_back_room {
+    ($collection:expr) => {{
+        let collection = &mut $collection;
+        if collection.capacity() > KEPT_ROOM && collection.len() < collection.capacity() / 4 {
+            collection.shrink_to((collection.len() * 2).max(KEPT_ROOM));
+        }
+    }};
+}
+
 /// Workers kept for tenants with nothing in progress: an eighth of them (none below eight workers).
 fn reserve(workers: usize) -> usize {
     workers / 8
@@ -322,6 +338,8 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
                 Self::enqueue(state, &delayed.tenant, delayed.item, delayed.at);
             }
         }
+        give_back_room!(state.delayed);
+        give_back_room!(state.delayed_items);
     }
 
     /// Picks the next item by smooth weighted round-robin among tenants that have work and tokens, or
@@ -380,6 +398,8 @@ impl<T: Clone + Eq + Hash> FairQueue<T> {
         sub.current -= total;
         let (item, queued_at) = sub.fifo.pop_front().expect("chosen tenant has work");
         sub.queued.remove(&item);
+        give_back_room!(sub.fifo);
+        give_back_room!(sub.queued);
         sub.processing.insert(item.clone());
         if let Some(bucket) = &mut sub.bucket {
             bucket.tokens -= 1.0;
@@ -448,6 +468,29 @@ mod tests {
         assert_eq!(queue.depths(), vec![(a.clone(), 2)]);
         assert_eq!(drain(&queue, 2).await, vec![("a".into(), 1), ("a".into(), 2)]);
         assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_drained_burst_gives_its_room_back() {
+        let queue = FairQueue::new();
+        let a = tenant("a");
+        for item in 0..10_000 {
+            queue.add(&a, item);
+            queue.add_after(&a, item + 10_000, Duration::from_millis(1));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        drain(&queue, 20_000).await;
+        assert!(queue.is_empty());
+        let state = queue.lock();
+        let sub = &state.tenants[&a];
+        for (what, room) in [
+            ("fifo", sub.fifo.capacity()),
+            ("queued", sub.queued.capacity()),
+            ("delayed", state.delayed.capacity()),
+            ("delayed items", state.delayed_items.capacity()),
+        ] {
+            assert!(room <= 2 * KEPT_ROOM, "{what} kept room for {room} items");
+        }
     }
 
     #[tokio::test]
