@@ -1,7 +1,10 @@
-//! What the benchmark binaries share: percentiles of measured values and plain reads of a component's
-//! admin endpoint (`/metrics`, `/readyz`) on loopback.
+//! What the benchmark binaries share: percentiles of measured values, plain reads of a component's
+//! admin endpoint (`/metrics`, `/readyz`) on loopback, and what a process holds open.
 
-use std::time::Duration;
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -28,6 +31,70 @@ pub async fn admin_get(port: u16, path: &str, timeout: Duration) -> Option<Strin
         .ok()?
         .ok()?;
     Some(body)
+}
+
+/// What a process holds open: descriptors, sockets, and its established TCP connections by remote port.
+#[derive(Debug, Default)]
+pub struct OpenFiles {
+    /// File descriptors.
+    pub fds: usize,
+    /// Sockets among them.
+    pub sockets: usize,
+    /// Established TCP connections, by remote port.
+    pub tcp_by_port: HashMap<u16, usize>,
+}
+
+/// What process `pid` holds open now (from `/proc`).
+pub fn open_files(pid: u32) -> OpenFiles {
+    let mut found = OpenFiles::default();
+    let mut inodes = HashSet::new();
+    if let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for entry in entries.flatten() {
+            found.fds += 1;
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            if let Some(inode) = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:["))
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                found.sockets += 1;
+                inodes.insert(inode.to_owned());
+            }
+        }
+    }
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local, remote, state (01 = established), ..., inode at 9.
+            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state != "01" || !inodes.contains(*inode) {
+                continue;
+            }
+            let Some(port) = remote
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            else {
+                continue;
+            };
+            *found.tcp_by_port.entry(port).or_default() += 1;
+        }
+    }
+    found
+}
+
+/// The port of an `https://host:port` URL.
+pub fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, p)| p.trim_end_matches('/').parse().ok())
+        .unwrap_or(443)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service, ServiceAccount};
 use kube::{Api, Client, ResourceExt, api::ListParams};
-use local_cluster::bench::percentile;
+use local_cluster::bench::{OpenFiles, open_files, percentile, port_of};
 use local_cluster::{
     Binary, ControlPlane, ControlPlaneOptions, ManagedProcess, WorkDir, free_port,
     tenancy::{Tenancy, TenancyOptions, VC_NAMESPACE},
@@ -95,66 +95,6 @@ fn status_field(pid: u32, field: &str) -> u64 {
                 .ok()
         })
         .unwrap_or(0)
-}
-
-/// What a process holds open: descriptors, sockets, and its established TCP connections by remote port.
-#[derive(Debug, Default)]
-struct OpenFiles {
-    fds: usize,
-    sockets: usize,
-    tcp_by_port: HashMap<u16, usize>,
-}
-
-fn open_files(pid: u32) -> OpenFiles {
-    let mut found = OpenFiles::default();
-    let mut inodes = HashSet::new();
-    if let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for entry in entries.flatten() {
-            found.fds += 1;
-            let Ok(target) = std::fs::read_link(entry.path()) else {
-                continue;
-            };
-            if let Some(inode) = target
-                .to_str()
-                .and_then(|t| t.strip_prefix("socket:["))
-                .and_then(|t| t.strip_suffix(']'))
-            {
-                found.sockets += 1;
-                inodes.insert(inode.to_owned());
-            }
-        }
-    }
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // local, remote, state (01 = established), ..., inode at 9.
-            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            if *state != "01" || !inodes.contains(*inode) {
-                continue;
-            }
-            let Some(port) = remote
-                .rsplit_once(':')
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-            else {
-                continue;
-            };
-            *found.tcp_by_port.entry(port).or_default() += 1;
-        }
-    }
-    found
-}
-
-/// The port of an `https://host:port` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit_once(':')
-        .and_then(|(_, p)| p.trim_end_matches('/').parse().ok())
-        .unwrap_or(443)
 }
 
 /// Lines of an apiserver's `/metrics`.

@@ -34,7 +34,7 @@ use kube::{
     api::{DeleteParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use local_cluster::bench::percentile;
+use local_cluster::bench::{open_files, percentile, port_of};
 use local_cluster::{
     Binary, ManagedProcess, WorkDir, cpus, free_port,
     tenancy::{Tenancy, TenancyOptions},
@@ -521,6 +521,17 @@ impl SyncerProcess {
         )
     }
 
+    /// The syncer's established TCP connections: to the super apiserver (at `super_port`), and to others
+    /// (the tenant apiservers).
+    fn connections(&self, super_port: u16) -> (usize, usize) {
+        let Some(pid) = self.process.pid() else {
+            return (0, 0);
+        };
+        let tcp = open_files(pid).tcp_by_port;
+        let to_super = tcp.get(&super_port).copied().unwrap_or(0);
+        (to_super, tcp.values().sum::<usize>() - to_super)
+    }
+
     fn memory_kib(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.pid()?)).ok()?;
         status
@@ -956,6 +967,8 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     wait_attached(&tenancy).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let baseline_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let super_port = port_of(tenancy.super_cluster.apiserver().url());
+    let baseline_connections = syncer.connections(super_port);
     let syncer_idle = CpuMeter::start(vec![(
         "syncer".to_owned(),
         processes_cpu(pid_of(&syncer.process)),
@@ -1117,6 +1130,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     tokio::time::sleep(Duration::from_secs(5)).await;
     syncer.ensure_alive("the figures of the synced run")?;
     let synced_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let synced_connections = syncer.connections(super_port);
     sampler.abort();
     let peak_kib = (*peak.lock().expect("lock")).max(syncer.memory_kib("VmHWM:").unwrap_or(0));
 
@@ -1283,6 +1297,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     println!(
         "syncer RSS: idle {} KiB, with {total} pods synced {} KiB, peak {} KiB",
         baseline_rss, synced_rss, peak_kib
+    );
+    println!(
+        "syncer TCP connections: idle {} to the super apiserver, {} to tenant apiservers; with {total} pods synced {}, {}",
+        baseline_connections.0, baseline_connections.1, synced_connections.0, synced_connections.1
     );
     println!(
         "bytes per synced pod: {:.0} (target <= 4096)",
