@@ -54,7 +54,7 @@ pub async fn client_from_kubeconfig_file(path: &Path) -> Result<Client> {
 }
 
 /// A client for the current context of a kubeconfig file over one HTTP/2 connection, as the syncer reaches
-/// the super cluster by default (`--super-http2`).
+/// the super cluster with `--super-http2`.
 pub async fn multiplexed_client_from_kubeconfig_file(path: &Path) -> Result<Client> {
     let config = config_from_kubeconfig_file(path).await?;
     vc_runtime::clients::multiplexed_client(config, vc_runtime::clients::ClientTimeouts::default()).map_err(

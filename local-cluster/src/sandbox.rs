@@ -157,7 +157,8 @@ struct ComponentClients {
 impl ComponentClients {
     /// Cluster-admin for all three, or a token of each component's ServiceAccount.
     async fn new(tenancy: &Tenancy, accounts: Option<&ComponentAccounts>, dir: &WorkDir) -> Result<Self> {
-        // The syncer reaches the super cluster as its binary does by default: over one HTTP/2 connection.
+        // The sandbox's syncer reaches the super cluster over one HTTP/2 connection (`--super-http2`), so the
+        // suite covers that client; tests that start a syncer themselves use kube's, the binary's default.
         let Some(accounts) = accounts else {
             let admin = tenancy.super_client();
             return Ok(Self {

@@ -202,9 +202,11 @@ pub struct SyncerArgs {
     /// watches and requests then share one TLS connection. `false`: HTTP/1.1, one connection per watch.
     #[arg(long, env = "TENANT_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub tenant_http2: bool,
-    /// Reach the super cluster's apiserver over one HTTP/2 connection. `false`: kube's HTTP/1.1 client,
-    /// one connection per request in flight (each kept, with its buffers, while the pool holds it).
-    #[arg(long, env = "SUPER_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Reach the super cluster's apiserver over one HTTP/2 connection: less memory (one connection instead
+    /// of one per request in flight), but next to a greedy tenant's burst the other tenants' writes waited
+    /// longer on it (docs/syncer.md, "Connections and queue room"), so kube's HTTP/1.1 client stays the
+    /// default.
+    #[arg(long, env = "SUPER_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
     pub super_http2: bool,
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
