@@ -8,7 +8,7 @@
 //! without spare room, and the parts most pods share (tolerations, conditions) once for all
 //! ([`crate::interned`]); `bench_pod_records` prints what the two records of a pod take.
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use crds::usage::Amounts;
 use k8s_openapi::{
@@ -20,7 +20,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::interned::{Interned, Pooled};
+use crate::{
+    interned::{Interned, Pooled},
+    tags::{HasTags, PackedMeta, Tagged},
+};
 
 /// Quantities by resource name (requests, limits or a pod's overhead) as written, sorted by name.
 ///
@@ -337,10 +340,10 @@ struct AddressOnly {
     ip: String,
 }
 
-/// A pod in the super cluster, as cached. Its status is kept as JSON: it is only read to be copied up.
+/// A pod in the super cluster as its watch reads it, before it is cached as a [`SuperPod`].
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct SuperPod {
-    /// Metadata (managed fields dropped).
+pub struct WatchedSuperPod {
+    /// Metadata.
     pub metadata: ObjectMeta,
     /// Spec essentials.
     #[serde(default, deserialize_with = "or_default")]
@@ -350,7 +353,105 @@ pub struct SuperPod {
     pub status: Option<Box<serde_json::value::RawValue>>,
 }
 
+/// A pod in the super cluster, as cached: its metadata packed ([`crate::tags`]), a few spec fields, and its
+/// status as JSON (it is only read to be copied up).
+///
+/// Not a kube `Resource` (that would hand out `ObjectMeta`): the cache finds it by kube's `Lookup`, and
+/// identity is read through [`crate::tags::Tagged`], so no code can read its labels or annotations from
+/// a map that is not there.
+#[derive(Clone, Debug, Default)]
+pub struct SuperPod {
+    /// Metadata, packed.
+    pub metadata: PackedMeta,
+    /// Spec essentials.
+    pub spec: CachedPodSpec,
+    /// The status, as JSON.
+    pub status: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl From<WatchedSuperPod> for SuperPod {
+    fn from(pod: WatchedSuperPod) -> Self {
+        Self {
+            metadata: PackedMeta::from(pod.metadata),
+            spec: pod.spec,
+            status: pod.status,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SuperPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        WatchedSuperPod::deserialize(deserializer).map(Self::from)
+    }
+}
+
+impl kube::runtime::reflector::Lookup for SuperPod {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.metadata.name))
+    }
+
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.metadata.namespace.as_deref().map(Cow::Borrowed)
+    }
+
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
+    }
+
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.metadata.uid.as_deref().map(Cow::Borrowed)
+    }
+}
+
+impl HasTags for SuperPod {
+    fn tags(&self) -> &impl Tagged {
+        &self.metadata
+    }
+
+    fn object_name(&self) -> Option<&str> {
+        Some(&self.metadata.name)
+    }
+}
+
 impl SuperPod {
+    /// Its metadata (packed: labels and annotations are read through [`Tagged`]).
+    pub fn meta(&self) -> &PackedMeta {
+        &self.metadata
+    }
+
+    /// Its name.
+    pub fn name_any(&self) -> String {
+        self.metadata.name.to_string()
+    }
+
+    /// Its namespace.
+    pub fn namespace(&self) -> Option<String> {
+        self.metadata.namespace.as_deref().map(str::to_owned)
+    }
+
+    /// Its uid.
+    pub fn uid(&self) -> Option<String> {
+        self.metadata.uid.as_deref().map(str::to_owned)
+    }
+
     /// The full status.
     pub fn parsed_status(&self) -> Option<PodStatus> {
         serde_json::from_str(self.status.as_ref()?.get()).ok()
@@ -405,7 +506,7 @@ macro_rules! pod_resource {
 }
 
 pod_resource!(TenantPod);
-pod_resource!(SuperPod);
+pod_resource!(WatchedSuperPod);
 
 #[cfg(test)]
 mod tests {

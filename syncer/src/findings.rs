@@ -2,9 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use kube::Resource;
-
-use crate::{context::Context, identity, metrics::PatrolLabels};
+use crate::{context::Context, identity, metrics::PatrolLabels, tags::HasTags};
 
 /// What one scan found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,16 +41,16 @@ pub fn found(ctx: &Context, resource: &'static str, finding: &'static str) {
 }
 
 /// Super objects of one tenant, by tenant namespace and name.
-pub fn super_objects<K: Resource + Clone>(
+pub fn super_objects<K: HasTags>(
     objects: Vec<Arc<K>>,
     cluster_key: &str,
 ) -> HashMap<(String, String), Arc<K>> {
     objects
         .into_iter()
-        .filter(|o| identity::belongs_to(o.meta(), cluster_key))
+        .filter(|o| identity::belongs_to(o.tags(), cluster_key))
         .filter_map(|o| {
-            let namespace = identity::tenant_namespace(o.meta())?.to_owned();
-            Some(((namespace, o.meta().name.clone()?), o))
+            let namespace = identity::tenant_namespace(o.tags())?.to_owned();
+            Some(((namespace, o.object_name()?.to_owned()), o))
         })
         .collect()
 }

@@ -6,17 +6,16 @@
 
 use std::collections::BTreeMap;
 
+pub use crds::TenantIdentity;
 use crds::wellknown::{
     ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_OWNER_REFERENCES, ANNOTATION_UID,
     ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, LABEL_CLUSTER, LABEL_VC_NAME,
     LABEL_VC_NAMESPACE,
 };
-pub use crds::{
-    TenantIdentity,
-    tenant::{belongs_to, owner_cluster},
-};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
+
+use crate::tags::Tagged;
 use sha2::{Digest, Sha256};
 
 /// Annotation on super objects: a hash of everything the syncer applied, so that an object already in sync
@@ -168,23 +167,30 @@ pub fn super_namespace_metadata(
     meta
 }
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
+/// The cluster key of the tenant a super object belongs to (as `crds::tenant::owner_cluster`, from either
+/// kind of metadata).
+pub fn owner_cluster(meta: &impl Tagged) -> Option<&str> {
+    meta.annotation(ANNOTATION_CLUSTER)
+}
+
+/// Whether a super object belongs to the tenant with this cluster key.
+pub fn belongs_to(meta: &impl Tagged, cluster_key: &str) -> bool {
+    owner_cluster(meta) == Some(cluster_key)
 }
 
 /// The uid of the tenant object a super object was made from.
-pub fn tenant_uid(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, ANNOTATION_UID)
+pub fn tenant_uid(meta: &impl Tagged) -> Option<&str> {
+    meta.annotation(ANNOTATION_UID)
 }
 
 /// The tenant namespace of a super object (for a super namespace: the tenant namespace it mirrors).
-pub fn tenant_namespace(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, ANNOTATION_NAMESPACE)
+pub fn tenant_namespace(meta: &impl Tagged) -> Option<&str> {
+    meta.annotation(ANNOTATION_NAMESPACE)
 }
 
 /// The sync hash recorded on a super object.
-pub fn recorded_hash(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, ANNOTATION_SYNC_HASH)
+pub fn recorded_hash(meta: &impl Tagged) -> Option<&str> {
+    meta.annotation(ANNOTATION_SYNC_HASH)
 }
 
 /// Hash of an object to apply (without its hash annotation): 16 hex digits of SHA-256 over its JSON.
@@ -211,21 +217,20 @@ pub fn stamp<T: Serialize>(object: &mut T, meta: impl Fn(&mut T) -> &mut ObjectM
 /// Whether every label and annotation of `desired` is on `actual` with the same value, except those
 /// `actual` records as withheld ([`ANNOTATION_WITHHELD`]). Extra keys on `actual` (added by super-cluster
 /// controllers) are fine; keys the tenant removed change the sync hash.
-pub fn metadata_covers(desired: &ObjectMeta, actual: &ObjectMeta) -> bool {
+pub fn metadata_covers(desired: &ObjectMeta, actual: &impl Tagged) -> bool {
     let withheld = withheld_keys(actual);
-    let covers =
-        |kind: &str, want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
-            want.iter().flatten().all(|(k, v)| {
-                have.as_ref().and_then(|h| h.get(k)) == Some(v) || withheld.contains(&format!("{kind}:{k}"))
-            })
-        };
-    covers("label", &desired.labels, &actual.labels)
-        && covers("annotation", &desired.annotations, &actual.annotations)
+    let is_withheld = |kind: &str, key: &str| withheld.contains(&format!("{kind}:{key}"));
+    desired
+        .each_label()
+        .all(|(k, v)| actual.label(k) == Some(v) || is_withheld("label", k))
+        && desired
+            .each_annotation()
+            .all(|(k, v)| actual.annotation(k) == Some(v) || is_withheld("annotation", k))
 }
 
 /// The keys a super object records as withheld, as `label:KEY` and `annotation:KEY`.
-pub fn withheld_keys(meta: &ObjectMeta) -> Vec<String> {
-    annotation(meta, ANNOTATION_WITHHELD)
+pub fn withheld_keys(meta: &impl Tagged) -> Vec<String> {
+    meta.annotation(ANNOTATION_WITHHELD)
         .into_iter()
         .flat_map(|v| v.split(','))
         .filter(|k| !k.is_empty())
@@ -266,17 +271,20 @@ pub fn withhold(meta: &mut ObjectMeta, keys: &[String]) {
 /// Labels and annotations of a super object that the tenant should see: those under its transparent
 /// prefixes.
 pub fn transparent_metadata(
-    super_meta: &ObjectMeta,
+    super_meta: &impl Tagged,
     prefixes: &[String],
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let pick = |map: &Option<BTreeMap<String, String>>| {
-        map.iter()
-            .flatten()
-            .filter(|(k, _)| has_prefix(k, prefixes) && !is_reserved(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
+    let picked = |k: &str| has_prefix(k, prefixes) && !is_reserved(k);
+    let pick = |pairs: &mut dyn Iterator<Item = (&str, &str)>| {
+        pairs
+            .filter(|(k, _)| picked(k))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()
     };
-    (pick(&super_meta.labels), pick(&super_meta.annotations))
+    (
+        pick(&mut super_meta.each_label()),
+        pick(&mut super_meta.each_annotation()),
+    )
 }
 
 #[cfg(test)]

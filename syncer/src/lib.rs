@@ -29,6 +29,7 @@ pub mod settings;
 pub mod shards;
 pub mod stores;
 pub mod super_stores;
+pub mod tags;
 pub mod tenant;
 pub mod usage;
 pub mod workers;

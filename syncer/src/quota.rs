@@ -15,7 +15,6 @@ use k8s_openapi::{
     api::core::v1::{PersistentVolumeClaimSpec, Pod, ServiceSpec},
     apimachinery::pkg::api::resource::Quantity,
 };
-use kube::{Resource, ResourceExt};
 
 use crate::{
     cached::{CachedPodSpec, SuperPod},
@@ -24,6 +23,7 @@ use crate::{
     metrics::{Metrics, UsageLabels},
     queue::{FairQueue, TenantId},
     stores::Change,
+    tags::Tagged,
 };
 
 pub use crds::usage::Usage;
@@ -306,17 +306,11 @@ impl Quota {
         let mut tenants = self.lock();
         let ledger = tenants.entry(tenant.clone()).or_default();
         if ledger.label.is_empty() {
-            let labels = pod.labels();
+            let labels = pod.meta();
             ledger.label = format!(
                 "{}/{}",
-                labels
-                    .get(crds::wellknown::LABEL_VC_NAMESPACE)
-                    .map(String::as_str)
-                    .unwrap_or(""),
-                labels
-                    .get(crds::wellknown::LABEL_VC_NAME)
-                    .map(String::as_str)
-                    .unwrap_or("")
+                labels.label(crds::wellknown::LABEL_VC_NAMESPACE).unwrap_or(""),
+                labels.label(crds::wellknown::LABEL_VC_NAME).unwrap_or("")
             );
         }
         if let Some(reserved) = ledger.reserved.remove(&key) {

@@ -2,11 +2,15 @@
 
 use std::{fmt::Debug, future::Future, hash::Hash};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::{
     Api, Resource,
     api::ObjectMeta,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{
+        WatchStreamExt, reflector,
+        reflector::{Lookup, Store},
+        watcher,
+    },
 };
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::task::JoinHandle;
@@ -17,6 +21,12 @@ use crate::budget::Ledger;
 /// rest of the object.
 pub fn trim<K: Resource>(object: &mut K) {
     trim_meta(object.meta_mut());
+}
+
+/// An object [`trim`]med, for a watch that caches what it reads.
+fn trimmed<K: Resource>(mut object: K) -> K {
+    trim(&mut object);
+    object
 }
 
 /// [`trim`] of an object's metadata. Lists lose their spare room as well (read without a length first, a
@@ -47,7 +57,7 @@ pub trait Cache: Send + Sync + Sized + 'static {
 
 impl<K> Cache for Store<K>
 where
-    K: Resource + Clone + Send + Sync + 'static,
+    K: Lookup + Clone + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     async fn wait_ready(&self) {
@@ -116,7 +126,7 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trim::<K>, Some(on_relist), None, on_change)
+    reflect_inner(api, config, trimmed::<K>, Some(on_relist), None, on_change)
 }
 
 /// Like [`reflect_relisting`], and every object the cache takes is charged to `ledger`'s budget: an object
@@ -134,7 +144,7 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
-    reflect_inner(api, config, trim::<K>, Some(on_relist), Some(admit), on_change)
+    reflect_inner(api, config, trimmed::<K>, Some(on_relist), Some(admit), on_change)
 }
 
 /// Decides whether a watch event reaches the cache.
@@ -144,7 +154,7 @@ type Admit<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
 pub fn reflect_with<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
-    trim: T,
+    mut trim: T,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -153,36 +163,67 @@ where
     T: FnMut(&mut K) + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trim, None, None, on_change)
+    let convert = move |mut object: K| {
+        trim(&mut object);
+        object
+    };
+    reflect_inner(api, config, convert, None, None, on_change)
 }
 
-fn reflect_inner<K, T, F>(
-    api: Api<K>,
+/// Like [`reflect_with`], caching each watched object `W` as what `convert` makes of it: a record that
+/// keeps less than the type the apiserver's JSON is read into.
+pub fn reflect_converted<W, K, C, F>(
+    api: Api<W>,
     config: watcher::Config,
-    mut trim: T,
+    convert: C,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    W::DynamicType: Default,
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    C: FnMut(W) -> K + Send + 'static,
+    F: Fn(&K, Change) + Send + 'static,
+{
+    reflect_inner(api, config, convert, None, None, on_change)
+}
+
+fn reflect_inner<W, K, C, F>(
+    api: Api<W>,
+    config: watcher::Config,
+    mut convert: C,
     on_relist: Option<OnRelist>,
     mut admit: Option<Admit<K>>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
-    T: FnMut(&mut K) + Send + 'static,
+    W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    W::DynamicType: Default,
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    C: FnMut(W) -> K + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, writer) = reflector::store();
     let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
-    let stream = watcher(api, config)
+    let watched = watcher(api, config)
         .default_backoff()
-        .modify(move |o| trim(o))
+        .map_ok(move |event| match event {
+            watcher::Event::Apply(o) => watcher::Event::Apply(convert(o)),
+            watcher::Event::InitApply(o) => watcher::Event::InitApply(convert(o)),
+            watcher::Event::Delete(o) => watcher::Event::Delete(convert(o)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        })
         .filter(move |event| {
             let admitted = match (event, admit.as_mut()) {
                 (Ok(event), Some(admit)) => admit(event),
                 _ => true,
             };
             std::future::ready(admitted)
-        })
-        .reflect(writer);
+        });
+    let stream = reflector::reflector(writer, watched);
     // The task carries the caller's span, so its log lines say which cluster they are about.
     let span = tracing::Span::current();
     let task = tokio::spawn(tracing::Instrument::instrument(

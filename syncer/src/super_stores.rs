@@ -24,7 +24,8 @@ use crate::{
     kept,
     quota::{ObjectUsage, Quota},
     resources::pod::token_secrets::TokenShards,
-    stores::{Cache, Change, reflect, reflect_with, trim},
+    stores::{Cache, Change, reflect, reflect_converted, reflect_with, trim},
+    tags::HasTags,
     tenant::{Queues, Tenants},
 };
 
@@ -138,6 +139,29 @@ impl SuperWatch<'_> {
         store
     }
 
+    /// Watches the super objects of `W` that `config` selects, each cached as what `convert` makes of it, and
+    /// calls `on_change` with every change.
+    pub fn watch_converted<W, K, F>(
+        &mut self,
+        config: watcher::Config,
+        convert: fn(W) -> K,
+        on_change: F,
+    ) -> Store<K>
+    where
+        W: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+        K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+        F: Fn(&K, Change) + Send + 'static,
+    {
+        let (store, task) = reflect_converted(
+            Api::all(self.client.clone()),
+            from_watch_cache(config),
+            convert,
+            on_change,
+        );
+        self.tasks.push(task);
+        store
+    }
+
     /// Watches the super objects of `K` that `config` selects and calls `on_change` with every change.
     pub fn watch<K, F>(&mut self, config: watcher::Config, on_change: F) -> Store<K>
     where
@@ -221,11 +245,11 @@ pub fn ours() -> watcher::Config {
 }
 
 /// Where a super object's changes go: its tenant, tenant namespace and name.
-pub fn tenant_key<K: Resource>(object: &K) -> Option<(Arc<str>, String, String)> {
-    let meta = object.meta();
-    let cluster = identity::owner_cluster(meta)?;
-    let namespace = identity::tenant_namespace(meta)?.to_owned();
-    Some((Arc::from(cluster), namespace, meta.name.clone()?))
+pub fn tenant_key<K: HasTags>(object: &K) -> Option<(Arc<str>, String, String)> {
+    let tags = object.tags();
+    let cluster = identity::owner_cluster(tags)?;
+    let namespace = identity::tenant_namespace(tags)?.to_owned();
+    Some((Arc::from(cluster), namespace, object.object_name()?.to_owned()))
 }
 
 impl SuperStores {

@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use kube::{
-    Client, Resource,
+    Client,
     runtime::{reflector::store::Writer, watcher},
 };
 pub use mock_apiserver::ApiServer;
@@ -81,7 +81,7 @@ pub fn tenant(ctx: &Context, client: Client, settings: TenantSettings) -> (Arc<T
 /// Puts an object into a cache.
 pub fn put<K>(writer: &mut Writer<K>, object: K)
 where
-    K: Resource + Clone,
+    K: kube::runtime::reflector::Lookup + Clone,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     writer.apply_watcher_event(&watcher::Event::Apply(object));

@@ -141,7 +141,10 @@ fn synced_object(ctx: &Context, kind: &str, namespace: &str, name: &str) -> Opti
     }
     let supers = &ctx.supers;
     match kind {
-        "Pod" => meta_in(Some(&supers.pods), namespace, name),
+        "Pod" => supers
+            .pods
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|pod| pod.meta().to_object_meta()),
         "Service" => meta_in(Some(&supers.services), namespace, name),
         "PersistentVolumeClaim" => meta_in(Some(&supers.claims), namespace, name),
         "Ingress" => meta_in(supers.ingresses.as_ref(), namespace, name),

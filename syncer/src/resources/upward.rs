@@ -23,14 +23,14 @@ pub fn params() -> PatchParams {
 }
 
 /// The super copy of a tenant object, if it exists and was made from this very tenant object.
-pub fn matching_super<K: Resource + Clone>(
+pub fn matching_super<K: crate::tags::HasTags>(
     super_object: Option<std::sync::Arc<K>>,
     tenant: &Tenant,
     tenant_uid: Option<String>,
 ) -> Option<std::sync::Arc<K>> {
     super_object.filter(|s| {
-        identity::belongs_to(s.meta(), &tenant.identity.cluster_key)
-            && identity::tenant_uid(s.meta()) == tenant_uid.as_deref()
+        identity::belongs_to(s.tags(), &tenant.identity.cluster_key)
+            && identity::tenant_uid(s.tags()) == tenant_uid.as_deref()
     })
 }
 
@@ -39,7 +39,7 @@ pub async fn transparent<K>(
     ctx: &Context,
     tenant: &Tenant,
     tenant_meta: &ObjectMeta,
-    super_meta: &ObjectMeta,
+    super_meta: &impl crate::tags::Tagged,
 ) -> Result<u32>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>

@@ -11,7 +11,6 @@ use std::collections::{HashMap, HashSet};
 
 use crds::quantity::parse_quantity;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
-use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 
 use crate::{cached::SuperPod, identity, queue::TenantId};
@@ -206,7 +205,7 @@ pub struct Holdings {
     pub node_ports: u64,
 }
 
-fn tenant_of<'t>(meta: &kube::api::ObjectMeta, tenants: &'t HashSet<TenantId>) -> Option<&'t TenantId> {
+fn tenant_of<'t>(meta: &impl crate::tags::Tagged, tenants: &'t HashSet<TenantId>) -> Option<&'t TenantId> {
     tenants.get(identity::owner_cluster(meta)?)
 }
 

@@ -21,6 +21,7 @@ use super::{
     policy, token, token_secrets,
 };
 use crate::{
+    tags::Tagged,
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
@@ -801,10 +802,6 @@ pub const REASON_UPDATE_REFUSED: &str = "UpdateRefused";
 /// Reason of the event on a tenant pod whose in-place resize the super cluster refused.
 pub const REASON_RESIZE_REFUSED: &str = "ResizeRefused";
 
-pub(super) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
 /// Whether the super apiserver refused a request for what it asked (invalid, forbidden by admission, not
 /// served), as opposed to failing in a way worth retrying.
 pub(super) fn is_refusal(error: &crate::Error) -> bool {
@@ -869,7 +866,7 @@ async fn update(
     let refused_tolerations =
         (!refused.is_empty()).then(|| identity::sync_hash(&refused.iter().map(|(t, _)| t).collect::<Vec<_>>()));
     if let Some(refusal) = &refused_tolerations
-        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) != Some(refusal.as_str())
+        && super_pod.meta().annotation(ANNOTATION_REFUSED_TOLERATIONS) != Some(refusal.as_str())
     {
         let described: Vec<&str> = refused.iter().map(|(_, d)| d.as_str()).collect();
         let message = format!(
@@ -886,7 +883,7 @@ async fn update(
         None => None,
         Some(patch) => {
             let wanted = identity::sync_hash(&patch);
-            if annotation(super_pod.meta(), ANNOTATION_REFUSED_RESIZE) == Some(wanted.as_str()) {
+            if super_pod.meta().annotation(ANNOTATION_REFUSED_RESIZE) == Some(wanted.as_str()) {
                 Some(wanted)
             } else {
                 ctx.metrics.super_write("pod", "resize");
@@ -933,9 +930,9 @@ async fn update(
     let in_sync = metadata_in_sync
         && convert::mutable_view(&super_pod.spec) == convert::mutable_view(&tenant_pod.spec)
         && added.is_empty()
-        && annotation(super_pod.meta(), ANNOTATION_REFUSED_RESIZE) == refused_resize.as_deref()
-        && annotation(super_pod.meta(), ANNOTATION_REFUSED_TOLERATIONS) == refused_tolerations.as_deref()
-        && annotation(super_pod.meta(), ephemeral::ANNOTATION_REFUSED) == ephemeral.refused.as_deref();
+        && super_pod.meta().annotation(ANNOTATION_REFUSED_RESIZE) == refused_resize.as_deref()
+        && super_pod.meta().annotation(ANNOTATION_REFUSED_TOLERATIONS) == refused_tolerations.as_deref()
+        && super_pod.meta().annotation(ephemeral::ANNOTATION_REFUSED) == ephemeral.refused.as_deref();
     if !in_sync {
         // The whole super pod is applied back with the tenant's changes, which keeps the syncer's ownership
         // of every field it set at creation; read it as it is now (after a resize, the resized one).
@@ -954,8 +951,8 @@ async fn update(
         }
         let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
         for key in [token::ANNOTATION_POD_TOKENS, token::ANNOTATION_TOKEN_SECRET] {
-            if let Some(value) = super_pod.annotations().get(key) {
-                meta = with_annotation(meta, key, value.clone());
+            if let Some(value) = super_pod.meta().annotation(key) {
+                meta = with_annotation(meta, key, value.to_owned());
             }
         }
         for (key, value) in [

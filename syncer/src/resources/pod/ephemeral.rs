@@ -15,9 +15,10 @@ use kube::{
 
 use super::{
     convert::{self, EphemeralConversion},
-    down::{REASON_POLICY_VIOLATION, annotation, is_refusal, tenant_apiserver},
+    down::{REASON_POLICY_VIOLATION, is_refusal, tenant_apiserver},
 };
 use crate::{
+    tags::Tagged,
     cached::{ContainerImage, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
@@ -72,7 +73,7 @@ pub async fn sync(
         &settings.pod_policy,
         format!("{:?}", ctx.config.pod_policy),
     ));
-    let told: BTreeSet<&str> = annotation(super_pod.meta(), ANNOTATION_REFUSED)
+    let told: BTreeSet<&str> = super_pod.meta().annotation(ANNOTATION_REFUSED)
         .map(|value| value.split(',').collect())
         .unwrap_or_default();
     let reference = tenant_pod.object_ref(&());

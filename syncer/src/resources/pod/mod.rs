@@ -15,14 +15,13 @@ use kube::{Resource, ResourceExt, runtime::reflector::Store};
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    cached::{SuperPod, TenantPod},
+    cached::{SuperPod, TenantPod, WatchedSuperPod},
     context::Context,
     error::Result,
     findings::{Findings, found, super_objects},
     identity,
     items::{DownItem, Item, Kind, UpItem, kinds},
     super_stores::{SuperCache, SuperWatch, ours, tenant_key},
-    stores::trim,
     tenant::{Tenant, TenantCache, TenantWatch, namespaced},
 };
 
@@ -46,7 +45,7 @@ impl SuperCache for kinds::Pod {
             supers.queues.up.clone(),
             supers.quota.clone(),
         );
-        supers.watch_with(ours(), trim::<SuperPod>, move |pod, change| {
+        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, move |pod: &SuperPod, change| {
             quota.observe(pod, change);
             if let Some((tenant, namespace, name)) = tenant_key(pod) {
                 down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));

@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
 use crate::{
+    tags::Tagged,
     error::{Result, on_tenant},
     identity::{self, TenantIdentity},
     tenant::Tenant,
@@ -44,8 +45,8 @@ pub const ANNOTATION_POD_TOKENS: &str = "tenancy.x-k8s.io/tokens";
 pub const ANNOTATION_TOKEN_SECRET: &str = "tenancy.x-k8s.io/token-secret";
 
 /// The shared token Secret a super pod's volumes read, if it is not a pod of an earlier version.
-pub fn secret_of(super_pod: &ObjectMeta) -> Option<&str> {
-    annotation(super_pod, ANNOTATION_TOKEN_SECRET)
+pub fn secret_of(super_pod: &impl Tagged) -> Option<&str> {
+    super_pod.annotation(ANNOTATION_TOKEN_SECRET)
 }
 
 /// Whether a Secret name is the syncer's, for pods' tokens: shards (`*.vc-tokens`) and the per-pod Secrets
@@ -70,8 +71,8 @@ pub fn secret_name(pod: &str) -> String {
 }
 
 /// The tokens a super pod needs, from its annotation; `None` when it needs no token Secret.
-pub fn needs_of(super_pod: &ObjectMeta) -> Option<Vec<TokenNeed>> {
-    serde_json::from_str(super_pod.annotations.as_ref()?.get(ANNOTATION_POD_TOKENS)?).ok()
+pub fn needs_of(super_pod: &impl Tagged) -> Option<Vec<TokenNeed>> {
+    serde_json::from_str(super_pod.annotation(ANNOTATION_POD_TOKENS)?).ok()
 }
 
 /// The annotation value recording what tokens a pod needs.
@@ -79,12 +80,8 @@ pub fn needs_annotation(needs: &[TokenNeed]) -> String {
     serde_json::to_string(needs).unwrap_or_else(|_| "[]".into())
 }
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-fn annotation_seconds(meta: &ObjectMeta, key: &str) -> Option<i64> {
-    annotation(meta, key)?.parse().ok()
+fn annotation_seconds(meta: &impl Tagged, key: &str) -> Option<i64> {
+    meta.annotation(key)?.parse().ok()
 }
 
 /// Whether a token Secret must be (re)written: missing, bound to another pod, missing a key, or in the
@@ -99,7 +96,7 @@ pub fn needs_refresh(
     if identity::tenant_uid(secret) != Some(tenant_pod_uid) {
         return true;
     }
-    let keys: Vec<&str> = annotation(secret, ANNOTATION_TOKEN_KEYS)
+    let keys: Vec<&str> = secret.annotation(ANNOTATION_TOKEN_KEYS)
         .unwrap_or("")
         .split(',')
         .collect();
@@ -116,7 +113,7 @@ pub fn needs_refresh(
 }
 
 /// When a token Secret's tokens should be renewed (unix seconds), if it holds tokens.
-pub fn refresh_at(secret: &ObjectMeta) -> Option<i64> {
+pub fn refresh_at(secret: &impl Tagged) -> Option<i64> {
     let issued = annotation_seconds(secret, ANNOTATION_TOKEN_ISSUED)?;
     let expires = annotation_seconds(secret, ANNOTATION_TOKEN_EXPIRES)?;
     Some(expires - (expires - issued) / 5)

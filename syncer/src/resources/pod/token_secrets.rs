@@ -36,7 +36,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     core::PartialObjectMeta,
     runtime::reflector::ObjectRef,

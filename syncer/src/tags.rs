@@ -1,0 +1,298 @@
+//! Labels and annotations read by key, from an object's full metadata or from a cached record's packed
+//! metadata ([`PackedMeta`]).
+//!
+//! Identity (which tenant a super object belongs to, which tenant object it was made from) is read from
+//! annotations. Most caches hold `ObjectMeta`, whose labels and annotations are B-tree maps: a map's node
+//! takes about half a KiB however few keys it holds, and each key and value is a string of its own. A
+//! super pod carries about a dozen keys, most of them the syncer's own, and every synced pod has one, so
+//! the super pods' cache keeps its metadata packed instead: every key and value of a map in one string.
+//! Code that reads identity takes [`Tagged`], so it reads either.
+
+use std::{borrow::Cow, collections::BTreeMap, fmt};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+/// Labels and annotations, read by key or in key order.
+pub trait Tagged {
+    /// The value of a label.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The value of an annotation.
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// Every label, in key order.
+    fn each_label(&self) -> impl Iterator<Item = (&str, &str)>;
+    /// Every annotation, in key order.
+    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)>;
+}
+
+fn pairs(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (&str, &str)> {
+    map.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+impl Tagged for ObjectMeta {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn each_label(&self) -> impl Iterator<Item = (&str, &str)> {
+        pairs(&self.labels)
+    }
+
+    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)> {
+        pairs(&self.annotations)
+    }
+}
+
+/// An object whose labels and annotations identity is read from: every kube `Resource` (by its
+/// `ObjectMeta`), and the cached records that pack theirs.
+pub trait HasTags {
+    /// Its labels and annotations.
+    fn tags(&self) -> &impl Tagged;
+    /// Its name.
+    fn object_name(&self) -> Option<&str>;
+}
+
+impl<K: kube::Resource> HasTags for K {
+    fn tags(&self) -> &impl Tagged {
+        self.meta()
+    }
+
+    fn object_name(&self) -> Option<&str> {
+        self.meta().name.as_deref()
+    }
+}
+
+/// A string map packed into one string: every key and value one after the other, keys in order, and
+/// where each ends. Two allocations for the whole map, against a B-tree node and two strings a pair.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PackedPairs {
+    text: Box<str>,
+    /// End of each key and each value in `text`, alternately.
+    ends: Box<[u32]>,
+}
+
+impl PackedPairs {
+    /// The pairs of an apiserver's map (in its key order); `None` is the empty map.
+    ///
+    /// A map is at most 256 KiB (the apiserver's limit on an object's annotations), well within `u32`
+    /// offsets; should one be larger, it keeps the pairs that fit.
+    pub fn from_map(map: Option<&BTreeMap<String, String>>) -> Self {
+        let map = map.into_iter().flatten();
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        for (key, value) in map {
+            let (Ok(key_end), Ok(value_end)) = (
+                u32::try_from(text.len() + key.len()),
+                u32::try_from(text.len() + key.len() + value.len()),
+            ) else {
+                break;
+            };
+            text.push_str(key);
+            text.push_str(value);
+            ends.extend([key_end, value_end]);
+        }
+        Self {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.ends.len() / 2
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn part(&self, index: usize) -> &str {
+        let start = match index {
+            0 => 0,
+            _ => self.ends[index - 1] as usize,
+        };
+        &self.text[start..self.ends[index] as usize]
+    }
+
+    fn pair(&self, index: usize) -> (&str, &str) {
+        (self.part(2 * index), self.part(2 * index + 1))
+    }
+
+    /// The value of a key.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = (low + high) / 2;
+            let (at, value) = self.pair(middle);
+            match at.cmp(key) {
+                std::cmp::Ordering::Equal => return Some(value),
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+            }
+        }
+        None
+    }
+
+    /// Every pair, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        (0..self.len()).map(|i| self.pair(i))
+    }
+
+    /// As the apiserver's map: `None` when empty.
+    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.is_empty()).then(|| self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+    }
+}
+
+impl fmt::Debug for PackedPairs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// The metadata a cached record keeps: what identifies the object, whether it is being deleted, and its
+/// labels and annotations packed. Managed fields, owner references, finalizers and timestamps other than
+/// the deletion's are left out: nothing reads them from the cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackedMeta {
+    /// Name.
+    pub name: Box<str>,
+    /// Namespace.
+    pub namespace: Option<Box<str>>,
+    /// Uid.
+    pub uid: Option<Box<str>>,
+    /// Resource version.
+    pub resource_version: Option<Box<str>>,
+    /// When deletion was asked for.
+    pub deletion_timestamp: Option<Time>,
+    /// Labels.
+    pub labels: PackedPairs,
+    /// Annotations.
+    pub annotations: PackedPairs,
+}
+
+impl From<ObjectMeta> for PackedMeta {
+    fn from(meta: ObjectMeta) -> Self {
+        let boxed = |s: Option<String>| s.map(String::into_boxed_str);
+        Self {
+            labels: PackedPairs::from_map(meta.labels.as_ref()),
+            annotations: PackedPairs::from_map(meta.annotations.as_ref()),
+            name: meta.name.unwrap_or_default().into_boxed_str(),
+            namespace: boxed(meta.namespace),
+            uid: boxed(meta.uid),
+            resource_version: boxed(meta.resource_version),
+            deletion_timestamp: meta.deletion_timestamp,
+        }
+    }
+}
+
+impl PackedMeta {
+    /// As the apiserver's metadata (for what compares or builds whole metadata).
+    pub fn to_object_meta(&self) -> ObjectMeta {
+        let owned = |s: &Option<Box<str>>| s.as_deref().map(str::to_owned);
+        ObjectMeta {
+            name: Some(self.name.to_string()),
+            namespace: owned(&self.namespace),
+            uid: owned(&self.uid),
+            resource_version: owned(&self.resource_version),
+            deletion_timestamp: self.deletion_timestamp.clone(),
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The name, as kube's lookups want it.
+    pub fn name_cow(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
+    }
+}
+
+impl Tagged for PackedMeta {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
+    }
+
+    fn each_label(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter()
+    }
+
+    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.annotations.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn packed_pairs_read_like_the_map_they_were_packed_from() {
+        let source = map(&[
+            ("tenancy.x-k8s.io/uid", "u-1"),
+            ("app", "web"),
+            ("empty", ""),
+            ("", "empty key"),
+            ("tenancy.x-k8s.io/cluster", "default-abc123-vc"),
+        ]);
+        let packed = PackedPairs::from_map(Some(&source));
+        assert_eq!(packed.len(), 5);
+        for (key, value) in &source {
+            assert_eq!(packed.get(key), Some(value.as_str()), "{key}");
+        }
+        assert_eq!(packed.get("missing"), None);
+        assert_eq!(packed.get("tenancy.x-k8s.io/"), None);
+        assert_eq!(
+            packed.iter().collect::<Vec<_>>(),
+            source
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(packed.to_map(), Some(source));
+        let empty = PackedPairs::from_map(None);
+        assert!(empty.is_empty() && empty.get("").is_none() && empty.to_map().is_none());
+        assert_eq!(PackedPairs::from_map(Some(&BTreeMap::new())), empty);
+    }
+
+    #[test]
+    fn packed_metadata_keeps_identity_and_tags() {
+        let meta = ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("default-abc123-vc-shop".into()),
+            uid: Some("u-9".into()),
+            resource_version: Some("42".into()),
+            labels: Some(map(&[("app", "web")])),
+            annotations: Some(map(&[("tenancy.x-k8s.io/uid", "t-1")])),
+            managed_fields: Some(vec![Default::default()]),
+            finalizers: Some(vec!["x".into()]),
+            ..ObjectMeta::default()
+        };
+        let packed = PackedMeta::from(meta.clone());
+        assert_eq!(packed.label("app"), Some("web"));
+        assert_eq!(packed.annotation("tenancy.x-k8s.io/uid"), Some("t-1"));
+        assert_eq!(packed.annotation("app"), None);
+        let back = packed.to_object_meta();
+        assert_eq!(
+            (back.name, back.namespace, back.uid, back.resource_version),
+            (meta.name, meta.namespace, meta.uid, meta.resource_version)
+        );
+        assert_eq!((back.labels, back.annotations), (meta.labels, meta.annotations));
+        assert!(back.managed_fields.is_none() && back.finalizers.is_none());
+    }
+}
