@@ -1489,7 +1489,7 @@ current-context: x
     #[test]
     fn only_pods_older_than_the_resume_and_not_recreated_yet_were_paused_away() {
         let resumed = crate::tenant::Resumed::at(Timestamp::from_second(1_800_000_000).expect("time"));
-        let pod = |uid: &str, created: i64| kube::api::ObjectMeta {
+        let pod = |uid: &str, created: i64| crate::tags::PackedMeta {
             uid: Some(uid.into()),
             creation_timestamp: Some(Time(Timestamp::from_second(created).expect("time"))),
             ..Default::default()

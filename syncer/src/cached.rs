@@ -258,9 +258,10 @@ pub struct TenantPodStatus {
     pub ephemeral_container_statuses: u64,
 }
 
-/// A pod in a tenant, as cached (serialized only to weigh it against the tenant's cache limits).
+/// A pod in a tenant as its watch reads it (serialized only to weigh it against the tenant's cache limits),
+/// before it is cached as a [`TenantPod`].
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct TenantPod {
+pub struct WatchedTenantPod {
     /// Metadata (managed fields dropped).
     pub metadata: ObjectMeta,
     /// Spec essentials.
@@ -275,7 +276,7 @@ pub struct TenantPod {
     pub unbound_spec: Option<Box<RawValue>>,
 }
 
-impl<'de> Deserialize<'de> for TenantPod {
+impl<'de> Deserialize<'de> for WatchedTenantPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Wire {
@@ -304,6 +305,38 @@ impl<'de> Deserialize<'de> for TenantPod {
     }
 }
 
+/// A pod in a tenant, as cached: its metadata packed ([`crate::tags`]), a few spec and status fields, and
+/// its whole spec while it is unbound. Not a kube `Resource`, as [`SuperPod`] is not.
+#[derive(Clone, Debug, Default)]
+pub struct TenantPod {
+    /// Metadata, packed.
+    pub metadata: PackedMeta,
+    /// Spec essentials.
+    pub spec: CachedPodSpec,
+    /// Status essentials.
+    pub status: TenantPodStatus,
+    /// The whole spec as the watch sent it (compact JSON), kept only while the pod is unbound and not
+    /// being deleted (see [`WatchedTenantPod::unbound_spec`]).
+    pub unbound_spec: Option<Box<RawValue>>,
+}
+
+impl From<WatchedTenantPod> for TenantPod {
+    fn from(pod: WatchedTenantPod) -> Self {
+        Self {
+            metadata: PackedMeta::from(pod.metadata),
+            spec: pod.spec,
+            status: pod.status,
+            unbound_spec: pod.unbound_spec,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TenantPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        WatchedTenantPod::deserialize(deserializer).map(Self::from)
+    }
+}
+
 impl TenantPod {
     /// The whole pod to copy, when the watch's spec is still kept ([`TenantPod::unbound_spec`]): the cached
     /// metadata (all but managed fields and kubectl's last-applied annotation, which no copy carries) and
@@ -311,7 +344,7 @@ impl TenantPod {
     pub fn unbound_pod(&self) -> Option<k8s_openapi::api::core::v1::Pod> {
         let spec = serde_json::from_str(self.unbound_spec.as_ref()?.get()).ok()?;
         Some(k8s_openapi::api::core::v1::Pod {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.to_object_meta(),
             spec: Some(spec),
             status: None,
         })
@@ -385,73 +418,7 @@ impl<'de> Deserialize<'de> for SuperPod {
     }
 }
 
-impl kube::runtime::reflector::Lookup for SuperPod {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.metadata.name))
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.metadata.namespace.as_deref().map(Cow::Borrowed)
-    }
-
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.metadata.uid.as_deref().map(Cow::Borrowed)
-    }
-}
-
-impl HasTags for SuperPod {
-    fn tags(&self) -> &impl Tagged {
-        &self.metadata
-    }
-
-    fn object_name(&self) -> Option<&str> {
-        Some(&self.metadata.name)
-    }
-}
-
 impl SuperPod {
-    /// Its metadata (packed: labels and annotations are read through [`Tagged`]).
-    pub fn meta(&self) -> &PackedMeta {
-        &self.metadata
-    }
-
-    /// Its name.
-    pub fn name_any(&self) -> String {
-        self.metadata.name.to_string()
-    }
-
-    /// Its namespace.
-    pub fn namespace(&self) -> Option<String> {
-        self.metadata.namespace.as_deref().map(str::to_owned)
-    }
-
-    /// Its uid.
-    pub fn uid(&self) -> Option<String> {
-        self.metadata.uid.as_deref().map(str::to_owned)
-    }
-
     /// The full status.
     pub fn parsed_status(&self) -> Option<PodStatus> {
         serde_json::from_str(self.status.as_ref()?.get()).ok()
@@ -505,8 +472,95 @@ macro_rules! pod_resource {
     };
 }
 
-pod_resource!(TenantPod);
+pod_resource!(WatchedTenantPod);
 pod_resource!(WatchedSuperPod);
+
+/// What a cached pod record is found and named by: kube's `Lookup` (for its cache), [`HasTags`] (for
+/// identity), and the few `ResourceExt` methods sync calls on it.
+macro_rules! packed_pod {
+    ($type:ty) => {
+        impl kube::runtime::reflector::Lookup for $type {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                "Pod".into()
+            }
+
+            fn group(_: &()) -> Cow<'_, str> {
+                "".into()
+            }
+
+            fn version(_: &()) -> Cow<'_, str> {
+                "v1".into()
+            }
+
+            fn plural(_: &()) -> Cow<'_, str> {
+                "pods".into()
+            }
+
+            fn name(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Borrowed(&self.metadata.name))
+            }
+
+            fn namespace(&self) -> Option<Cow<'_, str>> {
+                self.metadata.namespace.as_deref().map(Cow::Borrowed)
+            }
+
+            fn resource_version(&self) -> Option<Cow<'_, str>> {
+                self.metadata.resource_version.as_deref().map(Cow::Borrowed)
+            }
+
+            fn uid(&self) -> Option<Cow<'_, str>> {
+                self.metadata.uid.as_deref().map(Cow::Borrowed)
+            }
+        }
+
+        impl HasTags for $type {
+            fn tags(&self) -> &impl Tagged {
+                &self.metadata
+            }
+        }
+
+        impl $type {
+            /// Its metadata (packed: labels and annotations are read through [`Tagged`]).
+            pub fn meta(&self) -> &PackedMeta {
+                &self.metadata
+            }
+
+            /// Its name.
+            pub fn name_any(&self) -> String {
+                self.metadata.name.to_string()
+            }
+
+            /// Its namespace.
+            pub fn namespace(&self) -> Option<String> {
+                self.metadata.namespace.as_deref().map(str::to_owned)
+            }
+
+            /// Its uid.
+            pub fn uid(&self) -> Option<String> {
+                self.metadata.uid.as_deref().map(str::to_owned)
+            }
+
+            /// A reference to it, as kube's `Resource::object_ref` makes one (for events about it).
+            pub fn object_ref(&self, _: &()) -> k8s_openapi::api::core::v1::ObjectReference {
+                let owned = |s: &Option<Box<str>>| s.as_deref().map(str::to_owned);
+                k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(self.name_any()),
+                    namespace: owned(&self.metadata.namespace),
+                    uid: owned(&self.metadata.uid),
+                    resource_version: owned(&self.metadata.resource_version),
+                    ..Default::default()
+                }
+            }
+        }
+    };
+}
+
+packed_pod!(TenantPod);
+packed_pod!(SuperPod);
 
 #[cfg(test)]
 mod tests {
@@ -553,6 +607,13 @@ mod tests {
         let full: k8s_openapi::api::core::v1::Pod = serde_json::from_str(POD).expect("pod");
         let statuses = full.status.and_then(|s| s.container_statuses).expect("statuses");
         assert_eq!(pod.status.container_statuses, container_statuses_hash(&statuses));
+        // Metadata packed: identity and labels kept, managed fields gone.
+        assert_eq!(pod.meta().label("app"), Some("web"));
+        assert_eq!(
+            (pod.name_any(), pod.uid().as_deref()),
+            ("web".to_owned(), Some("u1"))
+        );
+        assert_eq!(pod.object_ref(&()).resource_version.as_deref(), Some("7"));
 
         let super_pod: SuperPod = serde_json::from_str(POD).expect("super pod");
         assert_eq!(super_pod.phase().as_deref(), Some("Running"));
@@ -577,9 +638,14 @@ mod tests {
         assert_eq!(spec.containers[0].env.as_ref().expect("env")[0].name, "A");
         assert_eq!(pod.metadata.labels.expect("labels")["app"], "web");
         assert!(pod.status.is_none());
-        // Weighed against the cache limits with the spec it keeps.
-        let weight = serde_json::to_string(&unbound).expect("serialize").len();
-        assert!(weight > serde_json::to_string(&bound).expect("serialize").len());
+        // Weighed against the cache limits (as read) with the spec it keeps.
+        let weigh = |value: &serde_json::Value| -> usize {
+            let read: WatchedTenantPod = serde_json::from_value(value.clone()).expect("pod");
+            serde_json::to_string(&read).expect("serialize").len()
+        };
+        let mut bound_wire = wire.clone();
+        bound_wire["spec"]["nodeName"] = serde_json::json!("node-1");
+        assert!(weigh(&wire) > weigh(&bound_wire));
 
         wire["metadata"]["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
         let deleting: TenantPod = serde_json::from_value(wire).expect("deleting pod");

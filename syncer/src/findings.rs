@@ -2,7 +2,12 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use crate::{context::Context, identity, metrics::PatrolLabels, tags::HasTags};
+use crate::{
+    context::Context,
+    identity,
+    metrics::PatrolLabels,
+    tags::{HasTags, Tagged},
+};
 
 /// What one scan found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,7 +55,7 @@ pub fn super_objects<K: HasTags>(
         .filter(|o| identity::belongs_to(o.tags(), cluster_key))
         .filter_map(|o| {
             let namespace = identity::tenant_namespace(o.tags())?.to_owned();
-            Some(((namespace, o.object_name()?.to_owned()), o))
+            Some(((namespace, o.tags().object_name()?.to_owned()), o))
         })
         .collect()
 }

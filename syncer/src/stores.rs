@@ -135,16 +135,37 @@ pub fn reflect_budgeted<K, F>(
     api: Api<K>,
     config: watcher::Config,
     on_relist: OnRelist,
-    mut ledger: Ledger<K>,
+    ledger: Ledger<K>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     F: Fn(&K, Change) + Send + 'static,
 {
-    let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
-    reflect_inner(api, config, trimmed::<K>, Some(on_relist), Some(admit), on_change)
+    reflect_budgeted_converted(api, config, on_relist, ledger, trimmed::<K>, on_change)
+}
+
+/// Like [`reflect_budgeted`], caching each watched object `W` (weighed as read) as what `convert` makes
+/// of it.
+pub fn reflect_budgeted_converted<W, K, C, F>(
+    api: Api<W>,
+    config: watcher::Config,
+    on_relist: OnRelist,
+    mut ledger: Ledger<W>,
+    convert: C,
+    on_change: F,
+) -> (Store<K>, JoinHandle<()>)
+where
+    W: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + 'static,
+    W::DynamicType: Default,
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    C: FnMut(W) -> K + Send + 'static,
+    F: Fn(&K, Change) + Send + 'static,
+{
+    let admit: Admit<W> = Box::new(move |event| ledger.admit(event));
+    reflect_inner(api, config, convert, Some(on_relist), Some(admit), on_change)
 }
 
 /// Decides whether a watch event reaches the cache.
@@ -194,7 +215,7 @@ fn reflect_inner<W, K, C, F>(
     config: watcher::Config,
     mut convert: C,
     on_relist: Option<OnRelist>,
-    mut admit: Option<Admit<K>>,
+    mut admit: Option<Admit<W>>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -207,21 +228,22 @@ where
 {
     let (reader, writer) = reflector::store();
     let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
+    // Admitted as read (what the budget weighs), then converted to what the cache keeps.
     let watched = watcher(api, config)
         .default_backoff()
-        .map_ok(move |event| match event {
-            watcher::Event::Apply(o) => watcher::Event::Apply(convert(o)),
-            watcher::Event::InitApply(o) => watcher::Event::InitApply(convert(o)),
-            watcher::Event::Delete(o) => watcher::Event::Delete(convert(o)),
-            watcher::Event::Init => watcher::Event::Init,
-            watcher::Event::InitDone => watcher::Event::InitDone,
-        })
         .filter(move |event| {
             let admitted = match (event, admit.as_mut()) {
                 (Ok(event), Some(admit)) => admit(event),
                 _ => true,
             };
             std::future::ready(admitted)
+        })
+        .map_ok(move |event| match event {
+            watcher::Event::Apply(o) => watcher::Event::Apply(convert(o)),
+            watcher::Event::InitApply(o) => watcher::Event::InitApply(convert(o)),
+            watcher::Event::Delete(o) => watcher::Event::Delete(convert(o)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
         });
     let stream = reflector::reflector(writer, watched);
     // The task carries the caller's span, so its log lines say which cluster they are about.

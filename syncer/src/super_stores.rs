@@ -25,7 +25,7 @@ use crate::{
     quota::{ObjectUsage, Quota},
     resources::pod::token_secrets::TokenShards,
     stores::{Cache, Change, reflect, reflect_converted, reflect_with, trim},
-    tags::HasTags,
+    tags::{HasTags, Tagged},
     tenant::{Queues, Tenants},
 };
 
@@ -249,7 +249,7 @@ pub fn tenant_key<K: HasTags>(object: &K) -> Option<(Arc<str>, String, String)> 
     let tags = object.tags();
     let cluster = identity::owner_cluster(tags)?;
     let namespace = identity::tenant_namespace(tags)?.to_owned();
-    Some((Arc::from(cluster), namespace, object.object_name()?.to_owned()))
+    Some((Arc::from(cluster), namespace, tags.object_name()?.to_owned()))
 }
 
 impl SuperStores {

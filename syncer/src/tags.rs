@@ -8,12 +8,16 @@
 //! the super pods' cache keeps its metadata packed instead: every key and value of a map in one string.
 //! Code that reads identity takes [`Tagged`], so it reads either.
 
-use std::{borrow::Cow, collections::BTreeMap, fmt};
+use std::{collections::BTreeMap, fmt};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
-/// Labels and annotations, read by key or in key order.
+/// An object's name and namespace, and its labels and annotations read by key or in key order.
 pub trait Tagged {
+    /// The object's name.
+    fn object_name(&self) -> Option<&str>;
+    /// The object's namespace.
+    fn object_namespace(&self) -> Option<&str>;
     /// The value of a label.
     fn label(&self, key: &str) -> Option<&str>;
     /// The value of an annotation.
@@ -29,6 +33,14 @@ fn pairs(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (&str, 
 }
 
 impl Tagged for ObjectMeta {
+    fn object_name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    fn object_namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key).map(String::as_str)
     }
@@ -49,19 +61,13 @@ impl Tagged for ObjectMeta {
 /// An object whose labels and annotations identity is read from: every kube `Resource` (by its
 /// `ObjectMeta`), and the cached records that pack theirs.
 pub trait HasTags {
-    /// Its labels and annotations.
+    /// Its name, namespace, labels and annotations.
     fn tags(&self) -> &impl Tagged;
-    /// Its name.
-    fn object_name(&self) -> Option<&str>;
 }
 
 impl<K: kube::Resource> HasTags for K {
     fn tags(&self) -> &impl Tagged {
         self.meta()
-    }
-
-    fn object_name(&self) -> Option<&str> {
-        self.meta().name.as_deref()
     }
 }
 
@@ -154,10 +160,10 @@ impl fmt::Debug for PackedPairs {
     }
 }
 
-/// The metadata a cached record keeps: what identifies the object, whether it is being deleted, and its
-/// labels and annotations packed. Managed fields, owner references, finalizers and timestamps other than
-/// the deletion's are left out: nothing reads them from the cache.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The metadata a cached record keeps: what identifies the object, its owners, when it was created and
+/// whether it is being deleted, and its labels and annotations packed. Managed fields, finalizers and the
+/// generation are left out: nothing reads them from the cache.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackedMeta {
     /// Name.
     pub name: Box<str>,
@@ -167,8 +173,14 @@ pub struct PackedMeta {
     pub uid: Option<Box<str>>,
     /// Resource version.
     pub resource_version: Option<Box<str>>,
+    /// When it was created.
+    pub creation_timestamp: Option<Time>,
     /// When deletion was asked for.
     pub deletion_timestamp: Option<Time>,
+    /// The grace period its deletion was asked with.
+    pub deletion_grace_period_seconds: Option<i64>,
+    /// Its owners (without spare room).
+    pub owner_references: Option<Box<[OwnerReference]>>,
     /// Labels.
     pub labels: PackedPairs,
     /// Annotations.
@@ -185,7 +197,10 @@ impl From<ObjectMeta> for PackedMeta {
             namespace: boxed(meta.namespace),
             uid: boxed(meta.uid),
             resource_version: boxed(meta.resource_version),
+            creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            owner_references: meta.owner_references.map(Vec::into_boxed_slice),
         }
     }
 }
@@ -199,20 +214,26 @@ impl PackedMeta {
             namespace: owned(&self.namespace),
             uid: owned(&self.uid),
             resource_version: owned(&self.resource_version),
+            creation_timestamp: self.creation_timestamp.clone(),
             deletion_timestamp: self.deletion_timestamp.clone(),
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            owner_references: self.owner_references.as_deref().map(<[_]>::to_vec),
             labels: self.labels.to_map(),
             annotations: self.annotations.to_map(),
             ..ObjectMeta::default()
         }
     }
-
-    /// The name, as kube's lookups want it.
-    pub fn name_cow(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
 }
 
 impl Tagged for PackedMeta {
+    fn object_name(&self) -> Option<&str> {
+        Some(&self.name)
+    }
+
+    fn object_namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key)
     }
@@ -280,6 +301,11 @@ mod tests {
             labels: Some(map(&[("app", "web")])),
             annotations: Some(map(&[("tenancy.x-k8s.io/uid", "t-1")])),
             managed_fields: Some(vec![Default::default()]),
+            owner_references: Some(vec![OwnerReference {
+                name: "rs".into(),
+                ..Default::default()
+            }]),
+            deletion_grace_period_seconds: Some(30),
             finalizers: Some(vec!["x".into()]),
             ..ObjectMeta::default()
         };
@@ -293,6 +319,10 @@ mod tests {
             (meta.name, meta.namespace, meta.uid, meta.resource_version)
         );
         assert_eq!((back.labels, back.annotations), (meta.labels, meta.annotations));
+        assert_eq!(
+            (back.owner_references, back.deletion_grace_period_seconds),
+            (meta.owner_references, meta.deletion_grace_period_seconds)
+        );
         assert!(back.managed_fields.is_none() && back.finalizers.is_none());
     }
 }

@@ -20,7 +20,8 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::{Cache, Change, OnRelist, reflect_budgeted},
+    stores::{Cache, Change, OnRelist, reflect_budgeted, reflect_budgeted_converted},
+    tags::PackedMeta,
 };
 
 /// Objects per page when a tenant cache lists.
@@ -115,6 +116,34 @@ impl TenantWatch<'_> {
             config,
             relisted,
             self.budget.ledger(kind.as_str()),
+            on_change,
+        );
+        self.tasks.push(task);
+        store
+    }
+
+    /// Like [`TenantWatch::watch`] (every object of `W`, weighed as read), caching each as what `convert`
+    /// makes of it.
+    pub fn watch_converted<W, K, F>(&mut self, kind: Kind, convert: fn(W) -> K, on_change: F) -> Store<K>
+    where
+        W: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+        F: Fn(&K, Change) + Send + 'static,
+    {
+        let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+        let relisted: OnRelist = Arc::new(self.doubt_identity());
+        let (store, task) = reflect_budgeted_converted(
+            Api::all(self.client.clone()),
+            config,
+            relisted,
+            self.budget.ledger(kind.as_str()),
+            convert,
             on_change,
         );
         self.tasks.push(task);
@@ -276,9 +305,9 @@ impl Resumed {
     }
 
     /// Whether the pod was there before the tenant was attached again and its copy not recreated yet.
-    pub fn removed(&self, pod: &kube::api::ObjectMeta) -> bool {
+    pub fn removed(&self, pod: &PackedMeta) -> bool {
         let older = pod.creation_timestamp.as_ref().is_some_and(|t| t.0 < self.at);
-        let restored = pod.uid.as_ref().is_some_and(|uid| {
+        let restored = pod.uid.as_deref().is_some_and(|uid| {
             self.restored
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -288,12 +317,12 @@ impl Resumed {
     }
 
     /// Records that the pod's copy was recreated.
-    pub fn restored(&self, pod: &kube::api::ObjectMeta) {
-        if let Some(uid) = &pod.uid {
+    pub fn restored(&self, pod: &PackedMeta) {
+        if let Some(uid) = pod.uid.as_deref() {
             self.restored
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(uid.clone());
+                .insert(uid.to_owned());
         }
     }
 }
@@ -492,12 +521,12 @@ impl Tenant {
     /// to be recreated rather than treated as lost (which deletes the tenant pod for its controller to
     /// replace): the tenant was attached again after a pause, the pod is older than that, and its super pod
     /// has not been recreated since (a copy lost after that is lost).
-    pub fn paused_away(&self, pod: &kube::api::ObjectMeta) -> bool {
+    pub fn paused_away(&self, pod: &PackedMeta) -> bool {
         self.resumed.get().is_some_and(|resumed| resumed.removed(pod))
     }
 
     /// Records that a pod's super copy was recreated after a pause.
-    pub fn restored(&self, pod: &kube::api::ObjectMeta) {
+    pub fn restored(&self, pod: &PackedMeta) {
         if let Some(resumed) = self.resumed.get() {
             resumed.restored(pod);
         }

@@ -111,8 +111,8 @@ fn main() -> anyhow::Result<()> {
     let count = args.count.max(1);
 
     let tenant_record = kept(count, || {
-        let mut pod: TenantPod = serde_json::from_str(&tenant_text)?;
-        syncer::stores::trim(&mut pod);
+        // Read as its watch reads it, then packed as the cache keeps it.
+        let pod: TenantPod = serde_json::from_str(&tenant_text)?;
         Ok(pod)
     })?;
     let super_record = kept(count, || {
@@ -151,7 +151,8 @@ fn main() -> anyhow::Result<()> {
     println!("| record or part | bytes asked for | with glibc's chunk overhead (est.) | allocations |");
     println!("|---|---|---|---|");
     row("tenant pod record", tenant_record);
-    row("  its metadata", kept(count, meta(&tenant))?);
+    row("  its metadata (packed)", kept(count, packed_meta(&tenant))?);
+    row("  (its metadata as an ObjectMeta)", kept(count, meta(&tenant))?);
     row("  its spec", kept_parsed::<CachedPodSpec>(count, &tenant_spec)?);
     row(
         "  its status",
@@ -159,6 +160,10 @@ fn main() -> anyhow::Result<()> {
     );
     row("super pod record", super_record);
     row("  its metadata (packed)", kept(count, packed_meta(&super_copy))?);
+    row(
+        "  (its metadata as an ObjectMeta)",
+        kept(count, meta(&super_copy))?,
+    );
     row("  its spec", kept_parsed::<CachedPodSpec>(count, &super_spec)?);
     row(
         "  its status (JSON)",

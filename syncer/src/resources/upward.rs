@@ -1,8 +1,6 @@
 //! What the upward syncs of copied objects share: the super copy that matches a tenant object, and the
 //! labels and annotations under the tenant's transparent prefixes copied onto it.
 
-use std::collections::BTreeMap;
-
 use kube::{
     Api, Resource,
     api::{ObjectMeta, Patch, PatchParams},
@@ -14,6 +12,7 @@ use crate::{
     context::Context,
     error::{Result, on_tenant},
     identity,
+    tags::Tagged,
     tenant::Tenant,
 };
 
@@ -38,8 +37,8 @@ pub fn matching_super<K: crate::tags::HasTags>(
 pub async fn transparent<K>(
     ctx: &Context,
     tenant: &Tenant,
-    tenant_meta: &ObjectMeta,
-    super_meta: &impl crate::tags::Tagged,
+    tenant_meta: &impl Tagged,
+    super_meta: &impl Tagged,
 ) -> Result<u32>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -54,14 +53,14 @@ where
         return Ok(0);
     }
     let (labels, annotations) = identity::transparent_metadata(super_meta, &prefixes);
-    let present = |want: &BTreeMap<String, String>, have: &Option<BTreeMap<String, String>>| {
-        want.iter()
-            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-    };
-    if present(&labels, &tenant_meta.labels) && present(&annotations, &tenant_meta.annotations) {
+    let labels_present = labels.iter().all(|(k, v)| tenant_meta.label(k) == Some(v));
+    let annotations_present = annotations
+        .iter()
+        .all(|(k, v)| tenant_meta.annotation(k) == Some(v));
+    if labels_present && annotations_present {
         return Ok(0);
     }
-    let name = tenant_meta.name.clone().unwrap_or_default();
+    let name = tenant_meta.object_name().unwrap_or_default().to_owned();
     let mut patch = K::default();
     *patch.meta_mut() = ObjectMeta {
         name: Some(name.clone()),
@@ -71,7 +70,7 @@ where
     };
     let api: Api<K> = Api::namespaced(
         tenant.client.clone(),
-        tenant_meta.namespace.as_deref().unwrap_or_default(),
+        tenant_meta.object_namespace().unwrap_or_default(),
     );
     api.patch(
         &name,

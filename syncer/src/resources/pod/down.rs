@@ -21,7 +21,7 @@ use super::{
     policy, token, token_secrets,
 };
 use crate::{
-    tags::Tagged,
+    tags::{PackedMeta, Tagged},
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
@@ -368,14 +368,14 @@ async fn terminate(
 }
 
 /// Completes a tenant pod's deletion.
-pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &ObjectMeta) -> Result<()> {
-    let namespace = meta.namespace.clone().unwrap_or_default();
-    let name = meta.name.clone().unwrap_or_default();
+pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &PackedMeta) -> Result<()> {
+    let namespace = meta.namespace.as_deref().unwrap_or_default().to_owned();
+    let name = meta.name.to_string();
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions {
-            uid: meta.uid.clone(),
+            uid: meta.uid.as_deref().map(str::to_owned),
             resource_version: None,
         }),
         ..Default::default()
@@ -849,7 +849,7 @@ async fn update(
 ) -> Result<Outcome> {
     let mut writes = 0;
     let name = super_pod.name_any();
-    let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata, &tenant_pod.spec);
+    let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata.to_object_meta(), &tenant_pod.spec);
     let reference = tenant_pod.object_ref(&());
 
     let missing = convert::missing_tolerations(&tenant_pod.spec, &super_pod.spec);

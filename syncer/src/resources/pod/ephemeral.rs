@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api,
     api::{GetParams, Patch},
 };
 

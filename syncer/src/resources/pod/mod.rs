@@ -11,18 +11,18 @@ pub mod token_secrets;
 pub mod token;
 pub mod up;
 
-use kube::{Resource, ResourceExt, runtime::reflector::Store};
+use kube::runtime::reflector::Store;
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    cached::{SuperPod, TenantPod, WatchedSuperPod},
+    cached::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
     context::Context,
     error::Result,
     findings::{Findings, found, super_objects},
     identity,
     items::{DownItem, Item, Kind, UpItem, kinds},
     super_stores::{SuperCache, SuperWatch, ours, tenant_key},
-    tenant::{Tenant, TenantCache, TenantWatch, namespaced},
+    tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 impl TenantCache for kinds::Pod {
@@ -30,8 +30,8 @@ impl TenantCache for kinds::Pod {
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
-        tenant.watch(Self::KIND, None, move |o: &TenantPod, _| {
-            queue.add(&id, namespaced(o, Kind::Pod))
+        tenant.watch_converted::<WatchedTenantPod, _, _>(Self::KIND, TenantPod::from, move |o: &TenantPod, _| {
+            queue.add(&id, DownItem::new(Kind::Pod, o.meta().namespace.as_deref().unwrap_or_default(), &o.metadata.name))
         })
     }
 }

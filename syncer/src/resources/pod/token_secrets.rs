@@ -36,7 +36,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     core::PartialObjectMeta,
     runtime::reflector::ObjectRef,

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api,
     api::{ObjectMeta, Patch, PostParams},
     runtime::reflector::ObjectRef,
 };
