@@ -222,10 +222,10 @@ pub fn metadata_covers(desired: &ObjectMeta, actual: &impl Tagged) -> bool {
     let is_withheld = |kind: &str, key: &str| withheld.contains(&format!("{kind}:{key}"));
     desired
         .each_label()
-        .all(|(k, v)| actual.label(k) == Some(v) || is_withheld("label", k))
+        .all(|(k, v)| actual.label(&k) == Some(v) || is_withheld("label", &k))
         && desired
             .each_annotation()
-            .all(|(k, v)| actual.annotation(k) == Some(v) || is_withheld("annotation", k))
+            .all(|(k, v)| actual.annotation(&k) == Some(v) || is_withheld("annotation", &k))
 }
 
 /// The keys a super object records as withheld, as `label:KEY` and `annotation:KEY`.
@@ -275,10 +275,10 @@ pub fn transparent_metadata(
     prefixes: &[String],
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let picked = |k: &str| has_prefix(k, prefixes) && !is_reserved(k);
-    let pick = |pairs: &mut dyn Iterator<Item = (&str, &str)>| {
+    let pick = |pairs: &mut dyn Iterator<Item = (std::borrow::Cow<'_, str>, &str)>| {
         pairs
             .filter(|(k, _)| picked(k))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .map(|(k, v)| (k.into_owned(), v.to_owned()))
             .collect()
     };
     (

@@ -8,7 +8,7 @@
 //! the super pods' cache keeps its metadata packed instead: every key and value of a map in one string.
 //! Code that reads identity takes [`Tagged`], so it reads either.
 
-use std::{collections::BTreeMap, fmt};
+use std::{borrow::Cow, collections::BTreeMap, fmt};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
@@ -23,13 +23,15 @@ pub trait Tagged {
     /// The value of an annotation.
     fn annotation(&self, key: &str) -> Option<&str>;
     /// Every label, in key order.
-    fn each_label(&self) -> impl Iterator<Item = (&str, &str)>;
+    fn each_label(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)>;
     /// Every annotation, in key order.
-    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)>;
+    fn each_annotation(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)>;
 }
 
-fn pairs(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (&str, &str)> {
-    map.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()))
+fn pairs(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
+    map.iter()
+        .flatten()
+        .map(|(k, v)| (Cow::Borrowed(k.as_str()), v.as_str()))
 }
 
 impl Tagged for ObjectMeta {
@@ -49,11 +51,11 @@ impl Tagged for ObjectMeta {
         self.annotations.as_ref()?.get(key).map(String::as_str)
     }
 
-    fn each_label(&self) -> impl Iterator<Item = (&str, &str)> {
+    fn each_label(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
         pairs(&self.labels)
     }
 
-    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)> {
+    fn each_annotation(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
         pairs(&self.annotations)
     }
 }
@@ -70,6 +72,12 @@ impl<K: kube::Resource> HasTags for K {
         self.meta()
     }
 }
+
+/// The prefix of the syncer's own keys, a dozen on every super pod: kept as [`PREFIX_MARK`].
+const SHARED_PREFIX: &str = "tenancy.x-k8s.io/";
+/// Stands for [`SHARED_PREFIX`] at the start of a packed key. No label or annotation key holds it: the
+/// apiserver allows only letters, digits, `-`, `_`, `.` and one `/` in them.
+const PREFIX_MARK: char = '\0';
 
 /// A string map packed into one string: every key and value one after the other, keys in order, and
 /// where each ends. Two allocations for the whole map, against a B-tree node and two strings a pair.
@@ -90,14 +98,20 @@ impl PackedPairs {
         let mut text = String::new();
         let mut ends = Vec::new();
         for (key, value) in map {
-            let (Ok(key_end), Ok(value_end)) = (
-                u32::try_from(text.len() + key.len()),
-                u32::try_from(text.len() + key.len() + value.len()),
-            ) else {
+            let start = text.len();
+            match key.strip_prefix(SHARED_PREFIX) {
+                Some(rest) => {
+                    text.push(PREFIX_MARK);
+                    text.push_str(rest);
+                }
+                None => text.push_str(key),
+            }
+            let key_end = text.len();
+            text.push_str(value);
+            let (Ok(key_end), Ok(value_end)) = (u32::try_from(key_end), u32::try_from(text.len())) else {
+                text.truncate(start);
                 break;
             };
-            text.push_str(key);
-            text.push_str(value);
             ends.extend([key_end, value_end]);
         }
         Self {
@@ -124,8 +138,22 @@ impl PackedPairs {
         &self.text[start..self.ends[index] as usize]
     }
 
-    fn pair(&self, index: usize) -> (&str, &str) {
-        (self.part(2 * index), self.part(2 * index + 1))
+    fn pair(&self, index: usize) -> (Cow<'_, str>, &str) {
+        let key = self.part(2 * index);
+        let key = match key.strip_prefix(PREFIX_MARK) {
+            Some(rest) => Cow::Owned(format!("{SHARED_PREFIX}{rest}")),
+            None => Cow::Borrowed(key),
+        };
+        (key, self.part(2 * index + 1))
+    }
+
+    /// How the key at `index` orders against `key` (without unpacking it).
+    fn cmp_key(&self, index: usize, key: &str) -> std::cmp::Ordering {
+        let packed = self.part(2 * index);
+        match packed.strip_prefix(PREFIX_MARK) {
+            Some(rest) => SHARED_PREFIX.bytes().chain(rest.bytes()).cmp(key.bytes()),
+            None => packed.cmp(key),
+        }
     }
 
     /// The value of a key.
@@ -133,9 +161,8 @@ impl PackedPairs {
         let (mut low, mut high) = (0, self.len());
         while low < high {
             let middle = (low + high) / 2;
-            let (at, value) = self.pair(middle);
-            match at.cmp(key) {
-                std::cmp::Ordering::Equal => return Some(value),
+            match self.cmp_key(middle, key) {
+                std::cmp::Ordering::Equal => return Some(self.part(2 * middle + 1)),
                 std::cmp::Ordering::Less => low = middle + 1,
                 std::cmp::Ordering::Greater => high = middle,
             }
@@ -143,14 +170,14 @@ impl PackedPairs {
         None
     }
 
-    /// Every pair, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    /// Every pair, in key order (a key with the syncer's prefix is unpacked into a string of its own).
+    pub fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
         (0..self.len()).map(|i| self.pair(i))
     }
 
     /// As the apiserver's map: `None` when empty.
     pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
-        (!self.is_empty()).then(|| self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+        (!self.is_empty()).then(|| self.iter().map(|(k, v)| (k.into_owned(), v.to_owned())).collect())
     }
 }
 
@@ -242,11 +269,11 @@ impl Tagged for PackedMeta {
         self.annotations.get(key)
     }
 
-    fn each_label(&self) -> impl Iterator<Item = (&str, &str)> {
+    fn each_label(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
         self.labels.iter()
     }
 
-    fn each_annotation(&self) -> impl Iterator<Item = (&str, &str)> {
+    fn each_annotation(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
         self.annotations.iter()
     }
 }
@@ -279,12 +306,18 @@ mod tests {
         assert_eq!(packed.get("missing"), None);
         assert_eq!(packed.get("tenancy.x-k8s.io/"), None);
         assert_eq!(
-            packed.iter().collect::<Vec<_>>(),
+            packed
+                .iter()
+                .map(|(k, v)| (k.into_owned(), v))
+                .collect::<Vec<_>>(),
             source
                 .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .map(|(k, v)| (k.clone(), v.as_str()))
                 .collect::<Vec<_>>()
         );
+        // The syncer's prefix is packed as one character.
+        let unpacked: usize = source.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert_eq!(packed.text.len(), unpacked - 2 * (SHARED_PREFIX.len() - 1));
         assert_eq!(packed.to_map(), Some(source));
         let empty = PackedPairs::from_map(None);
         assert!(empty.is_empty() && empty.get("").is_none() && empty.to_map().is_none());
