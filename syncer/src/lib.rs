@@ -27,6 +27,7 @@ pub mod quota;
 pub mod resources;
 pub mod settings;
 pub mod shards;
+pub mod slim_store;
 pub mod stores;
 pub mod super_stores;
 pub mod tags;

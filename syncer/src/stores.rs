@@ -15,7 +15,10 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::task::JoinHandle;
 
-use crate::budget::Ledger;
+use crate::{
+    budget::Ledger,
+    slim_store::{SlimStore, slim_store},
+};
 
 /// Drops what sync never reads: managed fields and the last-applied annotation are often larger than the
 /// rest of the object.
@@ -67,6 +70,20 @@ where
     #[cfg(test)]
     fn empty() -> Self {
         reflector::store().0
+    }
+}
+
+impl<K> Cache for SlimStore<K>
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+{
+    async fn wait_ready(&self) {
+        self.wait_until_ready().await;
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        slim_store().0
     }
 }
 
@@ -123,10 +140,12 @@ pub fn reflect_relisting<K, F>(
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, trimmed::<K>, Some(on_relist), None, on_change)
+    let (reader, apply) = kube_store();
+    let task = reflect_inner(api, config, trimmed::<K>, Some(on_relist), None, apply, on_change);
+    (reader, task)
 }
 
 /// Like [`reflect_relisting`], and every object the cache takes is charged to `ledger`'s budget: an object
@@ -143,29 +162,50 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_budgeted_converted(api, config, on_relist, ledger, trimmed::<K>, on_change)
+    let (reader, apply) = kube_store();
+    let mut ledger = ledger;
+    let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
+    let task = reflect_inner(
+        api,
+        config,
+        trimmed::<K>,
+        Some(on_relist),
+        Some(admit),
+        apply,
+        on_change,
+    );
+    (reader, task)
 }
 
 /// Like [`reflect_budgeted`], caching each watched object `W` (weighed as read) as what `convert` makes
-/// of it.
-pub fn reflect_budgeted_converted<W, K, C, F>(
+/// of it, in a [`SlimStore`].
+pub fn reflect_budgeted_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
     on_relist: OnRelist,
     mut ledger: Ledger<W>,
     convert: C,
     on_change: F,
-) -> (Store<K>, JoinHandle<()>)
+) -> (SlimStore<K>, JoinHandle<()>)
 where
     W: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + 'static,
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     C: FnMut(W) -> K + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
+    let (reader, apply) = slim();
     let admit: Admit<W> = Box::new(move |event| ledger.admit(event));
-    reflect_inner(api, config, convert, Some(on_relist), Some(admit), on_change)
+    let task = reflect_inner(
+        api,
+        config,
+        convert,
+        Some(on_relist),
+        Some(admit),
+        apply,
+        on_change,
+    );
+    (reader, task)
 }
 
 /// Decides whether a watch event reaches the cache.
@@ -180,7 +220,7 @@ pub fn reflect_with<K, T, F>(
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     T: FnMut(&mut K) + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
@@ -188,45 +228,70 @@ where
         trim(&mut object);
         object
     };
-    reflect_inner(api, config, convert, None, None, on_change)
+    let (reader, apply) = kube_store();
+    let task = reflect_inner(api, config, convert, None, None, apply, on_change);
+    (reader, task)
 }
 
-/// Like [`reflect_with`], caching each watched object `W` as what `convert` makes of it: a record that
-/// keeps less than the type the apiserver's JSON is read into.
-pub fn reflect_converted<W, K, C, F>(
+/// Like [`reflect_with`], caching each watched object `W` as what `convert` makes of it (a record that
+/// keeps less than the type the apiserver's JSON is read into), in a [`SlimStore`].
+pub fn reflect_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
     convert: C,
     on_change: F,
-) -> (Store<K>, JoinHandle<()>)
+) -> (SlimStore<K>, JoinHandle<()>)
 where
     W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     C: FnMut(W) -> K + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
-    reflect_inner(api, config, convert, None, None, on_change)
+    let (reader, apply) = slim();
+    let task = reflect_inner(api, config, convert, None, None, apply, on_change);
+    (reader, task)
 }
 
+/// Applies a watch event to a cache: kube's `Writer`, or a [`SlimWriter`].
+type Apply<K> = Box<dyn FnMut(&watcher::Event<K>) + Send>;
+
+/// kube's store, and how its watch applies events to it.
+fn kube_store<K>() -> (Store<K>, Apply<K>)
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, mut writer) = reflector::store();
+    (reader, Box::new(move |event| writer.apply_watcher_event(event)))
+}
+
+/// A [`SlimStore`], and how its watch applies events to it.
+fn slim<K>() -> (SlimStore<K>, Apply<K>)
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+{
+    let (reader, mut writer) = slim_store();
+    (reader, Box::new(move |event| writer.apply_watcher_event(event)))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn reflect_inner<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
     mut convert: C,
     on_relist: Option<OnRelist>,
     mut admit: Option<Admit<W>>,
+    mut apply: Apply<K>,
     on_change: F,
-) -> (Store<K>, JoinHandle<()>)
+) -> JoinHandle<()>
 where
     W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     C: FnMut(W) -> K + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
-    let (reader, writer) = reflector::store();
     let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
     // Admitted as read (what the budget weighs), then converted to what the cache keeps.
     let watched = watcher(api, config)
@@ -245,10 +310,11 @@ where
             watcher::Event::Init => watcher::Event::Init,
             watcher::Event::InitDone => watcher::Event::InitDone,
         });
-    let stream = reflector::reflector(writer, watched);
+    // The cache takes each event before `on_change` hears of it.
+    let stream = watched.inspect_ok(move |event| apply(event));
     // The task carries the caller's span, so its log lines say which cluster they are about.
     let span = tracing::Span::current();
-    let task = tokio::spawn(tracing::Instrument::instrument(
+    tokio::spawn(tracing::Instrument::instrument(
         async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -269,6 +335,5 @@ where
             }
         },
         span,
-    ));
-    (reader, task)
+    ))
 }

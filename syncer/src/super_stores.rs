@@ -24,7 +24,8 @@ use crate::{
     kept,
     quota::{ObjectUsage, Quota},
     resources::pod::token_secrets::TokenShards,
-    stores::{Cache, Change, reflect, reflect_converted, reflect_with, trim},
+    slim_store::SlimStore,
+    stores::{Cache, Change, reflect, reflect_slim, reflect_with, trim},
     tags::{HasTags, Tagged},
     tenant::{Queues, Tenants},
 };
@@ -146,13 +147,13 @@ impl SuperWatch<'_> {
         config: watcher::Config,
         convert: fn(W) -> K,
         on_change: F,
-    ) -> Store<K>
+    ) -> SlimStore<K>
     where
         W: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
         K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
         F: Fn(&K, Change) + Send + 'static,
     {
-        let (store, task) = reflect_converted(
+        let (store, task) = reflect_slim(
             Api::all(self.client.clone()),
             from_watch_cache(config),
             convert,
@@ -369,7 +370,7 @@ pub(crate) struct Writers {
     /// Tenant services.
     pub services: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Service>,
     /// Tenant pods.
-    pub pods: kube::runtime::reflector::store::Writer<crate::cached::SuperPod>,
+    pub pods: crate::slim_store::SlimWriter<crate::cached::SuperPod>,
     /// Tenant claims.
     pub claims: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// Public StorageClasses.
@@ -392,7 +393,7 @@ impl SuperStores {
         use kube::runtime::reflector::store;
         let (namespaces, namespaces_writer) = store();
         let (services, services_writer) = store();
-        let (pods, pods_writer) = store();
+        let (pods, pods_writer) = crate::slim_store::slim_store();
         let (claims, claims_writer) = store();
         let (storage_classes, storage_classes_writer) = store();
         let (network_policies, network_policies_writer) = store();

@@ -20,7 +20,8 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
-    stores::{Cache, Change, OnRelist, reflect_budgeted, reflect_budgeted_converted},
+    slim_store::SlimStore,
+    stores::{Cache, Change, OnRelist, reflect_budgeted, reflect_budgeted_slim},
     tags::PackedMeta,
 };
 
@@ -124,7 +125,7 @@ impl TenantWatch<'_> {
 
     /// Like [`TenantWatch::watch`] (every object of `W`, weighed as read), caching each as what `convert`
     /// makes of it.
-    pub fn watch_converted<W, K, F>(&mut self, kind: Kind, convert: fn(W) -> K, on_change: F) -> Store<K>
+    pub fn watch_converted<W, K, F>(&mut self, kind: Kind, convert: fn(W) -> K, on_change: F) -> SlimStore<K>
     where
         W: Resource<DynamicType = ()>
             + Clone
@@ -138,7 +139,7 @@ impl TenantWatch<'_> {
     {
         let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
         let relisted: OnRelist = Arc::new(self.doubt_identity());
-        let (store, task) = reflect_budgeted_converted(
+        let (store, task) = reflect_budgeted_slim(
             Api::all(self.client.clone()),
             config,
             relisted,
@@ -616,7 +617,7 @@ pub(crate) struct Writers {
     /// Namespaces.
     pub namespaces: kube::runtime::reflector::store::Writer<Namespace>,
     /// Pods.
-    pub pods: kube::runtime::reflector::store::Writer<crate::cached::TenantPod>,
+    pub pods: crate::slim_store::SlimWriter<crate::cached::TenantPod>,
     /// Services.
     pub services: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Service>,
     /// vNodes.
@@ -642,7 +643,7 @@ impl Tenant {
             .configure_tenant(&id, settings.weight.max(1), settings.rate_limit);
         queues.up.configure_tenant(&id, settings.weight.max(1), None);
         let (namespaces, namespaces_writer) = store();
-        let (pods, pods_writer) = store();
+        let (pods, pods_writer) = crate::slim_store::slim_store();
         let (services, services_writer) = store();
         let (vnodes, vnodes_writer) = store();
         let (claims, claims_writer) = store();

@@ -78,13 +78,34 @@ pub fn tenant(ctx: &Context, client: Client, settings: TenantSettings) -> (Arc<T
     (tenant, writers)
 }
 
-/// Puts an object into a cache.
-pub fn put<K>(writer: &mut Writer<K>, object: K)
+/// A cache's writing side: kube's `Writer`, or a slim store's.
+pub trait Fill<K> {
+    /// Applies a watch event.
+    fn fill(&mut self, event: &watcher::Event<K>);
+}
+
+impl<K> Fill<K> for Writer<K>
 where
     K: kube::runtime::reflector::Lookup + Clone,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    writer.apply_watcher_event(&watcher::Event::Apply(object));
+    fn fill(&mut self, event: &watcher::Event<K>) {
+        self.apply_watcher_event(event);
+    }
+}
+
+impl<K> Fill<K> for crate::slim_store::SlimWriter<K>
+where
+    K: kube::runtime::reflector::Lookup + Clone,
+{
+    fn fill(&mut self, event: &watcher::Event<K>) {
+        self.apply_watcher_event(event);
+    }
+}
+
+/// Puts an object into a cache.
+pub fn put<K>(writer: &mut impl Fill<K>, object: K) {
+    writer.fill(&watcher::Event::Apply(object));
 }
 
 /// An object from JSON.

@@ -11,10 +11,10 @@ pub mod token_secrets;
 pub mod token;
 pub mod up;
 
-use kube::runtime::reflector::Store;
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
+    slim_store::SlimStore,
     cached::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
     context::Context,
     error::Result,
@@ -26,7 +26,7 @@ use crate::{
 };
 
 impl TenantCache for kinds::Pod {
-    type Cache = Store<TenantPod>;
+    type Cache = SlimStore<TenantPod>;
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
@@ -37,7 +37,7 @@ impl TenantCache for kinds::Pod {
 }
 
 impl SuperCache for kinds::Pod {
-    type Cache = Store<SuperPod>;
+    type Cache = SlimStore<SuperPod>;
 
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
         let (down, up, quota) = (
