@@ -26,12 +26,6 @@ pub fn trim<K: Resource>(object: &mut K) {
     trim_meta(object.meta_mut());
 }
 
-/// An object [`trim`]med, for a watch that caches what it reads.
-fn trimmed<K: Resource>(mut object: K) -> K {
-    trim(&mut object);
-    object
-}
-
 /// [`trim`] of an object's metadata. Lists lose their spare room as well (read without a length first, a
 /// `Vec` keeps capacity for up to twice its items; an owner reference is 150 bytes).
 pub fn trim_meta(meta: &mut ObjectMeta) {
@@ -144,7 +138,17 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, apply) = kube_store();
-    let task = reflect_inner(api, config, trimmed::<K>, Some(on_relist), None, apply, on_change);
+    let task = reflect_inner(
+        api,
+        config,
+        std::convert::identity,
+        Hooks {
+            on_relist: Some(on_relist),
+            admit: None,
+        },
+        apply,
+        on_change,
+    );
     (reader, task)
 }
 
@@ -154,7 +158,7 @@ pub fn reflect_budgeted<K, F>(
     api: Api<K>,
     config: watcher::Config,
     on_relist: OnRelist,
-    ledger: Ledger<K>,
+    mut ledger: Ledger<K>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -163,14 +167,15 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, apply) = kube_store();
-    let mut ledger = ledger;
     let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
     let task = reflect_inner(
         api,
         config,
-        trimmed::<K>,
-        Some(on_relist),
-        Some(admit),
+        std::convert::identity,
+        Hooks {
+            on_relist: Some(on_relist),
+            admit: Some(admit),
+        },
         apply,
         on_change,
     );
@@ -200,8 +205,10 @@ where
         api,
         config,
         convert,
-        Some(on_relist),
-        Some(admit),
+        Hooks {
+            on_relist: Some(on_relist),
+            admit: Some(admit),
+        },
         apply,
         on_change,
     );
@@ -211,7 +218,8 @@ where
 /// Decides whether a watch event reaches the cache.
 type Admit<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
 
-/// Like [`reflect`], with a custom trimming step and the kind of change.
+/// Like [`reflect`], with a further trimming step (after [`trim`], which every watch applies) and the kind
+/// of change.
 pub fn reflect_with<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
@@ -229,7 +237,7 @@ where
         object
     };
     let (reader, apply) = kube_store();
-    let task = reflect_inner(api, config, convert, None, None, apply, on_change);
+    let task = reflect_inner(api, config, convert, Hooks::none(), apply, on_change);
     (reader, task)
 }
 
@@ -249,7 +257,7 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, apply) = slim();
-    let task = reflect_inner(api, config, convert, None, None, apply, on_change);
+    let task = reflect_inner(api, config, convert, Hooks::none(), apply, on_change);
     (reader, task)
 }
 
@@ -275,13 +283,28 @@ where
     (reader, Box::new(move |event| writer.apply_watcher_event(event)))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a watch calls besides its cache's writer and `on_change`.
+struct Hooks<W> {
+    /// Called when the watch lists anew.
+    on_relist: Option<OnRelist>,
+    /// Decides which events the cache takes.
+    admit: Option<Admit<W>>,
+}
+
+impl<W> Hooks<W> {
+    fn none() -> Self {
+        Self {
+            on_relist: None,
+            admit: None,
+        }
+    }
+}
+
 fn reflect_inner<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
     mut convert: C,
-    on_relist: Option<OnRelist>,
-    mut admit: Option<Admit<W>>,
+    hooks: Hooks<W>,
     mut apply: Apply<K>,
     on_change: F,
 ) -> JoinHandle<()>
@@ -292,10 +315,12 @@ where
     C: FnMut(W) -> K + Send + 'static,
     F: Fn(&K, Change) + Send + 'static,
 {
+    let Hooks { on_relist, mut admit } = hooks;
     let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
-    // Admitted as read (what the budget weighs), then converted to what the cache keeps.
+    // Trimmed, admitted (the budget weighs what is left), then converted to what the cache keeps.
     let watched = watcher(api, config)
         .default_backoff()
+        .modify(|object| trim(object))
         .filter(move |event| {
             let admitted = match (event, admit.as_mut()) {
                 (Ok(event), Some(admit)) => admit(event),

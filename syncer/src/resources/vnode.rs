@@ -32,7 +32,6 @@ use crate::{
     error::{Error, Result, on_super, on_tenant},
     findings::{Findings, found},
     items::{Item, Kind, UpItem, kinds},
-    stores::trim,
     super_stores::{SuperCache, SuperWatch},
     tenant::{Tenant, TenantCache, TenantWatch},
 };
@@ -413,7 +412,6 @@ impl SyncedKind for kinds::Node {
 
 /// Nodes report images and volumes in use, which vNodes do not need and which dominate a node's size.
 fn trim_node(node: &mut Node) {
-    trim(node);
     if let Some(status) = &mut node.status {
         status.images = None;
         status.volumes_attached = None;

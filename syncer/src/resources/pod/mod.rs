@@ -11,16 +11,15 @@ pub mod token_secrets;
 pub mod token;
 pub mod up;
 
-
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    slim_store::SlimStore,
     cached::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
     context::Context,
     error::Result,
     findings::{Findings, found, super_objects},
     identity,
     items::{DownItem, Item, Kind, UpItem, kinds},
+    slim_store::SlimStore,
     super_stores::{SuperCache, SuperWatch, ours, tenant_key},
     tenant::{Tenant, TenantCache, TenantWatch},
 };
@@ -30,9 +29,11 @@ impl TenantCache for kinds::Pod {
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
-        tenant.watch_converted::<WatchedTenantPod, _, _>(Self::KIND, TenantPod::from, move |o: &TenantPod, _| {
-            queue.add(&id, DownItem::new(Kind::Pod, o.meta().namespace.as_deref().unwrap_or_default(), &o.metadata.name))
-        })
+        let on_change = move |pod: &TenantPod, _| {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            queue.add(&id, DownItem::new(Kind::Pod, namespace, &pod.metadata.name))
+        };
+        tenant.watch_converted::<WatchedTenantPod, _, _>(Self::KIND, TenantPod::from, on_change)
     }
 }
 
