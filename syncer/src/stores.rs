@@ -142,10 +142,7 @@ where
         api,
         config,
         std::convert::identity,
-        Hooks {
-            on_relist: Some(on_relist),
-            admit: None,
-        },
+        Hooks::relisting(on_relist),
         apply,
         on_change,
     );
@@ -158,7 +155,7 @@ pub fn reflect_budgeted<K, F>(
     api: Api<K>,
     config: watcher::Config,
     on_relist: OnRelist,
-    mut ledger: Ledger<K>,
+    ledger: Ledger<K>,
     on_change: F,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -167,18 +164,8 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, apply) = kube_store();
-    let admit: Admit<K> = Box::new(move |event| ledger.admit(event));
-    let task = reflect_inner(
-        api,
-        config,
-        std::convert::identity,
-        Hooks {
-            on_relist: Some(on_relist),
-            admit: Some(admit),
-        },
-        apply,
-        on_change,
-    );
+    let hooks = Hooks::budgeted(on_relist, ledger);
+    let task = reflect_inner(api, config, std::convert::identity, hooks, apply, on_change);
     (reader, task)
 }
 
@@ -188,7 +175,7 @@ pub fn reflect_budgeted_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
     on_relist: OnRelist,
-    mut ledger: Ledger<W>,
+    ledger: Ledger<W>,
     convert: C,
     on_change: F,
 ) -> (SlimStore<K>, JoinHandle<()>)
@@ -200,18 +187,8 @@ where
     F: Fn(&K, Change) + Send + 'static,
 {
     let (reader, apply) = slim();
-    let admit: Admit<W> = Box::new(move |event| ledger.admit(event));
-    let task = reflect_inner(
-        api,
-        config,
-        convert,
-        Hooks {
-            on_relist: Some(on_relist),
-            admit: Some(admit),
-        },
-        apply,
-        on_change,
-    );
+    let hooks = Hooks::budgeted(on_relist, ledger);
+    let task = reflect_inner(api, config, convert, hooks, apply, on_change);
     (reader, task)
 }
 
@@ -296,6 +273,24 @@ impl<W> Hooks<W> {
         Self {
             on_relist: None,
             admit: None,
+        }
+    }
+
+    fn relisting(on_relist: OnRelist) -> Self {
+        Self {
+            on_relist: Some(on_relist),
+            admit: None,
+        }
+    }
+
+    /// Relisting, and every event charged to `ledger`'s budget.
+    fn budgeted(on_relist: OnRelist, mut ledger: Ledger<W>) -> Self
+    where
+        W: Resource + Serialize + 'static,
+    {
+        Self {
+            on_relist: Some(on_relist),
+            admit: Some(Box::new(move |event| ledger.admit(event))),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::{
     queue::{FairQueue, TenantId},
     settings::TenantSettings,
     slim_store::SlimStore,
-    stores::{Cache, Change, OnRelist, reflect_budgeted, reflect_budgeted_slim},
+    stores::{Cache, Change, reflect_budgeted, reflect_budgeted_slim},
     tags::PackedMeta,
 };
 
@@ -90,6 +90,12 @@ pub struct TenantWatch<'a> {
     tasks: &'a mut Vec<JoinHandle<()>>,
 }
 
+/// How a tenant cache lists. A page of a list is held whole in memory: smaller pages bound what a tenant's
+/// list of large objects takes before the budget sees it.
+fn listing() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 impl TenantWatch<'_> {
     /// Watches the tenant's objects of `K` (those `labels` selects, when given) into a cache charged to
     /// the tenant's budget under `kind`'s name, and calls `on_change` with every change.
@@ -105,17 +111,14 @@ impl TenantWatch<'_> {
             + 'static,
         F: Fn(&K, Change) + Send + 'static,
     {
-        // A page of a list is held whole in memory: smaller pages bound what a tenant's list of large
-        // objects takes before the budget sees it.
-        let mut config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+        let mut config = listing();
         if let Some(labels) = labels {
             config = config.labels(labels);
         }
-        let relisted: OnRelist = Arc::new(self.doubt_identity());
         let (store, task) = reflect_budgeted(
             Api::all(self.client.clone()),
             config,
-            relisted,
+            Arc::new(self.doubt_identity()),
             self.budget.ledger(kind.as_str()),
             on_change,
         );
@@ -137,12 +140,10 @@ impl TenantWatch<'_> {
         K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
         F: Fn(&K, Change) + Send + 'static,
     {
-        let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
-        let relisted: OnRelist = Arc::new(self.doubt_identity());
         let (store, task) = reflect_budgeted_slim(
             Api::all(self.client.clone()),
-            config,
-            relisted,
+            listing(),
+            Arc::new(self.doubt_identity()),
             self.budget.ledger(kind.as_str()),
             convert,
             on_change,
