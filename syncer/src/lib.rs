@@ -149,6 +149,7 @@ impl Syncer {
             tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
         }
         tasks.push(tokio::spawn(patrol::run(ctx.clone())));
+        tasks.push(tokio::spawn(resources::pod::token_secrets::renew(ctx.clone())));
         tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
         tasks.push(tokio::spawn(usage::run(ctx.clone())));

@@ -19,10 +19,12 @@
 //! the shard's annotation [`ANNOTATION_TOKEN_MEMBERS`] says which pod (tenant uid) owns which keys and when
 //! its tokens expire. Keys of gone pods are removed by the shard's next write and by the patrol
 //! ([`sweep`]), which deletes a shard that serves no pod. A member due for renewal renews the whole shard:
-//! every member past half its tokens' life is minted again, in one write.
+//! every member past half its tokens' life is minted again, in one write. Renewal is timed per shard, not
+//! per pod ([`renew`]): one timer at the shard's earliest member's renewal time queues the members then due.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    cmp::Reverse,
+    collections::{BTreeMap, BinaryHeap, HashMap},
     future::Future,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -55,6 +57,7 @@ use crate::{
     error::{Error, Result, on_super},
     identity,
     items::{DownItem, Kind},
+    queue::TenantId,
     stores::Change,
     tenant::Tenant,
 };
@@ -295,6 +298,8 @@ struct ShardState {
     /// Pods whose tokens a worker is minting and writing now: pod → tenant uid. The binding (up) and the
     /// tenant pod's event after it (down) both find the keys missing; one of them mints.
     minting: HashMap<String, String>,
+    /// When its renewal timer fires (unix seconds): at or before its earliest member's renewal time.
+    renewal_at: Option<i64>,
 }
 
 /// A pod's tokens being minted and written; ends when dropped.
@@ -322,6 +327,19 @@ pub struct Shard {
 #[derive(Default)]
 pub struct TokenShards {
     shards: Mutex<HashMap<(String, u32), Arc<Shard>>>,
+    renewals: Renewals,
+}
+
+/// Renewal timers, one per shard rather than one per pod: a shard's timer fires at its earliest member's
+/// renewal time, queues the members then due (the first of them renews the whole shard in one write) and
+/// is set again for the next member. Keyed by the shard, so a pod deleted meanwhile takes no other
+/// member's renewal with it.
+#[derive(Default)]
+struct Renewals {
+    /// (when, super namespace, shard index, tenant); an entry whose shard has since been set for another
+    /// time is stale and skipped.
+    timers: Mutex<BinaryHeap<Reverse<(i64, String, u32, TenantId)>>>,
+    wake: tokio::sync::Notify,
 }
 
 impl TokenShards {
@@ -340,6 +358,73 @@ impl TokenShards {
                 })
             })
             .clone()
+    }
+
+    /// Sets a shard's renewal timer for `at` (unix seconds), unless it fires earlier already.
+    fn schedule_renewal(&self, shard: &Shard, tenant: &TenantId, at: i64) {
+        {
+            let mut state = shard.lock();
+            if state.renewal_at.is_some_and(|set| set <= at) {
+                return;
+            }
+            state.renewal_at = Some(at);
+        }
+        let index = shard_index(&shard.name).unwrap_or_default();
+        self.renewals
+            .timers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Reverse((at, shard.namespace.clone(), index, tenant.clone())));
+        self.renewals.wake.notify_one();
+    }
+
+    /// Fires the renewal timers due at `now`: returns the members due for renewal, as down items of their
+    /// tenants, and sets each fired shard's timer again for its next member. Also returns when the next
+    /// timer fires.
+    fn fire_renewals(&self, now: i64) -> (Vec<(TenantId, DownItem)>, Option<i64>) {
+        let mut due = Vec::new();
+        loop {
+            let fired = {
+                let mut timers = self.renewals.timers.lock().unwrap_or_else(|e| e.into_inner());
+                match timers.peek() {
+                    Some(Reverse((at, ..))) if *at <= now => timers.pop().map(|Reverse(timer)| timer),
+                    next => return (due, next.map(|Reverse((at, ..))| *at)),
+                }
+            };
+            let Some((at, namespace, index, tenant)) = fired else {
+                continue;
+            };
+            let Some(shard) = self
+                .shards
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(namespace, index))
+                .cloned()
+            else {
+                continue;
+            };
+            let next = {
+                let mut state = shard.lock();
+                if state.renewal_at != Some(at) {
+                    continue;
+                }
+                state.renewal_at = None;
+                let mut next: Option<i64> = None;
+                for (pod, member) in &state.members {
+                    match member.refresh_at() {
+                        Some(refresh) if refresh <= now => {
+                            due.push((tenant.clone(), DownItem::new(Kind::Pod, &shard.tenant_namespace, pod)));
+                        }
+                        Some(refresh) => next = Some(next.map_or(refresh, |n| n.min(refresh))),
+                        None => {}
+                    }
+                }
+                next
+            };
+            if let Some(next) = next {
+                self.schedule_renewal(&shard, &tenant, next);
+            }
+        }
     }
 
     /// Follows the token Secrets' cache: a shard someone else changed or deleted is read again from the
@@ -888,7 +973,7 @@ pub async fn keep(
         Some(member) if member.uid == uid && member.covers(&prefix, needs) => {
             if !member.due(now) {
                 if let Some(at) = member.refresh_at() {
-                    schedule_refresh(ctx, tenant, &namespace, &name, at);
+                    ctx.supers.token_shards.schedule_renewal(&shard, &tenant.id, at);
                 }
                 return Ok(0);
             }
@@ -912,9 +997,29 @@ pub async fn keep(
     drop(minting);
     let member = shard.load(ctx).members.get(&name).cloned();
     if let Some(at) = member.and_then(|m| m.refresh_at()) {
-        schedule_refresh(ctx, tenant, &namespace, &name, at);
+        ctx.supers.token_shards.schedule_renewal(&shard, &tenant.id, at);
     }
     Ok(u32::from(wrote))
+}
+
+/// Runs the shards' renewal timers: queues each member due for renewal on its tenant's down queue.
+pub async fn renew(ctx: Arc<Context>) {
+    let shards = &ctx.supers.token_shards;
+    loop {
+        let woken = shards.renewals.wake.notified();
+        let now = token::now();
+        let (due, next) = shards.fire_renewals(now);
+        for (tenant, item) in due {
+            ctx.queues.down.add(&tenant, item);
+        }
+        let wait = next.map_or(Duration::from_secs(3600), |at| {
+            Duration::from_secs(u64::try_from(at - now).unwrap_or(0).max(1))
+        });
+        tokio::select! {
+            () = woken => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
 }
 
 /// The patrol's part: removes gone pods' keys from every shard of attached tenants, and deletes shards
@@ -963,13 +1068,6 @@ pub fn member_items(meta: &ObjectMeta) -> Option<(crate::queue::TenantId, Vec<Do
     Some((Arc::from(cluster), items))
 }
 
-fn schedule_refresh(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str, at: i64) {
-    let delay = Duration::from_secs(u64::try_from(at - token::now()).unwrap_or(0));
-    ctx.queues
-        .down
-        .add_after(&tenant.id, DownItem::new(Kind::Pod, namespace, name), delay);
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1006,6 +1104,53 @@ mod tests {
             issued,
             expires,
         }
+    }
+
+    #[test]
+    fn one_timer_per_shard_queues_the_members_due_and_is_set_again_for_the_next() {
+        let shards = TokenShards::default();
+        let tenant: TenantId = Arc::from("tenant-a");
+        let shard = shards.shard("tenant-a-default", "default", 0);
+        {
+            let mut state = shard.lock();
+            state.loaded = true;
+            // Renewal times: 1800 (web-0, web-1), 3600 (web-2); web-3 has no token.
+            state.members.insert("web-0".into(), member(1000, 2000));
+            state.members.insert("web-1".into(), member(1000, 2000));
+            state.members.insert("web-2".into(), member(2000, 4000));
+            state.members.insert("web-3".into(), member(0, 0));
+        }
+        // Every member asks; the shard keeps one timer, at the earliest.
+        for at in [3600, 1800, 1800, 3600] {
+            shards.schedule_renewal(&shard, &tenant, at);
+        }
+        assert_eq!(shards.renewals.timers.lock().unwrap().len(), 2, "a later time adds no timer");
+        assert_eq!(shards.fire_renewals(1799), (vec![], Some(1800)));
+
+        let (due, next) = shards.fire_renewals(1800);
+        let pods: Vec<(&str, &str, &str)> = due
+            .iter()
+            .map(|(t, item)| (&**t, item.namespace.as_str(), item.name.as_str()))
+            .collect();
+        assert_eq!(pods, [("tenant-a", "default", "web-0"), ("tenant-a", "default", "web-1")]);
+        assert_eq!(next, Some(3600), "set again for web-2");
+        // The stale timer at 3600 and the new one fire once together.
+        let (due, next) = shards.fire_renewals(3600);
+        let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
+        assert_eq!(pods, ["web-0", "web-1", "web-2"], "members not renewed meanwhile are due still");
+        assert_eq!(next, None);
+
+        // A pod gone from the shard takes no other member's renewal with it.
+        {
+            let mut state = shard.lock();
+            state.members.remove("web-0");
+            state.members.insert("web-1".into(), member(3600, 5600));
+            state.members.insert("web-2".into(), member(3600, 5600));
+        }
+        shards.schedule_renewal(&shard, &tenant, 5200);
+        let (due, _) = shards.fire_renewals(5200);
+        let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
+        assert_eq!(pods, ["web-1", "web-2"]);
     }
 
     #[test]
