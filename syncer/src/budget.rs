@@ -15,6 +15,8 @@ use std::{
 use kube::{Resource, ResourceExt, runtime::watcher};
 use serde::Serialize;
 
+use crate::items::ObjectKey;
+
 /// Reason of the `TenantSynced` condition of a tenant over its cache limits.
 pub const REASON_LIMIT_EXCEEDED: &str = "TenantLimitExceeded";
 
@@ -157,7 +159,7 @@ pub fn size_of<K: Serialize>(object: &K) -> u64 {
 pub struct Ledger<K> {
     budget: Arc<CacheBudget>,
     kind: &'static str,
-    sizes: HashMap<(String, String), u64>,
+    sizes: HashMap<ObjectKey, u64>,
     _kind: std::marker::PhantomData<fn(K)>,
 }
 
@@ -174,13 +176,13 @@ impl<K: Resource + Serialize> Ledger<K> {
             }
             watcher::Event::InitDone => true,
             watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
-                let key = (object.namespace().unwrap_or_default(), object.name_any());
+                let key = ObjectKey::new(&object.namespace().unwrap_or_default(), &object.name_any());
                 let size = size_of(object);
                 let old = self.sizes.get(&key).copied();
                 let kind = self.kind;
-                let admitted = self.budget.charge(old, size, || match key.0.as_str() {
-                    "" => format!("{kind} {} ({size} bytes)", key.1),
-                    namespace => format!("{kind} {namespace}/{} ({size} bytes)", key.1),
+                let admitted = self.budget.charge(old, size, || match key.parts() {
+                    ("", name) => format!("{kind} {name} ({size} bytes)"),
+                    (namespace, name) => format!("{kind} {namespace}/{name} ({size} bytes)"),
                 });
                 if admitted {
                     self.sizes.insert(key, size);
@@ -188,7 +190,7 @@ impl<K: Resource + Serialize> Ledger<K> {
                 admitted
             }
             watcher::Event::Delete(object) => {
-                let key = (object.namespace().unwrap_or_default(), object.name_any());
+                let key = ObjectKey::new(&object.namespace().unwrap_or_default(), &object.name_any());
                 if let Some(size) = self.sizes.remove(&key) {
                     self.budget.release(size, 1);
                 }

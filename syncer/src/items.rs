@@ -145,6 +145,28 @@ impl Item {
     }
 }
 
+/// An object's namespace and name as one string, `namespace/name`, for ledgers that keep something for
+/// each object: one allocation where a pair of strings takes two. Neither part may hold a `/` (the
+/// apiserver allows none in a namespace or in a pod's name), so the key is unambiguous.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey(Box<str>);
+
+impl ObjectKey {
+    /// The key of object `name` of `namespace` (empty for cluster-scoped objects).
+    pub fn new(namespace: &str, name: &str) -> Self {
+        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+        key.push_str(namespace);
+        key.push('/');
+        key.push_str(name);
+        Self(key.into_boxed_str())
+    }
+
+    /// Its namespace and name.
+    pub fn parts(&self) -> (&str, &str) {
+        self.0.split_once('/').unwrap_or(("", &self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +181,12 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), Kind::ALL.len());
         assert_eq!(Kind::of_api_kind("RoleBinding"), None);
+    }
+
+    #[test]
+    fn object_keys_give_back_their_parts() {
+        assert_eq!(ObjectKey::new("default", "web-1").parts(), ("default", "web-1"));
+        assert_eq!(ObjectKey::new("", "node-a").parts(), ("", "node-a"));
+        assert_ne!(ObjectKey::new("a", "b"), ObjectKey::new("", "a-b"));
     }
 }

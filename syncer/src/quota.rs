@@ -19,7 +19,7 @@ use k8s_openapi::{
 use crate::{
     cached::{CachedPodSpec, SuperPod},
     identity,
-    items::{DownItem, Kind},
+    items::{DownItem, Kind, ObjectKey},
     metrics::{Metrics, UsageLabels},
     queue::{FairQueue, TenantId},
     stores::Change,
@@ -247,10 +247,10 @@ pub fn unstated_resources(quota: Option<&TenantQuota>, pod: &Pod) -> Vec<String>
 #[derive(Default)]
 struct Ledger {
     label: String,
-    pods: HashMap<(String, String), Usage>,
-    reserved: HashMap<(String, String), Usage>,
+    pods: HashMap<ObjectKey, Usage>,
+    reserved: HashMap<ObjectKey, Usage>,
     used: Usage,
-    waiting: HashSet<(String, String)>,
+    waiting: HashSet<ObjectKey>,
     objects: HashMap<DownItem, ObjectUsage>,
     reserved_objects: HashMap<DownItem, ObjectUsage>,
     used_objects: ObjectUsage,
@@ -298,7 +298,7 @@ impl Quota {
             return;
         };
         let tenant: TenantId = Arc::from(cluster);
-        let key = (namespace.to_owned(), pod.name_any());
+        let key = ObjectKey::new(namespace, &pod.name_any());
         let usage = match change {
             Change::Applied if counts(pod) => Some(pod_usage(&pod.spec)),
             _ => None,
@@ -325,16 +325,16 @@ impl Quota {
             ledger.pods.insert(key, usage);
         }
         let freed = previous.is_some() && usage.is_none();
-        let waiting: Vec<(String, String)> = if freed {
+        let waiting: Vec<ObjectKey> = if freed {
             ledger.waiting.drain().collect()
         } else {
             Vec::new()
         };
         self.publish(ledger);
         drop(tenants);
-        for (namespace, name) in waiting {
-            self.down
-                .add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+        for key in waiting {
+            let (namespace, name) = key.parts();
+            self.down.add(&tenant, DownItem::new(Kind::Pod, namespace, name));
         }
     }
 
@@ -348,7 +348,7 @@ impl Quota {
         name: &str,
         usage: Usage,
     ) -> Result<(), Exceeded> {
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = ObjectKey::new(namespace, name);
         let mut tenants = self.lock();
         let ledger = tenants.entry(tenant.clone()).or_default();
         if ledger.pods.contains_key(&key) || ledger.reserved.contains_key(&key) {
@@ -376,7 +376,7 @@ impl Quota {
         name: &str,
         usage: Usage,
     ) -> Result<(), Exceeded> {
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = ObjectKey::new(namespace, name);
         let tenants = self.lock();
         let Some(ledger) = tenants.get(tenant) else {
             return fits(&Ledger::default(), quota, usage);
@@ -390,7 +390,7 @@ impl Quota {
     /// Queues every pod of a tenant that waits for quota, to be admitted again: its quota changed, or the
     /// patrol looks. Pods stay marked as waiting until they are admitted. Returns how many were queued.
     pub fn requeue_waiting(&self, tenant: &TenantId) -> usize {
-        let (waiting, objects): (Vec<(String, String)>, Vec<DownItem>) = self
+        let (waiting, objects): (Vec<ObjectKey>, Vec<DownItem>) = self
             .lock()
             .get(tenant)
             .map(|l| {
@@ -400,7 +400,8 @@ impl Quota {
                 )
             })
             .unwrap_or_default();
-        for (namespace, name) in &waiting {
+        for key in &waiting {
+            let (namespace, name) = key.parts();
             self.down.add(tenant, DownItem::new(Kind::Pod, namespace, name));
         }
         for item in &objects {
@@ -529,7 +530,7 @@ impl Quota {
     pub fn release(&self, tenant: &TenantId, namespace: &str, name: &str) {
         let mut tenants = self.lock();
         if let Some(ledger) = tenants.get_mut(tenant)
-            && let Some(reserved) = ledger.reserved.remove(&(namespace.to_owned(), name.to_owned()))
+            && let Some(reserved) = ledger.reserved.remove(&ObjectKey::new(namespace, name))
         {
             ledger.used -= reserved;
             self.publish(ledger);
@@ -539,7 +540,7 @@ impl Quota {
     /// Forgets a pod that no longer waits (deleted in the tenant).
     pub fn stop_waiting(&self, tenant: &TenantId, namespace: &str, name: &str) {
         if let Some(ledger) = self.lock().get_mut(tenant) {
-            ledger.waiting.remove(&(namespace.to_owned(), name.to_owned()));
+            ledger.waiting.remove(&ObjectKey::new(namespace, name));
         }
     }
 
@@ -547,7 +548,7 @@ impl Quota {
     pub fn is_waiting(&self, tenant: &TenantId, namespace: &str, name: &str) -> bool {
         self.lock()
             .get(tenant)
-            .is_some_and(|l| l.waiting.contains(&(namespace.to_owned(), name.to_owned())))
+            .is_some_and(|l| l.waiting.contains(&ObjectKey::new(namespace, name)))
     }
 
     /// A tenant's current usage, reservations included.
