@@ -336,11 +336,13 @@ pub struct TokenShards {
 /// member's renewal with it.
 #[derive(Default)]
 struct Renewals {
-    /// (when, super namespace, shard index, tenant); an entry whose shard has since been set for another
-    /// time is stale and skipped.
-    timers: Mutex<BinaryHeap<Reverse<(i64, String, u32, TenantId)>>>,
+    /// Earliest first; an entry whose shard has since been set for another time is stale and skipped.
+    timers: Mutex<BinaryHeap<Reverse<RenewalTimer>>>,
     wake: tokio::sync::Notify,
 }
+
+/// When a shard's timer fires (unix seconds), the shard (super namespace, index), and its tenant.
+type RenewalTimer = (i64, String, u32, TenantId);
 
 impl TokenShards {
     fn shard(&self, namespace: &str, tenant_namespace: &str, index: u32) -> Arc<Shard> {
