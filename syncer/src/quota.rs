@@ -656,8 +656,7 @@ mod tests {
         .expect("pod");
         quota.observe(&super_pod, Change::Applied);
         assert_eq!(quota.used(&tenant).pods, 2);
-        super_pod.status =
-            Some(serde_json::value::RawValue::from_string(r#"{"phase":"Succeeded"}"#.into()).expect("raw"));
+        super_pod.status = Some(crate::cached::PackedStatus::new(r#"{"phase":"Succeeded"}"#));
         quota.observe(&super_pod, Change::Applied);
         assert_eq!(quota.used(&tenant).pods, 1);
         let work = down.next().await.expect("requeued");
@@ -722,9 +721,9 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]}
             }))
             .expect("pod");
-            pod.status = Some(
-                serde_json::value::RawValue::from_string(format!(r#"{{"phase":"{phase}"}}"#)).expect("raw"),
-            );
+            pod.status = Some(crate::cached::PackedStatus::new(&format!(
+                r#"{{"phase":"{phase}"}}"#
+            )));
             pod
         };
         let pods = [

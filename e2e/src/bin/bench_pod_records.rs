@@ -16,7 +16,7 @@ use clap::Parser;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use syncer::{
-    cached::{CachedPodSpec, SuperPod, TenantPod, TenantPodStatus},
+    cached::{CachedPodSpec, PackedStatus, SuperPod, TenantPod, TenantPodStatus},
     tags::PackedMeta,
 };
 
@@ -166,7 +166,11 @@ fn main() -> anyhow::Result<()> {
     );
     row("  its spec", kept_parsed::<CachedPodSpec>(count, &super_spec)?);
     row(
-        "  its status (JSON)",
+        "  its status (compressed)",
+        kept(count, || Ok(PackedStatus::new(&super_status)))?,
+    );
+    row(
+        "  (its status as JSON)",
         kept_parsed::<Box<serde_json::value::RawValue>>(count, &super_status)?,
     );
     row("both records", tenant_record + super_record);
