@@ -100,13 +100,67 @@ pub fn key_prefix(pod: &str) -> String {
     format!("{}.{}", pod[..180].trim_end_matches('.'), &digest[..16])
 }
 
+/// A member's data keys, kept in one string (a shard holds a few keys for each of its pods, for every pod
+/// the syncer serves); written and read as a JSON list. Data keys hold no line break (only letters, digits,
+/// `-`, `_` and `.`), so one separates them; a recorded key that holds one is not a key of ours, and is
+/// dropped when read.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct DataKeys(Box<str>);
+
+impl DataKeys {
+    /// Each key.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.split('\n').filter(|k| !k.is_empty())
+    }
+
+    /// Whether it holds `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.iter().any(|k| k == key)
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for DataKeys {
+    fn from_iter<I: IntoIterator<Item = S>>(keys: I) -> Self {
+        let mut joined = String::new();
+        for key in keys {
+            let key = key.as_ref();
+            if key.is_empty() || key.contains('\n') {
+                continue;
+            }
+            if !joined.is_empty() {
+                joined.push('\n');
+            }
+            joined.push_str(key);
+        }
+        Self(joined.into_boxed_str())
+    }
+}
+
+impl std::fmt::Debug for DataKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for DataKeys {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for DataKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        Vec::<String>::deserialize(deserializer).map(|keys| keys.into_iter().collect())
+    }
+}
+
 /// One pod's share of a shard.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     /// The tenant pod's uid, which its tokens are bound to.
-    pub uid: String,
+    pub uid: Box<str>,
     /// Its data keys.
-    pub keys: Vec<String>,
+    pub keys: DataKeys,
     /// When its tokens were issued (unix seconds).
     #[serde(default)]
     pub issued: i64,
@@ -187,8 +241,8 @@ pub fn data_patch(
 ) -> serde_json::Map<String, Value> {
     let mut data = serde_json::Map::new();
     for member in removed {
-        for key in &member.keys {
-            data.insert(key.clone(), Value::Null);
+        for key in member.keys.iter() {
+            data.insert(key.to_owned(), Value::Null);
         }
     }
     for (key, value) in added {
@@ -482,7 +536,7 @@ impl TokenShards {
             views.push(ShardView {
                 index,
                 occupancy: shard.occupancy(ctx, &state),
-                holds_pod: state.members.get(pod).is_some_and(|m| m.uid == tenant_uid)
+                holds_pod: state.members.get(pod).is_some_and(|m| &*m.uid == tenant_uid)
                     || state.reserved.get(pod).is_some_and(|(uid, _)| uid == tenant_uid),
             });
         }
@@ -570,7 +624,7 @@ impl Shard {
     fn settle(&self, ctx: &Context, state: &mut ShardState) {
         let members = &state.members;
         state.reserved.retain(|pod, (uid, at)| {
-            if members.get(pod).is_some_and(|m| &m.uid == uid) {
+            if members.get(pod).is_some_and(|m| *m.uid == **uid) {
                 return false;
             }
             at.elapsed() < RESERVATION
@@ -670,9 +724,8 @@ impl Shard {
             for (pod, put) in &puts {
                 // A pod's earlier keys that it no longer has (another tenant pod of the same name).
                 if let Some(old) = after.insert(pod.clone(), put.member.clone()) {
-                    let stale: Vec<&String> = old.keys.iter().filter(|k| !put.member.keys.contains(k)).collect();
-                    for key in stale {
-                        added.insert(key.clone(), None);
+                    for key in old.keys.iter().filter(|k| !put.member.keys.contains(k)) {
+                        added.insert(key.to_owned(), None);
                     }
                 }
                 for (key, value) in &put.data {
@@ -732,7 +785,7 @@ impl Shard {
             .stores
             .pods
             .get(&ObjectRef::new(&pod).within(&namespace))
-            .filter(|p| p.uid().as_deref() == Some(member.uid.as_str()))?;
+            .filter(|p| p.uid().as_deref() == Some(&*member.uid))?;
         let subject = token::Subject {
             namespace: &namespace,
             name: &pod,
@@ -908,8 +961,8 @@ async fn put_for(tenant: &Tenant, subject: &token::Subject<'_>, needs: &[TokenNe
     Ok(Put {
         pod: subject.name.to_owned(),
         member: Member {
-            uid: subject.uid.to_owned(),
-            keys: data.keys().cloned().collect(),
+            uid: subject.uid.into(),
+            keys: data.keys().collect(),
             issued: if has_tokens { token::now() } else { 0 },
             expires: if has_tokens { minted.expires } else { 0 },
         },
@@ -940,7 +993,7 @@ pub async fn put_bound(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, s
         .load(ctx)
         .members
         .get(&name)
-        .is_some_and(|m| m.uid == uid && m.covers(&key_prefix(&name), &needs));
+        .is_some_and(|m| *m.uid == *uid && m.covers(&key_prefix(&name), &needs));
     if held {
         return Ok(0);
     }
@@ -972,7 +1025,7 @@ pub async fn keep(
     let member = shard.load(ctx).members.get(&name).cloned();
     let mut minting = None;
     let entry = match member {
-        Some(member) if member.uid == uid && member.covers(&prefix, needs) => {
+        Some(member) if *member.uid == *uid && member.covers(&prefix, needs) => {
             if !member.due(now) {
                 if let Some(at) = member.refresh_at() {
                     ctx.supers.token_shards.schedule_renewal(&shard, &tenant.id, at);
@@ -1102,7 +1155,7 @@ mod tests {
     fn member(issued: i64, expires: i64) -> Member {
         Member {
             uid: "u".into(),
-            keys: vec!["p.token".into(), "p.uid".into()],
+            keys: ["p.token", "p.uid"].into_iter().collect(),
             issued,
             expires,
         }
@@ -1153,6 +1206,19 @@ mod tests {
         let (due, _) = shards.fire_renewals(5200);
         let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
         assert_eq!(pods, ["web-1", "web-2"]);
+    }
+
+    #[test]
+    fn members_read_and_write_the_recorded_json_and_drop_keys_that_are_not_ours() {
+        let recorded = r#"{"web-1":{"uid":"u1","keys":["web-1.token-abc","web-1.uid"],"issued":10,"expires":20}}"#;
+        let members: Members = serde_json::from_str(recorded).expect("members");
+        let member = &members["web-1"];
+        assert_eq!(&*member.uid, "u1");
+        assert!(member.keys.contains("web-1.uid") && !member.keys.contains("web-1"));
+        assert_eq!(serde_json::to_string(&members).expect("json"), recorded);
+        let odd: Member = serde_json::from_str(r#"{"uid":"u","keys":["a\nb","","c"]}"#).expect("member");
+        assert_eq!(odd.keys.iter().collect::<Vec<_>>(), ["c"]);
+        assert_eq!(DataKeys::default().iter().count(), 0);
     }
 
     #[test]
@@ -1440,8 +1506,8 @@ mod tests {
 
     fn recorded(pod: &str, issued: i64, expires: i64) -> Member {
         Member {
-            uid: format!("uid-{pod}"),
-            keys: vec![format!("{pod}.token"), format!("{pod}.uid")],
+            uid: format!("uid-{pod}").into(),
+            keys: [format!("{pod}.token"), format!("{pod}.uid")].into_iter().collect(),
             issued,
             expires,
         }
