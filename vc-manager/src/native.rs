@@ -137,15 +137,20 @@ pub async fn reconcile(
             previous = Some((component, false));
             continue;
         }
-        let applied = api
-            .patch(&name, &apply_params(), &Patch::Apply(&desired))
-            .await
-            .map_err(|source| Error::StatefulSetApply {
-                component,
-                namespace: namespace.to_owned(),
-                name: name.clone(),
-                source,
-            })?;
+        let applied = match api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await {
+            Ok(applied) => applied,
+            Err(source) => {
+                // What this pass changed before is told now: the next pass compares with a cache that
+                // shows it done already, and would not tell it.
+                changes.announce(vc, ctx).await;
+                return Err(Error::StatefulSetApply {
+                    component,
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    source,
+                });
+            }
+        };
         changes.record(vc, component, cached.as_deref(), &applied);
         let state = ComponentState::of(&applied);
         progress.settle(state.condition(component));

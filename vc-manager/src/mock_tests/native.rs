@@ -430,6 +430,39 @@ async fn a_deleted_statefulset_is_reported_restored_after_the_status_went_to_pen
     assert!(result.is_ok(), "{result:?}");
 }
 
+/// A pass that restores a StatefulSet and then fails on the next one still tells the restore: the pass
+/// after it finds the StatefulSet in its cache, and would not.
+#[tokio::test]
+async fn a_restore_is_told_when_a_later_apply_of_the_same_pass_fails() {
+    let (ctx, mut caches, mut api) = context(no_probe());
+    caches.add_statefulset(cached_statefulset(Component::Etcd, true));
+    caches.add_statefulset(cached_statefulset(Component::ControllerManager, true));
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
+    let result = run(
+        async move {
+            root_namespace_exists(&mut api).await;
+            cluster_version_read(&mut api, Some(cluster_version())).await;
+            services(&mut api).await;
+            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
+                .await
+                .ok(secret_list(&secrets));
+            for (name, ready) in [("etcd", 1), ("apiserver", 0)] {
+                let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
+                let body = with_status(call.body.clone(), 1, ready);
+                call.ok(body);
+            }
+            api.expect("PATCH", &format!("{}{APPLY}", sts_path("controller-manager")))
+                .await
+                .fail(500, "InternalError", "etcdserver: request timed out");
+            assert!(api.event("APIServerRestored").await.contains("apiserver"));
+            failure_reported(&mut api, "StatefulSetApplyFailed").await;
+        },
+        reconcile(Arc::new(running(native_vc())), ctx),
+    )
+    .await;
+    assert_eq!(result.expect_err("fails").reason(), "StatefulSetApplyFailed");
+}
+
 #[tokio::test]
 async fn a_changed_cluster_version_rolls_the_control_plane_and_keeps_the_keys() {
     let (ctx, mut caches, mut api) = context(no_probe());
