@@ -388,8 +388,8 @@ impl Progress {
 
 /// The status after a failed reconcile: steps that succeeded report their outcome; the failed step's
 /// condition turns False unless it holds already (a working component stays reported as working); `Ready`
-/// turns False and the phase `Error` only when the tenant is not running, or when the failure makes the
-/// tenant unusable.
+/// turns False and the phase `Error` only when the tenant is not running (nor being updated after it ran),
+/// or when the failure makes the tenant unusable.
 pub fn failed(
     vc: &VirtualCluster,
     cluster_namespace: &str,
@@ -418,7 +418,12 @@ pub fn failed(
     conditions.extend(paused_condition(vc));
     let previous = vc.phase();
     let phase = match previous {
-        Some(phase @ (ClusterPhase::Running | ClusterPhase::Updating)) if ready_before && !unusable => phase,
+        // An update in progress is not an error either: its components were not all ready when it failed.
+        Some(phase @ (ClusterPhase::Running | ClusterPhase::Updating))
+            if !unusable && (ready_before || phase == ClusterPhase::Updating) =>
+        {
+            phase
+        }
         _ => ClusterPhase::Error,
     };
     let status = vc.status.clone().unwrap_or_default();
@@ -732,6 +737,27 @@ mod tests {
         assert!(status.message.contains("has no spec"));
         assert!(status.conditions.iter().all(ConditionState::is_true));
         assert_eq!(status.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn failures_keep_an_update_in_progress_updating() {
+        let mut conditions: Vec<_> = NATIVE_CONDITIONS.iter().map(|t| condition(t, "True")).collect();
+        for c in &mut conditions {
+            if c.type_ == CONDITION_APISERVER_READY || c.type_ == CONDITION_READY {
+                c.status = "False".into();
+            }
+        }
+        let updating = vc_with(Some(ClusterPhase::Updating), conditions);
+        let error = crate::Error::ClusterVersionNotFound { name: "cv".into() };
+        let status = failed(&updating, "ns", &error, &Progress::default());
+        assert_eq!(status.phase, ClusterPhase::Updating);
+        assert_eq!(status.reason, "ClusterVersionNotFound");
+        // A tenant that has not run yet still turns to Error.
+        let pending = vc_with(Some(ClusterPhase::Pending), vec![]);
+        assert_eq!(
+            failed(&pending, "ns", &error, &Progress::default()).phase,
+            ClusterPhase::Error
+        );
     }
 
     #[test]
