@@ -449,7 +449,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         assert!(token_secret.owner_references().is_empty());
         let members = syncer::resources::pod::token_secrets::members_of(&token_secret.metadata);
         assert_eq!(
-            members.get("web-1").map(|m| m.uid.as_str()),
+            members.get("web-1").map(|m| &*m.uid),
             annotation(&super_pod, wellknown::ANNOTATION_UID),
             "{members:?}"
         );
