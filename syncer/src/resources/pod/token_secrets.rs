@@ -1581,6 +1581,21 @@ mod tests {
         assert_eq!(ctx.metrics.super_writes_total(), 1);
         supers.idle().await;
         tenants.idle().await;
+
+        // The shard's one timer fires at its earliest member's renewal (p4's, at now + 2870), queues
+        // the members then due, and is set again for the renewed ones (at about now + 2880).
+        let shards = &ctx.supers.token_shards;
+        let due_at = |at: i64| -> Vec<String> {
+            let (due, _) = shards.fire_renewals(at);
+            due.into_iter()
+                .inspect(|(tenant_id, _)| assert_eq!(*tenant_id, tenant.id))
+                .map(|(_, item)| format!("{}/{}", item.namespace, item.name))
+                .collect()
+        };
+        assert_eq!(due_at(now + 2860), Vec::<String>::new());
+        assert_eq!(due_at(now + 2875), ["ns/p4"]);
+        // p4 again with them: nothing renewed it meanwhile.
+        assert_eq!(due_at(now + 2890), ["ns/p1", "ns/p2", "ns/p4"]);
     }
 
     #[tokio::test]
