@@ -337,12 +337,7 @@ async fn an_unchanged_running_status_is_not_written() {
     });
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
+            up_to_the_statefulsets(&mut api, &secrets).await;
             for name in ["etcd", "apiserver", "controller-manager"] {
                 let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
                 let body = with_status(call.body.clone(), 1, 1);
@@ -356,16 +351,22 @@ async fn an_unchanged_running_status_is_not_written() {
     assert!(result.is_ok(), "{result:?}");
 }
 
-/// A reconcile of a provisioned native tenant whose apiserver StatefulSet was deleted: the StatefulSets
-/// are applied, the apiserver's made again (not ready yet).
-async fn apiserver_made_again(api: &mut ApiServer) {
-    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
+/// The steps of a provisioned native tenant's reconcile before its StatefulSets: root namespace,
+/// ClusterVersion, Services, and the Secrets, which are all stored already.
+async fn up_to_the_statefulsets(api: &mut ApiServer, secrets: &[Secret]) {
     root_namespace_exists(api).await;
     cluster_version_read(api, Some(cluster_version())).await;
     services(api).await;
     api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
         .await
-        .ok(secret_list(&secrets));
+        .ok(secret_list(secrets));
+}
+
+/// A reconcile of a provisioned native tenant whose apiserver StatefulSet was deleted: the StatefulSets
+/// are applied, the apiserver's made again (not ready yet).
+async fn apiserver_made_again(api: &mut ApiServer) {
+    let secrets = stored_secrets(&Scope::Native(Box::new(network())));
+    up_to_the_statefulsets(api, &secrets).await;
     for (name, ready) in [("etcd", 1), ("apiserver", 0), ("controller-manager", 1)] {
         let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
         let body = with_status(call.body.clone(), 1, ready);
@@ -440,12 +441,7 @@ async fn a_restore_is_told_when_a_later_apply_of_the_same_pass_fails() {
     let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
+            up_to_the_statefulsets(&mut api, &secrets).await;
             for (name, ready) in [("etcd", 1), ("apiserver", 0)] {
                 let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
                 let body = with_status(call.body.clone(), 1, ready);
@@ -818,12 +814,7 @@ async fn a_rejected_statefulset_is_reported_on_its_component() {
     let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
+            up_to_the_statefulsets(&mut api, &secrets).await;
             api.expect("PATCH", &format!("{}{APPLY}", sts_path("etcd")))
                 .await
                 .fail(
@@ -862,12 +853,7 @@ async fn a_failed_status_write_is_an_error_and_retried() {
     let secrets = stored_secrets(&Scope::Native(Box::new(network())));
     let result = run(
         async move {
-            root_namespace_exists(&mut api).await;
-            cluster_version_read(&mut api, Some(cluster_version())).await;
-            services(&mut api).await;
-            api.expect("GET", &format!("/api/v1/namespaces/{}/secrets?", root()))
-                .await
-                .ok(secret_list(&secrets));
+            up_to_the_statefulsets(&mut api, &secrets).await;
             for name in ["etcd", "apiserver", "controller-manager"] {
                 let call = api.expect("PATCH", &format!("{}{APPLY}", sts_path(name))).await;
                 let body = with_status(call.body.clone(), 1, 1);
