@@ -12,7 +12,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use kube::{Resource, ResourceExt, runtime::watcher};
+use kube::{Resource, runtime::watcher};
 use serde::Serialize;
 
 use crate::items::ObjectKey;
@@ -155,6 +155,15 @@ pub fn size_of<K: Serialize>(object: &K) -> u64 {
     counter.0.max(1)
 }
 
+/// An object's key in a ledger, read from its metadata without copying its name first (once per watch event).
+fn key_of<K: Resource>(object: &K) -> ObjectKey {
+    let meta = object.meta();
+    ObjectKey::new(
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or(""),
+    )
+}
+
 /// What one cache holds, by namespace and name, and the size it was charged for each.
 pub struct Ledger<K> {
     budget: Arc<CacheBudget>,
@@ -176,7 +185,7 @@ impl<K: Resource + Serialize> Ledger<K> {
             }
             watcher::Event::InitDone => true,
             watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
-                let key = ObjectKey::new(&object.namespace().unwrap_or_default(), &object.name_any());
+                let key = key_of(object);
                 let size = size_of(object);
                 let old = self.sizes.get(&key).copied();
                 let kind = self.kind;
@@ -190,7 +199,7 @@ impl<K: Resource + Serialize> Ledger<K> {
                 admitted
             }
             watcher::Event::Delete(object) => {
-                let key = ObjectKey::new(&object.namespace().unwrap_or_default(), &object.name_any());
+                let key = key_of(object);
                 if let Some(size) = self.sizes.remove(&key) {
                     self.budget.release(size, 1);
                 }

@@ -298,7 +298,7 @@ impl Quota {
             return;
         };
         let tenant: TenantId = Arc::from(cluster);
-        let key = ObjectKey::new(namespace, &pod.name_any());
+        let key = ObjectKey::new(namespace, meta.object_name().unwrap_or_default());
         let usage = match change {
             Change::Applied if counts(pod) => Some(pod_usage(&pod.spec)),
             _ => None,
