@@ -410,7 +410,7 @@ const STATUS_DICTIONARY: &str = concat!(
 
 /// A status JSON compressed (LZ4, with [`STATUS_DICTIONARY`]): a pod's status is mostly field names and
 /// values every pod repeats, and is only read when it is copied up, so the cache keeps it compressed
-/// (about a sixth of its size). Read back exactly as it was written.
+/// (about a quarter of its size). Read back exactly as it was written.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PackedStatus(Box<[u8]>);
 
