@@ -3,10 +3,11 @@
 //! copy of its own (`bench_pod_records`: a running pod's status with its four conditions took 653 bytes of
 //! heap, 194 with them pooled).
 //!
-//! Parts are pooled by their JSON (read without what differs between pods alike, such as timestamps, which
-//! the cached types leave out). A pool entry goes when the last record holding it does: the pool is swept
-//! whenever it has doubled since its last sweep, so parts a tenant makes unique cost about what a copy of
-//! their own would, and no more for long.
+//! Parts are pooled by a digest of their JSON (read without what differs between pods alike, such as
+//! timestamps, which the cached types leave out): SHA-256, so that no tenant can make two different parts
+//! share an entry, and an entry costs 32 bytes of key rather than the part's JSON. A pool entry goes when
+//! the last record holding it does: the pool is swept whenever it has doubled since its last sweep, so
+//! parts a tenant makes unique cost about what a copy of their own would, and no more for long.
 
 use std::{
     collections::HashMap,
@@ -16,6 +17,7 @@ use std::{
 };
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
 
 /// A type whose values are pooled: it names its pool.
 pub trait Pooled: Serialize + Send + Sync + Sized + 'static {
@@ -23,13 +25,13 @@ pub trait Pooled: Serialize + Send + Sync + Sized + 'static {
     fn pool() -> &'static Pool<Self>;
 }
 
-/// The values of one type in use, by their JSON.
+/// The values of one type in use, by the digest of their JSON.
 pub struct Pool<T> {
     entries: Mutex<Entries<T>>,
 }
 
 struct Entries<T> {
-    by_json: HashMap<Box<str>, Weak<T>>,
+    by_digest: HashMap<[u8; 32], Weak<T>>,
     /// Entries after the last sweep: the next sweep comes when there are twice as many.
     after_sweep: usize,
 }
@@ -39,7 +41,7 @@ impl<T> Pool<T> {
     pub fn new() -> Self {
         Self {
             entries: Mutex::new(Entries {
-                by_json: HashMap::new(),
+                by_digest: HashMap::new(),
                 after_sweep: 0,
             }),
         }
@@ -47,7 +49,7 @@ impl<T> Pool<T> {
 
     /// Entries, live or not yet swept.
     pub fn len(&self) -> usize {
-        self.lock().by_json.len()
+        self.lock().by_digest.len()
     }
 
     /// Whether the pool has no entry.
@@ -67,20 +69,19 @@ impl<T> Pool<T> {
     where
         T: Serialize,
     {
-        let Ok(json) = serde_json::to_string(&value) else {
+        let Ok(json) = serde_json::to_vec(&value) else {
             return Arc::new(value);
         };
+        let digest: [u8; 32] = Sha256::digest(&json).into();
         let mut entries = self.lock();
-        if let Some(shared) = entries.by_json.get(json.as_str()).and_then(Weak::upgrade) {
+        if let Some(shared) = entries.by_digest.get(&digest).and_then(Weak::upgrade) {
             return shared;
         }
         let shared = Arc::new(value);
-        entries
-            .by_json
-            .insert(json.into_boxed_str(), Arc::downgrade(&shared));
-        if entries.by_json.len() >= 2 * entries.after_sweep.max(64) {
-            entries.by_json.retain(|_, weak| weak.strong_count() > 0);
-            entries.after_sweep = entries.by_json.len();
+        entries.by_digest.insert(digest, Arc::downgrade(&shared));
+        if entries.by_digest.len() >= 2 * entries.after_sweep.max(64) {
+            entries.by_digest.retain(|_, weak| weak.strong_count() > 0);
+            entries.after_sweep = entries.by_digest.len();
         }
         shared
     }

@@ -90,6 +90,10 @@ struct Args {
     /// Seconds each profile covers.
     #[arg(long, default_value_t = 20)]
     profile_seconds: u32,
+    /// Seconds to wait once the synced run's figures are taken, before the syncer is stopped, with its
+    /// pid printed: time to look into its heap (`gdb -p PID -batch -ex 'call (void) malloc_stats()'`).
+    #[arg(long, default_value_t = 0)]
+    pause_synced: u64,
 }
 
 /// Records a CPU profile of the apiserver behind `client` over `seconds`, into `path`; a failure is
@@ -1133,6 +1137,14 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     let synced_connections = syncer.connections(super_port);
     sampler.abort();
     let peak_kib = (*peak.lock().expect("lock")).max(syncer.memory_kib("VmHWM:").unwrap_or(0));
+    if args.pause_synced > 0 {
+        progress(&format!(
+            "synced: the syncer (pid {}) has {synced_rss} KiB resident; pausing {} s (--pause-synced)",
+            syncer.process.pid().unwrap_or_default(),
+            args.pause_synced
+        ));
+        tokio::time::sleep(Duration::from_secs(args.pause_synced)).await;
+    }
 
     // 3. Restart with everything synced.
     progress("restart: stopping the first syncer");
