@@ -611,7 +611,7 @@ macro_rules! packed_pod {
             }
 
             fn namespace(&self) -> Option<Cow<'_, str>> {
-                self.metadata.namespace.as_deref().map(Cow::Borrowed)
+                self.metadata.object_namespace().map(Cow::Borrowed)
             }
 
             fn resource_version(&self) -> Option<Cow<'_, str>> {
@@ -642,7 +642,7 @@ macro_rules! packed_pod {
 
             /// Its namespace.
             pub fn namespace(&self) -> Option<String> {
-                self.metadata.namespace.as_deref().map(str::to_owned)
+                self.metadata.object_namespace().map(str::to_owned)
             }
 
             /// Its uid.
@@ -657,7 +657,7 @@ macro_rules! packed_pod {
                     api_version: Some("v1".into()),
                     kind: Some("Pod".into()),
                     name: Some(self.name_any()),
-                    namespace: owned(&self.metadata.namespace),
+                    namespace: self.namespace(),
                     uid: owned(&self.metadata.uid),
                     resource_version: owned(&self.metadata.resource_version),
                     ..Default::default()

@@ -11,6 +11,9 @@
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::{Serialize, Serializer};
+
+use crate::interned::Interned;
 
 /// An object's name and namespace, and its labels and annotations read by key or in key order.
 pub trait Tagged {
@@ -181,6 +184,17 @@ impl PackedPairs {
     }
 }
 
+impl Serialize for PackedPairs {
+    /// As the apiserver's map (for pooling: the objects of one template, or one namespace, have their labels
+    /// alike).
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+crate::pooled!(PackedPairs);
+crate::pooled!(Box<str>);
+
 impl fmt::Debug for PackedPairs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
@@ -189,13 +203,15 @@ impl fmt::Debug for PackedPairs {
 
 /// The metadata a cached record keeps: what identifies the object, its owners, when it was created and
 /// whether it is being deleted, and its labels and annotations packed. Managed fields, finalizers and the
-/// generation are left out: nothing reads them from the cache.
+/// generation are left out: nothing reads them from the cache. The namespace and the labels, which the
+/// objects of one namespace or one template have alike, are kept once for all ([`crate::interned`]); the
+/// annotations are the syncer's per-object identity, and differ.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackedMeta {
     /// Name.
     pub name: Box<str>,
-    /// Namespace.
-    pub namespace: Option<Box<str>>,
+    /// Namespace (pooled).
+    pub namespace: Option<Interned<Box<str>>>,
     /// Uid.
     pub uid: Option<Box<str>>,
     /// Resource version.
@@ -208,8 +224,8 @@ pub struct PackedMeta {
     pub deletion_grace_period_seconds: Option<i64>,
     /// Its owners (without spare room).
     pub owner_references: Option<Box<[OwnerReference]>>,
-    /// Labels.
-    pub labels: PackedPairs,
+    /// Labels (pooled).
+    pub labels: Interned<PackedPairs>,
     /// Annotations.
     pub annotations: PackedPairs,
 }
@@ -218,10 +234,10 @@ impl From<ObjectMeta> for PackedMeta {
     fn from(meta: ObjectMeta) -> Self {
         let boxed = |s: Option<String>| s.map(String::into_boxed_str);
         Self {
-            labels: PackedPairs::from_map(meta.labels.as_ref()),
+            labels: Interned::new(PackedPairs::from_map(meta.labels.as_ref())),
             annotations: PackedPairs::from_map(meta.annotations.as_ref()),
             name: meta.name.unwrap_or_default().into_boxed_str(),
-            namespace: boxed(meta.namespace),
+            namespace: boxed(meta.namespace).map(Interned::new),
             uid: boxed(meta.uid),
             resource_version: boxed(meta.resource_version),
             creation_timestamp: meta.creation_timestamp,
@@ -238,7 +254,7 @@ impl PackedMeta {
         let owned = |s: &Option<Box<str>>| s.as_deref().map(str::to_owned);
         ObjectMeta {
             name: Some(self.name.to_string()),
-            namespace: owned(&self.namespace),
+            namespace: self.object_namespace().map(str::to_owned),
             uid: owned(&self.uid),
             resource_version: owned(&self.resource_version),
             creation_timestamp: self.creation_timestamp.clone(),
@@ -258,7 +274,7 @@ impl Tagged for PackedMeta {
     }
 
     fn object_namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
+        self.namespace.as_deref().map(|namespace| &**namespace)
     }
 
     fn label(&self, key: &str) -> Option<&str> {
@@ -357,5 +373,44 @@ mod tests {
             (meta.owner_references, meta.deletion_grace_period_seconds)
         );
         assert!(back.managed_fields.is_none() && back.finalizers.is_none());
+    }
+
+    #[test]
+    fn objects_alike_share_their_namespace_and_labels_but_not_their_annotations() {
+        let meta = |name: &str, app: &str| {
+            PackedMeta::from(ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default-abc123-vc-shop".into()),
+                labels: Some(map(&[("app", app), ("tenancy.x-k8s.io/vcname", "vc")])),
+                annotations: Some(map(&[("tenancy.x-k8s.io/uid", name)])),
+                ..ObjectMeta::default()
+            })
+        };
+        let (first, second, other) = (meta("a", "web"), meta("b", "web"), meta("c", "db"));
+        assert!(std::ptr::eq::<PackedPairs>(&*first.labels, &*second.labels));
+        assert!(std::ptr::eq::<str>(
+            first.object_namespace().expect("namespace"),
+            second.object_namespace().expect("namespace")
+        ));
+        assert!(!std::ptr::eq::<PackedPairs>(&*first.labels, &*other.labels));
+        assert_eq!(
+            (first.label("app"), second.label("app"), other.label("app")),
+            (Some("web"), Some("web"), Some("db"))
+        );
+        assert_eq!(
+            (
+                first.annotation("tenancy.x-k8s.io/uid"),
+                second.annotation("tenancy.x-k8s.io/uid")
+            ),
+            (Some("a"), Some("b"))
+        );
+        // The syncer's prefix is packed, not lost: a label that differs only there is another label.
+        let unprefixed = PackedMeta::from(ObjectMeta {
+            name: Some("d".into()),
+            labels: Some(map(&[("app", "web"), ("vcname", "vc")])),
+            ..ObjectMeta::default()
+        });
+        assert!(!std::ptr::eq::<PackedPairs>(&*first.labels, &*unprefixed.labels));
+        assert_eq!(unprefixed.label("tenancy.x-k8s.io/vcname"), None);
     }
 }

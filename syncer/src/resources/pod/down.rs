@@ -369,7 +369,7 @@ async fn terminate(
 
 /// Completes a tenant pod's deletion.
 pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &PackedMeta) -> Result<()> {
-    let namespace = meta.namespace.as_deref().unwrap_or_default().to_owned();
+    let namespace = meta.object_namespace().unwrap_or_default().to_owned();
     let name = meta.name.to_string();
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
     let params = DeleteParams {

@@ -21,6 +21,7 @@ use crate::{
     items::{DownItem, Item, Kind, UpItem, kinds},
     slim_store::SlimStore,
     super_stores::{SuperCache, SuperWatch, ours, tenant_key},
+    tags::Tagged,
     tenant::{Tenant, TenantCache, TenantWatch},
 };
 
@@ -30,7 +31,7 @@ impl TenantCache for kinds::Pod {
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
         let on_change = move |pod: &TenantPod, _| {
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let namespace = pod.metadata.object_namespace().unwrap_or_default();
             queue.add(&id, DownItem::new(Kind::Pod, namespace, &pod.metadata.name))
         };
         tenant.watch_converted::<WatchedTenantPod, _, _>(Self::KIND, TenantPod::from, on_change)
