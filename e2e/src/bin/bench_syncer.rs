@@ -971,6 +971,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     wait_attached(&tenancy).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let baseline_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let baseline_anon = syncer.memory_kib("RssAnon:").unwrap_or(0);
     let super_port = port_of(tenancy.super_cluster.apiserver().url());
     let baseline_connections = syncer.connections(super_port);
     let syncer_idle = CpuMeter::start(vec![(
@@ -1134,6 +1135,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     tokio::time::sleep(Duration::from_secs(5)).await;
     syncer.ensure_alive("the figures of the synced run")?;
     let synced_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
+    let synced_anon = syncer.memory_kib("RssAnon:").unwrap_or(0);
     let synced_connections = syncer.connections(super_port);
     sampler.abort();
     let peak_kib = (*peak.lock().expect("lock")).max(syncer.memory_kib("VmHWM:").unwrap_or(0));
@@ -1310,13 +1312,19 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         "syncer RSS: idle {} KiB, with {total} pods synced {} KiB, peak {} KiB",
         baseline_rss, synced_rss, peak_kib
     );
+    // The rest of the RSS is the binary's pages, more of them touched once pods are synced: code, not data.
+    println!(
+        "syncer anonymous RSS (heap and stacks): idle {baseline_anon} KiB, with {total} pods synced {synced_anon} KiB"
+    );
     println!(
         "syncer TCP connections: idle {} to the super apiserver, {} to tenant apiservers; with {total} pods synced {}, {}",
         baseline_connections.0, baseline_connections.1, synced_connections.0, synced_connections.1
     );
+    let per_pod = |idle: u64, synced: u64| (synced.saturating_sub(idle) * 1024) as f64 / total as f64;
     println!(
-        "bytes per synced pod: {:.0} (target <= 4096)",
-        (synced_rss.saturating_sub(baseline_rss) * 1024) as f64 / total as f64
+        "bytes per synced pod: {:.0} (target <= 4096); of anonymous memory: {:.0}",
+        per_pod(baseline_rss, synced_rss),
+        per_pod(baseline_anon, synced_anon)
     );
     println!("== restart with {total} pods synced ==");
     println!("first start ready in {first_ready:.2}s; super writes by the first syncer: {before_restart}");
