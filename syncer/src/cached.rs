@@ -174,8 +174,10 @@ pub struct CachedPodSpec {
 }
 
 impl CachedPodSpec {
-    /// A spec of these parts.
-    pub fn new(node_name: Option<String>, shared: SharedSpec) -> Self {
+    /// A spec of these parts. A node read into `shared` is dropped: the pool would otherwise keep the
+    /// first pod's node for every pod alike (it does not tell entries apart).
+    pub fn new(node_name: Option<String>, mut shared: SharedSpec) -> Self {
+        shared.node_name = None;
         Self {
             node_name,
             shared: Interned::new(shared),

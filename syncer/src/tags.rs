@@ -193,6 +193,7 @@ impl Serialize for PackedPairs {
 }
 
 crate::pooled!(PackedPairs);
+// The namespaces of cached records.
 crate::pooled!(Box<str>);
 
 impl fmt::Debug for PackedPairs {

@@ -102,6 +102,20 @@ fn row(part: &str, heap: Heap) {
     );
 }
 
+/// A record's spec as kept (shared with the other records, all made from one pod), and what it would take
+/// were it shared with none.
+fn spec_rows(count: usize, spec: &str) -> anyhow::Result<()> {
+    row(
+        "  its spec (shared with pods alike)",
+        kept_parsed::<CachedPodSpec>(count, spec)?,
+    );
+    row(
+        "  (its spec's shared part, when no pod is alike)",
+        kept_parsed::<SharedSpec>(count, spec)?,
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let read = |path: &PathBuf| -> anyhow::Result<serde_json::Value> {
@@ -155,14 +169,7 @@ fn main() -> anyhow::Result<()> {
     row("tenant pod record", tenant_record);
     row("  its metadata (packed)", kept(count, packed_meta(&tenant))?);
     row("  (its metadata as an ObjectMeta)", kept(count, meta(&tenant))?);
-    row(
-        "  its spec (shared with pods alike)",
-        kept_parsed::<CachedPodSpec>(count, &tenant_spec)?,
-    );
-    row(
-        "  (its spec's shared part, when no pod is alike)",
-        kept_parsed::<SharedSpec>(count, &tenant_spec)?,
-    );
+    spec_rows(count, &tenant_spec)?;
     row(
         "  its status",
         kept_parsed::<TenantPodStatus>(count, &tenant_status)?,
@@ -173,14 +180,7 @@ fn main() -> anyhow::Result<()> {
         "  (its metadata as an ObjectMeta)",
         kept(count, meta(&super_copy))?,
     );
-    row(
-        "  its spec (shared with pods alike)",
-        kept_parsed::<CachedPodSpec>(count, &super_spec)?,
-    );
-    row(
-        "  (its spec's shared part, when no pod is alike)",
-        kept_parsed::<SharedSpec>(count, &super_spec)?,
-    );
+    spec_rows(count, &super_spec)?;
     row(
         "  its status (compressed)",
         kept(count, || Ok(PackedStatus::new(&super_status)))?,
