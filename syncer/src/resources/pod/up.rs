@@ -236,34 +236,25 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         });
     }
 
-    // The first tokens of a bound pod, before its status: its kubelet is waiting for them.
-    if (bound || tenant_node.is_some()) && tenant_pod.meta().deletion_timestamp.is_none() {
-        match token_secrets::put_bound(ctx, tenant, &tenant_pod, &super_pod).await {
-            Ok(written) => writes += written,
-            Err(error) if error.is_tenant_refusal() => {
-                let message = format!(
-                    "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
-                    error.status_message().unwrap_or_default()
-                );
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
-                ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
-                events::warn(tenant, &tenant_pod.object_ref(&()), REASON_TOKEN_NOT_ISSUED, &message).await;
-                return Ok(Outcome::Waiting {
-                    reason: message,
-                    retry_after: Some(TOKEN_RETRY),
-                });
-            }
-            Err(error) => return Err(error),
+    // The first tokens of a bound pod, and its status: the tokens go to the super cluster (its kubelet is
+    // waiting for them), the status to the tenant, so neither waits for the other.
+    let tokens = async {
+        if (bound || tenant_node.is_some()) && tenant_pod.meta().deletion_timestamp.is_none() {
+            token_secrets::put_bound(ctx, tenant, &tenant_pod, &super_pod).await
+        } else {
+            Ok(0)
         }
-    }
-
-    // An ended pod's phase never changes again: a copy that has not ended (one its node refused, on its way
-    // out) has nothing more to tell.
-    let super_ended = matches!(
-        super_status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    if let Some(super_status) = super_status.filter(|_| super_ended || !has_ended(&tenant_pod)) {
+    };
+    let status = async {
+        // An ended pod's phase never changes again: a copy that has not ended (one its node refused, on its
+        // way out) has nothing more to tell.
+        let super_ended = matches!(
+            super_status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let Some(super_status) = super_status.filter(|_| super_ended || !has_ended(&tenant_pod)) else {
+            return Ok(0);
+        };
         let want = status_from_super(
             super_status,
             &tenant_pod.spec.readiness_gates,
@@ -276,10 +267,30 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         } else {
             &tenant_pod.status
         };
-        if !status_matches(&want, have) {
-            writes += write_status(ctx, tenant, &api, namespace, name, want).await?;
+        if status_matches(&want, have) {
+            return Ok(0);
         }
+        write_status(ctx, tenant, &api, namespace, name, want).await
+    };
+    let (tokens, status) = tokio::join!(tokens, status);
+    match tokens {
+        Ok(written) => writes += written,
+        Err(error) if error.is_tenant_refusal() => {
+            let message = format!(
+                "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
+                error.status_message().unwrap_or_default()
+            );
+            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
+            ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
+            events::warn(tenant, &tenant_pod.object_ref(&()), REASON_TOKEN_NOT_ISSUED, &message).await;
+            return Ok(Outcome::Waiting {
+                reason: message,
+                retry_after: Some(TOKEN_RETRY),
+            });
+        }
+        Err(error) => return Err(error),
     }
+    writes += status?;
     writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;
     Ok(match writes {
         0 => Outcome::InSync,
@@ -431,6 +442,63 @@ mod tests {
 
     const BINDING: &str = "/api/v1/namespaces/shop/pods/web/binding?";
     const POD_STATUS: &str = "/api/v1/namespaces/shop/pods/web/status?&force=true&fieldManager=vc-syncer";
+
+    /// A pod bound and running below: its tokens go to the super cluster while its status goes to the
+    /// tenant, neither waiting for the other (the token Secret write is held until the status arrives).
+    #[tokio::test]
+    async fn tokens_and_status_are_written_at_once() {
+        let (ctx, tenant, mut supers, mut tenants, mut super_caches) = bound_below_with_caches(json!({}));
+        put(
+            &mut super_caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
+                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
+                        "tenancy.x-k8s.io/namespace": "shop",
+                        "tenancy.x-k8s.io/tokens": r#"[{"key":"token"}]"#,
+                        "tenancy.x-k8s.io/token-secret": "shard-0.vc-tokens"}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Running", "podIP": "10.244.1.9",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            })),
+        );
+        let (status_seen_tx, status_seen_rx) = tokio::sync::oneshot::channel();
+        let tenant_script = async {
+            tenants.expect("POST", BINDING).await.respond(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+            let mut status_seen = Some(status_seen_tx);
+            let mut phase = None;
+            for _ in 0..2 {
+                let call = tenants.next().await;
+                if call.uri.starts_with(POD_STATUS) {
+                    phase = call.body["status"]["phase"].as_str().map(str::to_owned);
+                    let _ = status_seen.take().map(|seen| seen.send(()));
+                    call.echo();
+                } else {
+                    assert!(call.uri.starts_with("/api/v1/namespaces/shop/serviceaccounts/default/token?"), "{}", call.uri);
+                    let answer = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                        "spec": call.body["spec"],
+                        "status": {"token": "jwt-web", "expirationTimestamp": "2030-01-01T00:00:00Z"}});
+                    call.ok(answer);
+                }
+            }
+            phase
+        };
+        let super_script = async {
+            let call = supers.next().await;
+            assert!(call.uri.starts_with("/api/v1/namespaces/team-abc123-vc-shop/secrets"), "{}", call.uri);
+            // Answered only once the status write has reached the tenant: a status that waited for the
+            // tokens would never come.
+            status_seen_rx.await.expect("the status was written while the tokens were");
+            call.echo();
+        };
+        let (outcome, phase, ()) = tokio::join!(sync_pod(&ctx, &tenant), tenant_script, super_script);
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 3 });
+        assert_eq!(phase.as_deref(), Some("Running"));
+        supers.idle().await;
+        tenants.idle().await;
+    }
 
     #[tokio::test]
     async fn binding_alone_carries_a_scheduled_status() {
