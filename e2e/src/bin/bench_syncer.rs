@@ -87,6 +87,11 @@ struct Args {
     /// apiservers' profiling endpoints.
     #[arg(long)]
     profile_dir: Option<PathBuf>,
+    /// The syncer's niceness where processes are pinned (the others run at 5): in production the syncer's
+    /// pod has a CPU request of its own, which a shared core's scheduler honours; at 5 it competes
+    /// thread for thread with the tenant control planes beside it.
+    #[arg(long, default_value_t = PINNED_NICENESS, allow_hyphen_values = true)]
+    syncer_nice: i32,
     /// Seconds each profile covers.
     #[arg(long, default_value_t = 20)]
     profile_seconds: u32,
@@ -431,6 +436,29 @@ impl Placement {
     }
 }
 
+/// Seconds that the threads of process `pid` have run on a CPU and waited, runnable, for one
+/// (`/proc/<pid>/task/*/schedstat`): a process whose work lags while it waits for a CPU shows it here.
+fn scheduled_seconds(pid: Option<u32>) -> (f64, f64) {
+    let Some(pid) = pid else {
+        return (f64::NAN, f64::NAN);
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return (f64::NAN, f64::NAN);
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .fold((0.0, 0.0), |(on_cpu, waiting), line| {
+            let mut fields = line
+                .split_whitespace()
+                .map(|f| f.parse::<f64>().unwrap_or(0.0) / 1e9);
+            (
+                on_cpu + fields.next().unwrap_or(0.0),
+                waiting + fields.next().unwrap_or(0.0),
+            )
+        })
+}
+
 /// Thread ids of this process that are not in `except`.
 fn own_threads_except(except: &[u32]) -> Vec<u32> {
     std::fs::read_dir("/proc/self/task")
@@ -465,7 +493,7 @@ impl SyncerProcess {
         dir: &WorkDir,
         name: &str,
         extra_args: &[String],
-        cpus: Option<&str>,
+        pinned: Option<(&str, i32)>,
         log_filter: &str,
     ) -> anyhow::Result<(Self, f64)> {
         let admin_port = free_port()?;
@@ -476,8 +504,8 @@ impl SyncerProcess {
         ];
         args.extend(extra_args.iter().cloned());
         // The syncer reads KUBECONFIG; a small wrapper passes it on, and pins it from its first thread.
-        let pinned = cpus
-            .map(|c| format!("nice -n {PINNED_NICENESS} taskset -c {c} "))
+        let pinned = pinned
+            .map(|(cpus, niceness)| format!("nice -n {niceness} taskset -c {cpus} "))
             .unwrap_or_default();
         let wrapper = dir.write(
             &format!("{name}.sh"),
@@ -981,7 +1009,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         &dir,
         "syncer-1",
         &args.syncer_arg,
-        placement.other_cpus.as_deref(),
+        placement
+            .other_cpus
+            .as_deref()
+            .map(|cpus| (cpus, args.syncer_nice)),
         &args.syncer_log,
     )
     .await?;
@@ -1057,6 +1088,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     let super_requests_before = request_counts(std::slice::from_ref(&super_client)).await;
     let tenant_requests_before = request_counts(&tenant_clients).await;
     let stages_before = syncer.stage_times().await;
+    let scheduled_before = scheduled_seconds(syncer.process.pid());
     let synced_cpu = CpuMeter::start(parts);
     let synced_profile = profile("synced");
     // One tenant apiserver too: the tenants' side is what a synced pod adds.
@@ -1121,6 +1153,7 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     let tenant_running = merged_running();
     let synced = figures(&started, &tenant_running);
     let stages_after = syncer.stage_times().await;
+    let scheduled_after = scheduled_seconds(syncer.process.pid());
     progress("synced pods Running in their tenants; collecting figures");
     for profile in [synced_profile, tenant_profile].into_iter().flatten() {
         finish_profile(profile, args.profile_seconds).await;
@@ -1179,7 +1212,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         &dir,
         "syncer-2",
         &args.syncer_arg,
-        placement.other_cpus.as_deref(),
+        placement
+            .other_cpus
+            .as_deref()
+            .map(|cpus| (cpus, args.syncer_nice)),
         &args.syncer_log,
     )
     .await?;
@@ -1346,6 +1382,18 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         mean_ms(3),
         stages_after[2].1 - stages_before[2].1,
         stages_after[3].1 - stages_before[3].1,
+    );
+    println!(
+        "the syncer's threads over the synced run: {:.1} s on a CPU, {:.1} s runnable but waiting for one{}",
+        scheduled_after.0 - scheduled_before.0,
+        scheduled_after.1 - scheduled_before.1,
+        match placement.other_cpus {
+            Some(_) => format!(
+                " (niceness {}; the tenant side's other processes 5)",
+                args.syncer_nice
+            ),
+            None => String::new(),
+        },
     );
     println!("== memory ==");
     println!(
