@@ -211,8 +211,11 @@ pub struct SyncerArgs {
     /// Workers syncing tenant objects down.
     #[arg(long, default_value_t = 32)]
     pub downward_workers: usize,
-    /// Workers syncing status up.
-    #[arg(long, default_value_t = 32)]
+    /// Workers syncing status up. Many, because an upward sync waits on the tenant's own apiserver (a
+    /// binding, a TokenRequest, a status write, about half a second each when its core is busy) and each
+    /// tenant may hold only its share of them; they are tasks, not threads. 32 left a 10-tenant burst's
+    /// status 12–21 s behind in the queue (docs/syncer.md, Performance).
+    #[arg(long, default_value_t = 256)]
     pub upward_workers: usize,
     /// Super-cluster writes in flight at once, shared among tenants by weight: a burst then waits in the
     /// syncer, where other tenants' writes overtake it, rather than in the super apiserver's queue. `0`
@@ -625,7 +628,7 @@ impl Default for SyncerConfig {
             tenant_health_period: Duration::from_secs(30),
             tenant_http2: true,
             downward_workers: 32,
-            upward_workers: 32,
+            upward_workers: 256,
             super_write_slots: DEFAULT_SUPER_WRITE_SLOTS,
             sync_ingresses: false,
             sync_disruption_budgets: true,
