@@ -340,13 +340,26 @@ mod tests {
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
     fn super_copy(status: serde_json::Value) -> crate::cached::SuperPod {
-        from_json(json!({
+        from_json(super_copy_json(status))
+    }
+
+    fn super_copy_json(status: serde_json::Value) -> serde_json::Value {
+        json!({
             "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
                 "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
                     "tenancy.x-k8s.io/namespace": "shop"}},
             "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
             "status": status
-        }))
+        })
+    }
+
+    /// [`super_copy`] naming a token its pod needs and the shard that holds it.
+    fn with_tokens(status: serde_json::Value) -> crate::cached::SuperPod {
+        let mut copy = super_copy_json(status);
+        let annotations = &mut copy["metadata"]["annotations"];
+        annotations["tenancy.x-k8s.io/tokens"] = json!(r#"[{"key":"token"}]"#);
+        annotations["tenancy.x-k8s.io/token-secret"] = json!("shard-0.vc-tokens");
+        from_json(copy)
     }
 
     /// A tenant pod on no node yet and its super copy, bound to `node-1` (a vNode the tenant already has),
@@ -397,15 +410,7 @@ mod tests {
         }));
         put(
             &mut super_caches.pods,
-            from_json(json!({
-                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
-                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
-                        "tenancy.x-k8s.io/namespace": "shop",
-                        "tenancy.x-k8s.io/tokens": r#"[{"key":"token"}]"#,
-                        "tenancy.x-k8s.io/token-secret": "shard-0.vc-tokens"}},
-                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
-                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-            })),
+            with_tokens(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})),
         );
         let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
             tenants.expect("POST", BINDING).await.respond(
@@ -450,16 +455,8 @@ mod tests {
         let (ctx, tenant, mut supers, mut tenants, mut super_caches) = bound_below_with_caches(json!({}));
         put(
             &mut super_caches.pods,
-            from_json(json!({
-                "metadata": {"name": "web", "namespace": "team-abc123-vc-shop", "uid": "super-pod-uid",
-                    "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/uid": "pod-uid",
-                        "tenancy.x-k8s.io/namespace": "shop",
-                        "tenancy.x-k8s.io/tokens": r#"[{"key":"token"}]"#,
-                        "tenancy.x-k8s.io/token-secret": "shard-0.vc-tokens"}},
-                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
-                "status": {"phase": "Running", "podIP": "10.244.1.9",
-                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
-            })),
+            with_tokens(json!({"phase": "Running", "podIP": "10.244.1.9",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]})),
         );
         let (status_seen_tx, status_seen_rx) = tokio::sync::oneshot::channel();
         let tenant_script = async {
