@@ -24,6 +24,7 @@ mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;
 mod pause;
+mod platform;
 mod pod_updates;
 mod real_nodes;
 mod sandbox;

@@ -26,7 +26,7 @@ pub(crate) const NEEDS: &[Binary] = &[
 /// A kubectl command for `kubeconfig`, with its discovery cache beside the kubeconfig: the default one
 /// under `~/.kube/cache` is keyed by host and port, and native tenants of earlier runs had the same
 /// cluster IPs.
-fn kubectl_command(kubeconfig: &Path) -> anyhow::Result<tokio::process::Command> {
+pub(crate) fn kubectl_command(kubeconfig: &Path) -> anyhow::Result<tokio::process::Command> {
     let mut command = tokio::process::Command::new(local_cluster::locate(Binary::Kubectl)?);
     command
         .arg(format!("--kubeconfig={}", kubeconfig.display()))

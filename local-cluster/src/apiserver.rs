@@ -23,6 +23,13 @@ pub struct ApiServerOptions {
     pub kubelet_ca: Option<String>,
     /// More flags, appended last.
     pub extra_args: Vec<String>,
+    /// Serve on every address and advertise the real nodes' host address
+    /// ([`crate::realnodes::host::HOST_IP`]), so that kubelets and pods in the nodes' network namespaces
+    /// reach it: the super cluster of real nodes, and tenant masters whose syncer runs as a pod.
+    pub reachable_from_nodes: bool,
+    /// Keep an audit log of every request that writes (its metadata: who, what, which object, the answer),
+    /// read with [`ApiServer::audit_events`].
+    pub audit: bool,
 }
 
 impl ApiServerOptions {
@@ -34,6 +41,8 @@ impl ApiServerOptions {
             kubelet_client: None,
             kubelet_ca: None,
             extra_args: Vec::new(),
+            reachable_from_nodes: false,
+            audit: false,
         }
     }
 }
@@ -42,6 +51,9 @@ impl ApiServerOptions {
 pub struct ApiServer {
     process: ManagedProcess,
     url: String,
+    port: u16,
+    reachable_from_nodes: bool,
+    service_cidr: String,
     ca: CertificateAuthority,
     admin: CertifiedKey,
     kubeconfig_path: PathBuf,
@@ -80,6 +92,9 @@ impl ApiServer {
         if let Some(ip) = &first_service_ip {
             serving_names.push(ip);
         }
+        if options.reachable_from_nodes {
+            serving_names.push(crate::realnodes::host::HOST_IP);
+        }
         let serving = ca.issue("kube-apiserver", &[], &serving_names, Usage::Server)?;
         let admin = ca.issue("e2e-admin", &["system:masters"], &[], Usage::Client)?;
         let kubelet_client = match &options.kubelet_client {
@@ -109,8 +124,14 @@ impl ApiServer {
         let mut args = vec![
             format!("--etcd-servers={}", etcd.client_url()),
             format!("--etcd-prefix=/{}", options.name),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
+            match options.reachable_from_nodes {
+                true => "--bind-address=0.0.0.0".to_owned(),
+                false => "--bind-address=127.0.0.1".to_owned(),
+            },
+            match options.reachable_from_nodes {
+                true => format!("--advertise-address={}", crate::realnodes::host::HOST_IP),
+                false => "--advertise-address=127.0.0.1".to_owned(),
+            },
             format!("--secure-port={port}"),
             format!("--tls-cert-file={}", serving_cert.display()),
             format!("--tls-private-key-file={}", serving_key.display()),
@@ -128,6 +149,12 @@ impl ApiServer {
             "--profiling=false".to_owned(),
             "--v=1".to_owned(),
         ];
+        if options.audit {
+            let policy = dir.write("audit-policy.yaml", AUDIT_POLICY)?;
+            args.push(format!("--audit-policy-file={}", policy.display()));
+            args.push(format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()));
+            args.push("--audit-log-format=json".to_owned());
+        }
         args.extend(options.extra_args.iter().cloned());
 
         let kubeconfig_path = dir.write(
@@ -144,6 +171,9 @@ impl ApiServer {
         let mut server = Self {
             process,
             url,
+            port,
+            reachable_from_nodes: options.reachable_from_nodes,
+            service_cidr: options.service_cidr.clone(),
             ca,
             admin,
             kubeconfig_path,
@@ -192,6 +222,30 @@ impl ApiServer {
         &self.url
     }
 
+    /// Where the nodes and their pods reach this apiserver: `https://<host address>:<port>` when it was
+    /// started [`reachable_from_nodes`](ApiServerOptions::reachable_from_nodes), else [`Self::url`].
+    pub fn node_url(&self) -> String {
+        match self.reachable_from_nodes {
+            true => format!("https://{}:{}", crate::realnodes::host::HOST_IP, self.port),
+            false => self.url.clone(),
+        }
+    }
+
+    /// Whether the nodes and their pods reach it ([`ApiServerOptions::reachable_from_nodes`]).
+    pub fn is_reachable_from_nodes(&self) -> bool {
+        self.reachable_from_nodes
+    }
+
+    /// Its `--service-cluster-ip-range`.
+    pub fn service_cidr(&self) -> &str {
+        &self.service_cidr
+    }
+
+    /// The admin kubeconfig with [`Self::node_url`], for clients in the nodes' pods.
+    pub fn node_admin_kubeconfig(&self) -> String {
+        kubeconfig_yaml("admin", &self.node_url(), self.ca.cert_pem(), &self.admin)
+    }
+
     /// The CA that signed the serving certificate and every client certificate, PEM.
     pub fn ca(&self) -> &CertificateAuthority {
         &self.ca
@@ -223,6 +277,23 @@ impl ApiServer {
         self.dir.write(name, contents)
     }
 
+    /// Every write in the audit log so far, oldest first (empty without
+    /// [`ApiServerOptions::audit`]).
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>> {
+        let path = self.dir.join(AUDIT_LOG);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => {
+                return Err(crate::Error::Io {
+                    context: format!("reading {}", path.display()),
+                    source: error,
+                });
+            }
+        };
+        Ok(text.lines().filter_map(AuditEvent::parse).collect())
+    }
+
     /// The process, for logs.
     pub fn process(&self) -> &ManagedProcess {
         &self.process
@@ -231,6 +302,70 @@ impl ApiServer {
     /// The folder holding certificates, keys and logs.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
+    }
+}
+
+/// What the audit log keeps: the metadata of every write, once its answer is sent.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted, Panic]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
+
+/// The audit log's file in the apiserver's folder.
+const AUDIT_LOG: &str = "audit.log";
+
+/// One write the apiserver answered, from its audit log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// The user who asked.
+    pub user: String,
+    /// The client's User-Agent.
+    pub user_agent: String,
+    /// Resource (`pods`), subresource (`status`, or empty), namespace and name of the object.
+    pub resource: String,
+    /// See [`Self::resource`].
+    pub subresource: String,
+    /// See [`Self::resource`].
+    pub namespace: String,
+    /// See [`Self::resource`].
+    pub name: String,
+    /// The answer's HTTP status.
+    pub code: u16,
+    /// When the request arrived (RFC 3339, microseconds).
+    pub received: String,
+}
+
+impl AuditEvent {
+    /// Parses one line of the JSON audit log; `None` for lines that are not a completed request.
+    pub fn parse(line: &str) -> Option<Self> {
+        let event: serde_json::Value = serde_json::from_str(line).ok()?;
+        if event["stage"] != "ResponseComplete" {
+            return None;
+        }
+        let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+        let object = &event["objectRef"];
+        Some(Self {
+            verb: text(&event["verb"]),
+            user: text(&event["user"]["username"]),
+            user_agent: text(&event["userAgent"]),
+            resource: text(&object["resource"]),
+            subresource: text(&object["subresource"]),
+            namespace: text(&object["namespace"]),
+            name: text(&object["name"]),
+            code: event["responseStatus"]["code"].as_u64().unwrap_or_default() as u16,
+            received: text(&event["requestReceivedTimestamp"]),
+        })
+    }
+
+    /// Whether the write changed something: answered with a success.
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code)
     }
 }
 
@@ -254,6 +389,34 @@ pub(crate) async fn readyz(client: &Client) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_lines_parse() {
+        let line = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"x","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/a/pods/p/status","verb":"patch","user":{"username":"system:serviceaccount:vc-system:vc-syncer","groups":["system:serviceaccounts"]},"userAgent":"syncer/0.1.0","objectRef":{"resource":"pods","namespace":"a","name":"p","apiVersion":"v1","subresource":"status"},"responseStatus":{"metadata":{},"code":200},"requestReceivedTimestamp":"2026-11-29T00:00:00.000000Z"}"#;
+        let event = AuditEvent::parse(line).expect("parsed");
+        assert_eq!(
+            event,
+            AuditEvent {
+                verb: "patch".into(),
+                user: "system:serviceaccount:vc-system:vc-syncer".into(),
+                user_agent: "syncer/0.1.0".into(),
+                resource: "pods".into(),
+                subresource: "status".into(),
+                namespace: "a".into(),
+                name: "p".into(),
+                code: 200,
+                received: "2026-11-29T00:00:00.000000Z".into(),
+            }
+        );
+        assert!(event.succeeded());
+        assert!(AuditEvent::parse(&line.replace("ResponseComplete", "RequestReceived")).is_none());
+        assert!(AuditEvent::parse("not json").is_none());
+    }
 }
 
 /// The first address of a service range, which the apiserver takes for the `kubernetes` Service.

@@ -59,11 +59,12 @@ impl ControlPlaneOptions {
         self
     }
 
-    /// Options for a super cluster whose nodes are real ([`crate::RealNodes`]): a scheduler, the
-    /// hostpath provisioner, and NodeRestriction.
+    /// Options for a super cluster whose nodes are real ([`crate::RealNodes`]): reachable from the nodes'
+    /// network namespaces, a scheduler, the hostpath provisioner, and NodeRestriction.
     #[must_use]
     pub fn with_real_nodes(mut self) -> Self {
         self.scheduler = true;
+        self.apiserver.reachable_from_nodes = true;
         self.controller_manager_args.extend(
             crate::realnodes::CONTROLLER_MANAGER_ARGS
                 .iter()

@@ -34,6 +34,7 @@ pub mod http_client;
 mod kubeconfig;
 pub mod nodes;
 pub mod pki;
+pub mod platform;
 mod ports;
 mod process;
 pub mod realnodes;
@@ -44,7 +45,7 @@ pub mod turns;
 pub mod wait;
 mod workdir;
 
-pub use apiserver::{ApiServer, ApiServerOptions};
+pub use apiserver::{ApiServer, ApiServerOptions, AuditEvent};
 pub use binaries::{Binary, locate, require};
 pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};

@@ -46,7 +46,7 @@ use crate::{
 pub const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];
 
 /// How long a tenant may take from its first process to Running and synced.
-const TENANT_PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const TENANT_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Which nodes the super cluster has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,24 +234,44 @@ struct AgentPki {
 }
 
 /// Where the sandbox's files are.
-enum Files {
+/// Where the kubeconfigs go: a temporary folder, or one the user chose (kept).
+pub(crate) enum Files {
     Temporary(WorkDir),
     Chosen(PathBuf),
 }
 
 impl Files {
-    fn path(&self) -> &Path {
+    /// A chosen folder (created when missing), or a temporary one.
+    pub(crate) fn new(dir: Option<&Path>) -> Result<Self> {
+        match dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+                Ok(Self::Chosen(dir.to_path_buf()))
+            }
+            None => Ok(Self::Temporary(WorkDir::new("sandbox")?)),
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
         match self {
             Self::Temporary(dir) => dir.path(),
             Self::Chosen(path) => path,
         }
     }
 
-    fn write(&self, name: &str, contents: &str) -> Result<PathBuf> {
+    pub(crate) fn write(&self, name: &str, contents: &str) -> Result<PathBuf> {
         let path = self.path().join(name);
         std::fs::write(&path, contents).map_err(Error::io(format!("writing {}", path.display())))?;
         Ok(path)
     }
+}
+
+/// The host's address towards the real nodes ([`crate::realnodes::host::HOST_IP`]).
+fn host_ip() -> Result<std::net::IpAddr> {
+    crate::realnodes::host::HOST_IP.parse().map_err(|e| Error::Io {
+        context: "the host's address towards the nodes".into(),
+        source: std::io::Error::other(e),
+    })
 }
 
 /// Namespace and name of the super cluster's Service in front of vc-dns, which the syncer points tenant
@@ -261,9 +281,9 @@ pub const DNS_SERVICE_NAMESPACE: &str = "default";
 pub const DNS_SERVICE_NAME: &str = "vc-dns";
 
 /// vc-dns running in this process, behind Service `default/vc-dns`, with a stand-in upstream on loopback
-/// (no query leaves the machine; public names do not exist). On real nodes it listens on node 0's bridge
-/// address and the Service's endpoint is that address, so pods on every node reach it through kube-proxy
-/// with their own source address, as in a cluster.
+/// (no query leaves the machine; public names do not exist). On real nodes it listens on the host's
+/// address towards the nodes and the Service's endpoint is that address, so pods on every node reach it
+/// through kube-proxy with their own source address, as in a cluster.
 struct TenantDns {
     dns: vc_dns::Dns,
     _upstream: crate::dns::FakeUpstream,
@@ -274,13 +294,7 @@ impl TenantDns {
         let upstream = crate::dns::FakeUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), &[]).await?;
         let mut settings = vc_dns::Settings::local(vec![upstream.address()]);
         if real_nodes {
-            let ip: std::net::IpAddr = crate::realnodes::host::node_ip(0)
-                .parse()
-                .map_err(|e| Error::Io {
-                    context: "node 0's address".into(),
-                    source: std::io::Error::other(e),
-                })?;
-            settings.listen_address = SocketAddr::new(ip, crate::free_port()?);
+            settings.listen_address = SocketAddr::new(host_ip()?, crate::free_port()?);
         }
         let component = |source: vc_dns::Error| Error::Component {
             component: "vc-dns",
@@ -362,13 +376,7 @@ impl Sandbox {
     /// Starts the super cluster, the three components, and the tenants in `options`; returns once every
     /// tenant is Running and synced.
     pub async fn start(options: SandboxOptions) -> Result<Self> {
-        let files = match &options.dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
-                Files::Chosen(dir.clone())
-            }
-            None => Files::Temporary(WorkDir::new("sandbox")?),
-        };
+        let files = Files::new(options.dir.as_deref())?;
         let private = WorkDir::new("sandbox-pki")?;
         let pki = AgentPki {
             serving_ca: CertificateAuthority::new("vn-agent serving CA")?,
@@ -561,54 +569,16 @@ impl Sandbox {
     /// platform guide tells an operator to), and waits until it is Running and synced. Returns the path
     /// of its admin kubeconfig.
     pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<PathBuf> {
-        let key = self.tenancy.add_tenant(name, spec).await?.cluster_key.clone();
-        let secrets: Api<Secret> = Api::namespaced(self.super_client(), &key);
-        let secret = wait::until(
-            TENANT_PATIENCE,
-            &format!("vc-manager's {SECRET_KUBELET_CLIENT} Secret for tenant {name}"),
-            || {
-                let secrets = secrets.clone();
-                async move { secrets.get_opt(SECRET_KUBELET_CLIENT).await.ok().flatten() }
-            },
-        )
-        .await?;
-        let certificate = CertifiedKey {
-            cert_pem: secret_text(&secret, "tls.crt")?,
-            key_pem: secret_text(&secret, "tls.key")?,
-        };
-        let tenant = self.tenancy.tenant_mut(name);
-        tenant
-            .control_plane
-            .apiserver_mut()
-            .restart_with_kubelet_client(&certificate)
-            .await?;
-        let kubeconfig = tenant.control_plane.apiserver().admin_kubeconfig();
-        let client_ca = tenant.control_plane.apiserver().ca();
-        // Also as the platform guide describes: the adopted apiserver's client CA, so that
-        // `kubectl vc kubeconfig --user` can mint per-user certificates.
-        let handover = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(SECRET_ADOPTED_CLIENT_CA.to_owned()),
-                namespace: Some(key.clone()),
-                ..Default::default()
-            },
-            type_: Some("kubernetes.io/tls".to_owned()),
-            string_data: Some(
-                [
-                    ("tls.crt".to_owned(), client_ca.cert_pem().to_owned()),
-                    ("tls.key".to_owned(), client_ca.key_pem().to_owned()),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        };
-        secrets
-            .create(&PostParams::default(), &handover)
-            .await
-            .map_err(Error::kube(format!(
-                "handing over the client CA of tenant {name}"
-            )))?;
+        self.tenancy.add_tenant(name, spec).await?;
+        let super_client = self.super_client();
+        hand_over_kubelet_client(&super_client, self.tenancy.tenant_mut(name)).await?;
         self.wait_tenant_ready(name).await?;
+        let kubeconfig = self
+            .tenancy
+            .tenant(name)
+            .control_plane
+            .apiserver()
+            .admin_kubeconfig();
         let path = self.files.write(&format!("{name}.kubeconfig"), &kubeconfig)?;
         self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());
         Ok(path)
@@ -616,29 +586,11 @@ impl Sandbox {
 
     /// Waits until VirtualCluster `default/<name>` is Running and the syncer reports it synced.
     async fn wait_tenant_ready(&self, name: &str) -> Result<()> {
-        self.wait_tenant_ready_for(name, TENANT_PATIENCE).await
+        wait_tenant_ready(&self.super_client(), name, TENANT_PATIENCE).await
     }
 
     async fn wait_tenant_ready_for(&self, name: &str, patience: Duration) -> Result<()> {
-        let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
-        wait::until(
-            patience,
-            &format!("VirtualCluster {name} Running and {CONDITION_TENANT_SYNCED}"),
-            || {
-                let api = api.clone();
-                async move {
-                    let vc = api.get_opt(name).await.ok().flatten()?;
-                    let synced = vc
-                        .status
-                        .as_ref()?
-                        .conditions
-                        .iter()
-                        .any(|c| c.type_ == CONDITION_TENANT_SYNCED && c.status == "True");
-                    (vc.phase() == Some(ClusterPhase::Running) && synced).then_some(())
-                }
-            },
-        )
-        .await
+        wait_tenant_ready(&self.super_client(), name, patience).await
     }
 
     /// A cluster-admin client of the super cluster.
@@ -710,6 +662,83 @@ impl Sandbox {
     }
 }
 
+/// What the platform guide tells an operator to do for an adopted tenant: restart its apiserver with the
+/// kubelet-client certificate vc-manager issued (its identity towards vn-agent), and hand its client CA over
+/// to `kubectl vc` (Secret [`SECRET_ADOPTED_CLIENT_CA`] in the tenant's root namespace), so that `kubectl vc
+/// kubeconfig --user` can mint per-user certificates.
+pub(crate) async fn hand_over_kubelet_client(
+    super_client: &Client,
+    tenant: &mut crate::tenancy::TenantMaster,
+) -> Result<()> {
+    let name = tenant.name.clone();
+    let secrets: Api<Secret> = Api::namespaced(super_client.clone(), &tenant.cluster_key);
+    let secret = wait::until(
+        TENANT_PATIENCE,
+        &format!("vc-manager's {SECRET_KUBELET_CLIENT} Secret for tenant {name}"),
+        || {
+            let secrets = secrets.clone();
+            async move { secrets.get_opt(SECRET_KUBELET_CLIENT).await.ok().flatten() }
+        },
+    )
+    .await?;
+    let certificate = CertifiedKey {
+        cert_pem: secret_text(&secret, "tls.crt")?,
+        key_pem: secret_text(&secret, "tls.key")?,
+    };
+    tenant
+        .control_plane
+        .apiserver_mut()
+        .restart_with_kubelet_client(&certificate)
+        .await?;
+    let client_ca = tenant.control_plane.apiserver().ca();
+    let handover = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(SECRET_ADOPTED_CLIENT_CA.to_owned()),
+            namespace: Some(tenant.cluster_key.clone()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        string_data: Some(
+            [
+                ("tls.crt".to_owned(), client_ca.cert_pem().to_owned()),
+                ("tls.key".to_owned(), client_ca.key_pem().to_owned()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &handover)
+        .await
+        .map_err(Error::kube(format!(
+            "handing over the client CA of tenant {name}"
+        )))?;
+    Ok(())
+}
+
+/// Waits until VirtualCluster `default/<name>` is Running and the syncer reports it synced.
+pub(crate) async fn wait_tenant_ready(client: &Client, name: &str, patience: Duration) -> Result<()> {
+    let api: Api<VirtualCluster> = Api::namespaced(client.clone(), VC_NAMESPACE);
+    wait::until(
+        patience,
+        &format!("VirtualCluster {name} Running and {CONDITION_TENANT_SYNCED}"),
+        || {
+            let api = api.clone();
+            async move {
+                let vc = api.get_opt(name).await.ok().flatten()?;
+                let synced = vc
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == CONDITION_TENANT_SYNCED && c.status == "True");
+                (vc.phase() == Some(ClusterPhase::Running) && synced).then_some(())
+            }
+        },
+    )
+    .await
+}
+
 fn secret_text(secret: &Secret, key: &str) -> Result<String> {
     let bytes = secret
         .data
@@ -729,7 +758,9 @@ fn secret_text(secret: &Secret, key: &str) -> Result<String> {
 const VN_AGENT_USER: &str = "vn-agent";
 
 /// vn-agent in the kubelet backend mode: one serving every simulated node on a free loopback port, or one
-/// per real node on that node's address, as the chart's DaemonSet runs it, all on the same port.
+/// per real node answering on that node's address, all on the same port, as the chart's DaemonSet runs
+/// it: each listens on a port of the host's address towards the nodes, and its node forwards the vNode's
+/// port there ([`crate::RealNodes::forward_to_host`]).
 async fn start_vn_agents(
     tenancy: &Tenancy,
     super_client: Client,
@@ -742,18 +773,19 @@ async fn start_vn_agents(
     let targets: Vec<(String, String, NodeScope)> = match tenancy.nodes.real() {
         Some(real) => {
             let port = free_port()?;
-            real.nodes()
-                .iter()
-                .map(|node| {
-                    names.push(node.ip());
-                    names.push(node.name().to_owned());
-                    (
-                        format!("{}:{port}", node.ip()),
-                        format!("https://{}:{}", node.ip(), crate::realnodes::KUBELET_PORT),
-                        NodeScope::Named(vec![node.name().to_owned()]),
-                    )
-                })
-                .collect()
+            let mut targets = Vec::new();
+            for node in real.nodes() {
+                names.push(node.ip());
+                names.push(node.name().to_owned());
+                let listen = SocketAddr::new(host_ip()?, free_port()?);
+                real.forward_to_host(node.index(), port, listen)?;
+                targets.push((
+                    listen.to_string(),
+                    format!("https://{}:{}", node.ip(), crate::realnodes::KUBELET_PORT),
+                    NodeScope::Named(vec![node.name().to_owned()]),
+                ));
+            }
+            targets
         }
         None => {
             let kubelet = tenancy.nodes.kubelet().ok_or_else(|| Error::Component {
@@ -848,7 +880,7 @@ pub const CLUSTER_VERSION: &str = "cv-sandbox";
 
 /// How long a native tenant may take to boot on real nodes (images pulled, etcd, apiserver, controller-
 /// manager started one after the other).
-const NATIVE_PATIENCE: Duration = Duration::from_secs(300);
+pub(crate) const NATIVE_PATIENCE: Duration = Duration::from_secs(300);
 
 /// The `examples/` ClusterIP ClusterVersion, renamed, with the control-plane images the real nodes'
 /// registry serves (built from the harness's binaries and tagged with their versions).
@@ -898,7 +930,7 @@ fn replace_image(text: &str, prefix: &str, built: &str) -> String {
 
 /// A native tenant's admin kubeconfig (vc-manager's Secret) with its server replaced by the apiserver
 /// Service's cluster IP, which is in the apiserver's certificate and reachable from this machine.
-async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<String> {
+pub(crate) async fn native_kubeconfig(client: &Client, root_namespace: &str) -> Result<String> {
     use crds::wellknown::SECRET_ADMIN_KUBECONFIG;
     let secret = Api::<Secret>::namespaced(client.clone(), root_namespace)
         .get(SECRET_ADMIN_KUBECONFIG)

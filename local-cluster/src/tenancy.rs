@@ -33,6 +33,8 @@ pub struct TenancyOptions {
     pub tenant_controllers: Option<String>,
     /// Extra flags for every apiserver (super and tenants).
     pub apiserver_args: Vec<String>,
+    /// Keep the super apiserver's audit log of writes ([`crate::ApiServer::audit_events`]).
+    pub super_audit: bool,
     /// CA (PEM) the tenant apiservers verify kubelet serving certificates against: vn-agent's, when
     /// vNodes lead to a real vn-agent (default: each apiserver's own CA).
     pub tenant_kubelet_ca: Option<String>,
@@ -68,6 +70,7 @@ impl Default for TenancyOptions {
             super_controller_manager: true,
             tenant_controllers: None,
             apiserver_args: Vec::new(),
+            super_audit: false,
             tenant_kubelet_ca: None,
             kubelet_client_cas: Vec::new(),
             real_nodes: false,
@@ -177,6 +180,7 @@ impl Tenancy {
         if options.real_nodes {
             super_options = super_options.with_real_nodes();
         }
+        super_options.apiserver.audit = options.super_audit;
         let super_cluster = ControlPlane::start_on(etcd.clone(), super_options).await?;
         install_crds(&super_cluster.client()).await?;
         let nodes = match options.real_nodes {
@@ -244,6 +248,17 @@ impl Tenancy {
     /// Starts another tenant master and registers it as an adopted VirtualCluster with `spec` (its
     /// `kubeconfigSecretRef` is filled in).
     pub async fn add_tenant(&mut self, name: &str, spec: VirtualClusterSpec) -> Result<&TenantMaster> {
+        let control_plane = self.start_master(name).await?;
+        let virtual_cluster = self
+            .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)
+            .await?;
+        self.push_tenant(name, control_plane, virtual_cluster)
+    }
+
+    /// Starts a tenant master called `name` (apiserver and, unless turned off, controller-manager) on the
+    /// tenants' etcd; with real nodes it serves on the host's address towards them too, for a syncer that
+    /// runs as a pod. It is not registered: see [`Self::register`] and [`Self::push_tenant`].
+    pub async fn start_master(&self, name: &str) -> Result<ControlPlane> {
         let mut options = match self.options.tenant_controller_managers {
             true => {
                 let mut options = ControlPlaneOptions::tenant(name);
@@ -263,11 +278,18 @@ impl Tenancy {
             .extra_args
             .extend(self.options.apiserver_args.iter().cloned());
         options.apiserver.kubelet_ca = self.options.tenant_kubelet_ca.clone();
+        options.apiserver.reachable_from_nodes = self.options.real_nodes;
         let etcd = self.tenant_etcd.as_ref().unwrap_or(&self.etcd).clone();
-        let control_plane = ControlPlane::start_on(etcd, options).await?;
-        let virtual_cluster = self
-            .register(name, &control_plane.apiserver().admin_kubeconfig(), spec)
-            .await?;
+        ControlPlane::start_on(etcd, options).await
+    }
+
+    /// Keeps a tenant master registered as `virtual_cluster` (created with a uid) among the tenants.
+    pub fn push_tenant(
+        &mut self,
+        name: &str,
+        control_plane: ControlPlane,
+        virtual_cluster: VirtualCluster,
+    ) -> Result<&TenantMaster> {
         let cluster_key =
             crds::naming::cluster_key_of(&virtual_cluster).ok_or_else(|| Error::Kubeconfig {
                 context: format!("VirtualCluster {name} has no uid"),

@@ -1,11 +1,16 @@
 //! What real nodes change on the host, and how it is all undone: bridges, forwarding, iptables rules,
 //! mounts, containers and processes.
 //!
-//! Every node shares the host's network namespace (so the test process, the apiservers on loopback and the
-//! nodes' kubelets see each other), each with a bridge of its own (`vcbr<N>`, `10.244.<N>.1/24`) whose
-//! gateway address is the node's InternalIP: pods reach it, the host owns it, and traffic between bridges
-//! is routed by the host. Nothing of the pods' traffic may leave the machine: a FORWARD rule rejects
-//! anything from a bridge to any other interface.
+//! Every node has a network namespace of its own (`vc-e2e-node<N>`), as a machine of its own would: its
+//! address `10.243.0.<N+10>` on `eth0`, one end of a veth pair whose other end hangs on the host's bridge
+//! `vcbr-host` (`10.243.0.1/24`, the host's address towards the nodes, where the apiservers, the image
+//! registry and the super cluster's DNS answer), its own iptables (its own kube-proxy), its own ports (a
+//! host-network pod binds them on that node alone) and its pod bridge `cni0` (`10.244.<N>.1/24`). The host
+//! routes each node's pod subnet to the node, and the super cluster's service range to node 0, whose
+//! kube-proxy masquerades what comes from outside the pod range, so that the test process and the
+//! apiservers reach pods, nodes and cluster IPs as a machine on the nodes' network would. Nothing of the
+//! nodes' traffic may leave the machine: a FORWARD rule rejects anything from the bridge to any other
+//! interface.
 //!
 //! Teardown never relies on the processes' goodwill: containers are killed and deleted through runc's state,
 //! shims and daemons by their command lines, mounts below the harness's folders detached, and rules found
@@ -21,6 +26,17 @@ use crate::{Error, Result};
 
 /// Prefix of the bridges' names (at most 15 characters in all).
 pub const BRIDGE_PREFIX: &str = "vcbr";
+/// The host's bridge, which every node's veth joins.
+pub const HOST_BRIDGE: &str = "vcbr-host";
+/// The host's address on [`HOST_BRIDGE`]: what nodes and pods reach the apiservers, the registry and the
+/// super cluster's DNS at.
+pub const HOST_IP: &str = "10.243.0.1";
+/// Prefix of the nodes' network namespaces (`ip netns`).
+pub const NETNS_PREFIX: &str = "vc-e2e-node";
+/// Prefix of the host ends of the nodes' veth pairs.
+const VETH_PREFIX: &str = "vcv";
+/// The pod bridge inside each node's network namespace.
+pub const POD_BRIDGE: &str = "cni0";
 /// Name of the CNI network, found in the comments of the rules the CNI plugins add.
 pub const CNI_NETWORK: &str = "vc-e2e";
 /// Comment on the harness's own iptables rules.
@@ -30,19 +46,29 @@ pub const POD_CIDR: &str = "10.244.0.0/16";
 /// Marker in the folder names of real nodes (`vc-e2e-<pid>-realnode-...`), for the sweep.
 pub const FOLDER_MARK: &str = "-realnode-";
 
-/// The gateway (and node) address of node `index`.
+/// The address of node `index` (its InternalIP, on its `eth0`).
 pub fn node_ip(index: usize) -> String {
+    format!("10.243.0.{}", index + 10)
+}
+
+/// The gateway of node `index`'s pods (on its pod bridge).
+pub fn pod_gateway(index: usize) -> String {
     format!("10.244.{index}.1")
+}
+
+/// The network namespace of node `index`.
+pub fn netns(index: usize) -> String {
+    format!("{NETNS_PREFIX}{index}")
+}
+
+/// Where `ip netns` keeps node `index`'s network namespace, for `nsenter --net=`.
+pub fn netns_path(index: usize) -> PathBuf {
+    PathBuf::from("/run/netns").join(netns(index))
 }
 
 /// The pod subnet of node `index`.
 pub fn node_subnet(index: usize) -> String {
     format!("10.244.{index}.0/24")
-}
-
-/// The bridge of node `index`.
-pub fn bridge(index: usize) -> String {
-    format!("{BRIDGE_PREFIX}{index}")
 }
 
 /// Runs a command and fails with its stderr when it fails.
@@ -94,23 +120,90 @@ fn tool(name: &str) -> String {
         .unwrap_or_else(|| name.to_owned())
 }
 
-/// Creates the bridge of node `index` with its gateway address, replacing a leftover one.
-pub fn create_bridge(index: usize) -> Result<()> {
+/// Creates the host's bridge with [`HOST_IP`], replacing a leftover one.
+pub fn create_host_bridge() -> Result<()> {
     let ip = tool("ip");
-    let name = bridge(index);
-    run_quiet(&ip, &["link", "delete", &name]);
+    run_quiet(&ip, &["link", "delete", HOST_BRIDGE]);
     run(
-        "creating a node bridge",
+        "creating the host bridge",
         &ip,
-        &["link", "add", &name, "type", "bridge"],
+        &["link", "add", HOST_BRIDGE, "type", "bridge"],
     )?;
     run(
-        "addressing a node bridge",
+        "addressing the host bridge",
         &ip,
-        &["addr", "add", &format!("{}/24", node_ip(index)), "dev", &name],
+        &["addr", "add", &format!("{HOST_IP}/24"), "dev", HOST_BRIDGE],
     )?;
-    run("bringing a node bridge up", &ip, &["link", "set", &name, "up"])?;
+    run(
+        "bringing the host bridge up",
+        &ip,
+        &["link", "set", HOST_BRIDGE, "up"],
+    )?;
     Ok(())
+}
+
+/// Creates node `index`'s network namespace: `lo`, `eth0` on the host bridge with [`node_ip`], a default
+/// route through the host, forwarding on (its pods' traffic passes through it), and the host's route to its
+/// pod subnet. A leftover namespace of the same name is replaced.
+pub fn create_node_network(index: usize) -> Result<()> {
+    let ip = tool("ip");
+    let namespace = netns(index);
+    let veth = format!("{VETH_PREFIX}{index}");
+    run_quiet(&ip, &["netns", "delete", &namespace]);
+    run_quiet(&ip, &["link", "delete", &veth]);
+    let context = format!("the network of node {index}");
+    run(&context, &ip, &["netns", "add", &namespace])?;
+    run(
+        &context,
+        &ip,
+        &[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &namespace,
+        ],
+    )?;
+    run(
+        &context,
+        &ip,
+        &["link", "set", &veth, "master", HOST_BRIDGE, "up"],
+    )?;
+    let inside = |args: &[&str]| {
+        let mut all = vec!["-n", namespace.as_str()];
+        all.extend_from_slice(args);
+        run(&context, &ip, &all).map(|_| ())
+    };
+    inside(&["link", "set", "lo", "up"])?;
+    inside(&["addr", "add", &format!("{}/24", node_ip(index)), "dev", "eth0"])?;
+    inside(&["link", "set", "eth0", "up"])?;
+    inside(&["route", "add", "default", "via", HOST_IP])?;
+    // Sysctls of the network namespace: written from a process inside it.
+    run(
+        &context,
+        &tool("nsenter"),
+        &[
+            &format!("--net={}", netns_path(index).display()),
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv4/ip_forward && \
+             { [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables; }",
+        ],
+    )?;
+    run(
+        &context,
+        &ip,
+        &["route", "replace", &node_subnet(index), "via", &node_ip(index)],
+    )?;
+    Ok(())
+}
+
+/// Routes `cidr` (the super cluster's service range) from the host to node `index`, whose kube-proxy
+/// answers for cluster IPs.
+pub fn route_services(cidr: &str, index: usize) -> Result<()> {
+    run(
+        "routing the service range to a node",
+        &tool("ip"),
+        &["route", "replace", cidr, "via", &node_ip(index)],
+    )
+    .map(|_| ())
 }
 
 /// What the host had before real nodes changed it, to put back.
@@ -298,6 +391,7 @@ pub fn sweep(folders: &[PathBuf], kube_proxy: Option<&Path>) {
     remove_rules_where(|rule| rule.contains(&format!("name: \\\"{CNI_NETWORK}\\\"")));
     remove_guard_rules();
     restore_ip_forward();
+    delete_node_networks();
     delete_bridges();
     // The hostpath provisioner of the controller-manager keeps volumes in this fixed folder.
     let _ = std::fs::remove_dir_all("/tmp/hostpath_pv");
@@ -423,6 +517,44 @@ fn unescape_mount_path(path: &str) -> String {
     out
 }
 
+/// The nodes' network namespaces that exist (of this run or an earlier one).
+fn node_networks() -> Vec<String> {
+    let Ok(list) = run("listing network namespaces", &tool("ip"), &["netns", "list"]) else {
+        return Vec::new();
+    };
+    list.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with(NETNS_PREFIX))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Kills what still runs in the nodes' network namespaces and deletes them, with everything inside (their
+/// interfaces, routes and iptables rules); the host ends of their veths go with them.
+fn delete_node_networks() {
+    let ip = tool("ip");
+    for namespace in node_networks() {
+        if let Ok(pids) = run(
+            "listing a namespace's processes",
+            &ip,
+            &["netns", "pids", &namespace],
+        ) {
+            for pid in pids.split_whitespace() {
+                run_quiet("kill", &["-KILL", pid]);
+            }
+        }
+        run_quiet(&ip, &["netns", "delete", &namespace]);
+    }
+    if let Ok(links) = run("listing links", &ip, &["-o", "link", "show", "type", "veth"]) {
+        for name in links.lines().filter_map(|l| l.split(':').nth(1).map(str::trim)) {
+            let name = name.split('@').next().unwrap_or(name);
+            if name.starts_with(VETH_PREFIX) {
+                run_quiet(&ip, &["link", "delete", name]);
+            }
+        }
+    }
+}
+
 fn delete_bridges() {
     let ip = tool("ip");
     let Ok(links) = run("listing links", &ip, &["-o", "link", "show", "type", "bridge"]) else {
@@ -456,6 +588,11 @@ pub fn leftovers(folders: &[PathBuf]) -> Vec<String> {
                 .map(|n| format!("bridge {n}")),
         );
     }
+    found.extend(
+        node_networks()
+            .into_iter()
+            .map(|namespace| format!("network namespace {namespace}")),
+    );
     if let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") {
         for point in mountinfo.lines().filter_map(|l| l.split(' ').nth(4)) {
             if folders
@@ -553,8 +690,11 @@ mod tests {
 
     #[test]
     fn node_addresses() {
-        assert_eq!(node_ip(2), "10.244.2.1");
+        assert_eq!(node_ip(2), "10.243.0.12");
+        assert_eq!(pod_gateway(2), "10.244.2.1");
         assert_eq!(node_subnet(0), "10.244.0.0/24");
-        assert!(bridge(99).len() <= 15);
+        assert!(HOST_BRIDGE.len() <= 15 && POD_BRIDGE.len() <= 15);
+        assert!(format!("{VETH_PREFIX}199").len() <= 15);
+        assert_eq!(netns_path(3), PathBuf::from("/run/netns/vc-e2e-node3"));
     }
 }

@@ -61,8 +61,10 @@ pub struct ImageStore {
     pub blobs: BTreeMap<String, Blob>,
     /// Versions of the control-plane images that were built, by component.
     pub versions: ControlPlaneImages,
-    /// The busybox layer every image starts with.
+    /// The busybox layer every image but the distroless ones starts with.
     base: Blob,
+    /// The distroless images' base layer, made with the first of them.
+    distroless: Option<Blob>,
     _dir: WorkDir,
 }
 
@@ -103,6 +105,24 @@ pub struct LocalImage {
     pub cmd: Vec<String>,
 }
 
+/// An image the way the Dockerfile makes the components' (distroless/static, non-root): no shell, the
+/// files under `/etc` a program expects (the non-root user 65532, CA certificates), `/tmp`, and one program
+/// at `/usr/local/bin`, its entrypoint, with the shared libraries it links when it is not static. It runs
+/// as user 65532.
+#[derive(Clone, Debug)]
+pub struct DistrolessImage {
+    /// Full references it is known by.
+    pub names: Vec<String>,
+    /// The program.
+    pub program: PathBuf,
+    /// Small files: (path in the image, contents), e.g. a marker that makes a second tag of the same
+    /// program another image.
+    pub texts: Vec<(String, String)>,
+}
+
+/// The non-root user of the distroless images (and of the chart's pods).
+pub const NONROOT_UID: u32 = 65532;
+
 /// What goes into a layer.
 #[derive(Default)]
 struct LayerSpec {
@@ -121,6 +141,8 @@ struct ImageSpec {
     layer: LayerSpec,
     entrypoint: Vec<String>,
     cmd: Vec<String>,
+    /// `User` of the image's config (`None`: root).
+    user: Option<String>,
 }
 
 impl ImageStore {
@@ -135,6 +157,7 @@ impl ImageStore {
             blobs,
             versions: ControlPlaneImages::default(),
             base: base.clone(),
+            distroless: None,
             _dir: dir,
         };
 
@@ -145,6 +168,7 @@ impl ImageStore {
                 // A sandbox only holds namespaces; containerd stops it with SIGKILL.
                 entrypoint: vec!["/bin/sleep".into(), "2147483647".into()],
                 cmd: Vec::new(),
+                user: None,
             },
             ImageSpec {
                 names: vec![
@@ -154,6 +178,7 @@ impl ImageStore {
                 layer: LayerSpec::default(),
                 entrypoint: Vec::new(),
                 cmd: vec!["sh".into()],
+                user: None,
             },
         ];
         if let Some((spec, version)) = binary_image(Binary::Etcd, "etcd", |v| format!("{v}-0"))? {
@@ -180,6 +205,7 @@ impl ImageStore {
                             },
                             entrypoint: spec.entrypoint.clone(),
                             cmd: spec.cmd.clone(),
+                            user: None,
                         };
                         variant
                             .layer
@@ -237,6 +263,7 @@ impl ImageStore {
             },
             entrypoint: vec![destination],
             cmd: Vec::new(),
+            user: None,
         };
         let own = self.write_layer(reference, &spec.layer)?;
         let layers = [self.base.clone(), own];
@@ -263,10 +290,63 @@ impl ImageStore {
             },
             entrypoint: image.entrypoint,
             cmd: image.cmd,
+            user: None,
         };
         let own = self.write_layer(&first, &spec.layer)?;
         let layers = [self.base.clone(), own];
         self.add_image(spec, &layers)
+    }
+
+    /// Adds a [`DistrolessImage`]; names already served keep their image. Returns the new image's size
+    /// (the sum of its layers), `None` when every name was served already.
+    pub fn add_distroless(&mut self, image: DistrolessImage) -> Result<Option<u64>> {
+        let names: Vec<String> = image
+            .names
+            .into_iter()
+            .filter(|name| self.image(name).is_none())
+            .collect();
+        let Some(first) = names.first().cloned() else {
+            return Ok(None);
+        };
+        let file_name = image
+            .program
+            .file_name()
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| Error::Io {
+                context: format!("the image {first}"),
+                source: std::io::Error::other(format!("{} names no file", image.program.display())),
+            })?;
+        let destination = format!("/usr/local/bin/{file_name}");
+        let mut files = vec![(image.program.clone(), destination.clone())];
+        files.extend(shared_libraries(&image.program).into_iter().map(|lib| {
+            let dest = lib.display().to_string();
+            (lib, dest)
+        }));
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        files.dedup_by(|a, b| a.1 == b.1);
+        let base = match &self.distroless {
+            Some(base) => base.clone(),
+            None => {
+                let base = self.write_layer("distroless", &distroless_layer())?;
+                self.distroless = Some(base.clone());
+                base
+            }
+        };
+        let spec = ImageSpec {
+            names,
+            layer: LayerSpec {
+                files,
+                texts: image.texts,
+                ..LayerSpec::default()
+            },
+            entrypoint: vec![destination],
+            cmd: Vec::new(),
+            user: Some(format!("{NONROOT_UID}:{NONROOT_UID}")),
+        };
+        let own = self.write_layer(&first, &spec.layer)?;
+        let size = base.size + own.size;
+        self.add_image(spec, &[base, own])?;
+        Ok(Some(size))
     }
 
     /// Serves the image known by `existing` under `name` too; false when there is no such image.
@@ -324,6 +404,7 @@ impl ImageStore {
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                 "Entrypoint": if spec.entrypoint.is_empty() { serde_json::Value::Null } else { spec.entrypoint.clone().into() },
                 "Cmd": if spec.cmd.is_empty() { serde_json::Value::Null } else { spec.cmd.clone().into() },
+                "User": spec.user.clone().unwrap_or_default(),
                 "WorkingDir": "/",
             },
             "rootfs": {
@@ -484,6 +565,33 @@ fn busybox_layer(busybox: &Path) -> Result<LayerSpec> {
     })
 }
 
+/// The base of the distroless images, like `gcr.io/distroless/static:nonroot`: users root and nonroot
+/// (65532), CA certificates from this machine when it has them, `/tmp` and the non-root user's home.
+fn distroless_layer() -> LayerSpec {
+    let mut texts = vec![
+        (
+            "/etc/passwd".to_owned(),
+            format!(
+                "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n\
+                 nonroot:x:{NONROOT_UID}:{NONROOT_UID}:nonroot:/home/nonroot:/sbin/nologin\n"
+            ),
+        ),
+        (
+            "/etc/group".to_owned(),
+            format!("root:x:0:\nnobody:x:65534:\nnonroot:x:{NONROOT_UID}:\n"),
+        ),
+        ("/etc/nsswitch.conf".to_owned(), "hosts: files dns\n".to_owned()),
+    ];
+    if let Ok(certificates) = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt") {
+        texts.push(("/etc/ssl/certs/ca-certificates.crt".to_owned(), certificates));
+    }
+    LayerSpec {
+        dirs: vec!["/tmp".into(), "/home/nonroot".into(), "/root".into()],
+        texts,
+        ..LayerSpec::default()
+    }
+}
+
 /// An image of one harness binary at `/usr/local/bin`, with the shared libraries it needs, tagged with
 /// the version it reports. `None` when the binary is missing.
 fn binary_image(
@@ -517,6 +625,7 @@ fn binary_image(
             },
             entrypoint: Vec::new(),
             cmd: vec![binary.file_name().to_owned()],
+            user: None,
         },
         name,
     )))

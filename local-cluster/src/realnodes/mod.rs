@@ -8,8 +8,10 @@
 //! [`require`], see [`crate::turns`]; else [`RealNodes::start`] does), the start sweeps what an earlier run
 //! may have left, and the drop undoes everything, also after a panic.
 //!
-//! Layout: node N is called `<prefix>N`, has the address `10.244.N.1` on bridge `vcbrN` and pods in
-//! `10.244.N.0/24`; the kubelet serves on `10.244.N.1:10250`, dnsmasq answers on `10.244.N.1:53`.
+//! Layout (see [`host`]): node N is called `<prefix>N` and has a network namespace of its own with the
+//! address `10.243.0.<N+10>`, pods in `10.244.N.0/24` and a kube-proxy of its own; the kubelet serves on
+//! `10.243.0.<N+10>:10250`. The host is `10.243.0.1` to the nodes: the apiservers, the image registry and
+//! the super cluster's DNS (dnsmasq, port 53) answer there.
 
 pub mod dns;
 pub mod host;
@@ -32,9 +34,7 @@ use kube::{
 pub use images::{BUSYBOX_IMAGE, ControlPlaneImages, LocalImage, PAUSE_IMAGE};
 pub use node::{KUBELET_PORT, RealNode};
 
-use crate::{
-    Binary, ControlPlane, Error, ManagedProcess, Result, WorkDir, locate, nodes::node_is_ready, turns, wait,
-};
+use crate::{Binary, ControlPlane, Error, Result, locate, nodes::node_is_ready, turns, wait};
 
 /// How to start real nodes.
 #[derive(Clone, Debug)]
@@ -61,6 +61,10 @@ impl Default for RealNodeOptions {
     }
 }
 
+/// A registry name of this harness alone (the workspace's component images are served under it); like
+/// every registry the nodes know, it is mirrored to the harness's registry.
+pub const LOCAL_REGISTRY: &str = "vc-e2e.local";
+
 /// Field manager of what the harness writes for real nodes.
 const FIELD_MANAGER: &str = "e2e-real-nodes";
 /// The default StorageClass, served by kube-controller-manager's hostpath provisioner.
@@ -73,11 +77,9 @@ pub const APISERVER_ARGS: &[&str] = &["--enable-admission-plugins=NodeRestrictio
 /// Real nodes of one super cluster. Fields drop in order; [`Drop`] sweeps what the processes left.
 pub struct RealNodes {
     nodes: Vec<RealNode>,
-    kube_proxy: ManagedProcess,
     _dns: dns::ClusterDns,
     host: host::HostState,
     folders: Vec<PathBuf>,
-    _proxy_dir: WorkDir,
     _lock: std::fs::File,
     /// When the lock was taken: the drop logs how long this set held the machine.
     locked_at: std::time::Instant,
@@ -168,9 +170,9 @@ fn is_root() -> bool {
 }
 
 impl RealNodes {
-    /// Starts `options.node_count` nodes for `cluster` (whose apiserver and controller-manager should run
-    /// with [`APISERVER_ARGS`] and [`CONTROLLER_MANAGER_ARGS`], with a scheduler) and waits until they are
-    /// Ready.
+    /// Starts `options.node_count` nodes for `cluster` (started with
+    /// [`crate::ControlPlaneOptions::with_real_nodes`]: reachable from the nodes, a scheduler, the hostpath
+    /// provisioner and NodeRestriction) and waits until they are Ready.
     pub async fn start(cluster: &ControlPlane, options: RealNodeOptions) -> Result<Self> {
         let missing = missing_parts();
         if !missing.is_empty() {
@@ -202,14 +204,12 @@ impl RealNodes {
         let mut folders = Vec::new();
         let started = Self::start_parts(cluster, &options, registry, &mut folders).await;
         match started {
-            Ok((nodes, kube_proxy, dns, proxy_dir)) => {
+            Ok((nodes, dns)) => {
                 let real = Self {
                     nodes,
-                    kube_proxy,
                     _dns: dns,
                     host: host_state,
                     folders,
-                    _proxy_dir: proxy_dir,
                     _lock: lock,
                     locked_at,
                 };
@@ -229,20 +229,27 @@ impl RealNodes {
         options: &RealNodeOptions,
         registry: &registry::Registry,
         folders: &mut Vec<PathBuf>,
-    ) -> Result<(Vec<RealNode>, ManagedProcess, dns::ClusterDns, WorkDir)> {
+    ) -> Result<(Vec<RealNode>, dns::ClusterDns)> {
         let client = cluster.client();
+        if !cluster.apiserver().is_reachable_from_nodes() {
+            return Err(Error::MissingPart {
+                part: "a super cluster the nodes can reach".into(),
+                hint: "start it with ControlPlaneOptions::with_real_nodes()".into(),
+            });
+        }
         let names: Vec<String> = (0..options.node_count)
             .map(|i| format!("{}{i}", options.name_prefix))
             .collect();
+        host::create_host_bridge()?;
         for index in 0..names.len() {
-            host::create_bridge(index)?;
+            host::create_node_network(index)?;
         }
+        host::route_services(cluster.apiserver().service_cidr(), 0)?;
         prepare_cluster(&client, &options.kubelet_api_users).await?;
-        let addresses: Vec<String> = (0..names.len()).map(host::node_ip).collect();
-        let dns = dns::ClusterDns::start(client.clone(), &addresses).await?;
+        let dns = dns::ClusterDns::start(client.clone(), &[host::HOST_IP.to_owned()]).await?;
         let settings = node::NodeSettings {
             apiserver: cluster.apiserver(),
-            registry_url: registry.url(),
+            registry_url: registry.node_url(),
             extra_client_cas: options.extra_client_cas.clone(),
         };
         let mut nodes = Vec::new();
@@ -251,10 +258,7 @@ impl RealNodes {
             folders.push(node.dir().to_path_buf());
             nodes.push(node);
         }
-        let proxy_dir = WorkDir::new("realnode-kube-proxy")?;
-        folders.push(proxy_dir.path().to_path_buf());
-        let kube_proxy = node::start_kube_proxy(cluster.apiserver(), &names[0], &proxy_dir)?;
-        Ok((nodes, kube_proxy, dns, proxy_dir))
+        Ok((nodes, dns))
     }
 
     /// Waits until every node reports Ready, failing early with its kubelet's log when one exits.
@@ -289,6 +293,67 @@ impl RealNodes {
         &self.nodes
     }
 
+    /// Makes TCP port `port` of node `index`'s address lead to `target` on the host, for a component that
+    /// runs in this process but must answer on a node's address (vn-agent, whose address tenants'
+    /// apiservers take from the vNode): DNAT in the node's network namespace, and SNAT to the node's address
+    /// so that the answer comes back through it. The rules go with the node's namespace.
+    pub fn forward_to_host(&self, index: usize, port: u16, target: std::net::SocketAddr) -> Result<()> {
+        let node_ip = host::node_ip(index);
+        let netns = format!("--net={}", host::netns_path(index).display());
+        let nsenter = host::find_tool("nsenter").ok_or_else(|| Error::MissingPart {
+            part: "nsenter".into(),
+            hint: "apt-get install util-linux".into(),
+        })?;
+        let iptables = host::find_tool("iptables").ok_or_else(|| Error::MissingPart {
+            part: "iptables".into(),
+            hint: "apt-get install iptables".into(),
+        })?;
+        let (nsenter, iptables) = (nsenter.display().to_string(), iptables.display().to_string());
+        let port = port.to_string();
+        let destination = target.to_string();
+        let (target_ip, target_port) = (target.ip().to_string(), target.port().to_string());
+        let rules: [Vec<&str>; 2] = [
+            vec![
+                "-t",
+                "nat",
+                "-A",
+                "PREROUTING",
+                "-d",
+                &node_ip,
+                "-p",
+                "tcp",
+                "--dport",
+                &port,
+                "-j",
+                "DNAT",
+                "--to-destination",
+                &destination,
+            ],
+            vec![
+                "-t",
+                "nat",
+                "-A",
+                "POSTROUTING",
+                "-d",
+                &target_ip,
+                "-p",
+                "tcp",
+                "--dport",
+                &target_port,
+                "-j",
+                "SNAT",
+                "--to-source",
+                &node_ip,
+            ],
+        ];
+        for rule in rules {
+            let mut args = vec![netns.as_str(), "--", iptables.as_str(), "-w"];
+            args.extend(rule);
+            host::run("forwarding a node's port to the host", &nsenter, &args)?;
+        }
+        Ok(())
+    }
+
     /// The control-plane images that were built from the harness's binaries.
     pub fn control_plane_images() -> Result<ControlPlaneImages> {
         Ok(registry::Registry::shared()?.versions())
@@ -298,6 +363,12 @@ impl RealNodes {
     /// [`images::ImageStore::add_program`]); blocks while it writes the layer.
     pub fn add_program_image(reference: &str, program: &std::path::Path) -> Result<()> {
         registry::Registry::shared()?.add_program(reference, program)
+    }
+
+    /// Serves a [`images::DistrolessImage`] to every node; blocks while it writes the layer. Its size, or
+    /// `None` when it was served already.
+    pub fn add_distroless_image(image: images::DistrolessImage) -> Result<Option<u64>> {
+        registry::Registry::shared()?.add_distroless(image)
     }
 
     /// Serves a [`LocalImage`] to every node; blocks while it writes the layer.
@@ -314,7 +385,7 @@ impl RealNodes {
     pub fn log_tails(&self, lines: usize) -> String {
         let mut text = String::new();
         for node in &self.nodes {
-            for process in [node.kubelet(), node.containerd()] {
+            for process in [node.kubelet(), node.containerd(), node.kube_proxy()] {
                 text.push_str(&format!(
                     "--- {} ---\n{}\n",
                     process.name(),
@@ -322,10 +393,6 @@ impl RealNodes {
                 ));
             }
         }
-        text.push_str(&format!(
-            "--- kube-proxy ---\n{}\n",
-            self.kube_proxy.log_tail(lines)
-        ));
         text
     }
 }
@@ -373,7 +440,6 @@ impl Drop for RealNodes {
         for node in &mut self.nodes {
             node.stop();
         }
-        self.kube_proxy.stop();
         host::sweep(&self.folders, locate(Binary::KubeProxy).ok().as_deref());
         host::restore(&self.host);
         turns::log_lock(&format!(

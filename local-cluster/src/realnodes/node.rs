@@ -1,11 +1,12 @@
-//! One real node: a containerd of its own (config, root, state and socket in the node's folder), the CNI
-//! bridge of the node, and a kubelet registered with its own client certificate and serving its API with a
-//! certificate the super cluster's CA signed for the node's address.
+//! One real node: a network namespace of its own (see [`host`]), a containerd of its own (config, root,
+//! state and socket in the node's folder), the CNI bridge of the node, a kubelet registered with its own
+//! client certificate and serving its API with a certificate the super cluster's CA signed for the node's
+//! address, and the node's kube-proxy.
 
 use std::{path::PathBuf, time::Duration};
 
 use super::{
-    host::{self, CNI_NETWORK, find_tool},
+    host::{self, CNI_NETWORK, HOST_IP, find_tool},
     images::PAUSE_IMAGE,
 };
 use crate::{
@@ -45,6 +46,7 @@ pub struct RealNode {
     name: String,
     index: usize,
     kubelet: ManagedProcess,
+    kube_proxy: ManagedProcess,
     containerd: ManagedProcess,
     dir: WorkDir,
 }
@@ -59,16 +61,18 @@ impl std::fmt::Debug for RealNode {
 
 /// What every node of a cluster shares.
 pub struct NodeSettings<'a> {
-    /// The super cluster's apiserver.
+    /// The super cluster's apiserver (it must be reachable from the nodes:
+    /// [`crate::ApiServerOptions::reachable_from_nodes`]).
     pub apiserver: &'a ApiServer,
-    /// The registry every registry name is mirrored to.
+    /// The registry every registry name is mirrored to, as the nodes reach it.
     pub registry_url: String,
     /// CAs (PEM) whose client certificates the kubelet accepts, besides the super cluster's.
     pub extra_client_cas: Vec<String>,
 }
 
 impl RealNode {
-    /// Starts containerd and the kubelet of node `index` called `name`; the node's bridge must exist.
+    /// Starts containerd, the kubelet and kube-proxy of node `index` called `name` in the node's network
+    /// namespace, which must exist ([`host::create_node_network`]).
     pub async fn start(index: usize, name: &str, settings: &NodeSettings<'_>) -> Result<Self> {
         let dir = WorkDir::new(&format!("realnode-{name}"))?;
         let containerd = start_containerd(&dir, index, name, &settings.registry_url).await?;
@@ -76,10 +80,12 @@ impl RealNode {
             .pid()
             .ok_or_else(|| containerd.not_ready("no process"))?;
         let kubelet = start_kubelet(&dir, index, name, settings, containerd_pid)?;
+        let kube_proxy = start_kube_proxy(settings.apiserver, index, name, &dir)?;
         Ok(Self {
             name: name.to_owned(),
             index,
             kubelet,
+            kube_proxy,
             containerd,
             dir,
         })
@@ -90,9 +96,19 @@ impl RealNode {
         &self.name
     }
 
-    /// The node's address (its bridge's gateway).
+    /// The node's address (InternalIP), on its own network namespace's `eth0`.
     pub fn ip(&self) -> String {
         host::node_ip(self.index)
+    }
+
+    /// The node's index (its address, subnet and network namespace follow from it).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The node's network namespace, for `nsenter --net=`.
+    pub fn netns_path(&self) -> PathBuf {
+        host::netns_path(self.index)
     }
 
     /// containerd's socket.
@@ -115,14 +131,20 @@ impl RealNode {
         &self.containerd
     }
 
-    /// Whether the kubelet and containerd still run.
-    pub fn is_running(&mut self) -> bool {
-        self.kubelet.is_running() && self.containerd.is_running()
+    /// The node's kube-proxy, for logs.
+    pub fn kube_proxy(&self) -> &ManagedProcess {
+        &self.kube_proxy
     }
 
-    /// Stops the kubelet and containerd (containers keep running until the sweep).
+    /// Whether the kubelet, containerd and kube-proxy still run.
+    pub fn is_running(&mut self) -> bool {
+        self.kubelet.is_running() && self.containerd.is_running() && self.kube_proxy.is_running()
+    }
+
+    /// Stops the kubelet, kube-proxy and containerd (containers keep running until the sweep).
     pub fn stop(&mut self) {
         self.kubelet.stop();
+        self.kube_proxy.stop();
         self.containerd.stop();
     }
 }
@@ -148,14 +170,14 @@ async fn start_containerd(
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": host::bridge(index),
+                "bridge": host::POD_BRIDGE,
                 "isGateway": true,
                 // Nothing leaves the machine, so nothing needs masquerading.
                 "ipMasq": false,
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{ "subnet": host::node_subnet(index), "gateway": host::node_ip(index) }]],
+                    "ranges": [[{ "subnet": host::node_subnet(index), "gateway": host::pod_gateway(index) }]],
                     "routes": [{ "dst": "0.0.0.0/0" }],
                     "dataDir": dir.join("ipam"),
                 },
@@ -169,7 +191,14 @@ async fn start_containerd(
     )
     .map_err(Error::io("writing the CNI configuration"))?;
     let socket = dir.join("containerd.sock");
-    let mirrors: String = ["docker.io", "registry.k8s.io", "k8s.gcr.io", "quay.io", "ghcr.io"]
+    let mirrors: String = [
+        "docker.io",
+        "registry.k8s.io",
+        "k8s.gcr.io",
+        "quay.io",
+        "ghcr.io",
+        super::LOCAL_REGISTRY,
+    ]
         .iter()
         .map(|registry| {
             format!(
@@ -244,10 +273,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         .map_err(Error::io("creating the node's device-plugin folder"))?;
     std::fs::create_dir_all(DEVICE_PLUGINS).map_err(Error::io(format!("creating {DEVICE_PLUGINS}")))?;
     let unshare = find_tool("unshare").ok_or_else(|| missing("unshare"))?;
+    let nsenter = find_tool("nsenter").ok_or_else(|| missing("nsenter"))?;
+    // In the node's network namespace: the CNI plugins it runs make the pod bridge and the pods' links
+    // there, and host-network containers share it.
     let mut process = ManagedProcess::start(
         &format!("containerd {name}"),
-        &unshare,
+        &nsenter,
         vec![
+            format!("--net={}", host::netns_path(index).display()),
+            "--".to_owned(),
+            unshare.display().to_string(),
             "--mount".to_owned(),
             "--propagation".to_owned(),
             "slave".to_owned(),
@@ -292,10 +327,17 @@ fn start_kubelet(
         &[],
         Usage::Client,
     )?;
-    let serving = ca.issue(name, &[], &[ip.as_str(), name], Usage::Server)?;
+    // Every address of the node's own network namespace, as a kubelet binds by default: vn-agent on the
+    // host network may call it at https://localhost:10250.
+    let serving = ca.issue(
+        name,
+        &[],
+        &[ip.as_str(), name, "localhost", "127.0.0.1"],
+        Usage::Server,
+    )?;
     let kubeconfig = dir.write(
         "kubelet.kubeconfig",
-        kubeconfig_yaml(name, settings.apiserver.url(), ca.cert_pem(), &client),
+        kubeconfig_yaml(name, &settings.apiserver.node_url(), ca.cert_pem(), &client),
     )?;
     let mut client_cas = ca.cert_pem().to_owned();
     for extra in &settings.extra_client_cas {
@@ -308,7 +350,7 @@ fn start_kubelet(
     let config = format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: {ip}
+address: 0.0.0.0
 port: {KUBELET_PORT}
 readOnlyPort: 0
 healthzPort: 0
@@ -335,7 +377,7 @@ failSwapOn: false
 # kube-proxy owns the host's iptables rules; the kubelet's own chains would outlive the test.
 makeIPTablesUtilChains: false
 clusterDNS:
-- {ip}
+- {HOST_IP}
 clusterDomain: {domain}
 resolvConf: /etc/resolv.conf
 evictionHard:
@@ -359,8 +401,10 @@ maxPods: 110
     );
     let config_path = dir.write("kubelet.yaml", config)?;
     let args = vec![
-        // The node's mount namespace, which containerd made (see start_containerd).
+        // The node's mount namespace, which containerd made (see start_containerd), and its network
+        // namespace.
         format!("--mount=/proc/{containerd_pid}/ns/mnt"),
+        format!("--net=/proc/{containerd_pid}/ns/net"),
         "--".to_owned(),
         kubelet.display().to_string(),
         format!("--config={}", config_path.display()),
@@ -386,15 +430,21 @@ maxPods: 110
     )
 }
 
-/// kube-proxy for every node. The nodes share the host's network namespace, so one kube-proxy programs the
-/// tables all of them use; a second would write the same chains and fight the first over them.
-pub fn start_kube_proxy(apiserver: &ApiServer, node_name: &str, dir: &WorkDir) -> Result<ManagedProcess> {
+/// The kube-proxy of node `index`, in the node's network namespace: its Services' rules, NodePorts and
+/// cluster IPs for the node's pods, host-network pods and the node itself.
+fn start_kube_proxy(
+    apiserver: &ApiServer,
+    index: usize,
+    node_name: &str,
+    dir: &WorkDir,
+) -> Result<ManagedProcess> {
     let kube_proxy = locate(Binary::KubeProxy)?;
+    let nsenter = find_tool("nsenter").ok_or_else(|| missing("nsenter"))?;
     let ca = apiserver.ca();
     let client = ca.issue("system:kube-proxy", &[], &[], Usage::Client)?;
     let kubeconfig = dir.write(
         "kube-proxy.kubeconfig",
-        kubeconfig_yaml("kube-proxy", apiserver.url(), ca.cert_pem(), &client),
+        kubeconfig_yaml("kube-proxy", &apiserver.node_url(), ca.cert_pem(), &client),
     )?;
     let config = format!(
         r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -402,11 +452,13 @@ kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: {kubeconfig}
 mode: iptables
+# Traffic to a cluster IP from outside the pod range (the host, through the route to node 0) is
+# masqueraded, so that its answer comes back through this node.
 clusterCIDR: {pods}
 hostnameOverride: {node_name}
 bindAddress: 0.0.0.0
-healthzBindAddress: 127.0.0.1:{healthz}
-metricsBindAddress: 127.0.0.1:{metrics}
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
 # Leave the host's conntrack sysctls as they are.
 conntrack:
   maxPerCore: 0
@@ -417,14 +469,18 @@ iptables:
 "#,
         kubeconfig = kubeconfig.display(),
         pods = host::POD_CIDR,
-        healthz = crate::free_port()?,
-        metrics = crate::free_port()?,
     );
     let config_path = dir.write("kube-proxy.yaml", config)?;
     ManagedProcess::start(
-        "kube-proxy",
-        &kube_proxy,
-        vec![format!("--config={}", config_path.display()), "--v=2".to_owned()],
+        &format!("kube-proxy {node_name}"),
+        &nsenter,
+        vec![
+            format!("--net={}", host::netns_path(index).display()),
+            "--".to_owned(),
+            kube_proxy.display().to_string(),
+            format!("--config={}", config_path.display()),
+            "--v=2".to_owned(),
+        ],
         dir.join("kube-proxy.log"),
     )
 }

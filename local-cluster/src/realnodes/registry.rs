@@ -46,8 +46,10 @@ impl Registry {
 
     fn start() -> Result<Self> {
         let store = Arc::new(RwLock::new(ImageStore::build()?));
-        let listener =
-            std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding the registry"))?;
+        // Every address: the nodes' containerds pull from the host's address towards them
+        // (host::HOST_IP), which exists only while real nodes run; the registry lives as long as the
+        // process.
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").map_err(Error::io("binding the registry"))?;
         listener
             .set_nonblocking(true)
             .map_err(Error::io("configuring the registry's socket"))?;
@@ -78,7 +80,12 @@ impl Registry {
 
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+        format!("http://127.0.0.1:{}", self.address.port())
+    }
+
+    /// `http://<host address>:<port>`: where the nodes pull from.
+    pub fn node_url(&self) -> String {
+        format!("http://{}:{}", super::host::HOST_IP, self.address.port())
     }
 
     /// The control-plane images that were built.
@@ -100,6 +107,15 @@ impl Registry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .add_local(image)
+    }
+
+    /// Builds and serves a [`DistrolessImage`](super::images::DistrolessImage); its size, `None` when it
+    /// was served already.
+    pub fn add_distroless(&self, image: super::images::DistrolessImage) -> Result<Option<u64>> {
+        self.store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add_distroless(image)
     }
 
     /// Serves the image `existing` under `name` too ([`ImageStore::alias`]).
