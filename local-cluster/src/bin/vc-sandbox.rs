@@ -129,7 +129,14 @@ async fn ensure_binaries(offline: bool) -> Result<Prepared, String> {
                 )
                 .await;
                 for error in &report.errors {
-                    eprintln!("vc-sandbox: {}", local_cluster::error_chain(error));
+                    match error {
+                        download::DownloadError::Offline { missing } => {
+                            for binary in missing {
+                                eprintln!("vc-sandbox: --offline: not downloading {binary}");
+                            }
+                        }
+                        other => eprintln!("vc-sandbox: {}", local_cluster::error_chain(other)),
+                    }
                 }
             }
             Err(error) => eprintln!("vc-sandbox: cannot download: {error}"),
@@ -143,10 +150,16 @@ async fn ensure_binaries(offline: bool) -> Result<Prepared, String> {
             .map(|e| format!("vc-sandbox: {e}"))
             .collect();
         lines.push(if offline {
-            "vc-sandbox: --offline: run without it to download the missing binaries (Kubernetes v1.33.3 and etcd              v3.5.21, checksummed, into ~/.cache/virtualcluster-rs), or put them in $KUBEBUILDER_ASSETS or              /usr/local/kubebuilder/bin; see the README"
-                .to_owned()
+            format!(
+                "vc-sandbox: --offline: without it the missing binaries are downloaded (Kubernetes {} and etcd {}, \
+                 checksummed, into ~/.cache/virtualcluster-rs); or put them in $KUBEBUILDER_ASSETS or \
+                 /usr/local/kubebuilder/bin; see the README",
+                download::KUBERNETES_VERSION,
+                download::ETCD_VERSION
+            )
         } else {
-            "vc-sandbox: could not download them (see above): put them in $KUBEBUILDER_ASSETS or              /usr/local/kubebuilder/bin yourself; see the README"
+            "vc-sandbox: could not download them (see above): put them in $KUBEBUILDER_ASSETS or \
+             /usr/local/kubebuilder/bin yourself; see the README"
                 .to_owned()
         });
         return Err(lines.join("\n"));
