@@ -1173,3 +1173,71 @@ async fn one_failing_source_does_not_keep_the_other() {
         release.content(Arch::Arm64, "etcd")
     );
 }
+
+// E2E_REQUIRE_BINARIES: the same test run twice in a child process whose binaries are all missing.
+
+const PROBE_ENV: &str = "VC_E2E_REQUIRE_PROBE";
+
+/// Does nothing in a normal run; in the child of `require_binaries_turns_a_skip_into_a_failure` it needs
+/// etcd, which is missing there.
+#[test]
+fn require_probe() {
+    if std::env::var_os(PROBE_ENV).is_none() {
+        return;
+    }
+    if !local_cluster::require("require_probe", &[Binary::Etcd]) {
+        return;
+    }
+    panic!("etcd was found in the probe's empty environment");
+}
+
+#[test]
+fn require_binaries_turns_a_skip_into_a_failure() {
+    let empty = tempfile::tempdir().unwrap();
+    let run = |require: Option<&str>| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args([
+                "--exact",
+                "download::require_probe",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_clear()
+            .env(PROBE_ENV, "1")
+            .env("KUBEBUILDER_ASSETS", empty.path())
+            .env("PATH", empty.path())
+            .env("HOME", empty.path())
+            .env("RUST_BACKTRACE", "0");
+        if let Some(value) = require {
+            command.env(local_cluster::REQUIRE_ENV, value);
+        }
+        let output = command.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), text)
+    };
+
+    for skips in [None, Some("0"), Some("false"), Some("")] {
+        let (passed, text) = run(skips);
+        assert!(passed, "{skips:?}: the skip failed:\n{text}");
+        assert!(
+            text.contains("SKIPPED e2e test require_probe: etcd not found (looked in "),
+            "{skips:?}:\n{text}"
+        );
+    }
+    for fails in [Some("1"), Some("true"), Some("yes")] {
+        let (passed, text) = run(fails);
+        assert!(!passed, "{fails:?}: a missing binary passed:\n{text}");
+        assert!(
+            text.contains(
+                "e2e test require_probe cannot run (E2E_REQUIRE_BINARIES is set, so this fails rather than skips): etcd not found"
+            ),
+            "{fails:?}:\n{text}"
+        );
+        assert!(!text.contains("SKIPPED"), "{fails:?}:\n{text}");
+    }
+}
