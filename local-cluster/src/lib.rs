@@ -11,8 +11,9 @@
 //! - [`NodeSimulator`]: Ready nodes with heartbeats, pod binding and status (as kwok does), and a kubelet
 //!   HTTPS API on loopback.
 //!
-//! Binaries are found in `$KUBEBUILDER_ASSETS`, else `/usr/local/kubebuilder/bin`, else `PATH`. A test calls
-//! [`require`] first; when a binary is missing it prints one line naming it and the test returns.
+//! Binaries are found in `$KUBEBUILDER_ASSETS`, else `/usr/local/kubebuilder/bin`, else `PATH`, else the
+//! caches [`download`] fills. A test calls [`require`] first; when a binary is missing it prints one line
+//! naming it and the test returns (or fails, with `E2E_REQUIRE_BINARIES=1`).
 //!
 //! Every process is killed and every temporary folder removed when its owner is dropped, also when a test
 //! panics; processes also die with the test process (parent-death signal), and folders left by a killed
@@ -46,7 +47,9 @@ pub mod wait;
 mod workdir;
 
 pub use apiserver::{ApiServer, ApiServerOptions, AuditEvent};
-pub use binaries::{Binary, locate, require};
+pub use binaries::{
+    Binary, REQUIRE_ENV, cni_plugin_dir, find_helm, locate, real_node_apt_line, require, skip,
+};
 pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};
 pub use error::{Error, Result, error_chain};

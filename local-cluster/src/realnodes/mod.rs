@@ -65,6 +65,9 @@ impl Default for RealNodeOptions {
 /// every registry the nodes know, it is mirrored to the harness's registry.
 pub const LOCAL_REGISTRY: &str = "vc-e2e.local";
 
+/// The CNI plugins every node uses.
+pub const CNI_PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "loopback"];
+
 /// Field manager of what the harness writes for real nodes.
 const FIELD_MANAGER: &str = "e2e-real-nodes";
 /// The default StorageClass, served by kube-controller-manager's hostpath provisioner.
@@ -105,11 +108,7 @@ pub fn require(test: &str) -> bool {
         }
         return true;
     }
-    let line = format!(
-        "SKIPPED e2e test {test}: real nodes need {}\n",
-        missing.join(", ")
-    );
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    crate::skip(test, &format!("real nodes need {}", missing.join(", ")));
     false
 }
 
@@ -142,12 +141,11 @@ pub fn missing_parts() -> Vec<String> {
             missing.push(format!("{tool} (Debian package {package})"));
         }
     }
-    for plugin in ["bridge", "host-local", "portmap", "loopback"] {
-        if !std::path::Path::new("/usr/lib/cni").join(plugin).is_file() {
-            missing.push(format!(
-                "the CNI plugin /usr/lib/cni/{plugin} (Debian package containernetworking-plugins)"
-            ));
-        }
+    if crate::cni_plugin_dir(CNI_PLUGINS).is_none() {
+        missing.push(format!(
+            "the CNI plugins {} in /usr/lib/cni or /opt/cni/bin (Debian package containernetworking-plugins)",
+            CNI_PLUGINS.join(", ")
+        ));
     }
     if images::find_busybox().is_err() {
         missing.push("a static /bin/busybox (Debian package busybox-static)".to_owned());

@@ -233,7 +233,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   enable_selinux = false
 
 [plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "/usr/lib/cni"
+  bin_dir = "{cni_bin}"
   conf_dir = "{cni}"
 
 [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -254,6 +254,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         socket = socket.display(),
         opt = dir.join("containerd/opt").display(),
         cni = cni_dir.display(),
+        cni_bin = crate::cni_plugin_dir(super::CNI_PLUGINS)
+            .unwrap_or_else(|| std::path::PathBuf::from("/usr/lib/cni"))
+            .display(),
         wrapper = wrapper.display(),
         runc_root = dir.join("containerd/runc").display(),
     );
