@@ -32,10 +32,19 @@ const NEEDS: &[Binary] = &[
 ];
 
 /// Whether this test can run: the Kubernetes binaries, every real-node part, and helm. Prints one line
-/// naming what is missing otherwise.
-pub(crate) fn require(test: &str) -> bool {
+/// naming what is missing otherwise. Builds the component images (once per run) before it takes the
+/// machine-wide real-node lock, so that compiling them keeps no other test's real nodes waiting.
+pub(crate) async fn require(test: &str) -> bool {
     if !local_cluster::require(test, NEEDS) {
         return false;
+    }
+    if realnodes::missing_parts().is_empty()
+        && let Ok(Err(error)) = tokio::task::spawn_blocking(local_cluster::platform::images::ensure).await
+    {
+        panic!(
+            "{test}: building the component images: {}",
+            local_cluster::error_chain(&error)
+        );
     }
     if local_cluster::find_helm().is_none() {
         local_cluster::skip(
@@ -210,23 +219,46 @@ async fn a_tenant_pod_resolves_its_service_through_vc_dns(
         .create(&Default::default(), &service)
         .await?;
     run_busybox(kubeconfig, &client, "resolver", "exec sleep 3600").await?;
+    // busybox's nslookup asks the server in resolv.conf and prints what it answered.
+    let lookup = || async {
+        kubectl_command(kubeconfig)?
+            .args([
+                "exec",
+                "resolver",
+                "--",
+                "nslookup",
+                "lookup-target.default.svc.cluster.local",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(anyhow::Error::from)
+    };
     let answer = wait::until(
         Duration::from_secs(60),
         "lookup-target resolved in a tenant pod",
-        || {
-            let kubeconfig = kubeconfig.to_owned();
-            async move {
-                let out = kubectl(
-                    &kubeconfig,
-                    &["exec", "resolver", "--", "nslookup", "lookup-target"],
-                )
-                .await
-                .ok()?;
-                out.contains("Address").then_some(out)
-            }
+        || async {
+            let output = lookup().await.ok()?;
+            output
+                .status
+                .success()
+                .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
         },
     )
-    .await?;
+    .await;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(error) => {
+            let last = lookup().await?;
+            let resolv = kubectl(kubeconfig, &["exec", "resolver", "--", "cat", "/etc/resolv.conf"]).await;
+            anyhow::bail!(
+                "{error}; the last lookup: {}{}; resolv.conf: {resolv:?}; vc-dns: {}",
+                String::from_utf8_lossy(&last.stdout),
+                String::from_utf8_lossy(&last.stderr),
+                release.diagnose().await
+            );
+        }
+    };
     let resolv = kubectl(kubeconfig, &["exec", "resolver", "--", "cat", "/etc/resolv.conf"]).await?;
     let dns_service = Api::<Service>::namespaced(super_client.clone(), release.namespace())
         .get(&format!("{}-dns", release.fullname()))
@@ -257,10 +289,91 @@ async fn a_tenant_pod_resolves_its_service_through_vc_dns(
     Ok(())
 }
 
+/// `kubectl vc` (the binary built for the images) as the platform team runs it against the release.
+async fn kubectl_vc(platform: &Platform, args: &[&str]) -> anyhow::Result<String> {
+    let binary = platform.images().binaries.join("kubectl-vc");
+    let output = tokio::process::Command::new(&binary)
+        .arg(format!("--kubeconfig={}", platform.super_kubeconfig().display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running {}", binary.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl vc {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `kubectl vc list/describe/connect/pause/resume/snapshot` against the release's tenants: `adopted` and
+/// the native `native`.
+async fn kubectl_vc_manages_the_releases_tenants(
+    platform: &Platform,
+    adopted: &str,
+    native: &str,
+) -> anyhow::Result<()> {
+    let listed = kubectl_vc(platform, &["list", "-A"]).await?;
+    for name in [adopted, native] {
+        let line = listed
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == name))
+            .with_context(|| format!("{name} listed: {listed}"))?;
+        assert!(line.contains("Running"), "{line}");
+    }
+    let described = kubectl_vc(platform, &["describe", native]).await?;
+    assert!(
+        described.contains("Running") && described.contains("TenantSynced"),
+        "{described}"
+    );
+
+    let merged = platform.dir().join("connect.kubeconfig");
+    std::fs::copy(platform.super_kubeconfig(), &merged)?;
+    let output = tokio::process::Command::new(platform.images().binaries.join("kubectl-vc"))
+        .arg(format!("--kubeconfig={}", merged.display()))
+        .args(["connect", adopted])
+        .output()
+        .await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "connect: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let namespaces = kubectl(
+        &merged,
+        &["--context", &format!("default-{adopted}"), "get", "namespaces"],
+    )
+    .await?;
+    assert!(namespaces.contains("kube-system"), "{namespaces}");
+
+    // pause: the native tenant's pods leave the super cluster; resume: they come back.
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(platform.super_client(), "default");
+    kubectl_vc(platform, &["pause", native, "--wait", "--timeout", "3m"]).await?;
+    assert_eq!(vcs.get(native).await?.phase(), Some(crds::ClusterPhase::Paused));
+    kubectl_vc(platform, &["resume", native, "--wait", "--timeout", "5m"]).await?;
+    assert_eq!(vcs.get(native).await?.phase(), Some(crds::ClusterPhase::Running));
+
+    let backups = tempfile::tempdir()?;
+    let to = backups.path().display().to_string();
+    let created = kubectl_vc(
+        platform,
+        &["-n", "default", "snapshot", "create", native, "--to", &to],
+    )
+    .await?;
+    let snapshots = kubectl_vc(platform, &["snapshot", "list", &to]).await?;
+    assert!(
+        snapshots.contains(&format!("{native}-")),
+        "{created}\n{snapshots}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Result<()> {
     const TEST: &str = "the_chart_installs_onto_real_nodes_and_serves_tenants";
-    if !require(TEST) {
+    if !require(TEST).await {
         return Ok(());
     }
     vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
@@ -281,7 +394,667 @@ async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Resu
 
     let native = platform.add_native_tenant("team-a").await?;
     kubectl_reaches_containers_through_vn_agent(&native, &nodes).await?;
+    kubectl_vc_manages_the_releases_tenants(&platform, "team-b", "team-a").await?;
 
+    platform.uninstall().await?;
+    Ok(())
+}
+
+/// `count` pods `burst-<i>` created at once in the tenant's namespace `default`.
+async fn create_burst(client: &kube::Client, count: usize) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let creates = (0..count).map(|i| {
+        let api = api.clone();
+        async move {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("burst-{i}"), "labels": {"app": "burst"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+                    "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                        "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}}}]},
+            }))?;
+            api.create(&Default::default(), &pod).await?;
+            anyhow::Ok(())
+        }
+    });
+    for result in futures::future::join_all(creates).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Waits until every tenant pod labelled `app=burst` (there are `count`) is Running.
+async fn burst_running(client: &kube::Client, count: usize, patience: Duration) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let outcome = wait::until_true(patience, &format!("{count} burst pods Running"), || {
+        let api = api.clone();
+        async move {
+            api.list(&kube::api::ListParams::default().labels("app=burst"))
+                .await
+                .is_ok_and(|pods| {
+                    pods.items.len() == count
+                        && pods
+                            .items
+                            .iter()
+                            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                })
+        }
+    })
+    .await;
+    if let Err(error) = outcome {
+        let pods = api
+            .list(&kube::api::ListParams::default().labels("app=burst"))
+            .await?;
+        let phases: Vec<String> = pods
+            .items
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}={:?}",
+                    p.name_any(),
+                    p.status.as_ref().and_then(|s| s.phase.clone())
+                )
+            })
+            .collect();
+        anyhow::bail!("{error}; phases: {phases:?}");
+    }
+    Ok(())
+}
+
+/// The super copies of tenant pods named `burst-*`: (name, uid) per copy.
+async fn super_burst_pods(
+    super_client: &kube::Client,
+    super_namespace: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let pods = Api::<Pod>::namespaced(super_client.clone(), super_namespace)
+        .list(&Default::default())
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .filter(|p| p.name_any().starts_with("burst-"))
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect())
+}
+
+/// Writes in the super apiserver's audit log since `from` (an index into it) by `user`, to pods.
+fn pod_writes_by(
+    events: &[local_cluster::AuditEvent],
+    user: &str,
+    namespace: &str,
+) -> Vec<local_cluster::AuditEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            e.user == user && e.resource == "pods" && e.namespace == namespace && e.name.starts_with("burst-")
+        })
+        .cloned()
+        .collect()
+}
+
+/// The syncer and vc-manager run two replicas each (the syncer sharded, vc-manager electing a leader),
+/// as in production; mid-burst the syncer pods and vc-manager's leader are deleted. The other replicas (and
+/// the replacement pods) take over: every tenant pod runs, with exactly one super copy, created once, and
+/// nothing already synced is written again (counted in the super apiserver's audit log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_syncer_and_vc_manager_fail_over_mid_burst_without_losing_or_rewriting_pods() -> anyhow::Result<()>
+{
+    const TEST: &str = "the_syncer_and_vc_manager_fail_over_mid_burst_without_losing_or_rewriting_pods";
+    const BURST: usize = 40;
+    if !require(TEST).await {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let mut platform = Platform::start(PlatformOptions {
+        audit: true,
+        release: local_cluster::platform::ReleaseOptions {
+            values: json!({"vcManager": {"replicas": 2}, "syncer": {"replicas": 2}}),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await?;
+    let kubeconfig = platform.add_adopted_tenant("burst").await?;
+    let tenant = tenant_client(&kubeconfig).await?;
+    let super_client = platform.super_client();
+    let key = platform.tenancy().tenant("burst").cluster_key.clone();
+    let super_namespace = crds::naming::super_namespace(&key, "default");
+    let release = platform.release();
+    let namespace = release.namespace().to_owned();
+    let syncer_user = format!("system:serviceaccount:{namespace}:{}-syncer", release.fullname());
+
+    // The vc-manager replica holding the Lease.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(super_client.clone(), &namespace);
+    let leader_of = |leases: Api<k8s_openapi::api::coordination::v1::Lease>| async move {
+        leases
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|l| l.name_any().contains("vc-manager"))
+            .find_map(|l| l.spec?.holder_identity)
+    };
+    let leader = wait::until(Duration::from_secs(60), "vc-manager's leader", || {
+        leader_of(leases.clone())
+    })
+    .await?;
+
+    create_burst(&tenant, BURST).await?;
+    // Mid-burst: some copies exist, not all.
+    wait::until_true(Duration::from_secs(120), "the burst's first super copies", || {
+        let super_client = super_client.clone();
+        let super_namespace = super_namespace.clone();
+        async move {
+            super_burst_pods(&super_client, &super_namespace)
+                .await
+                .is_ok_and(|pods| pods.len() >= 5)
+        }
+    })
+    .await?;
+    let killed_at = std::time::Instant::now();
+    let pods: Api<Pod> = Api::namespaced(super_client.clone(), &namespace);
+    let mut killed = Vec::new();
+    for pod in release.pods("syncer").await? {
+        killed.push(pod.name_any());
+    }
+    killed.push(leader.clone());
+    for name in &killed {
+        pods.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    eprintln!(
+        "{TEST}: deleted {killed:?} with {} of {BURST} copies made",
+        super_burst_pods(&super_client, &super_namespace).await?.len()
+    );
+
+    let new_leader = wait::until(Duration::from_secs(120), "a new vc-manager leader", || {
+        let leases = leases.clone();
+        let leader = leader.clone();
+        async move { leader_of(leases).await.filter(|holder| *holder != leader) }
+    })
+    .await?;
+    let vc_manager_takeover = killed_at.elapsed();
+    burst_running(&tenant, BURST, Duration::from_secs(300)).await?;
+    let all_running = killed_at.elapsed();
+
+    let copies = super_burst_pods(&super_client, &super_namespace).await?;
+    let mut names: Vec<&str> = copies.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), BURST, "one super copy per tenant pod: {copies:?}");
+    assert_eq!(copies.len(), BURST, "no duplicate copies: {copies:?}");
+
+    let audit = platform.tenancy().super_cluster.apiserver().audit_events()?;
+    let writes = pod_writes_by(&audit, &syncer_user, &super_namespace);
+    let created: Vec<&local_cluster::AuditEvent> = writes
+        .iter()
+        .filter(|e| e.verb == "create" && e.subresource.is_empty() && e.succeeded())
+        .collect();
+    let rewritten: Vec<&local_cluster::AuditEvent> = writes
+        .iter()
+        .filter(|e| {
+            matches!(e.verb.as_str(), "update" | "patch" | "delete")
+                && e.subresource.is_empty()
+                && e.succeeded()
+        })
+        .collect();
+    eprintln!(
+        "{TEST}: vc-manager leader {leader} -> {new_leader} in {:.1} s; all {BURST} Running {:.1} s after the deletions; \
+         the syncer's successful pod creates {}, failed creates {}, rewrites {}",
+        vc_manager_takeover.as_secs_f64(),
+        all_running.as_secs_f64(),
+        created.len(),
+        writes
+            .iter()
+            .filter(|e| e.verb == "create" && !e.succeeded())
+            .count(),
+        rewritten.len()
+    );
+    assert_eq!(created.len(), BURST, "each copy created once: {created:?}");
+    assert!(
+        rewritten.is_empty(),
+        "nothing synced was written again: {rewritten:?}"
+    );
+
+    platform.uninstall().await?;
+    Ok(())
+}
+
+/// A copy of the chart whose VirtualCluster CRD has one more field in `spec` (`e2eAddedField`), as a new
+/// release of the chart would add one. Returns the copy's folder.
+fn chart_with_added_field(into: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let source = local_cluster::platform::helm::chart();
+    let copy = into.join("virtualcluster");
+    copy_dir(&source, &copy)?;
+    let mut changed = false;
+    for file in walk(&copy)? {
+        let text = std::fs::read_to_string(&file)?;
+        if !text.contains("name: virtualclusters.tenancy.x-k8s.io") {
+            continue;
+        }
+        let mut out = String::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            if trimmed == "weight:" && !changed {
+                let indent = &line[..line.len() - trimmed.len()];
+                out.push_str(&format!(
+                    "{indent}e2eAddedField:\n{indent}  description: Added by a newer chart (the upgrade test).\n{indent}  type: string\n"
+                ));
+                changed = true;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        std::fs::write(&file, out)?;
+    }
+    anyhow::ensure!(
+        changed,
+        "no VirtualCluster CRD with a `weight:` property in the chart"
+    );
+    Ok(copy)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+fn walk(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            files.extend(walk(&entry.path())?);
+        } else {
+            files.push(entry.path());
+        }
+    }
+    Ok(files)
+}
+
+/// The images the release's pods run, by pod.
+async fn images_of(platform: &Platform) -> anyhow::Result<Vec<String>> {
+    let mut images = Vec::new();
+    for component in ["vc-manager", "syncer", "dns", "vn-agent"] {
+        for pod in platform.release().pods(component).await? {
+            for container in pod.spec.map(|s| s.containers).unwrap_or_default() {
+                images.push(container.image.unwrap_or_default());
+            }
+        }
+    }
+    Ok(images)
+}
+
+/// Tenant pods' containers by pod: (name, container ID, restart count), from the super copies' status.
+async fn tenant_containers(
+    super_client: &kube::Client,
+    super_namespace: &str,
+) -> anyhow::Result<Vec<(String, String, i32)>> {
+    let pods = Api::<Pod>::namespaced(super_client.clone(), super_namespace)
+        .list(&Default::default())
+        .await?;
+    let mut found: Vec<(String, String, i32)> = pods
+        .items
+        .iter()
+        .flat_map(|p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .map(|c| {
+                    (
+                        p.name_any(),
+                        c.container_id.clone().unwrap_or_default(),
+                        c.restart_count,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// `helm upgrade` to a new image tag, changed values and a chart whose CRD gained a field, then `helm
+/// rollback`: the components roll (each Deployment and the DaemonSet one pod at a time), the tenant's
+/// containers keep running (same container IDs, no restarts), no super pod is written by the syncer
+/// (audit log), the added field reaches the cluster's CRD, and everything runs the images it should.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyhow::Result<()> {
+    const TEST: &str = "helm_upgrade_and_rollback_keep_tenant_pods_running_untouched";
+    if !require(TEST).await {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let mut platform = Platform::start(PlatformOptions {
+        audit: true,
+        ..Default::default()
+    })
+    .await?;
+    let kubeconfig = platform.add_adopted_tenant("steady").await?;
+    let tenant = tenant_client(&kubeconfig).await?;
+    create_burst(&tenant, 6).await?;
+    burst_running(&tenant, 6, Duration::from_secs(180)).await?;
+    let super_client = platform.super_client();
+    let key = platform.tenancy().tenant("steady").cluster_key.clone();
+    let super_namespace = crds::naming::super_namespace(&key, "default");
+    let before = tenant_containers(&super_client, &super_namespace).await?;
+    assert_eq!(before.len(), 6);
+    let release = platform.release();
+    let syncer_user = format!(
+        "system:serviceaccount:{}:{}-syncer",
+        release.namespace(),
+        release.fullname()
+    );
+    let audit_before = platform.tenancy().super_cluster.apiserver().audit_events()?.len();
+
+    let scratch = tempfile::tempdir()?;
+    let newer_chart = chart_with_added_field(scratch.path())?;
+    let upgrade = local_cluster::platform::ReleaseOptions {
+        tag: local_cluster::platform::images::upgrade_tag(),
+        chart: Some(newer_chart),
+        values: json!({"syncer": {"downwardWorkers": 16}, "dns": {"tenantQps": 1000}}),
+        ..Default::default()
+    };
+    let took = release.upgrade(&upgrade).await?;
+    let images = images_of(&platform).await?;
+    assert!(
+        images
+            .iter()
+            .all(|i| i.ends_with(&local_cluster::platform::images::upgrade_tag())),
+        "every component runs the new tag: {images:?}"
+    );
+    let crd = Api::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >::all(super_client.clone())
+    .get("virtualclusters.tenancy.x-k8s.io")
+    .await?;
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema)?;
+    assert_eq!(
+        schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["e2eAddedField"]["type"], "string",
+        "the field the newer chart added reached the cluster's CRD"
+    );
+    let after_upgrade = tenant_containers(&super_client, &super_namespace).await?;
+    assert_eq!(
+        after_upgrade, before,
+        "the tenant's containers kept running through the upgrade"
+    );
+    burst_running(&tenant, 6, Duration::from_secs(60)).await?;
+
+    let rolled_back = release.rollback(None, Duration::from_secs(300)).await?;
+    let images = images_of(&platform).await?;
+    assert!(
+        images
+            .iter()
+            .all(|i| i.ends_with(&format!(":{}", local_cluster::platform::TAG))),
+        "every component runs the first tag again: {images:?}"
+    );
+    let after_rollback = tenant_containers(&super_client, &super_namespace).await?;
+    assert_eq!(
+        after_rollback, before,
+        "the tenant's containers kept running through the rollback"
+    );
+    // The syncer synced and reports status again after both rolls.
+    let probe: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-rollback"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]},
+    }))?;
+    Api::<Pod>::namespaced(tenant.clone(), "default")
+        .create(&Default::default(), &probe)
+        .await?;
+    wait_running(&tenant, "default", "after-rollback").await?;
+
+    let audit = platform.tenancy().super_cluster.apiserver().audit_events()?;
+    let rewrites: Vec<&local_cluster::AuditEvent> = audit[audit_before..]
+        .iter()
+        .filter(|e| {
+            e.user == syncer_user
+                && e.resource == "pods"
+                && e.name.starts_with("burst-")
+                && matches!(e.verb.as_str(), "update" | "patch" | "delete")
+                && e.succeeded()
+        })
+        .collect();
+    eprintln!(
+        "{TEST}: helm upgrade --wait {:.1} s, helm rollback --wait {:.1} s; writes to the burst's super pods by the syncer: {}",
+        took.as_secs_f64(),
+        rolled_back.as_secs_f64(),
+        rewrites.len()
+    );
+    assert!(rewrites.is_empty(), "no super pod rewritten: {rewrites:?}");
+    platform.uninstall().await?;
+    Ok(())
+}
+
+/// What the chart's `ci/*.yaml` values files name that a platform team would have made first: the
+/// Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), the StorageClass and claim the snapshot
+/// scheduler writes into, the Secrets the kubelet backend reads, and an image pull Secret. Returns values
+/// that point the files' host paths at files of this run (the nodes share this machine's file system).
+async fn prepare_for_ci_values(platform: &Platform, folder: &Path) -> anyhow::Result<serde_json::Value> {
+    use local_cluster::apply::apply_yaml;
+    let client = platform.super_client();
+    let namespace = platform.release().namespace().to_owned();
+    let mut yaml = String::new();
+    for (plural, kind) in [
+        ("servicemonitors", "ServiceMonitor"),
+        ("prometheusrules", "PrometheusRule"),
+        ("podmonitors", "PodMonitor"),
+    ] {
+        yaml.push_str(&format!(
+            "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {plural}.monitoring.coreos.com}}
+spec:
+  group: monitoring.coreos.com
+  names: {{kind: {kind}, plural: {plural}, listKind: {kind}List, singular: {}}}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+---
+",
+            kind.to_lowercase()
+        ));
+    }
+    yaml.push_str(&format!(
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: fast-ssd}}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: tenant-backups, namespace: {namespace}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: registry-credentials, namespace: {namespace}}}
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '{{\"auths\": {{}}}}'
+"
+    ));
+    apply_yaml(&client, &yaml, &namespace).await?;
+    // all-options shows tenants only the nodes labelled pool=tenants (syncer.vnodeMode).
+    for node in platform.tenancy().nodes.names() {
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .patch(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"labels": {"pool": "tenants"}}})),
+            )
+            .await?;
+    }
+    wait::until_true(Duration::from_secs(30), "the monitoring CRDs served", || {
+        let client = client.clone();
+        async move {
+            kube::discovery::pinned_kind(
+                &client,
+                &kube::core::GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PrometheusRule"),
+            )
+            .await
+            .is_ok()
+        }
+    })
+    .await?;
+
+    // The kubelet backend: the kubelets' serving CA (the super cluster's, here) and a client certificate
+    // of a user allowed the kubelet API, as a Secret and as files on the node.
+    let apiserver = platform.tenancy().super_cluster.apiserver();
+    let ca = apiserver.ca();
+    let user = "vn-agent-kubelet-client";
+    let client_cert = ca.issue(user, &[], &[], local_cluster::pki::Usage::Client)?;
+    let ca_file = folder.join("kubelet-ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem())?;
+    let both_file = folder.join("kubelet-client.pem");
+    std::fs::write(
+        &both_file,
+        format!("{}{}", client_cert.cert_pem, client_cert.key_pem),
+    )?;
+    for path in [&ca_file, &both_file] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    let secrets = json!([
+        {"apiVersion": "v1", "kind": "Secret",
+         "metadata": {"name": "kubelet-serving-ca", "namespace": namespace},
+         "stringData": {"kubelet-ca.pem": ca.cert_pem()}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": "vn-agent-kubelet-client", "namespace": namespace},
+         "stringData": {"tls.crt": client_cert.cert_pem, "tls.key": client_cert.key_pem}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-vn-agent-kubelet-api"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]);
+    for object in secrets.as_array().into_iter().flatten() {
+        let object: kube::api::DynamicObject = serde_json::from_value(object.clone())?;
+        local_cluster::apply::apply_object(&client, object, &namespace).await?;
+    }
+    Ok(json!({"vnAgent": {"kubelet": {
+        "certificateAuthority": {"hostPath": ca_file.display().to_string()},
+        "clientCertificate": {"hostPath": {
+            "certFile": both_file.display().to_string(),
+            "keyFile": both_file.display().to_string(),
+        }},
+    }}}))
+}
+
+/// `helm install --wait` with each of the chart's `ci/*.yaml` files in turn (uninstalling the one before),
+/// and after each an adopted tenant whose pod runs and whose logs come through vn-agent (the kubelet
+/// backend in two of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_chart_installs_with_each_ci_values_file() -> anyhow::Result<()> {
+    const TEST: &str = "the_chart_installs_with_each_ci_values_file";
+    if !require(TEST).await {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let mut platform = Platform::start(PlatformOptions::default()).await?;
+    let scratch = tempfile::tempdir()?;
+    let host_paths = prepare_for_ci_values(&platform, scratch.path()).await?;
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(local_cluster::platform::helm::chart().join("ci"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+    files.sort();
+    let mut timings = Vec::new();
+    for (index, file) in files.iter().enumerate() {
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let mut values = host_paths.clone();
+        if name == "all-options-values.yaml" {
+            // It names a vn-agent Service (syncer.vnAgentService) for its rendering; a ClusterIP Service
+            // would spread a tenant's kubelet calls over every node's agent, each serving its own node's
+            // pods only, so the test leaves vNodes on the nodes' addresses.
+            local_cluster::platform::helm::merge(&mut values, &json!({"syncer": {"vnAgentService": ""}}));
+        }
+        let options = local_cluster::platform::ReleaseOptions {
+            values_files: vec![file.clone()],
+            values,
+            ..Default::default()
+        };
+        let took = platform
+            .reinstall(&options)
+            .await
+            .with_context(|| format!("helm install with {name}"))?;
+        timings.push(format!("{name}: {:.1} s", took.as_secs_f64()));
+        let tenant = format!("ci-{index}");
+        let kubeconfig = platform
+            .add_adopted_tenant(&tenant)
+            .await
+            .with_context(|| format!("a tenant with {name}"))?;
+        let client = tenant_client(&kubeconfig).await?;
+        wait::until_true(
+            Duration::from_secs(120),
+            "the tenant's default service account",
+            || {
+                let client = client.clone();
+                async move {
+                    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client, "default")
+                        .get_opt("default")
+                        .await
+                        .is_ok_and(|a| a.is_some())
+                }
+            },
+        )
+        .await?;
+        // A pod the strictest Pod Security level (all-options enforces `restricted`) admits.
+        let hello: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "main", "image": "busybox",
+                    "command": ["sh", "-c", "echo hello from $(hostname); exec sleep 3600"],
+                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]},
+        }))?;
+        Api::<Pod>::namespaced(client.clone(), "default")
+            .create(&Default::default(), &hello)
+            .await?;
+        wait_running(&client, "default", "hello")
+            .await
+            .with_context(|| format!("a tenant pod with {name}"))?;
+        let logs = wait::until(
+            Duration::from_secs(60),
+            &format!("kubectl logs with {name}"),
+            || {
+                let kubeconfig = kubeconfig.clone();
+                async move {
+                    kubectl(&kubeconfig, &["logs", "hello"])
+                        .await
+                        .ok()
+                        .filter(|l| l.contains("hello from"))
+                }
+            },
+        )
+        .await?;
+        assert!(logs.contains("hello from hello"), "{name}: {logs}");
+        platform.remove_tenant(&tenant).await?;
+    }
+    eprintln!(
+        "{TEST}: helm install --wait per values file: {}",
+        timings.join(", ")
+    );
     platform.uninstall().await?;
     Ok(())
 }

@@ -391,6 +391,13 @@ pub(crate) async fn readyz(client: &Client) -> bool {
     true
 }
 
+/// The first address of a service range, which the apiserver takes for the `kubernetes` Service.
+fn first_service_ip(cidr: &str) -> Option<String> {
+    let (base, _) = cidr.split(',').next()?.split_once('/')?;
+    let ip: std::net::Ipv4Addr = base.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(ip) + 1).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,11 +424,4 @@ mod tests {
         assert!(AuditEvent::parse(&line.replace("ResponseComplete", "RequestReceived")).is_none());
         assert!(AuditEvent::parse("not json").is_none());
     }
-}
-
-/// The first address of a service range, which the apiserver takes for the `kubernetes` Service.
-fn first_service_ip(cidr: &str) -> Option<String> {
-    let (base, _) = cidr.split(',').next()?.split_once('/')?;
-    let ip: std::net::Ipv4Addr = base.parse().ok()?;
-    Some(std::net::Ipv4Addr::from(u32::from(ip) + 1).to_string())
 }

@@ -100,7 +100,8 @@ pub enum PodSecurityLevel {
 }
 
 impl PodSecurityLevel {
-    fn as_str(self) -> &'static str {
+    /// The level as Pod Security labels and the chart's values spell it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Privileged => "privileged",
             Self::Baseline => "baseline",

@@ -35,6 +35,18 @@ pub struct NetworkIsolation {
     pub allow_namespaces: Vec<(String, String)>,
     /// Addresses that may reach every tenant's pods.
     pub allow_cidrs: Vec<IpNet>,
+    /// The super cluster's own DNS Service (`namespace`, `name`), which tenants' pods may not reach: its
+    /// records name every tenant's Services. Its namespace's pods are out of their reach too.
+    pub platform_dns: Option<(String, String)>,
+    /// Addresses tenants' pods may not reach (a cloud's instance metadata service, the platform's own).
+    pub deny_egress: Vec<IpNet>,
+}
+
+impl NetworkIsolation {
+    /// Whether tenants' pods' egress is isolated too.
+    pub fn isolates_egress(&self) -> bool {
+        self.platform_dns.is_some() || !self.deny_egress.is_empty()
+    }
 }
 
 impl Default for NetworkIsolation {
@@ -43,6 +55,8 @@ impl Default for NetworkIsolation {
             enabled: true,
             allow_namespaces: Vec::new(),
             allow_cidrs: Vec::new(),
+            platform_dns: Some(("kube-system".to_owned(), "kube-dns".to_owned())),
+            deny_egress: vec![INSTANCE_METADATA.parse().expect("a CIDR")],
         }
     }
 }
@@ -74,6 +88,9 @@ pub enum VNodeAddresses {
     },
 }
 
+/// The instance metadata service of the public clouds, which hands out the node's own credentials.
+pub const INSTANCE_METADATA: &str = "169.254.169.254/32";
+
 /// Which super nodes a tenant sees as vNodes.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum VNodeMode {
@@ -95,6 +112,20 @@ impl std::str::FromStr for VNodeMode {
     /// `pods`, `usable`, or `selected:key=value[,key=value...]`.
     fn from_str(value: &str) -> Result<Self, String> {
         vnode_mode(value)
+    }
+}
+
+impl std::fmt::Display for VNodeMode {
+    /// As the flag takes it, so that it round-trips through [`std::str::FromStr`].
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pods => f.write_str("pods"),
+            Self::Usable => f.write_str("usable"),
+            Self::Selected(labels) => {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                write!(f, "selected:{}", labels.join(","))
+            }
+        }
     }
 }
 
@@ -324,6 +355,19 @@ pub struct SyncerArgs {
     /// Addresses (CIDRs) that may reach every tenant's pods despite the isolation, e.g. the nodes'.
     #[arg(long, env = "NETWORK_ISOLATION_ALLOW_CIDRS", value_delimiter = ',')]
     pub network_isolation_allow_cidrs: Vec<String>,
+    /// The super cluster's DNS Service (`namespace/name`), which the isolation keeps tenants' pods from
+    /// (its answers name every tenant's Services; tenants have vc-dns): its cluster IPs and endpoint
+    /// addresses, and every pod of its namespace. Empty leaves it reachable.
+    #[arg(
+        long,
+        env = "NETWORK_ISOLATION_PLATFORM_DNS",
+        default_value = "kube-system/kube-dns"
+    )]
+    pub network_isolation_platform_dns: String,
+    /// Addresses (CIDRs) the isolation keeps tenants' pods from, besides the platform DNS; by default the
+    /// clouds' instance metadata service (it hands out the node's credentials). Empty: none.
+    #[arg(long, env = "NETWORK_ISOLATION_DENY_EGRESS_CIDRS", value_delimiter = ',', default_value = INSTANCE_METADATA)]
+    pub network_isolation_deny_egress_cidrs: Vec<String>,
     /// vn-agent's ServiceAccount (`namespace/name`), bound in every super namespace of a tenant to
     /// `--vn-agent-cluster-role`: vn-agent's super-apiserver backend may read logs of, exec into, attach
     /// to and port-forward to tenant pods only, never the platform's. Empty binds nothing (and removes
@@ -742,12 +786,29 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 )),
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let platform_dns = match args.network_isolation_platform_dns.trim() {
+            "" => None,
+            value => Some(
+                value
+                    .split_once('/')
+                    .filter(|(namespace, name)| !namespace.is_empty() && !name.is_empty())
+                    .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
+                    .ok_or_else(|| {
+                        format!("--network-isolation-platform-dns: {value:?} is not namespace/name")
+                    })?,
+            ),
+        };
         let network_isolation = NetworkIsolation {
             enabled: args.network_isolation,
             allow_namespaces,
             allow_cidrs: cidrs(
                 "--network-isolation-allow-cidrs",
                 args.network_isolation_allow_cidrs,
+            )?,
+            platform_dns,
+            deny_egress: cidrs(
+                "--network-isolation-deny-egress-cidrs",
+                args.network_isolation_deny_egress_cidrs,
             )?,
         };
         let vn_agent_access = vn_agent_access(
@@ -839,6 +900,14 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn vnode_modes_round_trip_through_their_text() {
+        for text in ["pods", "usable", "selected:zone=a,tier=gold"] {
+            let mode: VNodeMode = text.parse().expect("parses");
+            assert_eq!(mode.to_string(), text);
+        }
+    }
 
     fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
         let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;

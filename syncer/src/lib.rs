@@ -107,6 +107,11 @@ impl Syncer {
             config.sync_ingresses,
             config.vnode_mode.clone(),
             &config.custom_resources,
+            config
+                .network_isolation
+                .platform_dns
+                .as_ref()
+                .filter(|_| config.network_isolation.enabled),
         );
         let (vc_store, vc_writer) = reflector::store();
         let shards = config

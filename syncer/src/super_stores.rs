@@ -7,7 +7,8 @@ use crds::wellknown::{
     MANAGED_BY_VC_MANAGER,
 };
 use k8s_openapi::api::{
-    core::v1::{Endpoints, Namespace, Secret},
+    core::v1::{Endpoints, Namespace, Secret, Service},
+    discovery::v1::EndpointSlice,
     rbac::v1::RoleBinding,
 };
 use kube::{
@@ -53,6 +54,8 @@ macro_rules! super_stores {
             pub token_shards: Arc<TokenShards>,
             /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
             pub role_bindings: Store<RoleBinding>,
+            /// The super cluster's own DNS, which tenants' pods may not reach (see [`PlatformDns`]).
+            pub platform_dns: PlatformDns,
             tasks: Vec<JoinHandle<()>>,
         }
 
@@ -63,6 +66,7 @@ macro_rules! super_stores {
                 tokens: Store<PartialObjectMeta<Secret>>,
                 token_shards: Arc<TokenShards>,
                 role_bindings: Store<RoleBinding>,
+                platform_dns: PlatformDns,
             ) -> Self {
                 let mut stores = Self {
                     $( $caches: <kinds::$kind as SuperCache>::watch(supers), )*
@@ -70,6 +74,7 @@ macro_rules! super_stores {
                     tokens,
                     token_shards,
                     role_bindings,
+                    platform_dns,
                     tasks: Vec::new(),
                 };
                 stores.tasks = std::mem::take(&mut supers.tasks);
@@ -82,6 +87,7 @@ macro_rules! super_stores {
                 self.apiservers.wait_ready().await;
                 self.tokens.wait_ready().await;
                 self.role_bindings.wait_ready().await;
+                self.platform_dns.wait_ready().await;
             }
 
             #[cfg(test)]
@@ -92,6 +98,7 @@ macro_rules! super_stores {
                     tokens: Cache::empty(),
                     token_shards: Default::default(),
                     role_bindings: Cache::empty(),
+                    platform_dns: PlatformDns::none(),
                     tasks: Vec::new(),
                 }
             }
@@ -99,6 +106,62 @@ macro_rules! super_stores {
     };
 }
 with_kinds!(super_stores);
+
+/// The super cluster's own DNS Service and its EndpointSlices (one-object watches, when
+/// `--network-isolation-platform-dns` names it): the addresses the isolation keeps tenants' pods from.
+pub struct PlatformDns {
+    /// Its namespace, whose pods tenants may not reach either.
+    pub namespace: Option<String>,
+    services: Option<Store<Service>>,
+    slices: Option<Store<EndpointSlice>>,
+}
+
+impl PlatformDns {
+    /// No platform DNS: nothing is watched.
+    pub fn none() -> Self {
+        Self {
+            namespace: None,
+            services: None,
+            slices: None,
+        }
+    }
+
+    /// Its cluster IPs and the addresses of its endpoints, sorted, as the caches have them.
+    pub fn addresses(&self) -> Vec<std::net::IpAddr> {
+        let mut addresses: Vec<std::net::IpAddr> = Vec::new();
+        for service in self.services.iter().flat_map(|s| s.state()) {
+            let spec = service.spec.as_ref();
+            addresses.extend(
+                spec.and_then(|s| s.cluster_ips.clone())
+                    .into_iter()
+                    .flatten()
+                    .chain(spec.and_then(|s| s.cluster_ip.clone()))
+                    .filter_map(|ip| ip.parse::<std::net::IpAddr>().ok()),
+            );
+        }
+        for slice in self.slices.iter().flat_map(|s| s.state()) {
+            addresses.extend(
+                slice
+                    .endpoints
+                    .iter()
+                    .flat_map(|e| e.addresses.iter())
+                    .filter_map(|ip| ip.parse::<std::net::IpAddr>().ok()),
+            );
+        }
+        addresses.sort();
+        addresses.dedup();
+        addresses
+    }
+
+    async fn wait_ready(&self) {
+        if let Some(services) = &self.services {
+            services.wait_ready().await;
+        }
+        if let Some(slices) = &self.slices {
+            slices.wait_ready().await;
+        }
+    }
+}
 
 /// What a kind's watch of the super cluster is started with.
 pub struct SuperWatch<'a> {
@@ -263,6 +326,7 @@ impl SuperStores {
         sync_ingresses: bool,
         vnode_mode: crate::config::VNodeMode,
         custom_resources: &[crate::resources::custom_resource::CustomKind],
+        platform_dns: Option<&(String, String)>,
     ) -> Self {
         let _span = tracing::info_span!("super").entered();
         let token_shards = Arc::new(TokenShards::default());
@@ -350,7 +414,51 @@ impl SuperStores {
                 }
             })
         };
-        Self::watch_kinds(&mut supers, apiservers, tokens, token_shards, role_bindings)
+        let platform_dns = match platform_dns {
+            None => PlatformDns::none(),
+            Some((namespace, name)) => {
+                // Its addresses are part of every tenant namespace's isolation: a change is repaired in
+                // each of them.
+                let requeue = {
+                    let (queue, namespaces) = (queues.down.clone(), namespaces.clone());
+                    move || {
+                        for ns in namespaces.state() {
+                            if let (Some(tenant), Some(tenant_ns)) = (
+                                identity::owner_cluster(ns.meta()),
+                                identity::tenant_namespace(ns.meta()),
+                            ) {
+                                queue.add(&Arc::from(tenant), DownItem::namespace(tenant_ns));
+                            }
+                        }
+                    }
+                };
+                let services = {
+                    let requeue = requeue.clone();
+                    let config = watcher::Config::default()
+                        .fields(&format!("metadata.namespace={namespace},metadata.name={name}"));
+                    supers.watch(config, move |_: &Service| requeue())
+                };
+                let slices = {
+                    let config = watcher::Config::default()
+                        .labels(&format!("kubernetes.io/service-name={name}"))
+                        .fields(&format!("metadata.namespace={namespace}"));
+                    supers.watch(config, move |_: &EndpointSlice| requeue())
+                };
+                PlatformDns {
+                    namespace: Some(namespace.clone()),
+                    services: Some(services),
+                    slices: Some(slices),
+                }
+            }
+        };
+        Self::watch_kinds(
+            &mut supers,
+            apiservers,
+            tokens,
+            token_shards,
+            role_bindings,
+            platform_dns,
+        )
     }
 }
 

@@ -1,9 +1,14 @@
 //! `vc-sandbox`: virtualcluster-rs on one machine, for trying it out.
 //!
-//! Starts a real super cluster on loopback (etcd, kube-apiserver, kube-controller-manager from the
-//! harness's binaries) with real nodes (kubelet, containerd, kube-proxy) when their parts are on the machine
-//! and simulated ones otherwise, installs the CRDs, runs vc-manager, the syncer and vn-agent, creates the
-//! tenants, adopted and native, and prints the kubeconfig of each. Ctrl-C tears everything down.
+//! Starts a real super cluster on this machine (etcd, kube-apiserver, kube-controller-manager, scheduler
+//! from the harness's binaries) with real nodes (kubelet, containerd, kube-proxy, each node in a network
+//! namespace of its own) when their parts are on the machine, builds the component images from the
+//! workspace and installs the chart with `helm install --wait` (every component a pod on the nodes), creates
+//! the tenants, adopted and native, from VirtualCluster YAML, and prints the kubeconfig of each. Ctrl-C
+//! deletes the tenants, uninstalls the release and tears everything down.
+//!
+//! On simulated nodes (or with `--in-process`) vc-manager, the syncer, vn-agent and vc-dns run inside this
+//! process instead.
 //!
 //! Binaries the machine lacks (the pinned Kubernetes release and etcd) are downloaded first, checksummed,
 //! into the cache the e2e tests also read, unless `--offline`.
@@ -19,6 +24,7 @@ use clap::Parser;
 use local_cluster::{
     Binary,
     download::{self, Arch, HelmOptions, Network, Progress, Sources},
+    platform::{Platform, PlatformOptions, ReleaseOptions},
     realnodes,
     sandbox::{NEEDS, NodeKind, Sandbox, SandboxOptions},
 };
@@ -43,6 +49,10 @@ struct Args {
     /// Simulated nodes even when real ones could run (pods are marked Running; nothing runs).
     #[arg(long)]
     simulated_nodes: bool,
+    /// On real nodes, run vc-manager, the syncer, vn-agent and vc-dns inside this process instead of
+    /// installing the chart (quicker to start; not how the product ships).
+    #[arg(long)]
+    in_process: bool,
     /// Which super nodes tenants see (the syncer's --vnode-mode): `pods` (where their pods run),
     /// `usable` (every node they may use, from the start, schedulable: what conformance tests expect) or
     /// `selected:key=value[,...]`.
@@ -321,6 +331,9 @@ async fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if node_kind == NodeKind::Real && !args.in_process {
+        return run_platform(&args, tenants, &prepared).await;
+    }
     let started = Instant::now();
     eprintln!(
         "vc-sandbox: starting a super cluster with {} {} nodes, {} adopted and {} native tenants...",
@@ -351,31 +364,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let (Some(e2e_test), Some(agnhost)) = (args.conformance_images.clone(), args.agnhost.clone()) {
-        let served = tokio::task::spawn_blocking(move || {
-            local_cluster::conformance::serve_images(&e2e_test, &agnhost)
-        })
-        .await;
-        match served {
-            Ok(Ok(report)) => {
-                for (reference, stand) in &report.served {
-                    eprintln!("vc-sandbox: serving {reference} ({})", stand.describe());
-                }
-                for reference in &report.missing {
-                    eprintln!("vc-sandbox: not serving {reference} (nothing on this machine makes it)");
-                }
-            }
-            Ok(Err(error)) => {
-                eprintln!("vc-sandbox: {}", local_cluster::error_chain(&error));
-                sandbox.shutdown().await;
-                return ExitCode::FAILURE;
-            }
-            Err(error) => {
-                eprintln!("vc-sandbox: serving the conformance images: {error}");
-                sandbox.shutdown().await;
-                return ExitCode::FAILURE;
-            }
-        }
+    if let Err(error) = serve_conformance_images(&args).await {
+        eprintln!("vc-sandbox: {error}");
+        sandbox.shutdown().await;
+        return ExitCode::FAILURE;
     }
     print_welcome(&sandbox, started, &prepared);
 
@@ -384,6 +376,147 @@ async fn main() -> ExitCode {
     sandbox.shutdown().await;
     eprintln!("vc-sandbox: stopped; nothing left running");
     ExitCode::SUCCESS
+}
+
+/// With `--conformance-images`: serves the images the upstream suite pulls to the real nodes.
+async fn serve_conformance_images(args: &Args) -> Result<(), String> {
+    let (Some(e2e_test), Some(agnhost)) = (args.conformance_images.clone(), args.agnhost.clone()) else {
+        return Ok(());
+    };
+    let served =
+        tokio::task::spawn_blocking(move || local_cluster::conformance::serve_images(&e2e_test, &agnhost))
+            .await
+            .map_err(|error| format!("serving the conformance images: {error}"))?
+            .map_err(|error| local_cluster::error_chain(&error))?;
+    for (reference, stand) in &served.served {
+        eprintln!("vc-sandbox: serving {reference} ({})", stand.describe());
+    }
+    for reference in &served.missing {
+        eprintln!("vc-sandbox: not serving {reference} (nothing on this machine makes it)");
+    }
+    Ok(())
+}
+
+/// The main path on real nodes: the chart installed with Helm, tenants from YAML; Ctrl-C deletes the
+/// tenants, uninstalls the release and stops everything.
+async fn run_platform(args: &Args, tenants: Vec<String>, prepared: &Prepared) -> ExitCode {
+    if let Err(error) = ensure_helm(args.offline).await {
+        eprintln!("vc-sandbox: {error}\nvc-sandbox: or run the components in this process: --in-process");
+        return ExitCode::FAILURE;
+    }
+    let started = Instant::now();
+    eprintln!(
+        "vc-sandbox: starting a super cluster with {} real nodes, building the component images from this \
+         workspace (the first run compiles them) and installing the chart with helm...",
+        args.nodes
+    );
+    let mut values = serde_json::json!({"syncer": {"vnodeMode": args.vnode_mode.to_string()}});
+    if let Some(level) = args.pod_security_enforce {
+        values["syncer"]["podSecurity"] = serde_json::json!({"enforce": level.as_str()});
+    }
+    let options = PlatformOptions {
+        nodes: args.nodes,
+        release: ReleaseOptions {
+            values,
+            ..ReleaseOptions::default()
+        },
+        dir: args.dir.clone(),
+        audit: false,
+    };
+    let mut platform = match Platform::start(options).await {
+        Ok(platform) => platform,
+        Err(error) => {
+            eprintln!("vc-sandbox: {}", local_cluster::error_chain(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "vc-sandbox: helm install --wait took {:.1} s; creating the tenants...",
+        platform.install_time().as_secs_f64()
+    );
+    let created = async {
+        serve_conformance_images(args).await?;
+        for name in &tenants {
+            platform
+                .add_adopted_tenant(name)
+                .await
+                .map_err(|e| local_cluster::error_chain(&e))?;
+        }
+        for name in &args.native {
+            platform
+                .add_native_tenant(name)
+                .await
+                .map_err(|e| local_cluster::error_chain(&e))?;
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    if let Err(error) = created {
+        eprintln!("vc-sandbox: {error}");
+        return ExitCode::FAILURE;
+    }
+    print_platform_welcome(&platform, started, prepared);
+
+    vc_runtime::shutdown::signal().await;
+    eprintln!("vc-sandbox: deleting the tenants and uninstalling the release...");
+    if let Err(error) = platform.uninstall().await {
+        eprintln!("vc-sandbox: {}", local_cluster::error_chain(&error));
+    }
+    drop(platform);
+    eprintln!("vc-sandbox: stopped; nothing left running");
+    ExitCode::SUCCESS
+}
+
+fn print_platform_welcome(platform: &Platform, started: Instant, prepared: &Prepared) {
+    let super_kubeconfig = platform.super_kubeconfig().display().to_string();
+    let release = platform.release();
+    println!(
+        "\nvirtualcluster-rs is up ({:.1} s): release {} of charts/virtualcluster in namespace {}, \
+         every component a pod on the real nodes\n",
+        started.elapsed().as_secs_f64(),
+        release.name(),
+        release.namespace()
+    );
+    println!("  super cluster (platform team):  {super_kubeconfig}");
+    for (name, path) in platform.tenant_kubeconfigs() {
+        println!("  tenant {name:<24} {}", path.display());
+    }
+    println!("\nAs the platform team:");
+    if let Some(line) = &prepared.path_line {
+        println!("  {line}   # kubectl from the download cache");
+    }
+    println!("  export KUBECONFIG={super_kubeconfig}");
+    println!("  helm -n {} status {}", release.namespace(), release.name());
+    println!("  kubectl -n {} get pods -o wide", release.namespace());
+    println!("  kubectl get virtualclusters -A");
+    println!(
+        "  kubectl vc list -A           # with kubectl-vc on PATH (cargo build --release -p kubectl-vc)"
+    );
+    println!(
+        "  # a native tenant from the sandbox's ClusterVersion ({}; its images are built from your binaries):",
+        local_cluster::sandbox::CLUSTER_VERSION
+    );
+    println!(
+        "  kubectl apply -f - <<< '{{\"apiVersion\":\"tenancy.x-k8s.io/v1alpha1\",\"kind\":\"VirtualCluster\",\"metadata\":{{\"name\":\"mine\"}},\"spec\":{{\"clusterVersionName\":\"{}\"}}}}'",
+        local_cluster::sandbox::CLUSTER_VERSION
+    );
+    if let Some((name, path)) = platform.tenant_kubeconfigs().iter().next() {
+        println!("\nAs tenant {name}:");
+        println!("  export KUBECONFIG={}", path.display());
+        println!("  kubectl run web --image=busybox -- sh -c 'echo hello; exec sleep 3600'");
+        println!("  kubectl get pods -o wide     # Running on a vNode named after a real super node");
+        println!("  kubectl logs web             # through the vn-agent pod on that node to its kubelet");
+        println!("  kubectl exec -it web -- sh   # a shell in the container");
+    }
+    println!(
+        "\nFiles are in {}. Ctrl-C deletes the tenants, uninstalls the release and stops everything{}.",
+        platform.dir().display(),
+        if platform.dir().starts_with(std::env::temp_dir()) {
+            " (and removes them)"
+        } else {
+            ""
+        }
+    );
 }
 
 fn print_welcome(sandbox: &Sandbox, started: Instant, prepared: &Prepared) {

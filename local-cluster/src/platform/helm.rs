@@ -34,6 +34,8 @@ pub struct ReleaseOptions {
     pub tag: String,
     /// How long `helm install/upgrade --wait` may take.
     pub timeout: Duration,
+    /// Another copy of the chart (a newer release of it); default the workspace's.
+    pub chart: Option<PathBuf>,
 }
 
 impl Default for ReleaseOptions {
@@ -45,6 +47,7 @@ impl Default for ReleaseOptions {
             values: serde_json::json!({}),
             tag: TAG.to_owned(),
             timeout: Duration::from_secs(300),
+            chart: None,
         }
     }
 }
@@ -216,10 +219,11 @@ impl Release {
         let own_file = self
             .dir
             .write(&format!("{verb}-values.yaml"), options.values.to_string())?;
+        let chart_dir = options.chart.clone().unwrap_or_else(chart);
         let mut args = vec![
             verb.to_owned(),
             self.name.clone(),
-            chart().display().to_string(),
+            chart_dir.display().to_string(),
             "--wait".to_owned(),
             format!("--timeout={}s", options.timeout.as_secs()),
             format!("--values={}", base_file.display()),
@@ -227,7 +231,7 @@ impl Release {
         for file in &options.values_files {
             let file = match file.is_absolute() {
                 true => file.clone(),
-                false => chart().join(file),
+                false => chart_dir.join(file),
             };
             args.push(format!("--values={}", file.display()));
         }
@@ -293,6 +297,19 @@ impl Release {
     }
 }
 
+/// Every `image:` reference in rendered manifests.
+pub fn image_references(rendered: &str) -> Vec<String> {
+    let mut references: Vec<String> = rendered
+        .lines()
+        .filter_map(|line| line.trim_start().trim_start_matches("- ").strip_prefix("image:"))
+        .map(|image| image.trim().trim_matches(['"', '\'']).to_owned())
+        .filter(|image| !image.is_empty())
+        .collect();
+    references.sort();
+    references.dedup();
+    references
+}
+
 /// Merges `patch` into `base`: objects key by key, anything else replaced.
 pub fn merge(base: &mut serde_json::Value, patch: &serde_json::Value) {
     match (base, patch) {
@@ -319,6 +336,15 @@ mod tests {
         assert_eq!(
             base,
             serde_json::json!({"image": {"registry": "a", "tag": "2"}, "list": [3], "new": {"x": true}})
+        );
+    }
+
+    #[test]
+    fn image_references_are_read_from_rendered_manifests() {
+        let rendered = "spec:\n  containers:\n    - name: a\n      image: \"r.example/x/syncer:1\"\n      imagePullPolicy: Always\n    - image: r/vn-agent:2\n";
+        assert_eq!(
+            image_references(rendered),
+            ["r.example/x/syncer:1", "r/vn-agent:2"]
         );
     }
 

@@ -45,6 +45,8 @@ pub struct ComponentImages {
     pub static_binaries: bool,
     /// How long building the binaries took.
     pub build_time: Duration,
+    /// The folder of the built binaries (`kubectl-vc` among them, for the platform team's commands).
+    pub binaries: PathBuf,
 }
 
 /// Builds the component binaries and serves their images to every real node, once per process.
@@ -90,7 +92,33 @@ fn build() -> Result<ComponentImages> {
         sizes,
         static_binaries,
         build_time,
+        binaries: folder,
     })
+}
+
+/// Serves the component images under every reference in `references` that names one of the components'
+/// repositories (`<any registry>/<component>:<tag>`, as a chart's values may spell them): the built image of
+/// the upgrade tag when the reference's tag is it, else of [`TAG`]. Other references are left alone.
+pub fn serve_as(references: &[String]) -> Result<()> {
+    ensure()?;
+    for reference in references {
+        let Some((repository, tag)) = reference.rsplit_once(':') else {
+            continue;
+        };
+        let Some(component) = COMPONENTS
+            .iter()
+            .find(|c| repository == **c || repository.ends_with(&format!("/{c}")))
+        else {
+            continue;
+        };
+        let built_tag = if tag == upgrade_tag() {
+            upgrade_tag()
+        } else {
+            TAG.to_owned()
+        };
+        RealNodes::alias_image(&format!("{IMAGE_REGISTRY}/{component}:{built_tag}"), reference)?;
+    }
+    Ok(())
 }
 
 /// The workspace's root folder.

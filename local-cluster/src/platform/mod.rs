@@ -79,6 +79,7 @@ impl Default for PlatformOptions {
 pub struct Platform {
     release: Release,
     tenancy: Tenancy,
+    vn_agent_ca: CertificateAuthority,
     images: &'static ComponentImages,
     install_time: Duration,
     files: Files,
@@ -101,6 +102,13 @@ impl Platform {
     /// and installs the chart with `helm install --wait`; returns once every component is Ready.
     pub async fn start(options: PlatformOptions) -> Result<Self> {
         let files = Files::new(options.dir.as_deref())?;
+        // Before the nodes start: the first build compiles the release binaries.
+        let images = tokio::task::spawn_blocking(images::ensure)
+            .await
+            .map_err(|e| Error::Io {
+                context: "building the component images".into(),
+                source: std::io::Error::other(e),
+            })??;
         let vn_agent_ca = CertificateAuthority::new("vn-agent serving CA")?;
         let tenancy = Tenancy::start(TenancyOptions {
             tenants: 0,
@@ -117,13 +125,6 @@ impl Platform {
             "super.kubeconfig",
             &tenancy.super_cluster.apiserver().admin_kubeconfig(),
         )?;
-        let images = tokio::task::spawn_blocking(images::ensure)
-            .await
-            .map_err(|e| Error::Io {
-                context: "building the component images".into(),
-                source: std::io::Error::other(e),
-            })??;
-
         ensure_namespace(&super_client, &options.release.namespace).await?;
         let nodes: Vec<(String, String)> = tenancy
             .nodes
@@ -217,6 +218,53 @@ impl Platform {
         Ok(path)
     }
 
+    /// Deletes VirtualCluster `name`, waits until vc-manager and the syncer have let it go, and stops its
+    /// tenant master when the harness started one.
+    pub async fn remove_tenant(&mut self, name: &str) -> Result<()> {
+        let api: Api<VirtualCluster> = Api::namespaced(self.super_client(), VC_NAMESPACE);
+        api.delete(name, &DeleteParams::default())
+            .await
+            .map_err(Error::kube(format!("deleting VirtualCluster {name}")))?;
+        wait::until_true(NATIVE_PATIENCE, &format!("VirtualCluster {name} gone"), || {
+            let api = api.clone();
+            async move { matches!(api.get_opt(name).await, Ok(None)) }
+        })
+        .await?;
+        self.tenancy.tenants.retain(|t| t.name != name);
+        self.tenant_kubeconfigs.remove(name);
+        Ok(())
+    }
+
+    /// `helm uninstall` of the release (which must have no tenants left), then `helm install --wait` with
+    /// `options`; how long the install took.
+    pub async fn reinstall(&mut self, options: &ReleaseOptions) -> Result<Duration> {
+        if self.release.is_installed() {
+            self.release.uninstall(Duration::from_secs(300)).await?;
+        }
+        let client = self.super_client();
+        ensure_namespace(&client, &options.namespace).await?;
+        let nodes = self.node_names_and_addresses();
+        write_vn_agent_certificate(&client, &self.vn_agent_ca, &options.namespace, &nodes).await?;
+        let (release, took) =
+            Release::install(client, &self.super_kubeconfig, base_values(), options).await?;
+        self.release = release;
+        self.install_time = took;
+        Ok(took)
+    }
+
+    fn node_names_and_addresses(&self) -> Vec<(String, String)> {
+        self.tenancy
+            .nodes
+            .real()
+            .map(|real| {
+                real.nodes()
+                    .iter()
+                    .map(|n| (n.name().to_owned(), n.ip()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The documented uninstall: deletes every VirtualCluster (vc-manager removes their control planes and
     /// the syncer their super namespaces) and waits until they are gone, then `helm uninstall --wait`.
     pub async fn uninstall(&mut self) -> Result<String> {
@@ -290,6 +338,11 @@ impl Platform {
     pub fn dir(&self) -> &Path {
         self.files.path()
     }
+}
+
+/// The harness's own values, given before any other: vn-agent's serving certificate.
+fn base_values() -> serde_json::Value {
+    serde_json::json!({"vnAgent": {"tls": {"secretName": VN_AGENT_TLS_SECRET}}})
 }
 
 /// Creates `namespace` with the Pod Security label vn-agent's host network needs, or labels it.

@@ -1,6 +1,8 @@
 //! Cluster DNS of the super cluster on real nodes, as CoreDNS would serve it on a real cluster: Debian's
-//! dnsmasq answers on every node address, from a hosts file the harness rewrites whenever a Service or its
-//! Endpoints change.
+//! dnsmasq answers on the host's address towards the nodes, from a hosts file the harness rewrites whenever
+//! a Service or its Endpoints change, behind Service `kube-system/kube-dns` (the cluster IP kubelets give
+//! pods as their nameserver, `.10` of the service range, as kubeadm makes it), whose Endpoints lead to that
+//! address.
 //!
 //! A native tenant's control plane needs it: etcd advertises `etcd-0.etcd`, and the tenant apiserver finds
 //! etcd at `etcd` and the controller-manager finds the apiserver at `apiserver-svc.<namespace>.svc`. Names:
@@ -23,6 +25,41 @@ use crate::{Error, ManagedProcess, Result, WorkDir};
 
 /// The super cluster's DNS domain.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// Namespace and name of the super cluster's DNS Service.
+pub const DNS_SERVICE: (&str, &str) = ("kube-system", "kube-dns");
+
+/// The cluster IP of the DNS Service in `service_cidr`: its tenth address, as kubeadm chooses.
+pub fn dns_cluster_ip(service_cidr: &str) -> Option<String> {
+    let (base, _) = service_cidr.split(',').next()?.split_once('/')?;
+    let ip: std::net::Ipv4Addr = base.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(ip) + 10).to_string())
+}
+
+/// Applies Service `kube-system/kube-dns` at `cluster_ip` with Endpoints leading to `address`:53.
+pub async fn apply_dns_service(client: &Client, cluster_ip: &str, address: &str) -> Result<()> {
+    let (namespace, name) = DNS_SERVICE;
+    let objects = serde_json::json!([
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": name, "namespace": namespace, "labels": {"k8s-app": "kube-dns"}},
+         "spec": {"clusterIP": cluster_ip, "ports": [
+             {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+             {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]}},
+        {"apiVersion": "v1", "kind": "Endpoints",
+         "metadata": {"name": name, "namespace": namespace, "labels": {"k8s-app": "kube-dns"}},
+         "subsets": [{"addresses": [{"ip": address}], "ports": [
+             {"name": "dns", "port": 53, "protocol": "UDP"},
+             {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}]},
+    ]);
+    for object in objects.as_array().into_iter().flatten() {
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(object.clone()).map_err(|e| Error::Io {
+                context: "the super cluster's DNS Service".into(),
+                source: std::io::Error::other(e),
+            })?;
+        crate::apply::apply_object(client, object, namespace).await?;
+    }
+    Ok(())
+}
 
 /// dnsmasq and the task that keeps its hosts file current.
 pub struct ClusterDns {
@@ -163,6 +200,16 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn the_dns_service_takes_the_tenth_address() {
+        assert_eq!(dns_cluster_ip("10.0.0.0/16").as_deref(), Some("10.0.0.10"));
+        assert_eq!(
+            dns_cluster_ip("10.96.0.0/12,fd00::/108").as_deref(),
+            Some("10.96.0.10")
+        );
+        assert_eq!(dns_cluster_ip("not a range"), None);
+    }
 
     fn service(name: &str, cluster_ip: &str) -> Arc<Service> {
         Arc::new(Service {

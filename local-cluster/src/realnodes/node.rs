@@ -6,7 +6,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use super::{
-    host::{self, CNI_NETWORK, HOST_IP, find_tool},
+    host::{self, CNI_NETWORK, find_tool},
     images::PAUSE_IMAGE,
 };
 use crate::{
@@ -68,6 +68,8 @@ pub struct NodeSettings<'a> {
     pub registry_url: String,
     /// CAs (PEM) whose client certificates the kubelet accepts, besides the super cluster's.
     pub extra_client_cas: Vec<String>,
+    /// The cluster IP of the super cluster's DNS Service, the pods' nameserver.
+    pub cluster_dns: String,
 }
 
 impl RealNode {
@@ -198,6 +200,9 @@ async fn start_containerd(
         "quay.io",
         "ghcr.io",
         super::LOCAL_REGISTRY,
+        // Any other registry a chart's values name (registry.example.com/...): the harness's registry
+        // serves what it has under whatever name it is asked for.
+        "*",
     ]
         .iter()
         .map(|registry| {
@@ -380,7 +385,7 @@ failSwapOn: false
 # kube-proxy owns the host's iptables rules; the kubelet's own chains would outlive the test.
 makeIPTablesUtilChains: false
 clusterDNS:
-- {HOST_IP}
+- {cluster_dns}
 clusterDomain: {domain}
 resolvConf: /etc/resolv.conf
 evictionHard:
@@ -400,6 +405,7 @@ maxPods: 110
         key = key.display(),
         client_ca = client_ca.display(),
         domain = super::dns::CLUSTER_DOMAIN,
+        cluster_dns = settings.cluster_dns,
         plugins = dir.join("volume-plugins").display(),
     );
     let config_path = dir.write("kubelet.yaml", config)?;

@@ -6,10 +6,15 @@
 //! namespaces), from the tenant's own apiserver pods in its root namespace (a native tenant's apiserver
 //! calls the admission webhooks and aggregated APIs the tenant runs as pods, at their pod addresses), and
 //! from what the platform lists (`--network-isolation-allow-namespaces`,
-//! `--network-isolation-allow-cidrs`). Only ingress is isolated: a tenant's pods reach DNS, their
-//! apiserver and the outside as before, and reach no other tenant's pods, because those accept nothing
-//! from them. The policy is part of its namespace: it is repaired whenever it changes (the super watch
-//! queues its namespace) and by the patrol.
+//! `--network-isolation-allow-cidrs`). A tenant's pods reach no other tenant's pods, because those accept
+//! nothing from them. Their egress is isolated from what the platform keeps for itself: the super
+//! cluster's own DNS (`--network-isolation-platform-dns`: its cluster IPs and endpoint addresses, and every
+//! pod of its namespace; its answers, PTR records included, name every tenant's Services, and tenants
+//! have vc-dns) and the addresses of `--network-isolation-deny-egress-cidrs` (the clouds' instance
+//! metadata service by default); everything else they reach as before: vc-dns, their apiserver, the
+//! outside. The platform's own components' admin ports are closed to them by the chart's NetworkPolicies.
+//! The policy is part of its namespace: it is repaired whenever it changes (the super watch queues its
+//! namespace), whenever the platform DNS's addresses change, and by the patrol.
 //!
 //! Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the e2e harness's
 //! bridge plugin among them), these objects exist and change nothing.
@@ -18,11 +23,13 @@ use crds::wellknown::{
     COMPONENT_APISERVER, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAMESPACE_NAME,
     LABEL_VC_NAME, LABEL_VC_NAMESPACE, MANAGED_BY_VC_MANAGER,
 };
+use ipnet::IpNet;
 use k8s_openapi::{
     api::networking::v1::{
-        IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+        IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+        NetworkPolicySpec,
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
 };
 use kube::{Api, Resource, runtime::reflector::ObjectRef};
 use serde_json::Value;
@@ -111,6 +118,17 @@ pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) 
         }),
         ..Default::default()
     }));
+    let egress = isolation.isolates_egress().then(|| {
+        let dns_namespace = isolation
+            .platform_dns
+            .as_ref()
+            .map(|_| ctx.supers.platform_dns.namespace.as_deref().unwrap_or_default());
+        let dns_addresses = match isolation.platform_dns {
+            Some(_) => ctx.supers.platform_dns.addresses(),
+            None => Vec::new(),
+        };
+        egress_rules(&isolation.deny_egress, &dns_addresses, dns_namespace)
+    });
     let mut ingress = vec![NetworkPolicyIngressRule {
         from: Some(vec![own, own_apiserver]),
         ports: None,
@@ -149,13 +167,66 @@ pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) 
         },
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector::default()),
-            policy_types: Some(vec!["Ingress".to_owned()]),
+            policy_types: Some(match egress {
+                Some(_) => vec!["Ingress".to_owned(), "Egress".to_owned()],
+                None => vec!["Ingress".to_owned()],
+            }),
             ingress: Some(ingress),
-            egress: None,
+            egress,
         }),
     };
     identity::stamp(&mut policy, |p| p.meta_mut());
     policy
+}
+
+/// The egress a tenant's pods keep: every address but `deny` and the platform DNS's `dns_addresses` (each
+/// family its own block, the denied ones excepted), and the pods of every namespace but the platform DNS's
+/// `dns_namespace` (network plugins differ on whether address blocks cover pods' addresses, so the pods of
+/// its namespace are left out by name, and its pods' addresses by address).
+pub fn egress_rules(
+    deny: &[IpNet],
+    dns_addresses: &[std::net::IpAddr],
+    dns_namespace: Option<&str>,
+) -> Vec<NetworkPolicyEgressRule> {
+    let denied: Vec<IpNet> = deny
+        .iter()
+        .copied()
+        .chain(dns_addresses.iter().map(|address| IpNet::from(*address)))
+        .collect();
+    let block = |everything: &str, v4: bool| {
+        let mut except: Vec<String> = denied
+            .iter()
+            .filter(|net| matches!(net, IpNet::V4(_)) == v4)
+            .map(ToString::to_string)
+            .collect();
+        except.sort();
+        except.dedup();
+        NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: everything.to_owned(),
+                except: (!except.is_empty()).then_some(except),
+            }),
+            ..Default::default()
+        }
+    };
+    let pods = NetworkPolicyPeer {
+        namespace_selector: Some(match dns_namespace {
+            Some(namespace) => LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: LABEL_NAMESPACE_NAME.to_owned(),
+                    operator: "NotIn".to_owned(),
+                    values: Some(vec![namespace.to_owned()]),
+                }]),
+                ..Default::default()
+            },
+            None => LabelSelector::default(),
+        }),
+        ..Default::default()
+    };
+    vec![NetworkPolicyEgressRule {
+        to: Some(vec![block("0.0.0.0/0", true), block("::/0", false), pods]),
+        ports: None,
+    }]
 }
 
 /// Brings the isolating NetworkPolicy of a tenant namespace's super namespace in line with the flags:
@@ -225,6 +296,38 @@ mod tests {
 
     use super::*;
     use crate::{context::testing, settings::TenantSettings};
+
+    #[test]
+    fn egress_keeps_everything_but_the_platform_dns_and_the_denied_addresses() {
+        let deny: Vec<IpNet> = vec![
+            "169.254.169.254/32".parse().expect("cidr"),
+            "fd00:ec2::254/128".parse().expect("cidr"),
+        ];
+        let dns = [
+            "10.0.0.10".parse().expect("ip"),
+            "10.244.1.7".parse().expect("ip"),
+        ];
+        let rules = serde_json::to_value(egress_rules(&deny, &dns, Some("kube-system"))).expect("json");
+        assert_eq!(
+            rules,
+            json!([{"to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.10/32", "10.244.1.7/32", "169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+                {"namespaceSelector": {"matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}},
+            ]}])
+        );
+        // No platform DNS: every namespace's pods, nothing but the denied addresses excepted.
+        let rules = serde_json::to_value(egress_rules(&deny[..1], &[], None)).expect("json");
+        assert_eq!(
+            rules,
+            json!([{"to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0"}},
+                {"namespaceSelector": {}},
+            ]}])
+        );
+    }
 
     #[tokio::test]
     async fn isolation_turned_off_removes_the_policies_and_nothing_else() {
