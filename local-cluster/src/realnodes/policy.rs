@@ -830,7 +830,11 @@ impl Enforcer {
                 seconds: 60.0,
             })?;
         let mut applied: HashMap<String, Chains> = HashMap::new();
-        for failure in sync(&tools, &nodes, &stores, &mut applied, true).await {
+        if let Some(failure) = sync(&tools, &nodes, &stores, &mut applied, true)
+            .await
+            .into_iter()
+            .next()
+        {
             return Err(failure);
         }
         tracing::info!(nodes = nodes.len(), "NetworkPolicy enforcer started");
