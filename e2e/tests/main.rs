@@ -23,6 +23,7 @@ mod hostile_pods;
 mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;
+mod network_policies;
 mod pause;
 mod platform;
 mod pod_updates;

@@ -46,6 +46,9 @@ pub struct TenancyOptions {
     pub real_nodes: bool,
     /// With real nodes: users allowed the kubelet API (vn-agent's client certificate's common name).
     pub kubelet_api_users: Vec<String>,
+    /// With real nodes: enforce the super cluster's NetworkPolicies on them
+    /// ([`RealNodeOptions::network_policies`]).
+    pub network_policies: bool,
     /// Simulated nodes give pods with this label loopback addresses (see
     /// [`NodeSimulatorOptions::loopback_ip_label`]).
     pub loopback_ip_label: Option<String>,
@@ -75,6 +78,7 @@ impl Default for TenancyOptions {
             kubelet_client_cas: Vec::new(),
             real_nodes: false,
             kubelet_api_users: Vec::new(),
+            network_policies: false,
             loopback_ip_label: None,
             kubelet_address: None,
             separate_tenant_etcd: false,
@@ -191,6 +195,7 @@ impl Tenancy {
                         node_count: options.nodes,
                         extra_client_cas: options.kubelet_client_cas.clone(),
                         kubelet_api_users: options.kubelet_api_users.clone(),
+                        network_policies: options.network_policies,
                         ..Default::default()
                     },
                 )

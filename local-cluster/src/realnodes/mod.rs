@@ -12,11 +12,15 @@
 //! address `10.243.0.<N+10>`, pods in `10.244.N.0/24` and a kube-proxy of its own; the kubelet serves on
 //! `10.243.0.<N+10>:10250`. The host is `10.243.0.1` to the nodes: the apiservers, the image registry and
 //! the super cluster's DNS (dnsmasq, port 53) answer there.
+//!
+//! The CNI bridge plugin enforces no NetworkPolicies; with [`RealNodeOptions::network_policies`] the nodes
+//! enforce them as a policy-enforcing CNI would (see [`policy`]).
 
 pub mod dns;
 pub mod host;
 pub mod images;
 mod node;
+pub mod policy;
 pub mod registry;
 
 use std::{path::PathBuf, time::Duration};
@@ -48,6 +52,9 @@ pub struct RealNodeOptions {
     /// Users of the super cluster allowed the whole kubelet API (bound to `system:kubelet-api-admin`), such
     /// as vn-agent's client certificate's common name.
     pub kubelet_api_users: Vec<String>,
+    /// Enforce the super cluster's NetworkPolicies on the nodes ([`policy::Enforcer`]); off, the nodes
+    /// behave as the plain bridge plugin does and let every packet through.
+    pub network_policies: bool,
 }
 
 impl Default for RealNodeOptions {
@@ -57,6 +64,7 @@ impl Default for RealNodeOptions {
             name_prefix: "node-".to_owned(),
             extra_client_cas: Vec::new(),
             kubelet_api_users: Vec::new(),
+            network_policies: false,
         }
     }
 }
@@ -79,6 +87,7 @@ pub const APISERVER_ARGS: &[&str] = &["--enable-admission-plugins=NodeRestrictio
 
 /// Real nodes of one super cluster. Fields drop in order; [`Drop`] sweeps what the processes left.
 pub struct RealNodes {
+    policy: Option<policy::Enforcer>,
     nodes: Vec<RealNode>,
     _dns: dns::ClusterDns,
     host: host::HostState,
@@ -203,7 +212,8 @@ impl RealNodes {
         let started = Self::start_parts(cluster, &options, registry, &mut folders).await;
         match started {
             Ok((nodes, dns)) => {
-                let real = Self {
+                let mut real = Self {
+                    policy: None,
                     nodes,
                     _dns: dns,
                     host: host_state,
@@ -211,6 +221,13 @@ impl RealNodes {
                     _lock: lock,
                     locked_at,
                 };
+                if options.network_policies {
+                    let nodes = real.nodes.iter().map(|n| policy::PolicyNode {
+                        name: n.name().to_owned(),
+                        netns: n.netns_path(),
+                    });
+                    real.policy = Some(policy::Enforcer::start(cluster.client(), nodes.collect()).await?);
+                }
                 real.wait_ready(&cluster.client()).await?;
                 Ok(real)
             }
@@ -445,6 +462,7 @@ impl Drop for RealNodes {
         if std::thread::panicking() {
             eprintln!("{}", self.log_tails(15));
         }
+        self.policy.take();
         for node in &mut self.nodes {
             node.stop();
         }
