@@ -16,7 +16,7 @@ use kube::{
 };
 use local_cluster::{
     Binary, ControlPlane, ControlPlaneOptions, RealNodeOptions, RealNodes,
-    realnodes::{self, host::HOST_IP},
+    realnodes::{self, host::HOST_DNS_IP},
     wait,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -98,7 +98,7 @@ async fn resolves(client: &Client, namespace: &str, pod: &str) -> anyhow::Result
         namespace,
         pod,
         &format!(
-            "timeout 3 nslookup kubernetes.default.svc.cluster.local {HOST_IP} >/dev/null 2>&1 \
+            "timeout 3 nslookup kubernetes.default.svc.cluster.local {HOST_DNS_IP} >/dev/null 2>&1 \
              && echo RESOLVED || echo UNANSWERED"
         ),
     )
@@ -419,12 +419,12 @@ async fn scenario(client: &Client, names: &[String]) -> anyhow::Result<()> {
             "spec": {
                 "podSelector": {},
                 "policyTypes": ["Egress"],
-                "egress": [{ "to": [{ "ipBlock": { "cidr": "0.0.0.0/0", "except": [format!("{HOST_IP}/32")] } }] }],
+                "egress": [{ "to": [{ "ipBlock": { "cidr": "0.0.0.0/0", "except": [format!("{HOST_DNS_IP}/32")] } }] }],
             },
         }),
     )
     .await?;
-    becomes("egress except the host: client → super DNS", false, || {
+    becomes("egress except the super DNS: client → super DNS", false, || {
         resolves(client, CLIENT_NS, "client")
     })
     .await?;

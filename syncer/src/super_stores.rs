@@ -110,8 +110,6 @@ with_kinds!(super_stores);
 /// The super cluster's own DNS Service and its EndpointSlices (one-object watches, when
 /// `--network-isolation-platform-dns` names it): the addresses the isolation keeps tenants' pods from.
 pub struct PlatformDns {
-    /// Its namespace, whose pods tenants may not reach either.
-    pub namespace: Option<String>,
     services: Option<Store<Service>>,
     slices: Option<Store<EndpointSlice>>,
 }
@@ -120,7 +118,6 @@ impl PlatformDns {
     /// No platform DNS: nothing is watched.
     pub fn none() -> Self {
         Self {
-            namespace: None,
             services: None,
             slices: None,
         }
@@ -445,7 +442,6 @@ impl SuperStores {
                     supers.watch(config, move |_: &EndpointSlice| requeue())
                 };
                 PlatformDns {
-                    namespace: Some(namespace.clone()),
                     services: Some(services),
                     slices: Some(slices),
                 }

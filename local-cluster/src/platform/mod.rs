@@ -114,6 +114,7 @@ impl Platform {
             tenants: 0,
             nodes: options.nodes,
             real_nodes: true,
+            network_policies: true,
             super_audit: options.audit,
             tenant_kubelet_ca: Some(vn_agent_ca.cert_pem().to_owned()),
             ..TenancyOptions::default()
@@ -137,14 +138,12 @@ impl Platform {
             })
             .unwrap_or_default();
         write_vn_agent_certificate(&super_client, &vn_agent_ca, &options.release.namespace, &nodes).await?;
-        let base_values = serde_json::json!({
-            "vnAgent": {"tls": {"secretName": VN_AGENT_TLS_SECRET}},
-        });
         let (release, install_time) =
-            Release::install(super_client, &super_kubeconfig, base_values, &options.release).await?;
+            Release::install(super_client, &super_kubeconfig, base_values(), &options.release).await?;
         Ok(Self {
             release,
             tenancy,
+            vn_agent_ca,
             images,
             install_time,
             files,

@@ -28,9 +28,12 @@ use crate::{Error, Result};
 pub const BRIDGE_PREFIX: &str = "vcbr";
 /// The host's bridge, which every node's veth joins.
 pub const HOST_BRIDGE: &str = "vcbr-host";
-/// The host's address on [`HOST_BRIDGE`]: what nodes and pods reach the apiservers, the registry and the
-/// super cluster's DNS at.
+/// The host's address on [`HOST_BRIDGE`]: what nodes and pods reach the apiservers and the registry at.
 pub const HOST_IP: &str = "10.243.0.1";
+/// The host's second address on [`HOST_BRIDGE`], the super cluster's DNS server's alone (the endpoint of
+/// `kube-system/kube-dns`), as a DNS pod has an address of its own: a NetworkPolicy that keeps pods from
+/// the DNS leaves the apiservers on [`HOST_IP`] reachable.
+pub const HOST_DNS_IP: &str = "10.243.0.2";
 /// Prefix of the nodes' network namespaces (`ip netns`).
 pub const NETNS_PREFIX: &str = "vc-e2e-node";
 /// Prefix of the host ends of the nodes' veth pairs.
@@ -129,11 +132,13 @@ pub fn create_host_bridge() -> Result<()> {
         &ip,
         &["link", "add", HOST_BRIDGE, "type", "bridge"],
     )?;
-    run(
-        "addressing the host bridge",
-        &ip,
-        &["addr", "add", &format!("{HOST_IP}/24"), "dev", HOST_BRIDGE],
-    )?;
+    for address in [HOST_IP, HOST_DNS_IP] {
+        run(
+            "addressing the host bridge",
+            &ip,
+            &["addr", "add", &format!("{address}/24"), "dev", HOST_BRIDGE],
+        )?;
+    }
     run(
         "bringing the host bridge up",
         &ip,

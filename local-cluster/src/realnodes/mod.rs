@@ -261,7 +261,7 @@ impl RealNodes {
         }
         host::route_services(cluster.apiserver().service_cidr(), 0)?;
         prepare_cluster(&client, &options.kubelet_api_users).await?;
-        let dns = dns::ClusterDns::start(client.clone(), &[host::HOST_IP.to_owned()]).await?;
+        let dns = dns::ClusterDns::start(client.clone(), &[host::HOST_DNS_IP.to_owned()]).await?;
         let dns_ip =
             dns::dns_cluster_ip(cluster.apiserver().service_cidr()).ok_or_else(|| Error::MissingPart {
                 part: format!(
@@ -270,7 +270,7 @@ impl RealNodes {
                 ),
                 hint: "an IPv4 service range".into(),
             })?;
-        dns::apply_dns_service(&client, &dns_ip, host::HOST_IP).await?;
+        dns::apply_dns_service(&client, &dns_ip, host::HOST_DNS_IP).await?;
         let settings = node::NodeSettings {
             apiserver: cluster.apiserver(),
             cluster_dns: dns_ip,

@@ -122,7 +122,7 @@ pub fn isolation_policy(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) 
         let dns_namespace = isolation
             .platform_dns
             .as_ref()
-            .map(|_| ctx.supers.platform_dns.namespace.as_deref().unwrap_or_default());
+            .map(|(namespace, _)| namespace.as_str());
         let dns_addresses = match isolation.platform_dns {
             Some(_) => ctx.supers.platform_dns.addresses(),
             None => Vec::new(),
@@ -384,7 +384,18 @@ mod tests {
             &tenant.identity.cluster_key
         ));
         let spec = serde_json::to_value(&policy.spec).expect("json");
-        assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+        // By default egress is isolated too: from the platform DNS (whose addresses the caches do not
+        // have here: its namespace's pods) and the instance metadata service.
+        assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(
+            spec["egress"][0]["to"][0],
+            json!({"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}})
+        );
+        ctx.config.network_isolation.platform_dns = None;
+        ctx.config.network_isolation.deny_egress.clear();
+        let ingress_only = serde_json::to_value(&isolation_policy(&ctx, &tenant, "shop").spec).expect("json");
+        assert_eq!(ingress_only["policyTypes"], json!(["Ingress"]));
+        assert!(ingress_only.get("egress").is_none_or(serde_json::Value::is_null));
         assert_eq!(
             spec["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"][LABEL_CLUSTER],
             tenant.identity.cluster_key
