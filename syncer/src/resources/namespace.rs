@@ -48,9 +48,9 @@ use crate::{
 /// The super namespace for a tenant namespace object.
 fn desired(ctx: &Context, tenant: &Tenant, namespace: &Namespace) -> Namespace {
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let mut desired = Namespace {
-        metadata: identity::super_namespace_metadata(&namespace.metadata, &tenant.identity, &opaque),
+        metadata: identity::super_namespace_metadata(&namespace.metadata, &tenant.identity, &meta),
         ..Default::default()
     };
     // The platform's Pod Security labels, never the tenant's: the super apiserver's own admission then
