@@ -339,7 +339,10 @@ async fn a_tenant_pod_cannot_mount_storage_the_platform_keeps() -> anyhow::Resul
     let volume = &over.spec.context("spec")?.volumes.context("volumes")?[0];
     assert!(volume.ephemeral.is_none(), "{volume:?}");
     assert_eq!(
-        volume.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()),
+        volume
+            .persistent_volume_claim
+            .as_ref()
+            .map(|c| c.claim_name.as_str()),
         Some("over-scratch")
     );
     settle().await;
@@ -373,7 +376,12 @@ async fn a_tenant_pod_cannot_mount_storage_the_platform_keeps() -> anyhow::Resul
         copy.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()),
         Some("shared")
     );
-    assert_eq!(labels(&copy).get(wellknown::LABEL_CLUSTER), None, "{:?}", labels(&copy));
+    assert_eq!(
+        labels(&copy).get(wellknown::LABEL_CLUSTER),
+        None,
+        "{:?}",
+        labels(&copy)
+    );
     assert_eq!(
         annotations(&copy).get(wellknown::ANNOTATION_CLUSTER),
         Some(&tenant.cluster_key)
@@ -388,7 +396,10 @@ async fn a_tenant_pod_cannot_mount_storage_the_platform_keeps() -> anyhow::Resul
 /// internal load-balancer class.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyhow::Result<()> {
-    if !local_cluster::require("ingresses_reach_only_published_classes_and_the_tenants_hosts", NEEDS) {
+    if !local_cluster::require(
+        "ingresses_reach_only_published_classes_and_the_tenants_hosts",
+        NEEDS,
+    ) {
         return Ok(());
     }
     let (tenancy, _syncer) = tenancy(
@@ -445,14 +456,25 @@ async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyho
     };
     let attacks = [
         (
-            ingress("private-class", Some("internal"), vec![rule(Some(&format!("web.{own}")))]),
+            ingress(
+                "private-class",
+                Some("internal"),
+                vec![rule(Some(&format!("web.{own}")))],
+            ),
             "IngressClass \"internal\" is not published",
         ),
         (
-            ingress("steal-login", None, vec![rule(Some("login.platform.example.com"))]),
+            ingress(
+                "steal-login",
+                None,
+                vec![rule(Some("login.platform.example.com"))],
+            ),
             "spec.rules[0].host \"login.platform.example.com\"",
         ),
-        (ingress("catch-all", None, vec![rule(None)]), "spec.rules[0] without a host"),
+        (
+            ingress("catch-all", None, vec![rule(None)]),
+            "spec.rules[0] without a host",
+        ),
         (
             ingress("ungranted", None, vec![rule(Some("api.platform.example.com"))]),
             "spec.rules[0].host \"api.platform.example.com\"",
@@ -483,7 +505,11 @@ async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyho
     create::<Ingress>(
         &client,
         Some("apps"),
-        ingress("granted", None, vec![rule(Some("shop.attacker.shops.example.com"))]),
+        ingress(
+            "granted",
+            None,
+            vec![rule(Some("shop.attacker.shops.example.com"))],
+        ),
     )
     .await?;
     create::<Service>(
@@ -525,11 +551,16 @@ async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyho
         assert!(!copied.contains_key(key), "{key} copied down: {copied:?}");
     }
     // Without a class: the published default, by name.
-    let granted = until(&super_ingresses, "granted", "super copy of granted", |i| i.is_some())
-        .await?
-        .context("super ingress")?;
+    let granted = until(&super_ingresses, "granted", "super copy of granted", |i| {
+        i.is_some()
+    })
+    .await?
+    .context("super ingress")?;
     assert_eq!(
-        granted.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()),
+        granted
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref()),
         Some("public")
     );
     // The editor's ungranted suffix is named on the VirtualCluster.
@@ -582,7 +613,8 @@ async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyho
 /// replicator copying the platform's Secret in, a cloud role for a ServiceAccount, and namespace labels
 /// the platform's policies and webhooks select on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_allow_list() -> anyhow::Result<()> {
+async fn tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_allow_list()
+-> anyhow::Result<()> {
     if !local_cluster::require(
         "tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_allow_list",
         NEEDS,
@@ -664,7 +696,10 @@ async fn tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_
         Some("web")
     );
     assert_eq!(pod_annotations.get("note").map(String::as_str), Some("kept"));
-    assert!(!pod_labels.contains_key("sidecar.istio.io/inject"), "{pod_labels:?}");
+    assert!(
+        !pod_labels.contains_key("sidecar.istio.io/inject"),
+        "{pod_labels:?}"
+    );
     assert!(!pod_labels.contains_key("strimzi.io/cluster"), "{pod_labels:?}");
     for key in [
         "k8s.v1.cni.cncf.io/networks",
@@ -731,7 +766,10 @@ async fn tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_
     .await?
     .context("super Service")?;
     let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
-    assert!(selects(&selector, &pod_labels), "{selector:?} against {pod_labels:?}");
+    assert!(
+        selects(&selector, &pod_labels),
+        "{selector:?} against {pod_labels:?}"
+    );
     let policy = until(
         &super_api::<NetworkPolicy>(&tenancy, tenant, "apps"),
         "from-team",
@@ -783,7 +821,10 @@ async fn tenant_labels_and_annotations_reach_the_super_cluster_only_through_the_
     .context("super pod")?;
     let changed = labels(&changed);
     assert!(!changed.contains_key("app"), "{changed:?}");
-    assert!(!selects(&selector, &changed), "the Service still selects the relabelled pod");
+    assert!(
+        !selects(&selector, &changed),
+        "the Service still selects the relabelled pod"
+    );
     assert!(changed.values().any(|v| v == "other"), "{changed:?}");
     Ok(())
 }
@@ -965,11 +1006,11 @@ async fn a_tenant_cannot_run_another_tenants_image_from_the_node_cache() -> anyh
         &client,
         Some("apps"),
         json!({"metadata": {"name": "borrow"}, "spec": {
-            "initContainers": [{"name": "init", "image": private, "imagePullPolicy": "Never"}],
-            "containers": [
-                {"name": "main", "image": private, "imagePullPolicy": "IfNotPresent"},
-                {"name": "side", "image": private}
-            ]}}),
+        "initContainers": [{"name": "init", "image": private, "imagePullPolicy": "Never"}],
+        "containers": [
+            {"name": "main", "image": private, "imagePullPolicy": "IfNotPresent"},
+            {"name": "side", "image": private}
+        ]}}),
     )
     .await?;
     let copy = until(
@@ -981,7 +1022,11 @@ async fn a_tenant_cannot_run_another_tenants_image_from_the_node_cache() -> anyh
     .await?
     .context("super pod")?;
     let spec = copy.spec.context("spec")?;
-    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+    for container in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         assert_eq!(
             container.image_pull_policy.as_deref(),
             Some("Always"),
@@ -1007,11 +1052,11 @@ async fn tenant_containers_cannot_forge_packets() -> anyhow::Result<()> {
         &client,
         Some("apps"),
         json!({"metadata": {"name": "ping"}, "spec": {
-            "initContainers": [{"name": "init", "image": "busybox"}],
-            "containers": [
-                {"name": "main", "image": "busybox"},
-                {"name": "dropped", "image": "busybox", "securityContext": {"capabilities": {"drop": ["CHOWN"]}}}
-            ]}}),
+        "initContainers": [{"name": "init", "image": "busybox"}],
+        "containers": [
+            {"name": "main", "image": "busybox"},
+            {"name": "dropped", "image": "busybox", "securityContext": {"capabilities": {"drop": ["CHOWN"]}}}
+        ]}}),
     )
     .await?;
     let mut adds = pod("adds");
@@ -1030,7 +1075,11 @@ async fn tenant_containers_cannot_forge_packets() -> anyhow::Result<()> {
         .await?
         .context("super pod")?;
     let spec = copy.spec.context("spec")?;
-    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+    for container in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         let dropped = container
             .security_context
             .as_ref()

@@ -1248,9 +1248,16 @@ current-context: x
             "spec": {"clusterVersionName": "v1"},
         }));
         let mut attached = None;
-        let failed = attach_or_check(&ctx, &vc, &testing::identity(), &mut attached, false)
-            .await
-            .expect_err("refused");
+        let failed = attach_or_check(
+            &ctx,
+            &vc,
+            &testing::identity(),
+            &mut attached,
+            false,
+            TenantSettings::of(&vc),
+        )
+        .await
+        .expect_err("refused");
         assert_eq!(failed.reason, "KubeconfigRefused");
         assert!(failed.message.contains("users[u].exec"), "{}", failed.message);
         assert!(attached.is_none() && ctx.tenants.all().is_empty());
@@ -1361,7 +1368,14 @@ current-context: x
         let mut attached = Some((tenant.clone(), fingerprint(KUBECONFIG)));
         // Same kubeconfig, same address; its etcd was wiped: kube-system is new.
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             async {
                 supers
                     .expect(
@@ -1422,7 +1436,14 @@ current-context: x
         vc.status.as_mut().expect("status").phase = Some(crds::ClusterPhase::Updating);
         assert!(eligible(&vc, true));
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             answer_check(&mut supers, &mut tenants)
         );
         assert_eq!(result.expect("checked"), "v1.25.9");
@@ -1431,7 +1452,14 @@ current-context: x
         // The quota is raised while the tenant rolls out: the waiting pod is queued at once.
         vc.spec.quota.as_mut().expect("quota").pods = Some(Quantity("2".into()));
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             answer_check(&mut supers, &mut tenants)
         );
         result.expect("checked");

@@ -688,12 +688,15 @@ fn platform_limits(
     grantable: Vec<String>,
 ) -> Result<crate::settings::PlatformLimits, String> {
     if !(1..=100).contains(&max_weight) {
-        return Err(format!("--max-weight must be between 1 and 100, got {max_weight}"));
+        return Err(format!(
+            "--max-weight must be between 1 and 100, got {max_weight}"
+        ));
     }
     let ingress_host_suffix = match ingress_host_suffix.map(str::trim).filter(|s| !s.is_empty()) {
         None => None,
         Some(pattern) => {
-            let unique = pattern.contains("{key}") || (pattern.contains("{name}") && pattern.contains("{namespace}"));
+            let unique =
+                pattern.contains("{key}") || (pattern.contains("{name}") && pattern.contains("{namespace}"));
             if !unique {
                 return Err(format!(
                     "--ingress-host-suffix must name the tenant ({{key}}, or {{name}} and {{namespace}}), got {pattern:?}"
@@ -715,7 +718,9 @@ fn platform_limits(
             let domain = domain.trim_end_matches('.').to_ascii_lowercase();
             match is_dns_name(&domain) {
                 true => Ok(domain),
-                false => Err(format!("--ingress-grantable-host-suffixes: {domain:?} is not a DNS name")),
+                false => Err(format!(
+                    "--ingress-grantable-host-suffixes: {domain:?} is not a DNS name"
+                )),
             }
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -739,7 +744,9 @@ fn is_dns_name(name: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         })
 }
 
@@ -751,7 +758,9 @@ fn meta_keys(flag: &str, values: Vec<String>) -> Result<Vec<String>, String> {
         .map(|entry| {
             let prefix = entry.split_once('/').map(|(p, _)| p).unwrap_or_default();
             if prefix == "tenancy.x-k8s.io" || prefix.ends_with(".tenancy.x-k8s.io") {
-                return Err(format!("{flag}: {entry:?} is in the syncer's own domain (tenancy.x-k8s.io)"));
+                return Err(format!(
+                    "{flag}: {entry:?} is in the syncer's own domain (tenancy.x-k8s.io)"
+                ));
             }
             if entry.matches('/').count() > 1 || entry.starts_with('/') {
                 return Err(format!(
@@ -1300,7 +1309,13 @@ mod tests {
         assert!(!config.pod_policy.allow_net_raw);
         assert!(config.pod_policy.allowed_csi_drivers.is_empty());
         assert!(config.pod_policy.forcible_runtime_classes.is_empty());
-        assert!(!config.pod_policy.allowed_volume_types.iter().any(|t| t == "nfs" || t == "hostPath"));
+        assert!(
+            !config
+                .pod_policy
+                .allowed_volume_types
+                .iter()
+                .any(|t| t == "nfs" || t == "hostPath")
+        );
         assert!(config.allowed_load_balancer_classes.is_empty());
         assert!(config.copied_meta_keys.is_empty() && config.copied_namespace_label_keys.is_empty());
         assert_eq!(config.limits, crate::settings::PlatformLimits::default());
@@ -1329,7 +1344,10 @@ mod tests {
         assert_eq!(max.requests_storage.map(|q| q.0).as_deref(), Some("1Ti"));
         assert_eq!(config.limits.default_rate_limit, Some((5, 5)));
         assert_eq!(config.limits.max_rate_limit, Some((50, 100)));
-        assert_eq!(config.limits.grantable_ingress_host_suffixes, ["shops.example.com"]);
+        assert_eq!(
+            config.limits.grantable_ingress_host_suffixes,
+            ["shops.example.com"]
+        );
         assert_eq!(config.pod_policy.allowed_volume_types, ["configMap", "nfs"]);
         assert_eq!(config.copied_meta_keys.len(), 2);
 
@@ -1342,13 +1360,25 @@ mod tests {
             ("--default-rate-limit=10/5", "burst must be at least qps"),
             ("--max-rate-limit=fast", "qps or qps/burst"),
             ("--ingress-host-suffix=apps.example.com", "must name the tenant"),
-            ("--ingress-host-suffix={name}.apps.example.com", "must name the tenant"),
-            ("--ingress-grantable-host-suffixes=*.example.com", "not a DNS name"),
+            (
+                "--ingress-host-suffix={name}.apps.example.com",
+                "must name the tenant",
+            ),
+            (
+                "--ingress-grantable-host-suffixes=*.example.com",
+                "not a DNS name",
+            ),
             ("--pod-allowed-volume-types=hostPath", "podPolicy.hostPath"),
             ("--pod-allowed-volume-types=csi", "--pod-allowed-csi-drivers"),
             ("--pod-allowed-volume-types=nsf", "not a volume type"),
-            ("--copied-meta-keys=tenancy.x-k8s.io/cluster", "the syncer's own domain"),
-            ("--copied-namespace-label-keys=x.label.tenancy.x-k8s.io/", "the syncer's own domain"),
+            (
+                "--copied-meta-keys=tenancy.x-k8s.io/cluster",
+                "the syncer's own domain",
+            ),
+            (
+                "--copied-namespace-label-keys=x.label.tenancy.x-k8s.io/",
+                "the syncer's own domain",
+            ),
             ("--copied-meta-keys=a/b/c", "neither a label key"),
         ] {
             let error = parse(&[bad]).expect_err(bad);

@@ -186,9 +186,8 @@ fn covers(entry: &str, key: &str) -> bool {
 
 /// Whether a key is in the syncer's own domain ([`SYNCER_DOMAIN`] and its subdomains).
 fn in_syncer_domain(key: &str) -> bool {
-    key.split_once('/').is_some_and(|(prefix, _)| {
-        prefix == SYNCER_DOMAIN || prefix.ends_with(&format!(".{SYNCER_DOMAIN}"))
-    })
+    key.split_once('/')
+        .is_some_and(|(prefix, _)| prefix == SYNCER_DOMAIN || prefix.ends_with(&format!(".{SYNCER_DOMAIN}")))
 }
 
 /// What becomes of a tenant's label or annotation `key` (the decision of docs/design.md, "Metadata"):
@@ -210,7 +209,10 @@ pub fn fate(key: &str, kind: KeyKind, policy: &MetaPolicy) -> Fate {
         KeyKind::NamespaceLabel => &policy.namespace_labels,
         KeyKind::Label | KeyKind::Annotation => &policy.copied,
     };
-    let opaque = policy.opaque.iter().any(|p| !p.is_empty() && key.starts_with(p.as_str()));
+    let opaque = policy
+        .opaque
+        .iter()
+        .any(|p| !p.is_empty() && key.starts_with(p.as_str()));
     let platform_owned = DEFAULT_OPAQUE_PREFIXES.iter().any(|floor| {
         covers(floor, key)
             && !platform
@@ -584,7 +586,13 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let meta = super_metadata(&tenant, &identity(), &MetaPolicy::default(), Some("ns".into()), false);
+        let meta = super_metadata(
+            &tenant,
+            &identity(),
+            &MetaPolicy::default(),
+            Some("ns".into()),
+            false,
+        );
         let labels = meta.labels.expect("labels");
         assert_eq!(labels.get("team").map(String::as_str), Some("a"));
         assert!(!labels.contains_key("app.kubernetes.io/managed-by"));
@@ -668,7 +676,13 @@ mod tests {
             labels: map(&[("endpointslice.kubernetes.io/skip-mirror", "true"), ("app", "x")]),
             ..Default::default()
         };
-        let meta = super_metadata(&tenant, &identity(), &MetaPolicy::default(), Some("ns".into()), false);
+        let meta = super_metadata(
+            &tenant,
+            &identity(),
+            &MetaPolicy::default(),
+            Some("ns".into()),
+            false,
+        );
         let labels = meta.labels.expect("labels");
         assert!(!labels.contains_key("endpointslice.kubernetes.io/skip-mirror"));
         assert!(labels.contains_key("app"));
@@ -796,26 +810,56 @@ mod tests {
             ("statefulset.kubernetes.io/pod-name", Label, &none, Copied),
             ("batch.kubernetes.io/job-name", Label, &none, Copied),
             ("note", Annotation, &none, Copied),
-            ("container.apparmor.security.beta.kubernetes.io/web", Annotation, &none, Copied),
+            (
+                "container.apparmor.security.beta.kubernetes.io/web",
+                Annotation,
+                &none,
+                Copied,
+            ),
             // An operator's own labels: encoded, so the tenant's Services still select on them.
             ("strimzi.io/cluster", Label, &none, encoded("strimzi.io/cluster")),
             ("strimzi.io/cluster", Annotation, &none, Dropped),
             // What platform controllers act on.
-            ("sidecar.istio.io/inject", Label, &none, encoded("sidecar.istio.io/inject")),
+            (
+                "sidecar.istio.io/inject",
+                Label,
+                &none,
+                encoded("sidecar.istio.io/inject"),
+            ),
             ("sidecar.istio.io/inject", Annotation, &none, Dropped),
             ("linkerd.io/inject", Annotation, &none, Dropped),
             ("k8s.v1.cni.cncf.io/networks", Annotation, &none, Dropped),
             ("cni.projectcalico.org/ipAddrs", Annotation, &none, Dropped),
-            ("replicator.v1.mittwald.de/replicate-from", Annotation, &none, Dropped),
-            ("cluster-autoscaler.kubernetes.io/safe-to-evict", Annotation, &none, Dropped),
+            (
+                "replicator.v1.mittwald.de/replicate-from",
+                Annotation,
+                &none,
+                Dropped,
+            ),
+            (
+                "cluster-autoscaler.kubernetes.io/safe-to-evict",
+                Annotation,
+                &none,
+                Dropped,
+            ),
             ("fluentbit.io/exclude", Annotation, &none, Dropped),
             ("eks.amazonaws.com/role-arn", Annotation, &none, Dropped),
             ("aadpodidbinding", Label, &none, encoded("aadpodidbinding")),
             ("prometheus.io/scrape", Annotation, &none, Dropped),
             // Namespace labels: none as they are by default, the unprefixed ones included.
-            ("istio-injection", NamespaceLabel, &none, encoded("istio-injection")),
+            (
+                "istio-injection",
+                NamespaceLabel,
+                &none,
+                encoded("istio-injection"),
+            ),
             ("team", NamespaceLabel, &none, encoded("team")),
-            ("app.kubernetes.io/name", NamespaceLabel, &none, encoded("app.kubernetes.io/name")),
+            (
+                "app.kubernetes.io/name",
+                NamespaceLabel,
+                &none,
+                encoded("app.kubernetes.io/name"),
+            ),
             // The platform's allow-list.
             ("prometheus.io/scrape", Annotation, &platform, Copied),
             ("team", NamespaceLabel, &platform, Copied),
@@ -826,10 +870,20 @@ mod tests {
             ("kubernetes.io/tls-acme", Annotation, &platform, Dropped),
             ("kubernetes.io/description", Annotation, &platform, Copied),
             // The platform's and the VirtualCluster's opaque prefixes beat the allow-list.
-            ("billing.example/team", Label, &platform, encoded("billing.example/team")),
+            (
+                "billing.example/team",
+                Label,
+                &platform,
+                encoded("billing.example/team"),
+            ),
             // Identity, and the syncer's own domain.
             ("tenancy.x-k8s.io/cluster", Label, &platform, Dropped),
-            ("transparency.tenancy.x-k8s.io/clusterIP", Annotation, &platform, Dropped),
+            (
+                "transparency.tenancy.x-k8s.io/clusterIP",
+                Annotation,
+                &platform,
+                Dropped,
+            ),
             ("label.tenancy.x-k8s.io/app", Label, &platform, Dropped),
             ("x.label.tenancy.x-k8s.io/app", NamespaceLabel, &platform, Dropped),
         ];
@@ -859,7 +913,11 @@ mod tests {
         let labels = pods.match_labels.expect("labels");
         assert_eq!(
             labels.keys().collect::<Vec<_>>(),
-            ["app", "cnpg.io.label.tenancy.x-k8s.io/cluster", "tenancy.x-k8s.io/cluster"]
+            [
+                "app",
+                "cnpg.io.label.tenancy.x-k8s.io/cluster",
+                "tenancy.x-k8s.io/cluster"
+            ]
         );
         assert_eq!(
             pods.match_expressions.expect("expressions")[0].key,
@@ -870,7 +928,9 @@ mod tests {
             "matchLabels": {"team": "a", "kubernetes.io/metadata.name": "db"}
         }))
         .expect("selector");
-        let labels = map_selector(&namespaces, &policy, true).match_labels.expect("labels");
+        let labels = map_selector(&namespaces, &policy, true)
+            .match_labels
+            .expect("labels");
         assert_eq!(
             labels.keys().collect::<Vec<_>>(),
             ["kubernetes.io/metadata.name", "label.tenancy.x-k8s.io/team"]

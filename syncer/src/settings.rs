@@ -136,11 +136,19 @@ type Dimension = (
 const DIMENSIONS: [Dimension; 10] = [
     ("pods", |q| &q.pods, |q| &mut q.pods),
     ("requests.cpu", |q| &q.requests_cpu, |q| &mut q.requests_cpu),
-    ("requests.memory", |q| &q.requests_memory, |q| &mut q.requests_memory),
+    (
+        "requests.memory",
+        |q| &q.requests_memory,
+        |q| &mut q.requests_memory,
+    ),
     ("limits.cpu", |q| &q.limits_cpu, |q| &mut q.limits_cpu),
     ("limits.memory", |q| &q.limits_memory, |q| &mut q.limits_memory),
     ("services", |q| &q.services, |q| &mut q.services),
-    ("services.nodeports", |q| &q.services_node_ports, |q| &mut q.services_node_ports),
+    (
+        "services.nodeports",
+        |q| &q.services_node_ports,
+        |q| &mut q.services_node_ports,
+    ),
     (
         "services.loadbalancers",
         |q| &q.services_load_balancers,
@@ -151,7 +159,11 @@ const DIMENSIONS: [Dimension; 10] = [
         |q| &q.persistentvolumeclaims,
         |q| &mut q.persistentvolumeclaims,
     ),
-    ("requests.storage", |q| &q.requests_storage, |q| &mut q.requests_storage),
+    (
+        "requests.storage",
+        |q| &q.requests_storage,
+        |q| &mut q.requests_storage,
+    ),
 ];
 
 /// The names of the quota dimensions (`pods`, `requests.cpu`, ...), for flags.
@@ -408,7 +420,11 @@ mod tests {
 
     #[test]
     fn the_spec_is_honoured_within_the_defaults() {
-        let greedy = vc("a", "2026-01-01T00:00:00Z", json!({"weight": 5, "quota": {"pods": "10"}}));
+        let greedy = vc(
+            "a",
+            "2026-01-01T00:00:00Z",
+            json!({"weight": 5, "quota": {"pods": "10"}}),
+        );
         let (settings, notes) = TenantSettings::within(&greedy, &PlatformLimits::default(), &[]);
         assert_eq!(settings.weight, 5);
         assert_eq!(settings.quota, Some(quota(json!({"pods": "10"}))));
@@ -421,7 +437,9 @@ mod tests {
         let limits = PlatformLimits {
             max_weight: 10,
             default_quota: Some(quota(json!({"pods": "50", "requests.cpu": "8"}))),
-            max_quota: Some(quota(json!({"pods": "100", "limits.memory": "64Gi", "requests.cpu": "4"}))),
+            max_quota: Some(quota(
+                json!({"pods": "100", "limits.memory": "64Gi", "requests.cpu": "4"}),
+            )),
             default_rate_limit: Some((20, 40)),
             max_rate_limit: Some((50, 100)),
             ..Default::default()
@@ -436,7 +454,9 @@ mod tests {
         assert_eq!(settings.weight, 10);
         assert_eq!(
             settings.quota,
-            Some(quota(json!({"pods": "100", "limits.memory": "1Gi", "requests.cpu": "4"})))
+            Some(quota(
+                json!({"pods": "100", "limits.memory": "1Gi", "requests.cpu": "4"})
+            ))
         );
         assert_eq!(settings.rate_limit, Some((50, 100)));
         let expected = [
@@ -447,7 +467,10 @@ mod tests {
             "spec.rateLimit 1000 qps, burst 5000 is above the platform's maximum 50 qps, burst 100",
         ];
         for want in expected {
-            assert!(notes.iter().any(|n| n.starts_with(want)), "{want} not in {notes:#?}");
+            assert!(
+                notes.iter().any(|n| n.starts_with(want)),
+                "{want} not in {notes:#?}"
+            );
         }
         assert_eq!(notes.len(), expected.len(), "{notes:#?}");
 
@@ -457,7 +480,9 @@ mod tests {
         assert_eq!(settings.weight, 1);
         assert_eq!(
             settings.quota,
-            Some(quota(json!({"pods": "50", "requests.cpu": "4", "limits.memory": "64Gi"})))
+            Some(quota(
+                json!({"pods": "50", "requests.cpu": "4", "limits.memory": "64Gi"})
+            ))
         );
         assert_eq!(settings.rate_limit, Some((20, 40)));
         assert_eq!(notes.len(), 4, "{notes:#?}");
@@ -470,7 +495,8 @@ mod tests {
             max_rate_limit: Some((10, 10)),
             ..Default::default()
         };
-        let (settings, notes) = TenantSettings::within(&vc("a", "2026-01-01T00:00:00Z", json!({})), &limits, &[]);
+        let (settings, notes) =
+            TenantSettings::within(&vc("a", "2026-01-01T00:00:00Z", json!({})), &limits, &[]);
         assert_eq!(settings.quota, Some(quota(json!({"pods": "200"}))));
         assert_eq!(settings.rate_limit, Some((10, 10)));
         assert_eq!(notes.len(), 2, "{notes:#?}");
@@ -519,7 +545,10 @@ mod tests {
             "spec.ingressHostSuffixes[3] \"first.teams.apps.example.com\" is not under a domain",
         ];
         for want in expected {
-            assert!(notes.iter().any(|n| n.starts_with(want)), "{want} not in {notes:#?}");
+            assert!(
+                notes.iter().any(|n| n.starts_with(want)),
+                "{want} not in {notes:#?}"
+            );
         }
         assert_eq!(notes.len(), expected.len(), "{notes:#?}");
         // Without a pattern or grants, a tenant has no ingress hosts.

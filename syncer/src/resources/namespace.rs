@@ -605,7 +605,9 @@ mod tests {
                 .expect("PATCH", &format!("/api/v1/namespaces/{KEY}-prod?"))
                 .await;
             assert_eq!(applied.body["metadata"]["uid"], "uid-of-object");
-            assert_eq!(applied.body["metadata"]["labels"]["team"], "a");
+            // The tenant's labels are copied encoded (identity::fate), out of the platform's selectors' reach.
+            assert_eq!(applied.body["metadata"]["labels"]["label.tenancy.x-k8s.io/team"], "a");
+            assert!(applied.body["metadata"]["labels"].get("team").is_none());
             assert_eq!(
                 applied.body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
                 "baseline"

@@ -44,7 +44,7 @@ pub async fn runtime_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result
 }
 
 /// A super RuntimeClass a tenant pod may run with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ChosenClass {
     /// Its name.
     pub name: String,
@@ -66,7 +66,7 @@ impl ChosenClass {
 }
 
 /// The RuntimeClass a tenant pod's super copy names.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RuntimeClassChoice {
     /// The pod names none, and none is forced.
     Unnamed,

@@ -1585,8 +1585,13 @@ mod tests {
             pod_policy: &policy,
             platform_policy: &platform,
             apiserver: Some(("10.96.0.1", 443)),
+            hardening: Hardening {
+                always_pull: true,
+                drop_net_raw: true,
+            },
         };
         let converted = ephemeral_to_super(&pod, &debug, &cx).expect("allowed");
+        assert_eq!(converted.image_pull_policy.as_deref(), Some("Always"));
         assert_eq!(converted.target_container_name.as_deref(), Some("web"));
         assert_eq!(converted.stdin, Some(true));
         assert_eq!(converted.volume_mounts, debug.volume_mounts);
