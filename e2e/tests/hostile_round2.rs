@@ -405,7 +405,7 @@ async fn ingresses_reach_only_published_classes_and_the_tenants_hosts() -> anyho
     let (tenancy, _syncer) = tenancy(
         json!({"ingressHostSuffixes": ["attacker.shops.example.com", "api.platform.example.com"]}),
         &[
-            "--sync-ingresses=true",
+            "--sync-ingresses",
             "--ingress-host-suffix={name}.{namespace}.apps.example.com",
             "--ingress-grantable-host-suffixes=shops.example.com",
         ],
@@ -884,6 +884,11 @@ async fn a_forced_runtime_class_is_published_and_tolerates_only_what_pods_may() 
         })
     })
     .await?;
+    settle().await;
+    assert!(
+        super_pods.get_opt("first").await?.is_none(),
+        "first reached the super cluster with the platform's privileged runtime"
+    );
 
     let force = |class: &'static str| {
         let vcs = vcs.clone();
@@ -907,6 +912,13 @@ async fn a_forced_runtime_class_is_published_and_tolerates_only_what_pods_may() 
         "toleration of taint node-role.kubernetes.io/control-plane of RuntimeClass \"control-plane\"",
     )
     .await?;
+    settle().await;
+    for name in ["first", "second"] {
+        assert!(
+            super_pods.get_opt(name).await?.is_none(),
+            "{name} reached the super cluster tolerating the control plane"
+        );
+    }
 
     force("sandboxed").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -918,11 +930,17 @@ async fn a_forced_runtime_class_is_published_and_tolerates_only_what_pods_may() 
         third.spec.and_then(|s| s.runtime_class_name).as_deref(),
         Some("sandboxed")
     );
-    settle().await;
+    // The pods refused before wait in the tenant and are synced now, with the acceptable class.
     for name in ["first", "second"] {
-        assert!(
-            super_pods.get_opt(name).await?.is_none(),
-            "{name} reached the super cluster"
+        let copy = until(&super_pods, name, &format!("{name} synced at last"), |p| {
+            p.is_some()
+        })
+        .await?
+        .context("super pod")?;
+        assert_eq!(
+            copy.spec.and_then(|s| s.runtime_class_name).as_deref(),
+            Some("sandboxed"),
+            "{name}"
         );
     }
     Ok(())

@@ -742,8 +742,13 @@ async fn supervise_one(
         } else {
             let recovering = retry.failures(&Failing::Unreachable) > 0;
             let (settings, limited) = limited_settings(&ctx, &vc);
-            report_limits(&ctx, &recorder, &vc, &limited).await;
-            match attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings).await {
+            // After the attempt: the first attach pins the tenant's identity with a resourceVersion-pinned
+            // patch of the VirtualCluster, which a status write just before would make conflict.
+            let attempt = attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings).await;
+            if ctx.owns(&identity.cluster_key) {
+                report_limits(&ctx, &recorder, &vc, &limited).await;
+            }
+            match attempt {
                 Ok(_)
                     if retry.failures(&Failing::OverLimit) > 0
                         && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
