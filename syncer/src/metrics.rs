@@ -115,7 +115,7 @@ pub struct RefusalLabels {
     /// Resource refused.
     pub resource: &'static str,
     /// Event reason the tenant saw: `PodPolicyViolation`, `ResourcesRequired`, `StorageClassNotPublished`,
-    /// `TenantQuotaExceeded`.
+    /// `ClaimRefused`, `IngressRefused`, `LoadBalancerClassRefused`, `TenantQuotaExceeded`, ...
     pub reason: &'static str,
 }
 
