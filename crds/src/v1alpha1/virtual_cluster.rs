@@ -351,7 +351,7 @@ pub struct VirtualClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Standard conditions: PKIReady, EtcdReady, APIServerReady, ControllerManagerReady, Ready, and the
-    /// syncer's TenantSynced.
+    /// syncer's TenantSynced and SpecLimited (what of the spec the platform's limits changed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
