@@ -191,10 +191,11 @@ async fn a_tenant_pod_cannot_ask_for_more_than_the_pod_policy_allows() -> anyhow
     }
     let (tenancy, _syncer) = tenancy(json!({"runtimeClassName": "kata"})).await?;
     let super_client = tenancy.super_client();
+    // The class a VirtualCluster forces must be published (issue 32).
     create::<RuntimeClass>(
         &super_client,
         None,
-        json!({"metadata": {"name": "kata"}, "handler": "kata"}),
+        json!({"metadata": {"name": "kata", "labels": {(wellknown::LABEL_SUPER_PUBLIC): "true"}}, "handler": "kata"}),
     )
     .await?;
     create::<PriorityClass>(
@@ -364,8 +365,9 @@ async fn super_namespaces_hold_the_platform_pod_security_level() -> anyhow::Resu
                 "team": "red", "pod-security.kubernetes.io/enforce-version": "v1.25"}}})),
         )
         .await?;
+    // Tenant namespace labels are copied encoded (issue 32).
     let relabelled = until(&super_namespaces, &super_name, "tenant label copied", |ns| {
-        ns.is_some_and(|ns| ns.labels().get("team").map(String::as_str) == Some("red"))
+        ns.is_some_and(|ns| ns.labels().get("label.tenancy.x-k8s.io/team").map(String::as_str) == Some("red"))
     })
     .await?
     .context("super namespace")?;

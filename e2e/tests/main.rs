@@ -20,6 +20,7 @@ mod harness;
 mod hostile;
 mod hostile_meta;
 mod hostile_pods;
+mod hostile_round2;
 mod hostile_shared;
 mod kubectl_vc;
 mod native_tenants;

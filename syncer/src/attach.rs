@@ -526,6 +526,99 @@ async fn report(
     }
 }
 
+/// The settings the syncer runs a VirtualCluster with, within the platform's limits, and a note for each
+/// field of its spec the platform limits ([`TenantSettings::within`]), the forced RuntimeClass included.
+pub fn limited_settings(ctx: &Context, vc: &VirtualCluster) -> (TenantSettings, Vec<String>) {
+    let (settings, mut notes) = TenantSettings::within(vc, &ctx.config.limits, &ctx.virtual_clusters.state());
+    if let Some(forced) = settings.runtime_class_name.as_deref()
+        && !crate::resources::runtime_class::forcible(ctx, forced)
+    {
+        notes.push(format!(
+            "spec.runtimeClassName {forced:?} is neither published (label {}=true) nor listed by the platform (--pod-forcible-runtime-classes): the tenant's pods are refused until it is",
+            crds::wellknown::LABEL_SUPER_PUBLIC
+        ));
+    }
+    (settings, notes)
+}
+
+/// Type of the syncer's condition on a VirtualCluster saying whether its spec asks for more than the
+/// platform allows (True: the tenant runs with less, as the message says field by field).
+pub const CONDITION_SPEC_LIMITED: &str = "SpecLimited";
+
+/// Reason of [`CONDITION_SPEC_LIMITED`] when the platform limited the spec.
+pub const REASON_PLATFORM_LIMITS: &str = "PlatformLimits";
+
+/// Field manager of [`CONDITION_SPEC_LIMITED`]: apart from the one of `TenantSynced`, so that applying one
+/// condition never removes the other.
+const FIELD_MANAGER_LIMITS: &str = "vc-syncer-limits";
+
+/// Writes the `SpecLimited` condition (only when it changes) and a Warning event when the platform newly
+/// limits the spec or limits it otherwise.
+async fn report_limits(ctx: &Context, recorder: &Recorder, vc: &VirtualCluster, notes: &[String]) {
+    let (status, reason, message) = match notes.is_empty() {
+        true => (
+            "False",
+            "WithinPlatformLimits",
+            "the spec is within the platform's limits".to_owned(),
+        ),
+        false => ("True", REASON_PLATFORM_LIMITS, notes.join("; ")),
+    };
+    let current = vc.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_SPEC_LIMITED)
+            .cloned()
+    });
+    if current
+        .as_ref()
+        .is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
+    {
+        return;
+    }
+    ctx.metrics
+        .spec_limited
+        .inc_by(u64::try_from(notes.len()).unwrap_or(0));
+    let condition = Condition {
+        type_: CONDITION_SPEC_LIMITED.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.clone(),
+        last_transition_time: match &current {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Time(Timestamp::now()),
+        },
+        observed_generation: vc.metadata.generation,
+    };
+    let patch = serde_json::json!({
+        "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+        "kind": "VirtualCluster",
+        "status": { "conditions": [condition] },
+    });
+    let api: Api<VirtualCluster> =
+        Api::namespaced(ctx.super_client.clone(), &vc.namespace().unwrap_or_default());
+    let params = PatchParams::apply(FIELD_MANAGER_LIMITS).force();
+    if let Err(error) = api
+        .patch_status(&vc.name_any(), &params, &Patch::Apply(&patch))
+        .await
+    {
+        tracing::warn!(vc = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default(), %error, "writing the SpecLimited condition");
+    }
+    if notes.is_empty() {
+        return;
+    }
+    tracing::warn!(vc = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default(), %message, "the platform limits the VirtualCluster's spec");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: REASON_PLATFORM_LIMITS.to_owned(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Limit".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &vc.object_ref(&())).await {
+        tracing::debug!(vc = %vc.name_any(), %error, "publishing an event on the VirtualCluster");
+    }
+}
+
 /// Stops syncing a tenant and forgets its queued work and series.
 pub fn detach(ctx: &Context, cluster_key: &str) {
     if let Some(tenant) = ctx.tenants.remove(cluster_key) {
@@ -648,7 +741,14 @@ async fn supervise_one(
             None
         } else {
             let recovering = retry.failures(&Failing::Unreachable) > 0;
-            match attach_or_check(&ctx, &vc, &identity, &mut attached, recovering).await {
+            let (settings, limited) = limited_settings(&ctx, &vc);
+            // After the attempt: the first attach pins the tenant's identity with a resourceVersion-pinned
+            // patch of the VirtualCluster, which a status write just before would make conflict.
+            let attempt = attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings).await;
+            if ctx.owns(&identity.cluster_key) {
+                report_limits(&ctx, &recorder, &vc, &limited).await;
+            }
+            match attempt {
                 Ok(_)
                     if retry.failures(&Failing::OverLimit) > 0
                         && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
@@ -748,10 +848,10 @@ async fn attach_or_check(
     identity: &TenantIdentity,
     attached: &mut Option<(Arc<Tenant>, String)>,
     recovering: bool,
+    settings: TenantSettings,
 ) -> Result<String, Failure> {
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
-    let settings = TenantSettings::of(vc);
     if let Some((tenant, _)) = attached.as_ref()
         && let Some(exceeded) = tenant.budget.exceeded()
     {
@@ -1153,9 +1253,16 @@ current-context: x
             "spec": {"clusterVersionName": "v1"},
         }));
         let mut attached = None;
-        let failed = attach_or_check(&ctx, &vc, &testing::identity(), &mut attached, false)
-            .await
-            .expect_err("refused");
+        let failed = attach_or_check(
+            &ctx,
+            &vc,
+            &testing::identity(),
+            &mut attached,
+            false,
+            TenantSettings::of(&vc),
+        )
+        .await
+        .expect_err("refused");
         assert_eq!(failed.reason, "KubeconfigRefused");
         assert!(failed.message.contains("users[u].exec"), "{}", failed.message);
         assert!(attached.is_none() && ctx.tenants.all().is_empty());
@@ -1266,7 +1373,14 @@ current-context: x
         let mut attached = Some((tenant.clone(), fingerprint(KUBECONFIG)));
         // Same kubeconfig, same address; its etcd was wiped: kube-system is new.
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             async {
                 supers
                     .expect(
@@ -1327,7 +1441,14 @@ current-context: x
         vc.status.as_mut().expect("status").phase = Some(crds::ClusterPhase::Updating);
         assert!(eligible(&vc, true));
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             answer_check(&mut supers, &mut tenants)
         );
         assert_eq!(result.expect("checked"), "v1.25.9");
@@ -1336,7 +1457,14 @@ current-context: x
         // The quota is raised while the tenant rolls out: the waiting pod is queued at once.
         vc.spec.quota.as_mut().expect("quota").pods = Some(Quantity("2".into()));
         let (result, ()) = tokio::join!(
-            attach_or_check(&ctx, &vc, &identity, &mut attached, false),
+            attach_or_check(
+                &ctx,
+                &vc,
+                &identity,
+                &mut attached,
+                false,
+                TenantSettings::of(&vc)
+            ),
             answer_check(&mut supers, &mut tenants)
         );
         result.expect("checked");

@@ -286,6 +286,18 @@ pub struct SyncerArgs {
     /// `opaqueMetaPrefixes`.
     #[arg(long, env = "OPAQUE_META_PREFIXES", value_delimiter = ',')]
     pub opaque_meta_prefixes: Vec<String>,
+    /// Label and annotation keys (or prefixes ending in `/`) copied from tenant objects onto their super
+    /// copies as they are, besides keys without a prefix and the built-in list (`app.kubernetes.io/`, the
+    /// workload controllers' pod labels, ...). Other tenant labels are copied encoded (under
+    /// `label.tenancy.x-k8s.io`, where the tenant's own selectors still find them), other annotations not
+    /// at all. Naming a platform-owned prefix (e.g. `cert-manager.io/`) itself lets it through.
+    #[arg(long, env = "COPIED_META_KEYS", value_delimiter = ',')]
+    pub copied_meta_keys: Vec<String>,
+    /// Namespace label keys (or prefixes ending in `/`) copied onto super namespaces as they are. Every
+    /// other tenant namespace label is copied encoded, so that admission webhooks, policy engines, meshes
+    /// and NetworkPolicies of the platform that select namespaces by label never select a tenant's.
+    #[arg(long, env = "COPIED_NAMESPACE_LABEL_KEYS", value_delimiter = ',')]
+    pub copied_namespace_label_keys: Vec<String>,
     /// Most objects the syncer caches of one tenant (over every kind); a tenant with more is detached with
     /// `TenantLimitExceeded` until it fits.
     #[arg(long, env = "TENANT_CACHE_MAX_OBJECTS", default_value_t = CacheLimits::default().max_objects)]
@@ -334,6 +346,61 @@ pub struct SyncerArgs {
     /// allows). A VirtualCluster's `podPolicy.capabilities` adds more.
     #[arg(long, env = "POD_ALLOWED_CAPABILITIES", value_delimiter = ',', default_values_t = default_allowed_capabilities())]
     pub pod_allowed_capabilities: Vec<String>,
+    /// Volume types tenant pods may use (the Volume fields: `configMap`, `secret`, `emptyDir`, `nfs`, ...).
+    /// `hostPath` is the pod policy's (`podPolicy.hostPath`) and `csi` takes its drivers from
+    /// `--pod-allowed-csi-drivers`; `ephemeral` volumes are held to the rules of claims.
+    #[arg(long, env = "POD_ALLOWED_VOLUME_TYPES", value_delimiter = ',', default_values_t = default_allowed_volume_types())]
+    pub pod_allowed_volume_types: Vec<String>,
+    /// CSI drivers tenant pods may use in inline `csi` volumes (default none).
+    #[arg(long, env = "POD_ALLOWED_CSI_DRIVERS", value_delimiter = ',')]
+    pub pod_allowed_csi_drivers: Vec<String>,
+    /// Let tenant containers keep `NET_RAW` (raw sockets: forged packets, ARP and ICMP tricks on the
+    /// node's network), which container runtimes grant by default. `false` (the default) drops it from
+    /// every tenant container that does not add it itself (which the capability policy judges).
+    #[arg(long, env = "POD_ALLOW_NET_RAW", default_value_t = false, action = clap::ArgAction::Set)]
+    pub pod_allow_net_raw: bool,
+    /// RuntimeClasses a VirtualCluster's `spec.runtimeClassName` may force besides the published ones
+    /// (default none). A forced class is used only when published or listed here, and its scheduling
+    /// tolerations are judged like the pods' own.
+    #[arg(long, env = "POD_FORCIBLE_RUNTIME_CLASSES", value_delimiter = ',')]
+    pub pod_forcible_runtime_classes: Vec<String>,
+    /// The super cluster makes kubelets check a pod's right to a cached image (the
+    /// `KubeletEnsureSecretPulledImages` feature, or the `AlwaysPullImages` admission plugin). `false` (the
+    /// default): every tenant container is pulled with `imagePullPolicy: Always`, so that a tenant cannot
+    /// run another tenant's private image from a node's cache.
+    #[arg(long, env = "SUPER_ENFORCES_IMAGE_CREDENTIALS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub super_enforces_image_credentials: bool,
+    /// `loadBalancerClass`es tenant Services may name (default none: only the super cluster's default load
+    /// balancer).
+    #[arg(long, env = "ALLOWED_LOAD_BALANCER_CLASSES", value_delimiter = ',')]
+    pub allowed_load_balancer_classes: Vec<String>,
+    /// The DNS suffix of every tenant's Ingress hosts, with `{name}`, `{namespace}` and `{key}` for the
+    /// VirtualCluster's name, namespace and cluster key, e.g. `{name}.{namespace}.apps.example.com`. It
+    /// must name the tenant uniquely (`{key}`, or `{name}` and `{namespace}`). Empty: none.
+    #[arg(long, env = "INGRESS_HOST_SUFFIX")]
+    pub ingress_host_suffix: Option<String>,
+    /// Domains under which a VirtualCluster's `spec.ingressHostSuffixes` may claim suffixes (default none).
+    #[arg(long, env = "INGRESS_GRANTABLE_HOST_SUFFIXES", value_delimiter = ',')]
+    pub ingress_grantable_host_suffixes: Vec<String>,
+    /// Highest `spec.weight` honoured (1-100); a greater one is clamped and named on the VirtualCluster.
+    #[arg(long, env = "MAX_WEIGHT", default_value_t = crate::settings::DEFAULT_MAX_WEIGHT)]
+    pub max_weight: u32,
+    /// Quota of a VirtualCluster whose `spec.quota` leaves a dimension out, as `dimension=quantity` pairs
+    /// (`pods=100,requests.cpu=20,...`; the names of `spec.quota`). Default: none.
+    #[arg(long, env = "DEFAULT_QUOTA", value_delimiter = ',')]
+    pub default_quota: Vec<String>,
+    /// Highest quota per dimension (same form); a dimension a VirtualCluster leaves unlimited gets it.
+    /// Default: none.
+    #[arg(long, env = "MAX_QUOTA", value_delimiter = ',')]
+    pub max_quota: Vec<String>,
+    /// Rate limit on super writes of a VirtualCluster without `spec.rateLimit`: `qps` or `qps/burst`.
+    /// Default: none.
+    #[arg(long, env = "DEFAULT_RATE_LIMIT")]
+    pub default_rate_limit: Option<String>,
+    /// Highest rate limit honoured (`qps` or `qps/burst`); a VirtualCluster without one gets it. Default:
+    /// none.
+    #[arg(long, env = "MAX_RATE_LIMIT")]
+    pub max_rate_limit: Option<String>,
     /// CIDRs tenants may name in selector-less Endpoints (besides their own pods' addresses) and in
     /// NetworkPolicy ipBlocks; anything else is refused. Default: none.
     #[arg(long, env = "TENANT_ALLOWED_CIDRS", value_delimiter = ',')]
@@ -446,6 +513,22 @@ fn default_allowed_node_labels() -> Vec<String> {
     .to_vec()
 }
 
+/// The volume types tenant pods may use by default: what a workload needs of its own objects and scratch
+/// space, and claims (held to the platform's StorageClasses).
+fn default_allowed_volume_types() -> Vec<String> {
+    [
+        "configMap",
+        "secret",
+        "projected",
+        "downwardAPI",
+        "emptyDir",
+        "persistentVolumeClaim",
+        "ephemeral",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// The capabilities Pod Security `baseline` lets containers add.
 fn default_allowed_capabilities() -> Vec<String> {
     [
@@ -531,6 +614,14 @@ pub struct PlatformPodPolicy {
     pub allowed_schedulers: Vec<String>,
     /// Capabilities containers may add.
     pub allowed_capabilities: Vec<String>,
+    /// Volume types (Volume field names) pods may use, `hostPath` and `csi` aside.
+    pub allowed_volume_types: Vec<String>,
+    /// CSI drivers of inline `csi` volumes.
+    pub allowed_csi_drivers: Vec<String>,
+    /// Whether containers keep `NET_RAW`.
+    pub allow_net_raw: bool,
+    /// RuntimeClasses a VirtualCluster may force besides the published ones.
+    pub forcible_runtime_classes: Vec<String>,
 }
 
 impl Default for PlatformPodPolicy {
@@ -542,8 +633,187 @@ impl Default for PlatformPodPolicy {
             grantable_node_labels: Vec::new(),
             allowed_schedulers: vec!["default-scheduler".into()],
             allowed_capabilities: default_allowed_capabilities(),
+            allowed_volume_types: default_allowed_volume_types(),
+            allowed_csi_drivers: Vec::new(),
+            allow_net_raw: false,
+            forcible_runtime_classes: Vec::new(),
         }
     }
+}
+
+/// Every volume type (the fields of a pod's Volume besides its name).
+pub const VOLUME_TYPES: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "gitRepo",
+    "glusterfs",
+    "hostPath",
+    "image",
+    "iscsi",
+    "nfs",
+    "persistentVolumeClaim",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "projected",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "secret",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// `qps` or `qps/burst` (burst at least qps).
+fn rate_limit(flag: &str, value: Option<&str>) -> Result<Option<(u32, u32)>, String> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let number = |text: &str| {
+        text.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("{flag}: {value:?} must be qps or qps/burst, positive whole numbers"))
+    };
+    let (qps, burst) = match value.split_once('/') {
+        Some((qps, burst)) => (number(qps)?, number(burst)?),
+        None => (number(value)?, number(value)?),
+    };
+    if burst < qps {
+        return Err(format!("{flag}: burst must be at least qps, got {value:?}"));
+    }
+    Ok(Some((qps, burst)))
+}
+
+/// `dimension=quantity` pairs of a quota, by the names of `spec.quota`.
+fn quota(flag: &str, pairs: &[String]) -> Result<Option<crds::TenantQuota>, String> {
+    let mut quota = crds::TenantQuota::default();
+    let mut any = false;
+    for pair in pairs.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("{flag}: {pair:?} is not dimension=quantity"));
+        };
+        let value = value.trim();
+        if crds::quantity::parse_quantity(value, 1000.0).is_none_or(|q| q < 0) {
+            return Err(format!("{flag}: {value:?} of {name} is not a quantity"));
+        }
+        let quantity = k8s_openapi::apimachinery::pkg::api::resource::Quantity(value.to_owned());
+        if !crate::settings::set_quota_dimension(&mut quota, name.trim(), quantity) {
+            return Err(format!(
+                "{flag}: {name:?} is not a quota dimension (one of {})",
+                crate::settings::quota_dimensions().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        any = true;
+    }
+    Ok(any.then_some(quota))
+}
+
+/// The platform's limits on VirtualClusters' specs, from their flags.
+fn platform_limits(
+    max_weight: u32,
+    default_quota: &[String],
+    max_quota: &[String],
+    default_rate_limit: Option<&str>,
+    max_rate_limit: Option<&str>,
+    ingress_host_suffix: Option<&str>,
+    grantable: Vec<String>,
+) -> Result<crate::settings::PlatformLimits, String> {
+    if !(1..=100).contains(&max_weight) {
+        return Err(format!(
+            "--max-weight must be between 1 and 100, got {max_weight}"
+        ));
+    }
+    let ingress_host_suffix = match ingress_host_suffix.map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(pattern) => {
+            let unique =
+                pattern.contains("{key}") || (pattern.contains("{name}") && pattern.contains("{namespace}"));
+            if !unique {
+                return Err(format!(
+                    "--ingress-host-suffix must name the tenant ({{key}}, or {{name}} and {{namespace}}), got {pattern:?}"
+                ));
+            }
+            let example = pattern
+                .replace("{key}", "ns-0a1b2c-name")
+                .replace("{name}", "name")
+                .replace("{namespace}", "ns");
+            if !is_dns_name(&example) {
+                return Err(format!("--ingress-host-suffix: {pattern:?} is not a DNS name"));
+            }
+            Some(pattern.to_ascii_lowercase())
+        }
+    };
+    let grantable = non_empty(grantable)
+        .into_iter()
+        .map(|domain| {
+            let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+            match is_dns_name(&domain) {
+                true => Ok(domain),
+                false => Err(format!(
+                    "--ingress-grantable-host-suffixes: {domain:?} is not a DNS name"
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(crate::settings::PlatformLimits {
+        max_weight,
+        default_quota: quota("--default-quota", default_quota)?,
+        max_quota: quota("--max-quota", max_quota)?,
+        default_rate_limit: rate_limit("--default-rate-limit", default_rate_limit)?,
+        max_rate_limit: rate_limit("--max-rate-limit", max_rate_limit)?,
+        ingress_host_suffix,
+        grantable_ingress_host_suffixes: grantable,
+    })
+}
+
+/// A lowercase DNS name of labels of letters, digits and `-`.
+fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Keys or prefixes (ending in `/`) of an allow-list of labels and annotations; keys in the syncer's own
+/// domain are refused.
+fn meta_keys(flag: &str, values: Vec<String>) -> Result<Vec<String>, String> {
+    non_empty(values)
+        .into_iter()
+        .map(|entry| {
+            let prefix = entry.split_once('/').map(|(p, _)| p).unwrap_or_default();
+            if prefix == "tenancy.x-k8s.io" || prefix.ends_with(".tenancy.x-k8s.io") {
+                return Err(format!(
+                    "{flag}: {entry:?} is in the syncer's own domain (tenancy.x-k8s.io)"
+                ));
+            }
+            if entry.matches('/').count() > 1 || entry.starts_with('/') {
+                return Err(format!(
+                    "{flag}: {entry:?} is neither a label key nor a prefix ending in /"
+                ));
+            }
+            Ok(entry)
+        })
+        .collect()
 }
 
 fn non_empty(values: Vec<String>) -> Vec<String> {
@@ -639,6 +909,10 @@ pub struct SyncerConfig {
     pub pods_per_token_secret: usize,
     /// Super-owned prefixes for every tenant.
     pub opaque_meta_prefixes: Vec<String>,
+    /// Label and annotation keys copied as they are, besides the built-in ones.
+    pub copied_meta_keys: Vec<String>,
+    /// Namespace label keys copied as they are.
+    pub copied_namespace_label_keys: Vec<String>,
     /// What the syncer caches of one tenant at most.
     pub tenant_cache_limits: CacheLimits,
     /// Pod Security labels of super namespaces.
@@ -649,6 +923,12 @@ pub struct SyncerConfig {
     pub tenant_allowed_cidrs: Vec<IpNet>,
     /// ExternalName Services.
     pub external_name_services: ExternalNameServices,
+    /// Whether the super cluster checks a pod's right to a cached image (else the syncer pulls always).
+    pub super_enforces_image_credentials: bool,
+    /// `loadBalancerClass`es tenant Services may name.
+    pub allowed_load_balancer_classes: Vec<String>,
+    /// How far a VirtualCluster's spec may reach (weight, quota, rate limit, ingress hosts).
+    pub limits: crate::settings::PlatformLimits,
     /// The isolating NetworkPolicy.
     pub network_isolation: NetworkIsolation,
     /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
@@ -682,11 +962,16 @@ impl Default for SyncerConfig {
             token_ttl_seconds: 3600,
             pods_per_token_secret: 32,
             opaque_meta_prefixes: Vec::new(),
+            copied_meta_keys: Vec::new(),
+            copied_namespace_label_keys: Vec::new(),
             tenant_cache_limits: CacheLimits::default(),
             pod_security: PodSecurityLabels::default(),
             pod_policy: PlatformPodPolicy::default(),
             tenant_allowed_cidrs: Vec::new(),
             external_name_services: ExternalNameServices::DnsOnly,
+            super_enforces_image_credentials: false,
+            allowed_load_balancer_classes: Vec::new(),
+            limits: crate::settings::PlatformLimits::default(),
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
             usage: crate::usage::UsageSettings::default(),
@@ -767,6 +1052,24 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             audit: pod_security_level("pod-security-audit", args.pod_security_audit.trim())?,
             version: version.to_owned(),
         };
+        let allowed_volume_types = non_empty(args.pod_allowed_volume_types);
+        for type_ in &allowed_volume_types {
+            match type_.as_str() {
+                "hostPath" => {
+                    return Err("--pod-allowed-volume-types: hostPath is allowed per VirtualCluster (podPolicy.hostPath), not here".into());
+                }
+                "csi" => {
+                    return Err("--pod-allowed-volume-types: csi volumes are allowed by driver (--pod-allowed-csi-drivers), not here".into());
+                }
+                _ if !VOLUME_TYPES.contains(&type_.as_str()) => {
+                    return Err(format!(
+                        "--pod-allowed-volume-types: {type_:?} is not a volume type (one of {})",
+                        VOLUME_TYPES.join(", ")
+                    ));
+                }
+                _ => {}
+            }
+        }
         let pod_policy = PlatformPodPolicy {
             allowed_taints: non_empty(args.pod_allowed_taints),
             grantable_taints: non_empty(args.pod_grantable_taints),
@@ -774,7 +1077,20 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             grantable_node_labels: non_empty(args.pod_grantable_node_labels),
             allowed_schedulers: non_empty(args.pod_allowed_schedulers),
             allowed_capabilities: non_empty(args.pod_allowed_capabilities),
+            allowed_volume_types,
+            allowed_csi_drivers: non_empty(args.pod_allowed_csi_drivers),
+            allow_net_raw: args.pod_allow_net_raw,
+            forcible_runtime_classes: non_empty(args.pod_forcible_runtime_classes),
         };
+        let limits = platform_limits(
+            args.max_weight,
+            &args.default_quota,
+            &args.max_quota,
+            args.default_rate_limit.as_deref(),
+            args.max_rate_limit.as_deref(),
+            args.ingress_host_suffix.as_deref(),
+            args.ingress_grantable_host_suffixes,
+        )?;
         let allow_namespaces = args
             .network_isolation_allow_namespaces
             .iter()
@@ -864,6 +1180,9 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             pod_policy,
             tenant_allowed_cidrs: cidrs("--tenant-allowed-cidrs", args.tenant_allowed_cidrs)?,
             external_name_services: args.external_name_services,
+            super_enforces_image_credentials: args.super_enforces_image_credentials,
+            allowed_load_balancer_classes: non_empty(args.allowed_load_balancer_classes),
+            limits,
             network_isolation,
             vn_agent_port: args.vn_agent_port,
             vnode_addresses,
@@ -887,6 +1206,11 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect(),
+            copied_meta_keys: meta_keys("--copied-meta-keys", args.copied_meta_keys)?,
+            copied_namespace_label_keys: meta_keys(
+                "--copied-namespace-label-keys",
+                args.copied_namespace_label_keys,
+            )?,
             tenant_cache_limits: CacheLimits {
                 max_objects: args.tenant_cache_max_objects.max(1),
                 max_bytes: args.tenant_cache_max_bytes.max(1),
@@ -1045,6 +1369,90 @@ mod tests {
         assert!(error.contains("--tenant-allowed-cidrs"), "{error}");
         let error = parse(&["--network-isolation-allow-namespaces=ingress"]).expect_err("no value");
         assert!(error.contains("key=value"), "{error}");
+    }
+
+    #[test]
+    fn hardening_and_ceilings_default_to_the_safe_side() {
+        let config = parse(&[]).expect("defaults");
+        assert!(!config.super_enforces_image_credentials);
+        assert!(!config.pod_policy.allow_net_raw);
+        assert!(config.pod_policy.allowed_csi_drivers.is_empty());
+        assert!(config.pod_policy.forcible_runtime_classes.is_empty());
+        assert!(
+            !config
+                .pod_policy
+                .allowed_volume_types
+                .iter()
+                .any(|t| t == "nfs" || t == "hostPath")
+        );
+        assert!(config.allowed_load_balancer_classes.is_empty());
+        assert!(config.copied_meta_keys.is_empty() && config.copied_namespace_label_keys.is_empty());
+        assert_eq!(config.limits, crate::settings::PlatformLimits::default());
+        assert_eq!(config.limits.max_weight, 10);
+    }
+
+    #[test]
+    fn ceilings_and_allow_lists_parse_or_are_refused() {
+        let config = parse(&[
+            "--max-weight=5",
+            "--default-quota=pods=10, requests.cpu=2",
+            "--max-quota=pods=100,requests.storage=1Ti",
+            "--default-rate-limit=5",
+            "--max-rate-limit=50/100",
+            "--ingress-host-suffix={name}.{namespace}.apps.example.com",
+            "--ingress-grantable-host-suffixes=Shops.Example.com.",
+            "--pod-allowed-volume-types=configMap,nfs",
+            "--copied-meta-keys=prometheus.io/,cert-manager.io/cluster-issuer",
+        ])
+        .expect("valid");
+        assert_eq!(config.limits.max_weight, 5);
+        let quota = config.limits.default_quota.expect("default quota");
+        assert_eq!(quota.pods.map(|q| q.0).as_deref(), Some("10"));
+        assert_eq!(quota.requests_cpu.map(|q| q.0).as_deref(), Some("2"));
+        let max = config.limits.max_quota.expect("max quota");
+        assert_eq!(max.requests_storage.map(|q| q.0).as_deref(), Some("1Ti"));
+        assert_eq!(config.limits.default_rate_limit, Some((5, 5)));
+        assert_eq!(config.limits.max_rate_limit, Some((50, 100)));
+        assert_eq!(
+            config.limits.grantable_ingress_host_suffixes,
+            ["shops.example.com"]
+        );
+        assert_eq!(config.pod_policy.allowed_volume_types, ["configMap", "nfs"]);
+        assert_eq!(config.copied_meta_keys.len(), 2);
+
+        for (bad, says) in [
+            ("--max-weight=0", "--max-weight"),
+            ("--max-weight=101", "--max-weight"),
+            ("--default-quota=pods", "dimension=quantity"),
+            ("--max-quota=gpus=1", "not a quota dimension"),
+            ("--max-quota=pods=many", "not a quantity"),
+            ("--default-rate-limit=10/5", "burst must be at least qps"),
+            ("--max-rate-limit=fast", "qps or qps/burst"),
+            ("--ingress-host-suffix=apps.example.com", "must name the tenant"),
+            (
+                "--ingress-host-suffix={name}.apps.example.com",
+                "must name the tenant",
+            ),
+            (
+                "--ingress-grantable-host-suffixes=*.example.com",
+                "not a DNS name",
+            ),
+            ("--pod-allowed-volume-types=hostPath", "podPolicy.hostPath"),
+            ("--pod-allowed-volume-types=csi", "--pod-allowed-csi-drivers"),
+            ("--pod-allowed-volume-types=nsf", "not a volume type"),
+            (
+                "--copied-meta-keys=tenancy.x-k8s.io/cluster",
+                "the syncer's own domain",
+            ),
+            (
+                "--copied-namespace-label-keys=x.label.tenancy.x-k8s.io/",
+                "the syncer's own domain",
+            ),
+            ("--copied-meta-keys=a/b/c", "neither a label key"),
+        ] {
+            let error = parse(&[bad]).expect_err(bad);
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use kube::{Client, runtime::reflector::Store};
 use crate::{
     config::SyncerConfig,
     events::EventInbox,
+    identity::MetaPolicy,
     metrics::Metrics,
     quota::Quota,
     shards::Shards,
@@ -63,14 +64,20 @@ impl Context {
         }
     }
 
-    /// Super-owned label/annotation prefixes for a tenant: the flag's and the VirtualCluster's.
-    pub fn opaque_prefixes(&self, tenant_prefixes: &[String]) -> Vec<String> {
-        self.config
-            .opaque_meta_prefixes
-            .iter()
-            .chain(tenant_prefixes)
-            .cloned()
-            .collect()
+    /// Which of a tenant's labels and annotations reach super objects: the platform's allow-lists, and the
+    /// super-owned prefixes of the flag and the VirtualCluster (`tenant_prefixes`).
+    pub fn meta_policy(&self, tenant_prefixes: &[String]) -> MetaPolicy {
+        MetaPolicy {
+            copied: self.config.copied_meta_keys.clone(),
+            namespace_labels: self.config.copied_namespace_label_keys.clone(),
+            opaque: self
+                .config
+                .opaque_meta_prefixes
+                .iter()
+                .chain(tenant_prefixes)
+                .cloned()
+                .collect(),
+        }
     }
 }
 

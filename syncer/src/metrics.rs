@@ -115,7 +115,7 @@ pub struct RefusalLabels {
     /// Resource refused.
     pub resource: &'static str,
     /// Event reason the tenant saw: `PodPolicyViolation`, `ResourcesRequired`, `StorageClassNotPublished`,
-    /// `TenantQuotaExceeded`.
+    /// `ClaimRefused`, `IngressRefused`, `LoadBalancerClassRefused`, `TenantQuotaExceeded`, ...
     pub reason: &'static str,
 }
 
@@ -160,6 +160,9 @@ pub struct Metrics {
     pub tenant_list_duration: Histogram,
     /// Tenant objects refused (not written to the super cluster) by resource and reason.
     pub refusals: Family<RefusalLabels, Counter>,
+    /// Fields of VirtualClusters' specs the platform's limits changed (counted when the limits newly apply
+    /// or apply otherwise).
+    pub spec_limited: Counter,
     /// Tenants by state.
     pub tenants: Family<StateLabels, Gauge>,
     /// Super events not copied up because their tenant had too many waiting.
@@ -200,6 +203,7 @@ impl Default for Metrics {
             patrol_duration: duration_histogram(),
             tenant_list_duration: duration_histogram(),
             refusals: Family::default(),
+            spec_limited: Counter::default(),
             tenants: Family::default(),
             events_dropped: Counter::default(),
             shard_owned_tenants: Gauge::default(),
@@ -294,6 +298,11 @@ impl Metrics {
             "refusals",
             "Tenant objects refused by resource and event reason (nothing written)",
             self.refusals.clone(),
+        );
+        registry.register(
+            "spec_limited_fields",
+            "Fields of VirtualCluster specs the platform's limits changed (weight, quota, rate limit, ingress hosts, runtime class)",
+            self.spec_limited.clone(),
         );
         registry.register("tenants", "Tenants by state", self.tenants.clone());
         registry.register(

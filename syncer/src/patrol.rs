@@ -158,11 +158,11 @@ mod tests {
         // with the node port and IP the super cluster allocated.
         let original = tenant_service(30080, None);
         let super_namespace = tenant.identity.super_namespace("shop");
-        let opaque = ctx.opaque_prefixes(&[]);
+        let meta = ctx.meta_policy(&[]);
         let cx = Conversion {
             ctx: &ctx,
             tenant: &tenant,
-            opaque_prefixes: &opaque,
+            meta: &meta,
             super_namespace: &super_namespace,
         };
         let mut copy = Service::to_super(&original, &cx)

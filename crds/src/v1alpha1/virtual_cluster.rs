@@ -126,6 +126,17 @@ pub struct VirtualClusterSpec {
     /// platform's snapshot scheduler into its store and pruned to `retain`. Ignored for adopted tenants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotSchedule>,
+
+    /// DNS suffixes this tenant's Ingress hosts may use besides the one the platform assigns every tenant
+    /// (the syncer's `--ingress-host-suffix`), e.g. `shop.apps.example.com`. Only suffixes under a domain
+    /// the platform grants (`--ingress-grantable-host-suffixes`) that no older VirtualCluster holds count;
+    /// the others are named in the `SpecLimited` condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = Rule::new("self.all(s, s.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$'))").message(
+        "each must be a lowercase DNS name of at least two labels, such as shop.apps.example.com"
+    ))]
+    pub ingress_host_suffixes: Vec<String>,
 }
 
 /// When the snapshot scheduler snapshots a tenant, and how many snapshots it keeps.
@@ -176,6 +187,7 @@ impl Default for VirtualClusterSpec {
             pod_policy: None,
             paused: false,
             snapshots: None,
+            ingress_host_suffixes: Vec::new(),
         }
     }
 }
@@ -339,7 +351,7 @@ pub struct VirtualClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Standard conditions: PKIReady, EtcdReady, APIServerReady, ControllerManagerReady, Ready, and the
-    /// syncer's TenantSynced.
+    /// syncer's TenantSynced and SpecLimited (what of the spec the platform's limits changed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,

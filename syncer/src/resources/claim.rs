@@ -60,25 +60,29 @@ impl Downward for PersistentVolumeClaim {
     }
 
     fn creation_refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
-        let class = tenant.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
-        let why = match class {
-            Some("") => {
-                "storageClassName \"\" binds pre-made volumes without a class, which belong to the platform"
-                    .to_owned()
-            }
-            Some(class) if !is_published_class(&cx.ctx.supers, class) => format!(
-                "StorageClass {class:?} is not published to tenants (label {LABEL_SUPER_PUBLIC}=true)"
-            ),
-            Some(_) => return None,
-            None if published_default_class(&cx.ctx.supers).is_some() => return None,
-            None => format!(
-                "the claim names no StorageClass and no published StorageClass (label {LABEL_SUPER_PUBLIC}=true) is the default"
-            ),
-        };
-        Some((
-            REASON_STORAGE_CLASS_NOT_PUBLISHED,
-            format!("{why}; the claim is not synced (use a StorageClass this cluster lists)"),
-        ))
+        let spec = tenant.spec.clone().unwrap_or_default();
+        let supers = &cx.ctx.supers;
+        let published = |class: &str| is_published_class(supers, class);
+        if let Some(why) = class_refusal(
+            spec.storage_class_name.as_deref(),
+            &published,
+            published_default_class(supers).as_deref(),
+        ) {
+            return Some((
+                REASON_STORAGE_CLASS_NOT_PUBLISHED,
+                format!("{why}; the claim is not synced (use a StorageClass this cluster lists)"),
+            ));
+        }
+        let refused = binding_refusals(&spec);
+        (!refused.is_empty()).then(|| {
+            (
+                REASON_CLAIM_REFUSED,
+                format!(
+                    "{}: they would bind volumes the platform keeps to itself; the claim is not synced",
+                    refused.join("; ")
+                ),
+            )
+        })
     }
 
     fn quota_usage(super_object: &Self) -> Option<ObjectUsage> {
@@ -100,10 +104,55 @@ impl Downward for PersistentVolumeClaim {
 /// Reason of the event on a tenant claim whose StorageClass is not published.
 pub const REASON_STORAGE_CLASS_NOT_PUBLISHED: &str = "StorageClassNotPublished";
 
+/// Reason of the event on a tenant claim that selects volumes or names another namespace's data source.
+pub const REASON_CLAIM_REFUSED: &str = "ClaimRefused";
+
+/// Why a claim (or a generic ephemeral volume's claim template) may not use the StorageClass it names, or
+/// `None` when it may: only published classes, never the empty class (which binds pre-made volumes, all
+/// of them the platform's), and without a class only when a published class is the default (a claim
+/// without one is given it by name, never whatever default the super cluster has).
+pub fn class_refusal(
+    class: Option<&str>,
+    published: &dyn Fn(&str) -> bool,
+    published_default: Option<&str>,
+) -> Option<String> {
+    match class {
+        Some("") => Some(
+            "storageClassName \"\" binds pre-made volumes without a class, which belong to the platform"
+                .to_owned(),
+        ),
+        Some(class) if !published(class) => Some(format!(
+            "StorageClass {class:?} is not published to tenants (label {LABEL_SUPER_PUBLIC}=true)"
+        )),
+        Some(_) => None,
+        None if published_default.is_some() => None,
+        None => Some(format!(
+            "the claim names no StorageClass and no published StorageClass (label {LABEL_SUPER_PUBLIC}=true) is the default"
+        )),
+    }
+}
+
+/// The fields of a claim that would bind it to storage the tenant does not own: a `selector` (which only
+/// ever matches pre-made volumes, the platform's: dynamic provisioning ignores it) and a data source in
+/// another namespace (`dataSourceRef.namespace`). A `volumeName` is not among them: the syncer drops it
+/// (it names one of the tenant's own PersistentVolume copies).
+pub fn binding_refusals(spec: &PersistentVolumeClaimSpec) -> Vec<String> {
+    let mut refused = Vec::new();
+    if spec.selector.is_some() {
+        refused.push("selector (binds pre-made volumes)".to_owned());
+    }
+    if let Some(namespace) = spec.data_source_ref.as_ref().and_then(|r| r.namespace.as_deref()) {
+        refused.push(format!("dataSourceRef.namespace {namespace:?} (another namespace's data)"));
+    }
+    refused
+}
+
 /// Annotation marking a StorageClass as the default.
 const ANNOTATION_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
 
-fn is_published_class(supers: &SuperStores, name: &str) -> bool {
+/// Whether a StorageClass is published to tenants (the super cache holds only those, but a class can lose
+/// its label between the list and a look-up).
+pub fn is_published_class(supers: &SuperStores, name: &str) -> bool {
     supers
         .storage_classes
         .get(&ObjectRef::new(name))
@@ -112,7 +161,7 @@ fn is_published_class(supers: &SuperStores, name: &str) -> bool {
 
 /// The published StorageClass marked default, when exactly one is (the apiserver's own rule picks the
 /// newest of several; the syncer does not guess).
-fn published_default_class(supers: &SuperStores) -> Option<String> {
+pub fn published_default_class(supers: &SuperStores) -> Option<String> {
     let defaults: Vec<String> = supers
         .storage_classes
         .state()
@@ -303,7 +352,7 @@ mod tests {
             let cx = Conversion {
                 tenant: &tenant,
                 ctx: &ctx,
-                opaque_prefixes: &[],
+                meta: &Default::default(),
                 super_namespace: "team-abc123-vc-shop",
             };
             let desired = PersistentVolumeClaim::to_super(&claim("default", Value::Null), &cx)

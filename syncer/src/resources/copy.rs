@@ -35,8 +35,8 @@ pub struct Conversion<'a> {
     pub ctx: &'a Context,
     /// The tenant.
     pub tenant: &'a Tenant,
-    /// Super-owned prefixes.
-    pub opaque_prefixes: &'a [String],
+    /// Which of the tenant's labels and annotations the copy carries.
+    pub meta: &'a identity::MetaPolicy,
     /// Super namespace of the object.
     pub super_namespace: &'a str,
 }
@@ -55,7 +55,7 @@ impl Conversion<'_> {
         identity::super_metadata(
             tenant,
             self.identity(),
-            self.opaque_prefixes,
+            self.meta,
             Some(self.super_namespace.to_owned()),
             false,
         )
@@ -108,6 +108,13 @@ pub trait Downward:
     /// Why a tenant object may not get a super copy: reason and message of a Warning event on it. Asked
     /// only before a copy is created; an existing copy is never deleted for it (nothing is lost).
     fn creation_refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// Why a tenant object, as it is now, may not be written to the super cluster at all, neither created
+    /// nor changed: reason and message of a Warning event on it. Nothing is written; an existing copy stays
+    /// as it was (nothing is lost), and the object is written once it passes.
+    fn write_refusal(_tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
         None
     }
 
@@ -166,11 +173,11 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
 
     let live = tenant_object.filter(|o| o.meta().deletion_timestamp.is_none());
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let cx = Conversion {
         ctx,
         tenant,
-        opaque_prefixes: &opaque,
+        meta: &meta,
         super_namespace: &super_namespace,
     };
     let desired = match &live {
@@ -216,6 +223,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
         (Some(mut desired), existing) => {
             identity::stamp(&mut desired, |o| o.meta_mut());
             let tenant_uid = live.as_ref().and_then(|o| o.uid());
+            let write_refused = live.as_ref().and_then(|o| K::write_refusal(o, &cx));
             match existing {
                 Some(existing) if identity::tenant_uid(existing.meta()) != tenant_uid.as_deref() => {
                     // The tenant object was recreated: the old copy goes first, the new one follows when
@@ -224,6 +232,13 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     Ok(Outcome::Deleted)
                 }
                 Some(existing) if in_sync(&desired, &existing) => Ok(Outcome::InSync),
+                // Neither replaced nor changed: the copy stays as it was.
+                Some(_) if write_refused.is_some() => {
+                    let (Some(object), Some((reason, message))) = (&live, write_refused) else {
+                        return Ok(Outcome::InSync);
+                    };
+                    Ok(refuse(ctx, tenant, item, &**object, reason, message).await)
+                }
                 Some(existing) if K::replaced(&desired, &existing) => {
                     delete(ctx, &api, &item.name, existing.uid(), None).await?;
                     Ok(Outcome::Deleted)
@@ -242,22 +257,9 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                 }
                 None => {
                     if let Some(object) = &live
-                        && let Some((reason, message)) = K::creation_refusal(object, &cx)
+                        && let Some((reason, message)) = K::creation_refusal(object, &cx).or(write_refused)
                     {
-                        tracing::warn!(
-                            tenant = %tenant.identity.vc_ref(),
-                            kind = %K::KIND,
-                            namespace = %item.namespace,
-                            name = %item.name,
-                            reason,
-                            "{message}"
-                        );
-                        ctx.metrics.refused(kind_label::<K>(), reason);
-                        events::warn(tenant, &object.object_ref(&()), reason, &message).await;
-                        return Ok(Outcome::Waiting {
-                            reason: message,
-                            retry_after: None,
-                        });
+                        return Ok(refuse(ctx, tenant, item, &**object, reason, message).await);
                     }
                     if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
                         return Ok(held);
@@ -279,6 +281,32 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                 }
             }
         }
+    }
+}
+
+/// Refuses to write a tenant object: a log line, the refusal metric and a Warning event on the object;
+/// the outcome says why it waits (it is synced again when it changes, or at the next patrol).
+async fn refuse<K: Downward>(
+    ctx: &Context,
+    tenant: &Tenant,
+    item: &DownItem,
+    object: &K,
+    reason: &'static str,
+    message: String,
+) -> Outcome {
+    tracing::warn!(
+        tenant = %tenant.identity.vc_ref(),
+        kind = %K::KIND,
+        namespace = %item.namespace,
+        name = %item.name,
+        reason,
+        "{message}"
+    );
+    ctx.metrics.refused(kind_label::<K>(), reason);
+    events::warn(tenant, &object.object_ref(&()), reason, &message).await;
+    Outcome::Waiting {
+        reason: message,
+        retry_after: None,
     }
 }
 
@@ -373,7 +401,7 @@ pub fn patrol<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
             .is_none_or(|a| !a.contains_key(ANNOTATION_TOKEN_FOR_POD))
     });
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     for object in tenant_store.state() {
         if object.meta().deletion_timestamp.is_some() {
             continue;
@@ -384,7 +412,7 @@ pub fn patrol<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
         let cx = Conversion {
             ctx,
             tenant,
-            opaque_prefixes: &opaque,
+            meta: &meta,
             super_namespace: &super_namespace,
         };
         let Ok(Some(mut desired)) = K::to_super(&object, &cx) else {

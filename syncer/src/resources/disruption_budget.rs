@@ -21,14 +21,19 @@ impl Downward for PodDisruptionBudget {
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
         // The selector matches the super pods as it matches the tenant's: super pods carry the tenant
-        // pods' labels, and a namespaced budget only ever selects pods of its own (super) namespace. The
-        // status is the super cluster's disruption controller's; the tenant's own computes the tenant's.
+        // pods' labels (by the keys `map_selector` names), and a namespaced budget only ever selects pods
+        // of its own (super) namespace. The status is the super cluster's disruption controller's; the
+        // tenant's own computes the tenant's.
         if !cx.ctx.config.sync_disruption_budgets {
             return Ok(None);
         }
+        let mut spec = tenant.spec.clone();
+        if let Some(selector) = spec.as_mut().and_then(|s| s.selector.as_mut()) {
+            *selector = crate::identity::map_selector(selector, cx.meta, false);
+        }
         Ok(Some(PodDisruptionBudget {
             metadata: cx.metadata(&tenant.metadata),
-            spec: tenant.spec.clone(),
+            spec,
             status: None,
         }))
     }

@@ -242,11 +242,11 @@ mod tests {
                     "spec": {"ports": [{"port": 443}]}})),
             );
         }
-        let opaque = Vec::new();
+        let meta = crate::identity::MetaPolicy::default();
         let cx = Conversion {
             ctx: &ctx,
             tenant: &tenant,
-            opaque_prefixes: &opaque,
+            meta: &meta,
             super_namespace: "irrelevant",
         };
         let addresses = |endpoints: &Endpoints| -> Vec<String> {

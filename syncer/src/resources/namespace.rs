@@ -48,9 +48,9 @@ use crate::{
 /// The super namespace for a tenant namespace object.
 fn desired(ctx: &Context, tenant: &Tenant, namespace: &Namespace) -> Namespace {
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let mut desired = Namespace {
-        metadata: identity::super_namespace_metadata(&namespace.metadata, &tenant.identity, &opaque),
+        metadata: identity::super_namespace_metadata(&namespace.metadata, &tenant.identity, &meta),
         ..Default::default()
     };
     // The platform's Pod Security labels, never the tenant's: the super apiserver's own admission then
@@ -605,7 +605,9 @@ mod tests {
                 .expect("PATCH", &format!("/api/v1/namespaces/{KEY}-prod?"))
                 .await;
             assert_eq!(applied.body["metadata"]["uid"], "uid-of-object");
-            assert_eq!(applied.body["metadata"]["labels"]["team"], "a");
+            // The tenant's labels are copied encoded (identity::fate), out of the platform's selectors' reach.
+            assert_eq!(applied.body["metadata"]["labels"]["label.tenancy.x-k8s.io/team"], "a");
+            assert!(applied.body["metadata"]["labels"].get("team").is_none());
             assert_eq!(
                 applied.body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
                 "baseline"

@@ -39,7 +39,8 @@ pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
 /// A namespace selector of a tenant, confined to that tenant's super namespaces.
 fn confine(selector: &LabelSelector, cx: &Conversion<'_>) -> LabelSelector {
     let identity = cx.identity();
-    let mut confined = selector.clone();
+    // By the keys the super namespaces carry: a tenant's namespace labels are copied encoded.
+    let mut confined = crate::identity::map_selector(selector, cx.meta, true);
     let labels = confined.match_labels.get_or_insert_with(BTreeMap::new);
     if let Some(name) = labels.get_mut(LABEL_NAMESPACE_NAME) {
         *name = identity.super_namespace(name);
@@ -74,7 +75,10 @@ fn peer(peer: &NetworkPolicyPeer, cx: &Conversion<'_>) -> std::result::Result<Ne
     Ok(NetworkPolicyPeer {
         ip_block: peer.ip_block.clone(),
         namespace_selector: peer.namespace_selector.as_ref().map(|s| confine(s, cx)),
-        pod_selector: peer.pod_selector.clone(),
+        pod_selector: peer
+            .pod_selector
+            .as_ref()
+            .map(|s| crate::identity::map_selector(s, cx.meta, false)),
     })
 }
 
@@ -144,7 +148,11 @@ fn translate(spec: &NetworkPolicySpec, cx: &Conversion<'_>) -> (NetworkPolicySpe
     });
     (
         NetworkPolicySpec {
-            pod_selector: Some(spec.pod_selector.clone().unwrap_or_default()),
+            pod_selector: Some(crate::identity::map_selector(
+                &spec.pod_selector.clone().unwrap_or_default(),
+                cx.meta,
+                false,
+            )),
             policy_types: Some(policy_types),
             ingress,
             egress,
@@ -253,7 +261,7 @@ mod tests {
         let cx = Conversion {
             ctx,
             tenant,
-            opaque_prefixes: &[],
+            meta: &Default::default(),
             super_namespace: &super_namespace,
         };
         (

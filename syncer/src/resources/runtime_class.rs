@@ -3,8 +3,13 @@
 //! on shared nodes, so a tenant cannot bring its own: a RuntimeClass the tenant made itself is honoured
 //! when its handler is one a published class names, and the copy names that published class. Overhead
 //! and scheduling are the published class's (the super cluster's admission sets them), never the tenant's.
+//!
+//! A VirtualCluster may force a class on every pod of its tenant (`spec.runtimeClassName`); whoever edits
+//! it is not trusted with the super cluster, so that class too must be published, or listed by the
+//! platform (`--pod-forcible-runtime-classes`). Whichever class a pod runs with, the super cluster's
+//! admission adds its `scheduling.tolerations` to the pod: they are judged like the pod's own.
 
-use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::{core::v1::Toleration, node::v1::RuntimeClass};
 use kube::{Api, Resource, runtime::reflector::Store};
 
 use super::{
@@ -38,29 +43,52 @@ pub async fn runtime_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result
     .await
 }
 
+/// A super RuntimeClass a tenant pod may run with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChosenClass {
+    /// Its name.
+    pub name: String,
+    /// The tolerations the super cluster's admission adds to pods of the class (`scheduling.tolerations`).
+    pub tolerations: Vec<Toleration>,
+}
+
+impl ChosenClass {
+    fn of(class: &RuntimeClass) -> Self {
+        Self {
+            name: class.metadata.name.clone().unwrap_or_default(),
+            tolerations: class
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.tolerations.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// The RuntimeClass a tenant pod's super copy names.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RuntimeClassChoice {
-    /// The pod names none (or the VirtualCluster forces one: the pod policy compares them).
+    /// The pod names none, and none is forced.
     Unnamed,
-    /// This published super RuntimeClass.
-    Published(String),
+    /// This super RuntimeClass: published (or, forced, listed by the platform).
+    Published(ChosenClass),
     /// None may be used: why, for the tenant.
     Refused(String),
 }
 
-/// The published super RuntimeClass a tenant pod may run with: the one of the name it asks for, else, for
-/// a RuntimeClass of the tenant's own, the published one with the same handler (the first by name when
+/// The super RuntimeClass a tenant pod runs with: the one its VirtualCluster forces, when that is
+/// published or listed by the platform; else the published one of the name the pod asks for, else, for a
+/// RuntimeClass of the tenant's own, the published one with the same handler (the first by name when
 /// several have it).
 pub async fn choose(ctx: &Context, tenant: &Tenant, asked: Option<&str>) -> Result<RuntimeClassChoice> {
+    if let Some(forced) = tenant.settings().runtime_class_name.clone() {
+        return forced_class(ctx, &forced).await;
+    }
     let Some(asked) = asked.filter(|name| !name.is_empty()) else {
         return Ok(RuntimeClassChoice::Unnamed);
     };
-    if tenant.settings().runtime_class_name.is_some() {
-        return Ok(RuntimeClassChoice::Unnamed);
-    }
-    if get(&ctx.supers.runtime_classes, asked).is_some_and(|class| is_published(class.meta())) {
-        return Ok(RuntimeClassChoice::Published(asked.to_owned()));
+    if let Some(class) = get(&ctx.supers.runtime_classes, asked).filter(|class| is_published(class.meta())) {
+        return Ok(RuntimeClassChoice::Published(ChosenClass::of(&class)));
     }
     // The tenant's own RuntimeClass: read when a pod names it (rare, and not cached).
     let api: Api<RuntimeClass> = Api::all(tenant.client.clone());
@@ -83,16 +111,47 @@ pub async fn choose(ctx: &Context, tenant: &Tenant, asked: Option<&str>) -> Resu
     })
 }
 
+/// Whether a VirtualCluster may force this class: published, or listed by the platform.
+pub fn forcible(ctx: &Context, name: &str) -> bool {
+    get(&ctx.supers.runtime_classes, name).is_some_and(|class| is_published(class.meta()))
+        || ctx.config.pod_policy.forcible_runtime_classes.iter().any(|c| c == name)
+}
+
+/// The class a VirtualCluster forces, as [`choose`] gives it. A listed class that is not published is not
+/// cached: it is read from the super cluster.
+async fn forced_class(ctx: &Context, forced: &str) -> Result<RuntimeClassChoice> {
+    if let Some(class) = get(&ctx.supers.runtime_classes, forced).filter(|class| is_published(class.meta())) {
+        return Ok(RuntimeClassChoice::Published(ChosenClass::of(&class)));
+    }
+    if !forcible(ctx, forced) {
+        return Ok(RuntimeClassChoice::Refused(format!(
+            "the VirtualCluster's spec.runtimeClassName {forced:?}, which the platform neither publishes (label {}=true) nor lists (the syncer's --pod-forcible-runtime-classes)",
+            crds::wellknown::LABEL_SUPER_PUBLIC
+        )));
+    }
+    let api: Api<RuntimeClass> = Api::all(ctx.super_client.clone());
+    let class = api
+        .get_opt(forced)
+        .await
+        .map_err(crate::error::on_super(format!("reading RuntimeClass {forced}")))?;
+    Ok(match class {
+        Some(class) => RuntimeClassChoice::Published(ChosenClass::of(&class)),
+        None => RuntimeClassChoice::Refused(format!(
+            "the VirtualCluster's spec.runtimeClassName {forced:?}, which the super cluster does not have"
+        )),
+    })
+}
+
 /// The first published RuntimeClass, by name, whose handler is `handler`.
-fn published_with_handler(classes: &Store<RuntimeClass>, handler: &str) -> Option<String> {
-    let mut names: Vec<String> = classes
+fn published_with_handler(classes: &Store<RuntimeClass>, handler: &str) -> Option<ChosenClass> {
+    let mut published: Vec<ChosenClass> = classes
         .state()
         .iter()
         .filter(|class| class.handler == handler && is_published(class.meta()))
-        .filter_map(|class| class.metadata.name.clone())
+        .map(|class| ChosenClass::of(class))
         .collect();
-    names.sort();
-    names.into_iter().next()
+    published.sort_by(|a, b| a.name.cmp(&b.name));
+    published.into_iter().next()
 }
 
 /// The published RuntimeClasses as `name (handler)`, for messages.
@@ -161,7 +220,10 @@ mod tests {
         put(&mut writer, class("sandboxed", "runsc", true));
         put(&mut writer, class("gvisor", "runsc", true));
         put(&mut writer, class("unlisted", "kata", false));
-        assert_eq!(published_with_handler(&reader, "runsc").as_deref(), Some("gvisor"));
+        assert_eq!(
+            published_with_handler(&reader, "runsc").map(|c| c.name).as_deref(),
+            Some("gvisor")
+        );
         // A class that lost its label between the list and now is not published.
         assert_eq!(published_with_handler(&reader, "kata"), None);
         assert_eq!(published_summary(&reader), "gvisor (runsc), sandboxed (runsc)");

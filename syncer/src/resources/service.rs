@@ -101,7 +101,10 @@ impl Downward for Service {
         // super-cluster traffic.
         let spec = ServiceSpec {
             type_: spec.type_,
-            selector: spec.selector,
+            // By the keys the super pods carry (a label not copied as it is is copied encoded).
+            selector: spec
+                .selector
+                .map(|selector| crate::identity::map_labels(&selector, cx.meta, false)),
             ports,
             cluster_ip: headless.then(|| "None".to_owned()),
             external_name: spec.external_name,
@@ -162,6 +165,23 @@ impl Downward for Service {
         ))
     }
 
+    fn write_refusal(tenant: &Self, cx: &Conversion<'_>) -> Option<(&'static str, String)> {
+        let class = tenant.spec.as_ref()?.load_balancer_class.as_deref()?;
+        let allowed = &cx.ctx.config.allowed_load_balancer_classes;
+        (!allowed.iter().any(|a| a == class)).then(|| {
+            (
+                REASON_LOAD_BALANCER_CLASS_REFUSED,
+                format!(
+                    "loadBalancerClass {class:?} is not one the platform offers tenants (the syncer's --allowed-load-balancer-classes: {}); the Service is not synced (a copy already there stays as it was)",
+                    match allowed.is_empty() {
+                        true => "none".to_owned(),
+                        false => allowed.join(", "),
+                    }
+                ),
+            )
+        })
+    }
+
     fn replaced(desired: &Self, existing: &Self) -> bool {
         service_shape(desired) != service_shape(existing)
     }
@@ -215,6 +235,9 @@ impl Downward for Service {
 
 /// Reason of the event on a tenant Service whose node port the super cluster could not give it.
 pub const REASON_NODE_PORT_UNAVAILABLE: &str = "NodePortUnavailable";
+
+/// Reason of the event on a tenant Service naming a `loadBalancerClass` the platform does not offer.
+pub const REASON_LOAD_BALANCER_CLASS_REFUSED: &str = "LoadBalancerClassRefused";
 
 /// Reason of the event on a tenant ExternalName Service whose target is not a host name (not synced).
 pub const REASON_EXTERNAL_NAME_REFUSED: &str = "ExternalNameRefused";
@@ -759,7 +782,7 @@ mod tests {
             let cx = Conversion {
                 ctx,
                 tenant: &tenant,
-                opaque_prefixes: &[],
+                meta: &Default::default(),
                 super_namespace: "team-abc123-vc-shop",
             };
             (

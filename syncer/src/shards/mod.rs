@@ -795,7 +795,8 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
         .filter_map(|vc| {
             Some(Placed {
                 key: crds::naming::cluster_key_of(vc)?,
-                weight: u64::from(vc.spec.weight.clamp(1, 100)),
+                // Within the platform's ceiling, as the queues weigh it (`TenantSettings::within`).
+                weight: u64::from(vc.spec.weight.clamp(1, ctx.config.limits.max_weight.max(1))),
             })
         })
         .collect();

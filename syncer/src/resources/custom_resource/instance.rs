@@ -79,11 +79,11 @@ fn desired(
         .ok_or_else(|| format!("{crd} is not synced"))?
         .kind;
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let metadata = identity::super_metadata(
         &object.metadata,
         &tenant.identity,
-        &opaque,
+        &meta,
         Some(super_namespace.to_owned()),
         false,
     );

@@ -8,9 +8,9 @@ use crds::{
 };
 use k8s_openapi::{
     api::core::v1::{
-        Affinity, EnvVar, EphemeralContainer, HostAlias, KeyToPath, Pod, PodAffinityTerm, PodDNSConfig,
-        PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Toleration,
-        Volume, VolumeProjection,
+        Affinity, EnvVar, EphemeralContainer, HostAlias, KeyToPath, PersistentVolumeClaimVolumeSource, Pod,
+        PodAffinityTerm, PodDNSConfig, PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection,
+        SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeProjection,
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
@@ -39,8 +39,8 @@ pub struct TenantEndpoints {
 pub struct PodConversion<'a> {
     /// Whose pod.
     pub identity: &'a TenantIdentity,
-    /// Super-owned label/annotation prefixes.
-    pub opaque_prefixes: &'a [String],
+    /// Which of the pod's labels and annotations the copy carries (and how its selectors name them).
+    pub meta: &'a identity::MetaPolicy,
     /// The pod's super namespace.
     pub super_namespace: &'a str,
     /// The tenant's DNS domain.
@@ -58,6 +58,12 @@ pub struct PodConversion<'a> {
     pub platform_policy: &'a PlatformPodPolicy,
     /// Whether a PriorityClass is published to tenants.
     pub published_priority_class: &'a dyn Fn(&str) -> bool,
+    /// Whether a StorageClass is published to tenants (generic ephemeral volumes).
+    pub published_storage_class: &'a dyn Fn(&str) -> bool,
+    /// The published StorageClass marked default, when exactly one is.
+    pub published_default_storage_class: Option<&'a str>,
+    /// How containers are hardened on shared nodes.
+    pub hardening: Hardening,
     /// Tenant services as seen from the super cluster.
     pub endpoints: &'a TenantEndpoints,
     /// `ndots` for pod DNS.
@@ -169,14 +175,30 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         forced_runtime_class: cx.runtime_class_name,
         published_priority_class: cx.published_priority_class,
         node_selection_resolved: cx.node_selection.is_some(),
+        published_storage_class: cx.published_storage_class,
+        published_default_storage_class: cx.published_default_storage_class,
     };
     let mut violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
     violations.extend(reserved_secret_references(&spec));
-    match (cx.runtime_class_name, cx.runtime_class) {
-        (Some(_), _) | (None, RuntimeClassChoice::Published(_)) => {}
-        (None, RuntimeClassChoice::Refused(why)) => violations.push(why.clone()),
-        (None, RuntimeClassChoice::Unnamed) => {
-            if let Some(asked) = spec.runtime_class_name.as_deref().filter(|r| !r.is_empty()) {
+    match cx.runtime_class {
+        RuntimeClassChoice::Published(class) => {
+            // The super cluster's admission adds the class's tolerations to the pod.
+            let refused =
+                super::policy::refused_tolerations(&class.tolerations, cx.platform_policy, cx.pod_policy);
+            violations.extend(refused.into_iter().map(|(_, what)| {
+                format!(
+                    "{what} of RuntimeClass {:?}, which the super cluster adds to its pods (the syncer's --pod-allowed-taints, or podPolicy.allowedTaints for keys in --pod-grantable-taints)",
+                    class.name
+                )
+            }));
+        }
+        RuntimeClassChoice::Refused(why) => violations.push(why.clone()),
+        RuntimeClassChoice::Unnamed => {
+            if let Some(asked) = cx
+                .runtime_class_name
+                .or(spec.runtime_class_name.as_deref())
+                .filter(|r| !r.is_empty())
+            {
                 violations.push(format!("runtimeClassName {asked:?} (not looked up)"));
             }
         }
@@ -196,10 +218,34 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     }
     // Tokens come from the tenant, through the token Secret.
     spec.automount_service_account_token = Some(false);
-    match (cx.runtime_class_name, cx.runtime_class) {
-        (Some(forced), _) => spec.runtime_class_name = Some(forced.to_owned()),
-        (None, RuntimeClassChoice::Published(published)) => spec.runtime_class_name = Some(published.clone()),
-        (None, _) => {}
+    if let RuntimeClassChoice::Published(class) = cx.runtime_class {
+        spec.runtime_class_name = Some(class.name.clone());
+    }
+    // A generic ephemeral volume's claim is the tenant's: its controller-manager makes it, named
+    // `<pod>-<volume>`, and the syncer copies it like any claim (class, quota). The super pod mounts that
+    // copy; the super cluster's own ephemeral-volume controller would make a claim of its own from the
+    // template, outside every rule the copy is held to.
+    let pod_name = tenant.metadata.name.as_deref().unwrap_or_default();
+    for volume in spec.volumes.iter_mut().flatten() {
+        if volume.ephemeral.take().is_some() {
+            volume.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{pod_name}-{}", volume.name),
+                read_only: None,
+            });
+        }
+        if let Some(image) = &mut volume.image
+            && cx.hardening.always_pull
+        {
+            image.pull_policy = Some(PULL_ALWAYS.to_owned());
+        }
+    }
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        cx.hardening
+            .apply(&mut container.image_pull_policy, &mut container.security_context);
     }
 
     let mut tokens = Vec::new();
@@ -253,13 +299,19 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
     }
 
     if let Some(affinity) = &mut spec.affinity {
-        scope_affinity(affinity, cx.identity);
+        scope_affinity(affinity, cx.identity, cx.meta);
+    }
+    for constraint in spec.topology_spread_constraints.iter_mut().flatten() {
+        if let Some(selector) = &mut constraint.label_selector {
+            *selector = identity::map_selector(selector, cx.meta, false);
+        }
+        map_keys(&mut constraint.match_label_keys, cx.meta);
     }
 
     let metadata = identity::super_metadata(
         &tenant.metadata,
         cx.identity,
-        cx.opaque_prefixes,
+        cx.meta,
         Some(cx.super_namespace.to_owned()),
         true,
     );
@@ -272,6 +324,59 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         tokens,
         needs_secret,
     })
+}
+
+/// `imagePullPolicy` of a pull on every start.
+const PULL_ALWAYS: &str = "Always";
+
+/// How a tenant's containers are hardened on nodes other tenants share (the platform's flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hardening {
+    /// Pull every image on every start (`imagePullPolicy: Always`), so that the registry checks the pod's
+    /// credentials: a node's cache holds other tenants' private images, which any pod naming them could
+    /// otherwise run. Off where the super cluster checks credentials itself
+    /// (`--super-enforces-image-credentials`).
+    pub always_pull: bool,
+    /// Drop `NET_RAW` from containers that do not add it themselves (`--pod-allow-net-raw=false`).
+    pub drop_net_raw: bool,
+}
+
+impl Hardening {
+    /// The hardening the syncer's flags ask for.
+    pub fn of(config: &crate::config::SyncerConfig) -> Self {
+        Self {
+            always_pull: !config.super_enforces_image_credentials,
+            drop_net_raw: !config.pod_policy.allow_net_raw,
+        }
+    }
+
+    /// Hardens one container: its pull policy and its capabilities. A container that adds `NET_RAW` (or
+    /// `ALL`) itself keeps it: the capability policy has judged that already.
+    pub fn apply(&self, pull_policy: &mut Option<String>, security: &mut Option<SecurityContext>) {
+        if self.always_pull {
+            *pull_policy = Some(PULL_ALWAYS.to_owned());
+        }
+        if !self.drop_net_raw {
+            return;
+        }
+        let capabilities = security
+            .get_or_insert_with(Default::default)
+            .capabilities
+            .get_or_insert_with(Default::default);
+        let named = |list: &Option<Vec<String>>, wanted: &[&str]| {
+            list.iter().flatten().any(|c| {
+                let c = c.strip_prefix("CAP_").unwrap_or(c);
+                wanted.iter().any(|w| c.eq_ignore_ascii_case(w))
+            })
+        };
+        if named(&capabilities.add, &["NET_RAW", "ALL"]) || named(&capabilities.drop, &["NET_RAW", "ALL"]) {
+            return;
+        }
+        capabilities
+            .drop
+            .get_or_insert_with(Vec::new)
+            .push("NET_RAW".to_owned());
+    }
 }
 
 /// Name the conversion gives the token Secret until the pod's shard is chosen ([`retarget_token_secret`]):
@@ -644,8 +749,16 @@ fn literal_downward_env(env: &mut Option<Vec<EnvVar>>, tenant_namespace: &str, t
     }
 }
 
-/// Pod (anti-)affinity terms only ever match pods of the same tenant.
-fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity) {
+/// Label keys a pod names (`matchLabelKeys`), as the super pods carry them.
+fn map_keys(keys: &mut Option<Vec<String>>, meta: &identity::MetaPolicy) {
+    for key in keys.iter_mut().flatten() {
+        *key = identity::selector_key(key, meta, false).into_owned();
+    }
+}
+
+/// Pod (anti-)affinity terms only ever match pods of the same tenant, by the keys the super pods and
+/// namespaces carry.
+fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity, meta: &identity::MetaPolicy) {
     let mut terms: Vec<&mut PodAffinityTerm> = Vec::new();
     if let Some(a) = &mut affinity.pod_affinity {
         terms.extend(
@@ -675,14 +788,18 @@ fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity) {
     }
     for term in terms {
         if let Some(selector) = &mut term.label_selector {
+            *selector = crate::identity::map_selector(selector, meta, false);
             require_cluster(selector, identity);
         }
+        map_keys(&mut term.match_label_keys, meta);
+        map_keys(&mut term.mismatch_label_keys, meta);
         if let Some(namespaces) = &mut term.namespaces {
             for namespace in namespaces.iter_mut() {
                 *namespace = identity.super_namespace(namespace);
             }
         }
         if let Some(selector) = &mut term.namespace_selector {
+            *selector = crate::identity::map_selector(selector, meta, true);
             require_cluster(selector, identity);
         }
     }
@@ -782,6 +899,8 @@ pub struct EphemeralConversion<'a> {
     pub platform_policy: &'a PlatformPodPolicy,
     /// Super cluster IP and port of the tenant's `default/kubernetes` Service.
     pub apiserver: Option<(&'a str, i32)>,
+    /// How containers are hardened on shared nodes.
+    pub hardening: Hardening,
 }
 
 /// The ephemeral container a tenant added to its running pod, as the super pod gets it: translated as the
@@ -802,6 +921,8 @@ pub fn ephemeral_to_super(
         forced_runtime_class: None,
         published_priority_class: &|_| false,
         node_selection_resolved: false,
+        published_storage_class: &|_| false,
+        published_default_storage_class: None,
     };
     let mut violations = super::policy::ephemeral_container_violations(
         container,
@@ -816,6 +937,8 @@ pub fn ephemeral_to_super(
         return Err(violations);
     }
     let mut converted = container.clone();
+    cx.hardening
+        .apply(&mut converted.image_pull_policy, &mut converted.security_context);
     if let Some((ip, port)) = cx.apiserver {
         set_apiserver_env(&mut converted.env, ip, port);
     }
@@ -917,7 +1040,15 @@ mod tests {
     }
 
     fn convert(pod: &Pod, policy: &PodPolicy, endpoints: &TenantEndpoints) -> Result<Converted, Refusal> {
-        convert_with_runtime(pod, policy, endpoints, Some("kata"), &RuntimeClassChoice::Unnamed)
+        convert_with_runtime(pod, policy, endpoints, Some("kata"), &published("kata", json!([])))
+    }
+
+    /// A published (or forcible) RuntimeClass with these scheduling tolerations.
+    fn published(name: &str, tolerations: serde_json::Value) -> RuntimeClassChoice {
+        RuntimeClassChoice::Published(crate::resources::runtime_class::ChosenClass {
+            name: name.to_owned(),
+            tolerations: serde_json::from_value(tolerations).expect("tolerations"),
+        })
     }
 
     /// [`convert`], with the VirtualCluster's forced RuntimeClass and the pod's own choice.
@@ -932,7 +1063,7 @@ mod tests {
         let platform = PlatformPodPolicy::default();
         let cx = PodConversion {
             identity: &identity,
-            opaque_prefixes: &[],
+            meta: &Default::default(),
             super_namespace: "default-abc123-team-shop",
             cluster_domain: "cluster.local",
             runtime_class_name: forced,
@@ -941,6 +1072,12 @@ mod tests {
             pod_policy: policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,
+            published_storage_class: &|class| class == "shared",
+            published_default_storage_class: None,
+            hardening: Hardening {
+                always_pull: true,
+                drop_net_raw: true,
+            },
             endpoints,
             ndots: 5,
             upstream_nameservers: &[],
@@ -1091,7 +1228,7 @@ mod tests {
         };
         let cx = PodConversion {
             identity: &identity,
-            opaque_prefixes: &[],
+            meta: &Default::default(),
             super_namespace: "default-abc123-team-shop",
             cluster_domain: "cluster.local",
             runtime_class_name: None,
@@ -1100,6 +1237,9 @@ mod tests {
             pod_policy: &policy,
             platform_policy: &platform,
             published_priority_class: &|_| false,
+            published_storage_class: &|_| false,
+            published_default_storage_class: None,
+            hardening: Hardening::default(),
             endpoints: &endpoints,
             ndots: 5,
             upstream_nameservers: &upstream,
@@ -1192,7 +1332,7 @@ mod tests {
         }))
         .expect("pod");
         let policy = PodPolicy::default();
-        let published = RuntimeClassChoice::Published("gvisor".into());
+        let published = published("gvisor", json!([]));
         let spec = convert_with_runtime(&pod, &policy, &endpoints(), None, &published)
             .expect("converted")
             .pod
@@ -1212,15 +1352,149 @@ mod tests {
             Err(Refusal::Policy(violations)) => assert!(violations.iter().any(|v| v.contains("my-gvisor")), "{violations:?}"),
             other => panic!("{:?}", other.map(|c| c.pod.spec)),
         }
-        // A forced class wins over the choice (the policy compares the names).
+        // A forced class is what `choose` resolves the choice to (the policy compares the names).
         let mut forced_pod = pod.clone();
         forced_pod.spec.as_mut().expect("spec").runtime_class_name = Some("kata".into());
-        let spec = convert_with_runtime(&forced_pod, &policy, &endpoints(), Some("kata"), &published)
+        let kata = super::tests::published("kata", json!([]));
+        let spec = convert_with_runtime(&forced_pod, &policy, &endpoints(), Some("kata"), &kata)
             .expect("converted")
             .pod
             .spec
             .expect("spec");
         assert_eq!(spec.runtime_class_name.as_deref(), Some("kata"));
+    }
+
+    /// The attack of a VirtualCluster editor: forcing a class whose scheduling tolerates the control plane's
+    /// taint (the super cluster's admission would add it to every pod), or one the platform does not offer.
+    #[test]
+    fn a_runtime_class_is_held_to_the_pods_toleration_policy() {
+        let pod = tenant_pod();
+        let policy = PodPolicy::default();
+        let tolerant = published(
+            "platform-nodes",
+            json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+                   {"operator": "Exists"}]),
+        );
+        match convert_with_runtime(&pod, &policy, &endpoints(), Some("platform-nodes"), &tolerant) {
+            Err(Refusal::Policy(violations)) => {
+                assert_eq!(violations.len(), 2, "{violations:#?}");
+                assert!(violations[0].starts_with(
+                    "toleration of taint node-role.kubernetes.io/control-plane of RuntimeClass \"platform-nodes\""
+                ));
+                assert!(violations[1].starts_with("toleration of every taint of RuntimeClass"));
+            }
+            other => panic!("{:?}", other.map(|c| c.pod.spec)),
+        }
+        // Node-condition tolerations (allowed to every pod) are fine.
+        let ordinary = published(
+            "sandboxed",
+            json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}]),
+        );
+        assert!(convert_with_runtime(&pod, &policy, &endpoints(), Some("sandboxed"), &ordinary).is_ok());
+        let refused = RuntimeClassChoice::Refused(
+            "the VirtualCluster's spec.runtimeClassName \"privileged\", which the platform neither publishes".into(),
+        );
+        match convert_with_runtime(&pod, &policy, &endpoints(), Some("privileged"), &refused) {
+            Err(Refusal::Policy(violations)) => assert!(violations[0].contains("neither publishes"), "{violations:?}"),
+            other => panic!("{:?}", other.map(|c| c.pod.spec)),
+        }
+    }
+
+    /// Generic ephemeral volumes mount the tenant's own claim (made by its controller-manager, synced and
+    /// counted like any claim), never a template the super cluster would make a claim of by itself.
+    #[test]
+    fn an_ephemeral_volume_mounts_the_tenants_claim() {
+        let mut pod = tenant_pod();
+        pod.metadata.name = Some("db-0".into());
+        pod.spec.as_mut().expect("spec").volumes = Some(
+            serde_json::from_value(json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                "metadata": {"labels": {"tenancy.x-k8s.io/cluster": "someone-else"}},
+                "spec": {"storageClassName": "shared", "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}}}]))
+            .expect("volumes"),
+        );
+        let spec = convert(&pod, &PodPolicy::default(), &endpoints())
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        let volume = &spec.volumes.expect("volumes")[0];
+        assert!(volume.ephemeral.is_none());
+        assert_eq!(
+            volume.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()),
+            Some("db-0-scratch")
+        );
+        // Held to the rules of claims.
+        for (template, says) in [
+            (json!({"storageClassName": "platform-ssd"}), "StorageClass \"platform-ssd\" is not published"),
+            (json!({"storageClassName": ""}), "binds pre-made volumes"),
+            (json!({}), "names no StorageClass"),
+            (json!({"storageClassName": "shared", "selector": {"matchLabels": {"disk": "fast"}}}), "selector"),
+            (
+                json!({"storageClassName": "shared", "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "db", "namespace": "other"}}),
+                "dataSourceRef.namespace \"other\"",
+            ),
+        ] {
+            let mut template = template;
+            template["accessModes"] = json!(["ReadWriteOnce"]);
+            template["resources"] = json!({"requests": {"storage": "1Gi"}});
+            pod.spec.as_mut().expect("spec").volumes = Some(
+                serde_json::from_value(json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": template}}}]))
+                    .expect("volumes"),
+            );
+            match convert(&pod, &PodPolicy::default(), &endpoints()) {
+                Err(Refusal::Policy(violations)) => assert!(
+                    violations.iter().any(|v| v.starts_with("ephemeral volume \"scratch\"") && v.contains(says)),
+                    "{says}: {violations:#?}"
+                ),
+                other => panic!("{says}: {:?}", other.map(|c| c.pod.spec)),
+            }
+        }
+    }
+
+    /// Every container (init and ephemeral ones too) is pulled on every start and loses `NET_RAW`, unless
+    /// the platform says otherwise or the container adds it itself (which the capability policy judged).
+    #[test]
+    fn containers_are_hardened_for_shared_nodes() {
+        let spec = convert(&tenant_pod(), &PodPolicy::default(), &endpoints())
+            .expect("converted")
+            .pod
+            .spec
+            .expect("spec");
+        let container = &spec.containers[0];
+        assert_eq!(container.image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(
+            container
+                .security_context
+                .as_ref()
+                .and_then(|s| s.capabilities.as_ref())
+                .and_then(|c| c.drop.clone()),
+            Some(vec!["NET_RAW".to_owned()])
+        );
+        let harden = |hardening: Hardening, security: serde_json::Value| {
+            let mut pull = Some("IfNotPresent".to_owned());
+            let mut security: Option<SecurityContext> = serde_json::from_value(security).expect("security");
+            hardening.apply(&mut pull, &mut security);
+            let dropped = security
+                .and_then(|s| s.capabilities)
+                .and_then(|c| c.drop)
+                .unwrap_or_default();
+            (pull.unwrap_or_default(), dropped)
+        };
+        let both = Hardening {
+            always_pull: true,
+            drop_net_raw: true,
+        };
+        let table = [
+            (both, json!(null), ("Always", vec!["NET_RAW"])),
+            (both, json!({"capabilities": {"drop": ["ALL"]}}), ("Always", vec!["ALL"])),
+            (both, json!({"capabilities": {"drop": ["CHOWN"]}}), ("Always", vec!["CHOWN", "NET_RAW"])),
+            (both, json!({"capabilities": {"add": ["CAP_NET_RAW"]}}), ("Always", vec![])),
+            (Hardening::default(), json!(null), ("IfNotPresent", vec![])),
+        ];
+        for (hardening, security, (pull, dropped)) in table {
+            assert_eq!(harden(hardening, security.clone()), (pull.to_owned(), dropped.iter().map(|d| d.to_string()).collect::<Vec<_>>()), "{security}");
+        }
     }
 
     #[test]
@@ -1311,8 +1585,13 @@ mod tests {
             pod_policy: &policy,
             platform_policy: &platform,
             apiserver: Some(("10.96.0.1", 443)),
+            hardening: Hardening {
+                always_pull: true,
+                drop_net_raw: true,
+            },
         };
         let converted = ephemeral_to_super(&pod, &debug, &cx).expect("allowed");
+        assert_eq!(converted.image_pull_policy.as_deref(), Some("Always"));
         assert_eq!(converted.target_container_name.as_deref(), Some("web"));
         assert_eq!(converted.stdin, Some(true));
         assert_eq!(converted.volume_mounts, debug.volume_mounts);

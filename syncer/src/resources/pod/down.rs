@@ -29,7 +29,7 @@ use crate::{
     items::{DownItem, Kind},
     quota::REASON_QUOTA_EXCEEDED,
     resources::{
-        namespace,
+        claim, namespace,
         outcome::Outcome,
         public,
         runtime_class::{self, RuntimeClassChoice},
@@ -172,7 +172,7 @@ fn convert(
     node_selection: Option<&Resolved>,
 ) -> Result<Converted, Refusal> {
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
     let token_key_prefix = token_secrets::key_prefix(&pod.name_any());
@@ -182,9 +182,11 @@ fn convert(
             .get(&ObjectRef::new(name))
             .is_some_and(|class| public::is_published(class.meta()))
     };
+    let published_storage_class = |name: &str| claim::is_published_class(&ctx.supers, name);
+    let published_default_storage_class = claim::published_default_class(&ctx.supers);
     let cx = PodConversion {
         identity: &tenant.identity,
-        opaque_prefixes: &opaque,
+        meta: &meta,
         super_namespace: &super_namespace,
         cluster_domain: &settings.cluster_domain,
         runtime_class_name: settings.runtime_class_name.as_deref(),
@@ -193,6 +195,9 @@ fn convert(
         pod_policy: &settings.pod_policy,
         platform_policy: &ctx.config.pod_policy,
         published_priority_class: &published_priority_class,
+        published_storage_class: &published_storage_class,
+        published_default_storage_class: published_default_storage_class.as_deref(),
+        hardening: convert::Hardening::of(&ctx.config),
         endpoints,
         ndots: ctx.config.dns_ndots,
         upstream_nameservers: &ctx.config.pod_upstream_nameservers,
@@ -256,13 +261,13 @@ fn desired_state(
     spec: &CachedPodSpec,
 ) -> (ObjectMeta, String) {
     let settings = tenant.settings();
-    let opaque = ctx.opaque_prefixes(&settings.opaque_prefixes);
+    let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let super_namespace = tenant
         .identity
         .super_namespace(metadata.namespace.as_deref().unwrap_or_default());
-    let meta = identity::super_metadata(metadata, &tenant.identity, &opaque, Some(super_namespace), true);
-    let hash = identity::sync_hash(&(&meta.labels, &meta.annotations, convert::mutable_view(spec)));
-    (meta, hash)
+    let copied = identity::super_metadata(metadata, &tenant.identity, &meta, Some(super_namespace), true);
+    let hash = identity::sync_hash(&(&copied.labels, &copied.annotations, convert::mutable_view(spec)));
+    (copied, hash)
 }
 
 fn with_annotation(mut meta: ObjectMeta, key: &str, value: String) -> ObjectMeta {

@@ -136,6 +136,7 @@ pub async fn sync(
             pod_policy: &settings.pod_policy,
             platform_policy: &ctx.config.pod_policy,
             apiserver: apiserver.as_ref().map(|(ip, port)| (ip.as_str(), *port)),
+            hardening: super::convert::Hardening::of(&ctx.config),
         };
         let written = full
             .spec

@@ -1,5 +1,5 @@
-//! What a tenant pod may ask of the super cluster: host access, placement, priority, scheduler, runtime
-//! class and the security profiles of its containers (init and ephemeral ones included).
+//! What a tenant pod may ask of the super cluster: host access, volumes, placement, priority, scheduler,
+//! runtime class and the security profiles of its containers (init and ephemeral ones included).
 //!
 //! Two layers decide. The platform's flags ([`PlatformPodPolicy`]) hold for every tenant; a
 //! VirtualCluster's `podPolicy` widens host access and security profiles for its tenant, and placement
@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{
     Capabilities, EphemeralContainer, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SecurityContext,
-    Taint, Toleration,
+    Taint, Toleration, Volume,
 };
 
-use crate::config::PlatformPodPolicy;
+use crate::{config::PlatformPodPolicy, resources::claim};
 
 /// Annotation prefix of the AppArmor profile of a container (before the `appArmorProfile` field).
 const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
@@ -43,6 +43,10 @@ pub struct PolicyInput<'a> {
     /// Whether the pod's node selection is resolved against the tenant's vNodes ([`super::placement`]):
     /// then it can only reach nodes the tenant sees, whatever labels it names, and they are not judged.
     pub node_selection_resolved: bool,
+    /// Whether a StorageClass is published (for generic ephemeral volumes, held to the rules of claims).
+    pub published_storage_class: &'a dyn Fn(&str) -> bool,
+    /// The published StorageClass marked default, when exactly one is.
+    pub published_default_storage_class: Option<&'a str>,
 }
 
 /// A container of any kind, with what the policy looks at.
@@ -139,6 +143,7 @@ pub fn violations(
             }
         }
     }
+    volumes(spec, input, &mut found);
     security_profiles(spec, &containers, annotations, input, &mut found);
     if let Some(class) = spec.priority_class_name.as_deref().filter(|c| !c.is_empty())
         && !(input.published_priority_class)(class)
@@ -189,6 +194,87 @@ fn host_access(spec: &PodSpec, policy: &PodPolicy, found: &mut Vec<String>) {
         for volume in spec.volumes.iter().flatten().filter(|v| v.host_path.is_some()) {
             found.push(format!("hostPath volume {:?}", volume.name));
         }
+    }
+}
+
+/// The volume source types of a volume: the fields it sets besides its name (`configMap`, `nfs`, ...).
+/// Read from its JSON, so that every type counts, those a newer Kubernetes adds included.
+fn volume_types(volume: &Volume) -> Vec<String> {
+    match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(fields)) => fields
+            .into_iter()
+            .filter(|(field, value)| field != "name" && !value.is_null())
+            .map(|(field, _)| field)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Sources a projected volume may combine: the pod's own objects and its token. A `clusterTrustBundle`
+/// (the super cluster's trust bundles, cluster-scoped) and whatever a newer Kubernetes adds are not.
+const PROJECTED_SOURCES: &[&str] = &["configMap", "secret", "downwardAPI", "serviceAccountToken"];
+
+/// Volume types on the platform's allow-list (`hostPath` is judged with host access, `csi` by driver),
+/// projected sources, and generic ephemeral volumes held to the rules of claims.
+fn volumes(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec<String>) {
+    let platform = input.platform;
+    for volume in spec.volumes.iter().flatten() {
+        let name = &volume.name;
+        for type_ in volume_types(volume) {
+            match type_.as_str() {
+                "hostPath" => {}
+                "csi" => {
+                    let driver = volume.csi.as_ref().map_or("", |c| c.driver.as_str());
+                    if !platform.allowed_csi_drivers.iter().any(|d| d == driver) {
+                        found.push(format!(
+                            "csi volume {name:?} of driver {driver:?} (the syncer's --pod-allowed-csi-drivers)"
+                        ));
+                    }
+                }
+                other if !platform.allowed_volume_types.iter().any(|t| t == other) => {
+                    found.push(format!(
+                        "{other} volume {name:?} (the syncer's --pod-allowed-volume-types)"
+                    ));
+                }
+                "projected" => {
+                    let sources = volume.projected.iter().flat_map(|p| p.sources.iter().flatten());
+                    for source in sources {
+                        let types = serde_json::to_value(source).ok();
+                        let fields = types.iter().filter_map(|v| v.as_object()).flat_map(|o| o.keys());
+                        for field in fields.filter(|f| !PROJECTED_SOURCES.contains(&f.as_str())) {
+                            found.push(format!(
+                                "{field} source of projected volume {name:?} (a projected volume may hold {})",
+                                PROJECTED_SOURCES.join(", ")
+                            ));
+                        }
+                    }
+                }
+                "ephemeral" => ephemeral_claim(volume, input, found),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A generic ephemeral volume's claim template, held to the rules of claims: its claim is the tenant's
+/// own (made by the tenant's controller-manager and synced like any claim, counted against the quota), and
+/// the super pod mounts that claim.
+fn ephemeral_claim(volume: &Volume, input: &PolicyInput<'_>, found: &mut Vec<String>) {
+    let name = &volume.name;
+    let Some(template) = volume.ephemeral.as_ref().and_then(|e| e.volume_claim_template.as_ref()) else {
+        found.push(format!("ephemeral volume {name:?} without a volumeClaimTemplate"));
+        return;
+    };
+    let spec = &template.spec;
+    if let Some(why) = claim::class_refusal(
+        spec.storage_class_name.as_deref(),
+        input.published_storage_class,
+        input.published_default_storage_class,
+    ) {
+        found.push(format!("ephemeral volume {name:?}: {why}"));
+    }
+    for why in claim::binding_refusals(spec) {
+        found.push(format!("ephemeral volume {name:?}: {why}"));
     }
 }
 
@@ -486,6 +572,8 @@ mod tests {
             forced_runtime_class: Some("kata"),
             published_priority_class: &published,
             node_selection_resolved: false,
+            published_storage_class: &|class| class == "shared",
+            published_default_storage_class: None,
         };
         violations(spec, Some(&annotations), &input)
     }
@@ -597,6 +685,74 @@ mod tests {
         assert_eq!(check(&control_plane, json!({}), &greedy).len(), 2);
     }
 
+    /// Volume types: the allow-list, CSI by driver, projected sources, hostPath left to host access.
+    #[test]
+    fn only_allowed_volume_types_pass() {
+        let volumes = json!([
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "creds", "secret": {"secretName": "creds"}},
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}, {"configMap": {"name": "cfg"}}]}},
+            {"name": "nfs", "nfs": {"server": "10.0.0.5", "path": "/exports/other-tenant"}},
+            {"name": "iscsi", "iscsi": {"targetPortal": "10.0.0.6:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}},
+            {"name": "rbd", "rbd": {"monitors": ["10.0.0.7:6789"], "image": "other"}},
+            {"name": "ceph", "cephfs": {"monitors": ["10.0.0.7:6789"]}},
+            {"name": "gluster", "glusterfs": {"endpoints": "gluster", "path": "vol"}},
+            {"name": "fc", "fc": {"wwids": ["3600508b400105e210000900000490000"]}},
+            {"name": "flex", "flexVolume": {"driver": "example.com/lvm"}},
+            {"name": "repo", "gitRepo": {"repository": "https://example.com/x.git"}},
+            {"name": "csi-ok", "csi": {"driver": "secrets-store.csi.k8s.io"}},
+            {"name": "csi-no", "csi": {"driver": "ebs.csi.aws.com", "volumeAttributes": {"volumeID": "vol-1"}}},
+            {"name": "bundle", "projected": {"sources": [{"clusterTrustBundle": {"signerName": "example.com/x", "path": "ca.pem"}}]}},
+            {"name": "host", "hostPath": {"path": "/"}}
+        ]);
+        let pod = spec(json!({"containers": [{"name": "web"}], "volumes": volumes}));
+        let platform = PlatformPodPolicy {
+            allowed_csi_drivers: vec!["secrets-store.csi.k8s.io".into()],
+            ..Default::default()
+        };
+        let input = PolicyInput {
+            tenant: &PodPolicy::default(),
+            platform: &platform,
+            forced_runtime_class: None,
+            published_priority_class: &|_| false,
+            node_selection_resolved: false,
+            published_storage_class: &|_| false,
+            published_default_storage_class: None,
+        };
+        let found = violations(&pod, None, &input);
+        let expected = [
+            "hostPath volume \"host\"",
+            "nfs volume \"nfs\" (the syncer's --pod-allowed-volume-types)",
+            "iscsi volume \"iscsi\"",
+            "rbd volume \"rbd\"",
+            "cephfs volume \"ceph\"",
+            "glusterfs volume \"gluster\"",
+            "fc volume \"fc\"",
+            "flexVolume volume \"flex\"",
+            "gitRepo volume \"repo\"",
+            "csi volume \"csi-no\" of driver \"ebs.csi.aws.com\" (the syncer's --pod-allowed-csi-drivers)",
+            "clusterTrustBundle source of projected volume \"bundle\"",
+        ];
+        for want in expected {
+            assert!(found.iter().any(|f| f.starts_with(want)), "{want} not in {found:#?}");
+        }
+        assert_eq!(found.len(), expected.len(), "{found:#?}");
+        // More types by the platform's flag; hostPath stays podPolicy's.
+        let wider = PlatformPodPolicy {
+            allowed_volume_types: vec!["nfs".into()],
+            ..Default::default()
+        };
+        let nfs = spec(json!({"containers": [{"name": "web"}], "volumes": [
+            {"name": "nfs", "nfs": {"server": "10.0.0.5", "path": "/x"}},
+            {"name": "cfg", "configMap": {"name": "cfg"}}]}));
+        let found = violations(&nfs, None, &PolicyInput { platform: &wider, ..input });
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].starts_with("configMap volume \"cfg\""), "{found:#?}");
+    }
+
     #[test]
     fn host_network_allowed_brings_its_host_ports() {
         let pod = spec(json!({"hostNetwork": true,
@@ -626,6 +782,8 @@ mod tests {
             forced_runtime_class: None,
             published_priority_class: &|_| false,
             node_selection_resolved: false,
+            published_storage_class: &|_| false,
+            published_default_storage_class: None,
         };
         let annotations: BTreeMap<String, String> = serde_json::from_value(json!({
             "container.apparmor.security.beta.kubernetes.io/web": "unconfined",

@@ -219,7 +219,7 @@ pub fn secret(
             ..Default::default()
         },
         identity,
-        &[],
+        &Default::default(),
         Some(super_namespace.to_owned()),
         true,
     );

@@ -809,7 +809,7 @@ impl Shard {
                 ..Default::default()
             },
             &tenant.identity,
-            &[],
+            &Default::default(),
             Some(self.namespace.clone()),
             true,
         );
