@@ -45,7 +45,7 @@ use k8s_openapi::{
     },
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use local_cluster::{
@@ -800,8 +800,10 @@ async fn a_tenant_that_never_becomes_ready_writes_nothing() -> anyhow::Result<()
     let (manager_client, manager_writes) = counting_client(&cluster).await?;
     let (syncer_client, syncer_writes) = counting_client(&cluster).await?;
     let mut settings = fast_settings();
-    // As in production: Running only once the apiserver answers (here it never does: nothing serves).
+    // As in production: Running only once the apiserver answers (here it never does: nothing serves), and
+    // failed reconciles retried up to the default 300 s apart (the adopted tenant's, which fail each time).
     settings.native_readiness = vc_manager::NativeReadiness::ApiserverAnswers;
+    settings.backoff_max = Duration::from_secs(300);
     let _manager = RunningManager::start(manager_client, settings, None).await?;
     let _syncer = start_syncer(syncer_client, &[]).await?;
     let vcs: Api<VirtualCluster> = Api::namespaced(client.clone(), VC_NAMESPACE);

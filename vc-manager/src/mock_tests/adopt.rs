@@ -259,7 +259,10 @@ async fn a_secret_not_meant_for_the_virtual_cluster_is_refused() {
                 let status = adopt_failure(&mut api, "KubeconfigSecretRefused").await;
                 let message = status["message"].as_str().unwrap_or_default().to_owned();
                 assert!(message.contains(&format!("{VC_NAMESPACE}/{SECRET}")), "{message}");
-                assert!(message.contains(crds::wellknown::LABEL_KUBECONFIG_FOR), "{message}");
+                assert!(
+                    message.contains(crds::wellknown::LABEL_KUBECONFIG_FOR),
+                    "{message}"
+                );
             },
             reconcile(Arc::new(adopted_vc()), ctx),
         )
