@@ -676,8 +676,16 @@ async fn an_apiserver_that_never_stops_answering_is_cut_off() -> anyhow::Result<
             .await?;
         streams.push((name, streamed));
     }
-    for (name, _) in &streams {
-        let message = reason_of(&vcs, name, CONDITION_TENANT_SYNCED, "TenantResponseTooLarge").await?;
+    for (name, streamed) in &streams {
+        let message = match reason_of(&vcs, name, CONDITION_TENANT_SYNCED, "TenantResponseTooLarge").await {
+            Ok(message) => message,
+            Err(error) => anyhow::bail!(
+                "{name}: not cut off ({error}); one response sent {:.0} MiB, {:.0} MiB in all; peak resident memory of the test process {:.0} MiB (before the syncer started: {peak_before:.0} MiB)",
+                streamed.most.load(Ordering::Relaxed) as f64 / 1048576.0,
+                streamed.total.load(Ordering::Relaxed) as f64 / 1048576.0,
+                peak_rss_mib()
+            ),
+        };
         assert!(
             message.contains("--tenant-response-max-bytes"),
             "{name}: {message}"
