@@ -862,8 +862,16 @@ async fn a_tenant_that_never_becomes_ready_writes_nothing() -> anyhow::Result<()
     println!(
         "writes per minute from a tenant that never becomes ready: vc-manager {manager} {manager_by_path:?}; syncer {syncer} {syncer_by_path:?}"
     );
+    // Nothing is applied again; what is left are the event-series updates of the adopted tenant's failing
+    // reconciles, whose retries back off to --backoff-max-seconds.
     assert!(
-        manager <= 2,
+        manager_by_path
+            .iter()
+            .all(|(path, _)| path.contains("/events/") || path.ends_with("/status")),
+        "vc-manager applied objects again: {manager_by_path:?}"
+    );
+    assert!(
+        manager <= 5,
         "vc-manager wrote {manager} times in a minute: {manager_by_path:?}"
     );
     assert!(
