@@ -51,9 +51,12 @@ mod tests {
         text.parse().expect("an address")
     }
 
+    /// Host network, phase, addresses in the status, and the pod's own addresses.
+    type Case<'a> = (bool, Option<&'a str>, &'a [&'a str], &'a [&'a str]);
+
     #[test]
     fn only_live_pods_off_the_host_network_hold_addresses() {
-        let cases: &[(bool, Option<&str>, &[&str], &[&str])] = &[
+        let cases: &[Case<'_>] = &[
             (false, Some("Running"), &["10.0.0.5"], &["10.0.0.5"]),
             (
                 false,
