@@ -7,9 +7,11 @@
 //!   say which tenant a super-cluster object belongs to.
 //! - [`kubelet_client`]: the bundle of tenants' kubelet-client CAs vc-manager keeps for vn-agent.
 //! - [`wellknown`]: label, annotation, Secret and finalizer names that components agree on.
+//! - [`addresses`]: which addresses are a super pod's own (vc-dns and the syncer apply the same rule).
 //! - [`quantity`]: Kubernetes resource quantities as integers (quota accounting).
 //! - [`generate`]: rendering the CRDs to YAML (used by the `crdgen` binary and the drift test).
 
+pub mod addresses;
 pub mod generate;
 pub mod kubelet_client;
 pub mod naming;

@@ -18,6 +18,31 @@ use crate::{
     },
 };
 
+/// Whether a Secret (its metadata) is meant as the kubeconfig of the VirtualCluster `vc_name` of its
+/// namespace: it carries [`crate::wellknown::LABEL_KUBECONFIG_FOR`] with that name. `Err` says what is
+/// missing, naming the Secret (`namespace/name`), never its content.
+pub fn kubeconfig_secret_meant_for(secret: &ObjectMeta, vc_name: &str) -> Result<(), String> {
+    use crate::wellknown::LABEL_KUBECONFIG_FOR;
+    let label = secret
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_KUBECONFIG_FOR));
+    let name = format!(
+        "{}/{}",
+        secret.namespace.as_deref().unwrap_or_default(),
+        secret.name.as_deref().unwrap_or_default()
+    );
+    match label {
+        Some(value) if value == vc_name => Ok(()),
+        Some(value) => Err(format!(
+            "Secret {name} is meant for VirtualCluster {value:?}, not {vc_name:?} (label {LABEL_KUBECONFIG_FOR})"
+        )),
+        None => Err(format!(
+            "Secret {name} is not meant for this VirtualCluster: whoever may write it must label it {LABEL_KUBECONFIG_FOR}={vc_name}"
+        )),
+    }
+}
+
 /// A tenant: the VirtualCluster it is and the cluster key derived from it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TenantIdentity {
@@ -94,6 +119,28 @@ pub fn belongs_to(meta: &ObjectMeta, cluster_key: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_kubeconfig_secret_must_be_labelled_for_the_virtual_cluster() {
+        let secret = |label: Option<&str>| ObjectMeta {
+            name: Some("kc".into()),
+            namespace: Some("team".into()),
+            labels: label.map(|l| [(crate::wellknown::LABEL_KUBECONFIG_FOR.to_owned(), l.to_owned())].into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            kubeconfig_secret_meant_for(&secret(Some("alpha")), "alpha"),
+            Ok(())
+        );
+        let other = kubeconfig_secret_meant_for(&secret(Some("beta")), "alpha").expect_err("another's");
+        assert!(other.contains("team/kc") && other.contains("\"beta\""), "{other}");
+        let unlabelled = kubeconfig_secret_meant_for(&secret(None), "alpha").expect_err("unlabelled");
+        assert!(
+            unlabelled.contains("tenancy.x-k8s.io/kubeconfig-for=alpha"),
+            "{unlabelled}"
+        );
+        assert!(kubeconfig_secret_meant_for(&secret(Some("")), "alpha").is_err());
+    }
+
     use super::*;
 
     fn vc() -> VirtualCluster {

@@ -72,6 +72,13 @@ pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 pub const ANNOTATION_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/admin-kubeconfig";
 /// VirtualCluster annotation naming a Secret (key `value`) with the admin kubeconfig.
 pub const ANNOTATION_SECRET_ADMIN_KUBECONFIG: &str = "tenancy.x-k8s.io/secret.admin-kubeconfig";
+/// Label a Secret must carry, with the VirtualCluster's name as its value, before an adopted
+/// VirtualCluster of its namespace may use it as its kubeconfig (`spec.kubeconfigSecretRef`, or the
+/// original project's Secret annotation). Whoever can edit VirtualClusters but not Secrets cannot point
+/// one at a Secret that was not meant for it.
+pub const LABEL_KUBECONFIG_FOR: &str = "tenancy.x-k8s.io/kubeconfig-for";
+/// Reason of the refusal of a kubeconfig Secret not meant for the VirtualCluster naming it.
+pub const REASON_KUBECONFIG_SECRET_REFUSED: &str = "KubeconfigSecretRefused";
 
 /// VirtualCluster annotation, written by the syncer when it first attaches the tenant: the uid of the
 /// tenant's `kube-system` namespace. A tenant apiserver whose `kube-system` has another uid is another

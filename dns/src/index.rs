@@ -562,28 +562,20 @@ impl Index {
     /// have none.
     pub fn tenant_of(&self, source: IpAddr) -> Option<Key> {
         let uses = self.addresses.get(&source)?;
-        let mut tenant: Option<&Key> = None;
-        for used in uses {
+        let holders = uses.iter().filter_map(|used| {
             let Use::Pod { namespace, pod } = used else {
-                continue;
+                return None;
             };
-            let Some(entry) = self.namespaces.get(namespace) else {
-                continue;
-            };
-            let Some(found) = entry.pods.get(pod) else {
-                continue;
-            };
+            let entry = self.namespaces.get(namespace)?;
+            let found = entry.pods.get(pod)?;
             // The pod counts only in a super namespace of its own tenant.
-            if entry.owner.as_ref().is_none_or(|o| o.cluster != found.cluster) {
-                continue;
-            }
-            match tenant {
-                None => tenant = Some(&found.cluster),
-                Some(known) if *known == found.cluster => {}
-                Some(_) => return None,
-            }
-        }
-        tenant.cloned()
+            entry
+                .owner
+                .as_ref()
+                .is_some_and(|o| o.cluster == found.cluster)
+                .then_some(&found.cluster)
+        });
+        crds::addresses::sole_holder(holders).cloned()
     }
 
     /// The cluster domain of a tenant.

@@ -152,9 +152,10 @@ impl Dns {
         let shared = Arc::new(server::Shared {
             index: index.clone(),
             changes: changes.clone(),
-            unknown_sources: server::UnknownSources::new(
+            unknown_sources: server::UnknownSources::with_ranges(
                 settings.unknown_source_wait,
                 settings.unknown_source_waiters,
+                settings.unknown_source_ranges,
             ),
             limits,
             forwarder,

@@ -37,7 +37,8 @@ pub struct LatencyLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnknownSourceLabels {
     /// `learned` (the pod watch delivered the address while the query waited), `unknown` (still unknown
-    /// after the wait: refused) or `busy` (every waiting slot taken: refused at once).
+    /// after the wait: refused), `busy` (every waiting slot taken: refused at once) or `range_busy` (the
+    /// source's range holds its share of the slots: refused at once).
     pub outcome: &'static str,
 }
 
@@ -106,7 +107,7 @@ impl Metrics {
         );
         registry.register(
             "unknown_source_queries",
-            "Queries from addresses no known tenant pod had when they arrived, by outcome (learned while waiting, still unknown, no waiting slot)",
+            "Queries from addresses no known tenant pod had when they arrived, by outcome (learned while waiting, still unknown, no waiting slot, no slot left for the source's range)",
             metrics.unknown_sources.clone(),
         );
         registry.register(

@@ -234,24 +234,18 @@ pub fn pod_addresses(pod: &PodView) -> Option<PodAddresses> {
     if annotation(&pod.metadata, ANNOTATION_CLUSTER) != Some(label.as_str()) {
         return None;
     }
-    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-        return None;
-    }
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
     let status = pod.status.as_ref()?;
-    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
-        return None;
-    }
-    let mut addresses: Vec<IpAddr> = status
-        .pod_ips
-        .iter()
-        .flatten()
-        .map(|p| p.ip.as_str())
-        .chain(status.pod_ip.as_deref())
-        .filter_map(|ip| ip.parse().ok())
-        .filter(|ip: &IpAddr| !ip.is_unspecified())
-        .collect();
-    addresses.sort();
-    addresses.dedup();
+    let addresses = crds::addresses::own_addresses(
+        host_network,
+        status.phase.as_deref(),
+        status
+            .pod_ips
+            .iter()
+            .flatten()
+            .map(|p| p.ip.as_str())
+            .chain(status.pod_ip.as_deref()),
+    );
     (!addresses.is_empty()).then(|| PodAddresses {
         cluster: Key::from(label.as_str()),
         addresses,

@@ -2,8 +2,9 @@
 //! index says, and the upstream resolvers for names outside the cluster.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -30,18 +31,107 @@ use tokio::sync::Semaphore;
 /// the pod watch delivers the pod's address (the kubelet reports it after the containers started), and
 /// REFUSED is an answer resolvers do not ask again. Such a query waits, briefly, for the index to learn the
 /// address; a bounded number wait at once, so a flood of unknown sources costs a bounded number of tasks.
+/// Each source range (a node's pod range, by default a /24 or a /64) holds at most a few of the waiting
+/// slots: a flood from one range, which one tenant's pods can send, leaves the slots of the others free
+/// for their new pods' first queries.
 #[derive(Debug)]
 pub struct UnknownSources {
     wait: Duration,
     slots: Semaphore,
+    ranges: SourceRanges,
+}
+
+/// How many waiters each source range may hold, and how wide a range is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeLimits {
+    /// Waiters of one range at once.
+    pub waiters: usize,
+    /// Prefix length of an IPv4 range.
+    pub v4_bits: u8,
+    /// Prefix length of an IPv6 range.
+    pub v6_bits: u8,
+}
+
+impl Default for RangeLimits {
+    fn default() -> Self {
+        Self {
+            waiters: 16,
+            v4_bits: 24,
+            v6_bits: 64,
+        }
+    }
+}
+
+/// The range an address falls in: the address with every bit past the prefix cleared.
+pub fn range_of(ip: IpAddr, limits: RangeLimits) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(limits.v4_bits.min(32));
+            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+            IpAddr::from((u32::from(v4) & mask).to_be_bytes())
+        }
+        IpAddr::V6(v6) => {
+            let bits = u32::from(limits.v6_bits.min(128));
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::from((u128::from(v6) & mask).to_be_bytes())
+        }
+    }
+}
+
+/// Waiters per source range.
+#[derive(Debug)]
+struct SourceRanges {
+    limits: RangeLimits,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One waiter's hold on its range, given back when dropped.
+struct RangeHold<'a> {
+    ranges: &'a SourceRanges,
+    range: IpAddr,
+}
+
+impl SourceRanges {
+    fn try_hold(&self, source: IpAddr) -> Option<RangeHold<'_>> {
+        let range = range_of(source, self.limits);
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(range).or_default();
+        if *count >= self.limits.waiters {
+            return None;
+        }
+        *count += 1;
+        Some(RangeHold { ranges: self, range })
+    }
+}
+
+impl Drop for RangeHold<'_> {
+    fn drop(&mut self) {
+        let mut held = self.ranges.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&self.range) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.range);
+            }
+        }
+    }
 }
 
 impl UnknownSources {
-    /// Queries wait up to `wait`, at most `waiters` at once.
+    /// Queries wait up to `wait`, at most `waiters` at once, each source range as [`RangeLimits`] (the
+    /// default's) allows.
     pub fn new(wait: Duration, waiters: usize) -> Self {
+        Self::with_ranges(wait, waiters, RangeLimits::default())
+    }
+
+    /// Queries wait up to `wait`, at most `waiters` at once and `ranges.waiters` of one range.
+    pub fn with_ranges(wait: Duration, waiters: usize, ranges: RangeLimits) -> Self {
         Self {
             wait,
             slots: Semaphore::new(waiters.min(Semaphore::MAX_PERMITS)),
+            ranges: SourceRanges {
+                limits: ranges,
+                held: Mutex::default(),
+            },
         }
     }
 }
@@ -67,6 +157,10 @@ pub async fn tenant_of_source(
             .unknown_sources
             .get_or_create(&UnknownSourceLabels { outcome })
             .inc();
+    };
+    let Some(_range) = unknown.ranges.try_hold(source) else {
+        count("range_busy");
+        return None;
     };
     let Ok(_slot) = unknown.slots.try_acquire() else {
         count("busy");
@@ -406,6 +500,77 @@ mod tests {
             .unknown_sources
             .get_or_create(&UnknownSourceLabels { outcome })
             .get()
+    }
+
+    #[test]
+    fn ranges_are_prefixes() {
+        let limits = RangeLimits::default();
+        let cases = [
+            ("10.244.3.77", "10.244.3.0"),
+            ("10.244.3.0", "10.244.3.0"),
+            ("fd00:1:2:3:4:5:6:7", "fd00:1:2:3::"),
+        ];
+        for (ip, range) in cases {
+            assert_eq!(
+                range_of(ip.parse().expect("ip"), limits),
+                range.parse::<IpAddr>().expect("range"),
+                "{ip}"
+            );
+        }
+        let all = RangeLimits {
+            v4_bits: 0,
+            v6_bits: 0,
+            ..limits
+        };
+        assert_eq!(
+            range_of(IpAddr::from([1, 2, 3, 4]), all),
+            IpAddr::from([0, 0, 0, 0])
+        );
+        let exact = RangeLimits {
+            v4_bits: 40,
+            v6_bits: 200,
+            ..limits
+        };
+        assert_eq!(
+            range_of(IpAddr::from([1, 2, 3, 4]), exact),
+            IpAddr::from([1, 2, 3, 4])
+        );
+    }
+
+    /// A flood of unknown sources from one range takes that range's waiting slots only: a first query
+    /// from another range still waits, and is answered once its pod is known.
+    #[tokio::test]
+    async fn a_flood_from_one_range_leaves_the_other_ranges_their_waits() {
+        let index: SharedIndex = Arc::new(RwLock::new(Index::new()));
+        let changes = crate::watch::index_changes();
+        let unknown = UnknownSources::with_ranges(
+            Duration::from_millis(800),
+            256,
+            RangeLimits {
+                waiters: 4,
+                ..RangeLimits::default()
+            },
+        );
+        let metrics = Metrics::default();
+        let flood =
+            futures::future::join_all((1..=50u8).map(|n| {
+                tenant_of_source(&index, &changes, &unknown, &metrics, IpAddr::from([10, 9, 9, n]))
+            }));
+        let newcomer = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let asked = tenant_of_source(&index, &changes, &unknown, &metrics, source());
+            let learned = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                learn(&index);
+                changes.send_replace(());
+            };
+            tokio::join!(asked, learned).0
+        };
+        let (flooded, answered) = tokio::join!(flood, newcomer);
+        assert!(flooded.iter().all(Option::is_none));
+        assert_eq!(answered.as_deref(), Some(KEY));
+        assert_eq!(counted(&metrics, "range_busy"), 46);
+        assert_eq!(counted(&metrics, "unknown"), 4);
     }
 
     #[tokio::test]

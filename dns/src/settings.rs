@@ -59,6 +59,17 @@ pub struct Args {
     /// them holds no more than this many tasks.
     #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAITERS", default_value_t = 256)]
     pub unknown_source_waiters: usize,
+    /// Of those, how many may come from one source range (`--unknown-source-range-v4-bits`,
+    /// `--unknown-source-range-v6-bits`): a flood from one node's pod range cannot take the waiting slots
+    /// other tenants' new pods need.
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_WAITERS_PER_RANGE", default_value_t = 16)]
+    pub unknown_source_waiters_per_range: usize,
+    /// Prefix length of an IPv4 source range (a node's pod range is typically a /24).
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_RANGE_V4_BITS", default_value_t = 24, value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub unknown_source_range_v4_bits: u8,
+    /// Prefix length of an IPv6 source range.
+    #[arg(long, env = "VC_DNS_UNKNOWN_SOURCE_RANGE_V6_BITS", default_value_t = 64, value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub unknown_source_range_v6_bits: u8,
     /// Seconds an idle TCP connection stays open.
     #[arg(long, default_value_t = 10)]
     pub tcp_idle_seconds: u64,
@@ -90,6 +101,8 @@ pub struct Settings {
     pub unknown_source_wait: Duration,
     /// Queries from unknown addresses that may wait at once.
     pub unknown_source_waiters: usize,
+    /// How many of them one source range may hold.
+    pub unknown_source_ranges: crate::server::RangeLimits,
     /// TCP idle timeout.
     pub tcp_idle: Duration,
 }
@@ -108,6 +121,7 @@ impl Settings {
             upstream_timeout: Duration::from_secs(2),
             unknown_source_wait: Duration::from_millis(2000),
             unknown_source_waiters: 256,
+            unknown_source_ranges: crate::server::RangeLimits::default(),
             tcp_idle: Duration::from_secs(10),
         }
     }
@@ -159,6 +173,11 @@ impl Args {
             upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(100)),
             unknown_source_wait: Duration::from_millis(self.unknown_source_wait_ms),
             unknown_source_waiters: self.unknown_source_waiters,
+            unknown_source_ranges: crate::server::RangeLimits {
+                waiters: self.unknown_source_waiters_per_range.max(1),
+                v4_bits: self.unknown_source_range_v4_bits,
+                v6_bits: self.unknown_source_range_v6_bits,
+            },
             tcp_idle: Duration::from_secs(self.tcp_idle_seconds.max(1)),
         })
     }
@@ -186,6 +205,10 @@ mod tests {
         assert_eq!(settings.tenant_qps, 5);
         assert_eq!(settings.unknown_source_wait, Duration::from_millis(2000));
         assert_eq!(settings.unknown_source_waiters, 256);
+        assert_eq!(
+            settings.unknown_source_ranges,
+            crate::server::RangeLimits::default()
+        );
         let bad = Args::try_parse_from(["vc-dns", "--upstream=dns.example"]).expect("flags");
         assert!(bad.settings().is_err());
     }

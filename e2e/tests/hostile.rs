@@ -127,6 +127,11 @@ fn secret(name: &str, key: &str, value: &str) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
+            // Meant for the VirtualCluster it is named after (`<name>-kubeconfig`), as an adopted
+            // tenant's kubeconfig Secret must say.
+            labels: name
+                .strip_suffix("-kubeconfig")
+                .map(|vc| [(crds::wellknown::LABEL_KUBECONFIG_FOR.to_owned(), vc.to_owned())].into()),
             ..Default::default()
         },
         data: Some([(key.to_owned(), ByteString(value.as_bytes().to_vec()))].into()),

@@ -42,6 +42,11 @@ fn kubeconfig_secret(name: &str, key: &str, kubeconfig: &str) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
+            // Meant for the VirtualCluster it is named after (`<name>-kubeconfig`), as an adopted
+            // tenant's kubeconfig Secret must say.
+            labels: name
+                .strip_suffix("-kubeconfig")
+                .map(|vc| [(crds::wellknown::LABEL_KUBECONFIG_FOR.to_owned(), vc.to_owned())].into()),
             ..Default::default()
         },
         data: Some([(key.to_owned(), ByteString(kubeconfig.as_bytes().to_vec()))].into()),

@@ -383,10 +383,8 @@ pub fn current(yaml: &str, origin: &str) -> Result<Current> {
     // the VirtualCluster's editor put there.
     let config = vc_runtime::kubeconfig::parse_inline(yaml).map_err(|e| match e {
         vc_runtime::Error::KubeconfigRefused { .. } => invalid(e.to_string()),
-        e => invalid(format!(
-            "not a kubeconfig: {}",
-            std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
-        )),
+        // Told without the kubeconfig's content (vc_runtime's errors never quote it).
+        e => invalid(format!("not a kubeconfig: {e}")),
     })?;
     let context = config
         .current_context

@@ -299,7 +299,7 @@ async fn adopted_kubeconfigs_come_from_their_secret() {
                 .ok(json!({
                     "apiVersion": "v1",
                     "kind": "Secret",
-                    "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+                    "metadata": {"name": "team-kubeconfig", "namespace": "team", "labels": {"tenancy.x-k8s.io/kubeconfig-for": VC_NAME}},
                     "data": {"value": STANDARD.encode(adopted_kubeconfig())},
                 }));
         },
@@ -320,7 +320,7 @@ fn adopted_kubeconfig_secret() -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+        "metadata": {"name": "team-kubeconfig", "namespace": "team", "labels": {"tenancy.x-k8s.io/kubeconfig-for": VC_NAME}},
         "data": {"value": STANDARD.encode(adopted_kubeconfig())},
     })
 }
@@ -1161,7 +1161,7 @@ async fn connect_cannot_port_forward_to_an_adopted_apiserver() {
             .ok(json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": "team-kubeconfig", "namespace": "team"},
+                "metadata": {"name": "team-kubeconfig", "namespace": "team", "labels": {"tenancy.x-k8s.io/kubeconfig-for": VC_NAME}},
                 "data": {"value": STANDARD.encode(kubeconfig)},
             }));
     })

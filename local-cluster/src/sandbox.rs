@@ -856,6 +856,7 @@ async fn start_vn_agent(
             )?),
         }),
         shutdown_grace_period: Duration::from_secs(5),
+        limits: Default::default(),
         ca_bundle: vn_agent::settings::CaBundle {
             namespace: ca_bundle.namespace.clone(),
             name: ca_bundle.name.clone(),

@@ -58,6 +58,10 @@ pub struct TenancyOptions {
     /// Tenant masters store into an etcd of their own rather than the super cluster's (as in
     /// production, where they run elsewhere).
     pub separate_tenant_etcd: bool,
+    /// Simulated nodes renew their leases this often (default a kubelet's 10 s).
+    pub node_heartbeat: Option<std::time::Duration>,
+    /// More flags for the super cluster's kube-controller-manager (e.g. node-monitor periods).
+    pub super_controller_manager_args: Vec<String>,
     /// Simulated nodes run on this runtime (e.g. a [`crate::cpus::PinnedRuntime`]'s) rather than the
     /// caller's, so that their CPU can be placed and counted apart. [`Tenancy::start`] must then run on a
     /// multi-threaded runtime.
@@ -83,6 +87,8 @@ impl Default for TenancyOptions {
             kubelet_address: None,
             separate_tenant_etcd: false,
             nodes_runtime: None,
+            node_heartbeat: None,
+            super_controller_manager_args: Vec::new(),
         }
     }
 }
@@ -110,6 +116,14 @@ impl SuperNodes {
         match self {
             Self::Simulated(simulator) => simulator.wait_ready(client).await,
             Self::Real(real) => real.wait_ready(client).await,
+        }
+    }
+
+    /// The simulator, when the nodes are simulated.
+    pub fn simulated(&self) -> Option<&NodeSimulator> {
+        match self {
+            Self::Simulated(simulator) => Some(simulator),
+            Self::Real(_) => None,
         }
     }
 
@@ -181,6 +195,9 @@ impl Tenancy {
             .apiserver
             .extra_args
             .extend(options.apiserver_args.iter().cloned());
+        super_options
+            .controller_manager_args
+            .extend(options.super_controller_manager_args.iter().cloned());
         if options.real_nodes {
             super_options = super_options.with_real_nodes();
         }
@@ -207,6 +224,9 @@ impl Tenancy {
                     extra_client_cas: options.kubelet_client_cas.clone(),
                     loopback_ip_label: options.loopback_ip_label.clone(),
                     kubelet_address: options.kubelet_address,
+                    heartbeat_interval: options
+                        .node_heartbeat
+                        .unwrap_or_else(|| NodeSimulatorOptions::default().heartbeat_interval),
                     ..Default::default()
                 };
                 let simulator = match &options.nodes_runtime {
@@ -334,11 +354,20 @@ impl Tenancy {
             .map_err(Error::kube(format!("applying VirtualCluster {name}")))
     }
 
-    /// Replaces the kubeconfig in Secret `secret_name` (key `value`).
+    /// Replaces the kubeconfig in Secret `secret_name` (key `value`), labelled as meant for the
+    /// VirtualCluster it is named after (`<name>-kubeconfig`; `tenancy.x-k8s.io/kubeconfig-for`).
     pub async fn write_kubeconfig(&self, secret_name: &str, kubeconfig: &str) -> Result<()> {
+        let meant_for = secret_name.strip_suffix("-kubeconfig").unwrap_or(secret_name);
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(secret_name.to_owned()),
+                labels: Some(
+                    [(
+                        crds::wellknown::LABEL_KUBECONFIG_FOR.to_owned(),
+                        meant_for.to_owned(),
+                    )]
+                    .into(),
+                ),
                 ..Default::default()
             },
             data: Some([("value".to_owned(), ByteString(kubeconfig.as_bytes().to_vec()))].into()),

@@ -60,7 +60,7 @@ pub async fn config_from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -
         .await
         .map_err(|source| Error::Kubeconfig {
             what: "cannot be used",
-            source,
+            problem: crate::kubeconfig::without_content(&source),
         })?;
     config.connect_timeout = Some(timeouts.connect);
     config.read_timeout = Some(timeouts.read);
@@ -140,9 +140,35 @@ const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// it) is cut and started again. Here every watch and request of the client are streams of one connection;
 /// HTTP/2 pings find a dead peer, and `timeouts.read` bounds the wait for a response's headers (a watch's
 /// come at once; its events may then be minutes apart).
-pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Result<Client, Error> {
+pub fn multiplexed_client(config: Config, timeouts: ClientTimeouts) -> Result<Client, Error> {
+    let (service, config) = multiplexed_service(config, timeouts)?;
+    with_kube_layers(config, service)
+}
+
+/// The HTTP service of [`multiplexed_client`], before kube's layers.
+#[allow(clippy::type_complexity)]
+fn multiplexed_service(
+    mut config: Config,
+    timeouts: ClientTimeouts,
+) -> Result<
+    (
+        impl tower::Service<
+            http::Request<kube::client::Body>,
+            Response = http::Response<hyper::body::Incoming>,
+            Error = tower::BoxError,
+            Future = impl std::future::Future<
+                Output = Result<http::Response<hyper::body::Incoming>, tower::BoxError>,
+            > + Send
+                     + 'static,
+        > + Clone
+        + Send
+        + 'static,
+        Config,
+    ),
+    Error,
+> {
     use kube::client::ConfigExt;
-    use tower::{ServiceBuilder, ServiceExt};
+    use tower::ServiceExt;
 
     // The connector below holds the timeouts; kube's own would apply a read timeout to every watch.
     config.read_timeout = None;
@@ -181,6 +207,24 @@ pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Resul
             ))),
         }
     });
+    Ok((client, config))
+}
+
+/// kube's own layers (base URI, retries, credentials, headers) around `service`, as a client.
+fn with_kube_layers<S, B>(config: Config, service: S) -> Result<Client, Error>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    use kube::client::ConfigExt;
+    use tower::{ServiceBuilder, ServiceExt};
+
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -190,8 +234,86 @@ pub fn multiplexed_client(mut config: Config, timeouts: ClientTimeouts) -> Resul
         )
         .option_layer(config.auth_layer().map_err(Error::Client)?)
         .layer(config.extra_headers_layer().map_err(Error::Client)?)
-        .service(client);
+        .service(service.map_err(Into::into));
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// A client of a tenant apiserver: every response body held to `budget` ([`crate::limits`]), over one
+/// HTTP/2 connection ([`multiplexed_client`]) or kube's HTTP/1.1 client.
+pub fn tenant_client(
+    config: Config,
+    timeouts: ClientTimeouts,
+    http2: bool,
+    budget: std::sync::Arc<crate::limits::ResponseBudget>,
+) -> Result<Client, Error> {
+    let layer = crate::limits::ResponseLimitLayer::new(budget);
+    let built = if http2 {
+        multiplexed_service(config, timeouts)
+            .and_then(|(service, config)| with_kube_layers(config, tower::Layer::layer(&layer, service)))
+    } else {
+        let mut config = config;
+        config.connect_timeout = Some(timeouts.connect);
+        config.read_timeout = Some(timeouts.read);
+        kube::client::ClientBuilder::try_from(config)
+            .map(|builder| builder.with_layer(&layer).build())
+            .map_err(Error::Client)
+    };
+    // The kubeconfig is the tenant's: what kube says about its TLS material is not repeated.
+    built.map_err(|error| match error {
+        Error::Client(source) => Error::Kubeconfig {
+            what: "cannot be used",
+            problem: client_problem(&source).to_owned(),
+        },
+        other => other,
+    })
+}
+
+/// Why kube could not build a client from a tenant's kubeconfig, without its content.
+fn client_problem(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::RustlsTls(_) => {
+            "its TLS material (certificate authority, client certificate and key, server name) cannot be used"
+        }
+        _ => "no client can be built from it",
+    }
+}
+
+/// The IP address a client's request was answered from: the peer its connection actually reached (a
+/// host name may resolve to several addresses; only this one is the apiserver the component talks to).
+pub fn peer_address<B>(response: &http::Response<B>) -> Option<std::net::IpAddr> {
+    response
+        .extensions()
+        .get::<hyper_util::client::legacy::connect::HttpInfo>()
+        .map(|info| info.remote_addr().ip())
+}
+
+/// Asks an apiserver for its version, and from which address it answered ([`peer_address`]).
+pub async fn version_and_peer(
+    client: &Client,
+) -> Result<
+    (
+        k8s_openapi::apimachinery::pkg::version::Info,
+        Option<std::net::IpAddr>,
+    ),
+    kube::Error,
+> {
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::empty())
+        .map_err(kube::Error::HttpError)?;
+    let response = client.send(request).await?;
+    let peer = peer_address(&response);
+    let status = response.status();
+    let body = response.into_body().collect_bytes().await?;
+    if !status.is_success() {
+        let mut answer = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_default();
+        answer.code = status.as_u16();
+        if answer.message.is_empty() {
+            answer.message = status.canonical_reason().unwrap_or("error").to_owned();
+        }
+        return Err(kube::Error::Api(Box::new(answer)));
+    }
+    let info = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+    Ok((info, peer))
 }
 
 /// A client for the current context of a kubeconfig (YAML).
@@ -235,6 +357,96 @@ mod tests {
             .err()
             .expect("error");
         assert!(error.to_string().contains("cannot be used"), "{error}");
+    }
+
+    /// Every way a kubeconfig can fail to parse or build a client, each with a recognisable marker where
+    /// the parser stumbles: no error, its sources or its debug form repeats a byte of the marker.
+    #[tokio::test]
+    async fn no_kubeconfig_error_echoes_the_kubeconfig() {
+        use base64::Engine;
+        const MARKER: &str = "SECRETMARKER7f3a";
+        let encoded = base64::engine::general_purpose::STANDARD.encode(MARKER);
+        let pem = base64::engine::general_purpose::STANDARD.encode(format!(
+            "-----BEGIN CERTIFICATE-----\n{MARKER}\n-----END CERTIFICATE-----\n"
+        ));
+        let key = base64::engine::general_purpose::STANDARD.encode(format!(
+            "-----BEGIN PRIVATE KEY-----\n{MARKER}\n-----END PRIVATE KEY-----\n"
+        ));
+        let config = |cluster: &str, user: &str, context: &str| {
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{{cluster}}}}}]\nusers: [{{name: u, user: {{{user}}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: {context}\n"
+            )
+        };
+        let server = "server: 'https://127.0.0.1:6443'";
+        let cases = [
+            MARKER.to_owned(),
+            format!("{MARKER}: [unclosed"),
+            format!("clusters: {MARKER}"),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: {MARKER}}}}}]\n\tcurrent-context: {MARKER}"
+            ),
+            config(server, "token: t", MARKER),
+            config("server: 'https://{MARKER} x'", "token: t", "x"),
+            config(
+                &format!("{server}, certificate-authority-data: '{MARKER}!!'"),
+                "token: t",
+                "x",
+            ),
+            config(
+                &format!("{server}, certificate-authority-data: {encoded}"),
+                "token: t",
+                "x",
+            ),
+            config(
+                &format!("{server}, certificate-authority-data: {pem}"),
+                "token: t",
+                "x",
+            ),
+            config(
+                server,
+                &format!("client-certificate-data: {pem}, client-key-data: {key}"),
+                "x",
+            ),
+            config(
+                server,
+                &format!("client-certificate-data: {encoded}, client-key-data: {encoded}"),
+                "x",
+            ),
+            config(
+                server,
+                &format!("client-certificate-data: '{MARKER}%', client-key-data: '{MARKER}%'"),
+                "x",
+            ),
+            config(
+                &format!("server: 'https://127.0.0.1:6443', tls-server-name: '{MARKER} !'"),
+                "token: t",
+                "x",
+            ),
+        ];
+        for yaml in &cases {
+            let outcome = match config_from_kubeconfig_yaml(yaml, ClientTimeouts::default()).await {
+                Err(error) => Some(error),
+                Ok(config) => tenant_client(
+                    config,
+                    ClientTimeouts::default(),
+                    true,
+                    crate::limits::ResponseBudget::new(Default::default()),
+                )
+                .err(),
+            };
+            let Some(error) = outcome else {
+                continue;
+            };
+            let mut told = format!("{error} {error:?}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                told.push_str(&format!(" {cause} {cause:?}"));
+                source = cause.source();
+            }
+            for fragment in [MARKER, &MARKER[..6], &MARKER[6..], &encoded[..8]] {
+                assert!(!told.contains(fragment), "{yaml:?} is echoed: {told}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -13,14 +13,15 @@ pub enum Error {
     /// No super-cluster configuration was found (neither KUBECONFIG nor an in-cluster service account).
     #[error("no super-cluster configuration (KUBECONFIG or in-cluster service account)")]
     SuperClusterConfig(#[source] kube::config::InferConfigError),
-    /// A kubeconfig could not be read.
-    #[error("kubeconfig {what}")]
+    /// A kubeconfig could not be read. The cause is told without the kubeconfig's content
+    /// ([`crate::kubeconfig::without_content`]): parse errors quote their input, and a kubeconfig holds
+    /// credentials.
+    #[error("kubeconfig {what}: {problem}")]
     Kubeconfig {
         /// What failed.
         what: &'static str,
-        /// The cause.
-        #[source]
-        source: kube::config::KubeconfigError,
+        /// Why, without a byte of the kubeconfig.
+        problem: String,
     },
     /// A kubeconfig asks for something other than plain data: a file, a program, a proxy, clear text.
     #[error("kubeconfig field {field} is refused: {problem}")]

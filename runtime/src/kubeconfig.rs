@@ -118,12 +118,46 @@ fn user_refusal(name: &str, user: &AuthInfo) -> Option<Refusal> {
     None
 }
 
+/// What is wrong with a kubeconfig, told without a byte of what it holds. YAML, base64, PEM and URL parse
+/// errors quote their input, and so do kube's messages about a missing context (the name comes from the
+/// kubeconfig): a kubeconfig holds credentials, and whatever is told here lands in conditions, events and
+/// logs that more people read than the Secret. Where the YAML breaks is told by line and column only.
+pub fn without_content(error: &kube::config::KubeconfigError) -> String {
+    use kube::config::KubeconfigError as E;
+    match error {
+        E::Parse(yaml) => match yaml.location() {
+            Some(at) => format!(
+                "not a kubeconfig document (YAML error at line {}, column {})",
+                at.line(),
+                at.column()
+            ),
+            None => "not a kubeconfig document (YAML error)".to_owned(),
+        },
+        E::CurrentContextNotSet => "no current-context is set".to_owned(),
+        E::KindMismatch | E::ApiVersionMismatch => "its documents differ in kind or apiVersion".to_owned(),
+        E::LoadContext(_) => "its current-context names no context it has".to_owned(),
+        E::LoadClusterOfContext(_) => "its current context names no cluster it has".to_owned(),
+        E::MissingClusterUrl => "the current context's cluster has no server".to_owned(),
+        E::ParseClusterUrl(_) => "the current context's server is not a valid URL".to_owned(),
+        E::ParseProxyUrl(_) => "proxy-url is not a valid URL".to_owned(),
+        E::LoadCertificateAuthority(_) => {
+            "certificate-authority-data is not base64 of PEM certificates".to_owned()
+        }
+        E::LoadClientCertificate(_) => {
+            "client-certificate-data is not base64 of a PEM certificate".to_owned()
+        }
+        E::LoadClientKey(_) => "client-key-data is not base64 of a PEM private key".to_owned(),
+        E::ParseCertificates(_) => "a certificate is not valid PEM".to_owned(),
+        _ => "it cannot be used".to_owned(),
+    }
+}
+
 /// Parses a kubeconfig (YAML) that must be plain data: refuses it, naming the field, when it would make a
 /// reader open a file, run a program or use a proxy, or talk to a server without TLS.
 pub fn parse_inline(yaml: &str) -> Result<Kubeconfig, Error> {
     let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|source| Error::Kubeconfig {
         what: "is not valid YAML",
-        source,
+        problem: without_content(&source),
     })?;
     match refusal(&kubeconfig) {
         Some(refusal) => Err(Error::KubeconfigRefused {

@@ -8,6 +8,7 @@
 //! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` endpoints.
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease.
 //! - [`clients`]: the super-cluster client and clients built from kubeconfig Secrets.
+//! - [`limits`]: bounds on what a tenant apiserver's responses may hold in memory.
 //! - [`kubeconfig`]: the check that a tenant kubeconfig is plain data (no files, programs or proxies).
 //! - [`shutdown`]: SIGTERM / SIGINT.
 
@@ -17,6 +18,7 @@ pub mod cleanup;
 pub mod clients;
 pub mod kubeconfig;
 pub mod leader;
+pub mod limits;
 pub mod logging;
 pub mod runtime;
 pub mod shutdown;

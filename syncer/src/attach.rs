@@ -30,6 +30,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::{
     backoff::Backoff,
     clients::{ClientTimeouts, config_from_kubeconfig_yaml},
+    limits::{ResponseBudget, ResponseLimits},
 };
 
 use crate::{
@@ -189,13 +190,14 @@ pub async fn load_kubeconfig(
     let vc_namespace = identity.vc_namespace.clone();
     let (namespace, name, key) = match vc.adoption() {
         Some(Adoption::InlineBase64(encoded)) => {
+            // The decoder's error names the offending byte: told without it.
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(encoded.trim())
-                .map_err(|e| {
+                .map_err(|_| {
                     failure(
                         "KubeconfigInvalid",
                         format!(
-                            "annotation {} is not valid base64: {e}",
+                            "annotation {} is not valid base64",
                             crds::wellknown::ANNOTATION_ADMIN_KUBECONFIG
                         ),
                     )
@@ -225,6 +227,12 @@ pub async fn load_kubeconfig(
                 format!("Secret {namespace}/{name} not found"),
             )
         })?;
+    if vc.adoption().is_some() {
+        // Only a Secret labelled for this VirtualCluster: an editor who may not write Secrets cannot point
+        // it at one meant for something else.
+        crds::tenant::kubeconfig_secret_meant_for(&secret.metadata, &identity.vc_name)
+            .map_err(|problem| failure(crds::wellknown::REASON_KUBECONFIG_SECRET_REFUSED, problem))?;
+    }
     let bytes = secret
         .data
         .as_ref()
@@ -259,6 +267,7 @@ async fn connect(
     kubeconfig: &str,
     native_root: Option<(&Client, &str)>,
     http2: bool,
+    limits: ResponseLimits,
 ) -> Result<(Connection, Answer), Failure> {
     // Data, never a recipe: a kubeconfig that names a file, a program or a proxy builds no client.
     let mut config = config_from_kubeconfig_yaml(kubeconfig, ClientTimeouts::default())
@@ -294,41 +303,60 @@ async fn connect(
             .collect::<String>()
     });
     let server = config.cluster_url.to_string();
-    let apiserver_addresses = addresses_of(&config.cluster_url).await;
-    let client = match http2 {
-        true => vc_runtime::clients::multiplexed_client(config, ClientTimeouts::default())
-            .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?,
-        false => Client::try_from(config).map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?,
+    let literal = literal_address(&config.cluster_url);
+    // Every response of the tenant apiserver is held to the tenant's budget: an endless body or watch
+    // line is cut, and the supervisor detaches the tenant (`TenantResponseTooLarge`).
+    let responses = ResponseBudget::new(limits);
+    let client =
+        vc_runtime::clients::tenant_client(config, ClientTimeouts::default(), http2, responses.clone())
+            .map_err(|e| failure("KubeconfigInvalid", error_chain(&e)))?;
+    let answer = match check(&client, &format!("at {server}")).await {
+        Ok(answer) => answer,
+        Err(_) if responses.exceeded().is_some() => {
+            return Err(response_too_large(&responses));
+        }
+        Err(failed) => return Err(failed),
     };
-    let answer = check(&client, &format!("at {server}")).await?;
+    // The address the connection reached, not every address the server's name resolves to: only that one
+    // is the tenant's apiserver as far as the syncer knows.
+    let apiserver_addresses = answer
+        .peer
+        .or(literal)
+        .map(|ip| ip.to_string())
+        .into_iter()
+        .collect();
     let connection = Connection {
         client,
         ca_pem,
         apiserver_addresses,
+        responses,
     };
     Ok((connection, answer))
 }
 
-/// The IP addresses of a server URL's host: the address itself, or what its name resolves to now (none
-/// if it does not resolve; the version check then fails anyway).
-async fn addresses_of(url: &http::Uri) -> Vec<String> {
-    let Some(host) = url.host() else {
-        return Vec::new();
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return vec![ip.to_string()];
-    }
-    let port = url.port_u16().unwrap_or(443);
-    match tokio::net::lookup_host((host, port)).await {
-        Ok(found) => {
-            let mut ips: Vec<String> = found.map(|a| a.ip().to_string()).collect();
-            ips.sort();
-            ips.dedup();
-            ips
-        }
-        Err(_) => Vec::new(),
-    }
+/// Reason of the `TenantSynced` condition of a tenant whose apiserver sent more than its responses may
+/// hold (`--tenant-response-max-bytes`, `--tenant-watch-line-max-bytes`).
+pub const REASON_RESPONSE_TOO_LARGE: &str = "TenantResponseTooLarge";
+
+/// The failure of a tenant whose response was cut.
+fn response_too_large(responses: &ResponseBudget) -> Failure {
+    let limits = responses.limits();
+    let what = responses
+        .exceeded()
+        .map_or_else(|| "a response was cut".to_owned(), |e| e.to_string());
+    failure(
+        REASON_RESPONSE_TOO_LARGE,
+        format!(
+            "{what} (limits: {} bytes held at once, --tenant-response-max-bytes; {} bytes per watch line, --tenant-watch-line-max-bytes); the tenant is detached and attached again with backoff, nothing of it is deleted",
+            limits.max_bytes, limits.max_line_bytes
+        ),
+    )
+}
+
+/// The IP address a server URL names literally, if it does.
+fn literal_address(url: &http::Uri) -> Option<std::net::IpAddr> {
+    let host = url.host()?;
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
 /// What a tenant apiserver answered.
@@ -338,6 +366,8 @@ pub struct Answer {
     pub version: String,
     /// The uid of its `kube-system` namespace: which cluster it is.
     pub kube_system_uid: String,
+    /// The address its answer came from.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// Asks the tenant apiserver for its version (is it there?) and reads its `kube-system` namespace (does it
@@ -361,8 +391,8 @@ async fn check(client: &Client, which: &str) -> Result<Answer, Failure> {
             ),
         )
     };
-    let version = match client.apiserver_version().await {
-        Ok(version) => version.git_version,
+    let (version, peer) = match vc_runtime::clients::version_and_peer(client).await {
+        Ok((version, peer)) => (version.git_version, peer),
         Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
             return Err(refused(&status));
         }
@@ -373,6 +403,7 @@ async fn check(client: &Client, which: &str) -> Result<Answer, Failure> {
         Ok(Some(namespace)) => Ok(Answer {
             version,
             kube_system_uid: namespace.uid().unwrap_or_default(),
+            peer,
         }),
         Ok(None) => Err(failure(
             "TenantUnreachable",
@@ -778,15 +809,10 @@ async fn supervise_one(
                     None
                 }
                 Err(failed) => {
-                    enter(
-                        &ctx,
-                        Some(if failed.reason == REASON_LIMIT_EXCEEDED {
-                            "over_limit"
-                        } else {
-                            "unreachable"
-                        }),
-                    );
-                    let wait = retry.failed(&if failed.reason == REASON_LIMIT_EXCEEDED {
+                    let over_limit =
+                        failed.reason == REASON_LIMIT_EXCEEDED || failed.reason == REASON_RESPONSE_TOO_LARGE;
+                    enter(&ctx, Some(if over_limit { "over_limit" } else { "unreachable" }));
+                    let wait = retry.failed(&if over_limit {
                         Failing::OverLimit
                     } else {
                         Failing::Unreachable
@@ -799,10 +825,15 @@ async fn supervise_one(
         };
         // A tenant that goes over its cache limits is detached at once, not at the next health check.
         let over_limit = {
-            let budget = attached.as_ref().map(|(tenant, _)| tenant.budget.clone());
+            let budgets = attached
+                .as_ref()
+                .map(|(tenant, _)| (tenant.budget.clone(), tenant.responses.clone()));
             async move {
-                match budget {
-                    Some(budget) => budget.wait_exceeded().await,
+                match budgets {
+                    Some((cache, responses)) => tokio::select! {
+                        () = cache.wait_exceeded() => {}
+                        _ = responses.wait_exceeded() => {}
+                    },
                     None => std::future::pending().await,
                 }
             }
@@ -853,6 +884,15 @@ async fn attach_or_check(
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
     if let Some((tenant, _)) = attached.as_ref()
+        && tenant.responses.exceeded().is_some()
+    {
+        // A response was cut: its caches may miss what it held. Detached, and attached again with backoff.
+        let failed = response_too_large(&tenant.responses);
+        attached.take();
+        detach(ctx, &identity.cluster_key);
+        return Err(failed);
+    }
+    if let Some((tenant, _)) = attached.as_ref()
         && let Some(exceeded) = tenant.budget.exceeded()
     {
         // Its caches miss what did not fit, and its work is held; detaching frees what they hold. The
@@ -887,7 +927,13 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
-    let (connection, answer) = connect(&kubeconfig, native_root, ctx.config.tenant_http2).await?;
+    let (connection, answer) = connect(
+        &kubeconfig,
+        native_root,
+        ctx.config.tenant_http2,
+        ctx.config.tenant_response_limits,
+    )
+    .await?;
     if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
         // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
         // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.

@@ -214,6 +214,9 @@ pub struct SharedSpec {
     /// Service account (tokens are minted for it).
     #[serde(default)]
     pub service_account_name: Option<String>,
+    /// On the host network: its address is the node's, never its own.
+    #[serde(default)]
+    pub host_network: Option<bool>,
     /// Containers.
     #[serde(default, deserialize_with = "exact_list")]
     pub containers: Vec<ContainerImage>,
@@ -413,6 +416,8 @@ struct PhaseOnly {
 /// The addresses in a super pod's status, read without parsing it all.
 #[derive(Clone, Debug, Default, Deserialize)]
 struct AddressesOnly {
+    #[serde(default)]
+    phase: Option<String>,
     #[serde(default, rename = "podIP")]
     pod_ip: Option<String>,
     #[serde(default, rename = "podIPs")]
@@ -534,7 +539,7 @@ impl SuperPod {
         serde_json::from_str(&self.status.as_ref()?.json()).ok()
     }
 
-    /// The pod's addresses in the super cluster.
+    /// The pod's addresses in the super cluster, as its status says (also a finished pod's).
     pub fn addresses(&self) -> Vec<String> {
         let Some(status) = self
             .status
@@ -547,6 +552,45 @@ impl SuperPod {
         addresses.extend(status.pod_ip);
         addresses.retain(|a| !a.is_empty());
         addresses
+    }
+
+    /// The addresses a finished pod gave up (none while it runs).
+    pub fn given_up_addresses(&self) -> Vec<String> {
+        let Some(status) = self
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::from_str::<AddressesOnly>(&s.json()).ok())
+        else {
+            return Vec::new();
+        };
+        if !matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return Vec::new();
+        }
+        let mut addresses: Vec<String> = status.pod_ips.into_iter().map(|a| a.ip).collect();
+        addresses.extend(status.pod_ip);
+        addresses.retain(|a| !a.is_empty());
+        addresses
+    }
+
+    /// The addresses the pod holds as its own ([`crds::addresses::own_addresses`]): none on the host
+    /// network or once it finished.
+    pub fn own_addresses(&self) -> Vec<std::net::IpAddr> {
+        let Some(status) = self
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::from_str::<AddressesOnly>(&s.json()).ok())
+        else {
+            return Vec::new();
+        };
+        crds::addresses::own_addresses(
+            self.spec.host_network == Some(true),
+            status.phase.as_deref(),
+            status
+                .pod_ips
+                .iter()
+                .map(|a| a.ip.as_str())
+                .chain(status.pod_ip.as_deref()),
+        )
     }
 
     /// The phase.

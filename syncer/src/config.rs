@@ -1,6 +1,7 @@
 //! Flags of the syncer.
 
 use std::time::Duration;
+use vc_runtime::limits::ResponseLimits;
 
 use crate::budget::CacheLimits;
 use ipnet::IpNet;
@@ -306,6 +307,16 @@ pub struct SyncerArgs {
     /// with `TenantLimitExceeded` until it fits.
     #[arg(long, env = "TENANT_CACHE_MAX_BYTES", default_value_t = CacheLimits::default().max_bytes)]
     pub tenant_cache_max_bytes: u64,
+    /// Most bytes all of one tenant apiserver's responses may hold at once (list pages, answers, the line a
+    /// watch is reading); past it the response is cut and the tenant detached with
+    /// `TenantResponseTooLarge`, backing off, so an apiserver sending endless bodies cannot fill the
+    /// syncer's memory.
+    #[arg(long, env = "TENANT_RESPONSE_MAX_BYTES", default_value_t = ResponseLimits::default().max_bytes)]
+    pub tenant_response_max_bytes: u64,
+    /// Most bytes of one watch event line from a tenant apiserver; a longer one is cut like a response
+    /// past `--tenant-response-max-bytes`.
+    #[arg(long, env = "TENANT_WATCH_LINE_MAX_BYTES", default_value_t = ResponseLimits::default().max_line_bytes)]
+    pub tenant_watch_line_max_bytes: u64,
     /// Pod Security level enforced on every super namespace of a tenant (label
     /// `pod-security.kubernetes.io/enforce`): privileged, baseline or restricted; empty leaves it unset.
     #[arg(long, env = "POD_SECURITY_ENFORCE", default_value = "baseline")]
@@ -915,6 +926,8 @@ pub struct SyncerConfig {
     pub copied_namespace_label_keys: Vec<String>,
     /// What the syncer caches of one tenant at most.
     pub tenant_cache_limits: CacheLimits,
+    /// What a tenant apiserver's responses may hold at once.
+    pub tenant_response_limits: ResponseLimits,
     /// Pod Security labels of super namespaces.
     pub pod_security: PodSecurityLabels,
     /// What every tenant's pods may do.
@@ -965,6 +978,7 @@ impl Default for SyncerConfig {
             copied_meta_keys: Vec::new(),
             copied_namespace_label_keys: Vec::new(),
             tenant_cache_limits: CacheLimits::default(),
+            tenant_response_limits: ResponseLimits::default(),
             pod_security: PodSecurityLabels::default(),
             pod_policy: PlatformPodPolicy::default(),
             tenant_allowed_cidrs: Vec::new(),
@@ -1214,6 +1228,10 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             tenant_cache_limits: CacheLimits {
                 max_objects: args.tenant_cache_max_objects.max(1),
                 max_bytes: args.tenant_cache_max_bytes.max(1),
+            },
+            tenant_response_limits: ResponseLimits {
+                max_bytes: args.tenant_response_max_bytes.max(64 * 1024),
+                max_line_bytes: args.tenant_watch_line_max_bytes.max(64 * 1024),
             },
         })
     }

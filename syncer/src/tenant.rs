@@ -209,7 +209,8 @@ pub struct Tenant {
     pub client: Client,
     /// CA of the tenant apiserver (PEM), from its kubeconfig, for the tokens given to pods.
     pub ca_pem: Option<String>,
-    /// The addresses the syncer reaches the tenant apiserver at (its kubeconfig server, resolved).
+    /// The address the syncer's connection reached the tenant apiserver at (not every address its
+    /// kubeconfig's host name resolves to).
     pub apiserver_addresses: Vec<String>,
     /// Publishes Kubernetes events in the tenant.
     pub recorder: Recorder,
@@ -222,6 +223,8 @@ pub struct Tenant {
     pub kube_system_uid: String,
     /// What the tenant's caches hold, against the syncer's per-tenant limits.
     pub budget: Arc<CacheBudget>,
+    /// What its apiserver's responses hold at once, against the syncer's limits.
+    pub responses: Arc<vc_runtime::limits::ResponseBudget>,
     /// Set when the tenant is attached again after a pause (see [`Tenant::paused_away`]).
     pub resumed: std::sync::OnceLock<Resumed>,
     /// Bindings made that the pod cache may not show yet.
@@ -427,8 +430,10 @@ pub struct Connection {
     pub client: Client,
     /// CA of the tenant apiserver (PEM), from its kubeconfig.
     pub ca_pem: Option<String>,
-    /// The addresses the client reaches the apiserver at.
+    /// The address the client's connection reached the apiserver at.
     pub apiserver_addresses: Vec<String>,
+    /// The budget every response of the client is held to.
+    pub responses: Arc<vc_runtime::limits::ResponseBudget>,
 }
 
 impl Tenant {
@@ -492,6 +497,7 @@ impl Tenant {
             stores,
             kube_system_uid,
             budget,
+            responses: connection.responses,
             resumed: std::sync::OnceLock::new(),
             recent_bindings: Default::default(),
             in_flight: Default::default(),
@@ -625,6 +631,8 @@ pub(crate) struct Writers {
     pub vnodes: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Node>,
     /// PersistentVolumeClaims.
     pub claims: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    /// Endpoints.
+    pub endpoints: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Endpoints>,
 }
 
 #[cfg(test)]
@@ -648,6 +656,7 @@ impl Tenant {
         let (services, services_writer) = store();
         let (vnodes, vnodes_writer) = store();
         let (claims, claims_writer) = store();
+        let (endpoints, endpoints_writer) = store();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -669,10 +678,12 @@ impl Tenant {
                 services,
                 nodes: vnodes,
                 claims,
+                endpoints,
                 ..TenantStores::empty()
             },
             kube_system_uid: "kube-system-uid".into(),
             budget: CacheBudget::new("test".into(), CacheLimits::default()),
+            responses: vc_runtime::limits::ResponseBudget::new(Default::default()),
             resumed: std::sync::OnceLock::new(),
             recent_bindings: Default::default(),
             in_flight: Default::default(),
@@ -687,6 +698,7 @@ impl Tenant {
             services: services_writer,
             vnodes: vnodes_writer,
             claims: claims_writer,
+            endpoints: endpoints_writer,
         };
         (tenant, writers)
     }

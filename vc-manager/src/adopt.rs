@@ -41,15 +41,16 @@ pub async fn read_kubeconfig(
                 crds::wellknown::ANNOTATION_ADMIN_KUBECONFIG,
                 vc.name_any()
             );
+            // The decoder's errors name the offending byte: told without it.
             let bytes = STANDARD
                 .decode(encoded.trim())
-                .map_err(|e| Error::KubeconfigInvalid {
+                .map_err(|_| Error::KubeconfigInvalid {
                     origin: origin.clone(),
-                    source: Box::new(e),
+                    problem: "not valid base64".into(),
                 })?;
-            let yaml = String::from_utf8(bytes).map_err(|e| Error::KubeconfigInvalid {
+            let yaml = String::from_utf8(bytes).map_err(|_| Error::KubeconfigInvalid {
                 origin: origin.clone(),
-                source: Box::new(e),
+                problem: "not UTF-8 text".into(),
             })?;
             Ok((origin, yaml))
         }
@@ -67,6 +68,10 @@ pub async fn read_kubeconfig(
                     namespace: namespace.clone(),
                     name: reference.name.clone(),
                 })?;
+            // Only a Secret labelled for this VirtualCluster: an editor who may not write Secrets cannot
+            // point it at one that was meant for something else (and have it read here).
+            crds::tenant::kubeconfig_secret_meant_for(&secret.metadata, &vc.name_any())
+                .map_err(|problem| Error::KubeconfigSecretRefused { problem })?;
             let origin = format!("Secret {namespace}/{} key {}", reference.name, reference.key);
             let bytes = secret
                 .data
@@ -85,9 +90,9 @@ pub async fn read_kubeconfig(
                     name: reference.name.clone(),
                     key: reference.key.clone(),
                 })?;
-            let yaml = String::from_utf8(bytes).map_err(|e| Error::KubeconfigInvalid {
+            let yaml = String::from_utf8(bytes).map_err(|_| Error::KubeconfigInvalid {
                 origin: origin.clone(),
-                source: Box::new(e),
+                problem: "not UTF-8 text".into(),
             })?;
             Ok((origin, yaml))
         }
@@ -103,9 +108,10 @@ pub fn refuse_unless_inline(origin: &str, yaml: &str) -> Result<()> {
             field,
             problem,
         }),
+        // vc_runtime tells kubeconfig errors without their content.
         Err(e) => Err(Error::KubeconfigInvalid {
             origin: origin.to_owned(),
-            source: Box::new(e),
+            problem: e.to_string(),
         }),
     }
 }
@@ -151,7 +157,7 @@ pub async fn reconcile(
     if kubeconfig::server(&yaml).is_none() {
         return Err(Error::KubeconfigInvalid {
             origin,
-            source: "it names no cluster server".into(),
+            problem: "it names no cluster server".into(),
         });
     }
     let report = ctx.probe.version(origin, yaml).await?;

@@ -50,6 +50,12 @@ pub struct Args {
     #[arg(long, default_value_t = 300)]
     pub backoff_max_seconds: u64,
 
+    /// Longest wait, in seconds, between checks of a provisioned tenant whose apiserver does not answer
+    /// yet; the wait starts at 3 s and doubles, so a tenant that never becomes ready costs the super
+    /// apiserver a few reads a minute and no writes.
+    #[arg(long, env = "NOT_READY_RECHECK_MAX_SECONDS", default_value_t = 60)]
+    pub not_ready_recheck_max_seconds: u64,
+
     /// Seconds to wait for a TCP/TLS connection to an adopted apiserver.
     #[arg(long, default_value_t = 5)]
     pub tenant_connect_timeout_seconds: u64,
@@ -86,6 +92,7 @@ impl Args {
             debounce: Duration::from_millis(self.debounce_millis),
             max_certificate_lifetime: self.max_certificate_lifetime_seconds.map(Duration::from_secs),
             kubelet_client_ca_bundle: self.kubelet_client_ca_bundle.clone(),
+            not_ready_recheck_max: Duration::from_secs(self.not_ready_recheck_max_seconds.max(3)),
             ..Settings::default()
         }
     }
@@ -109,6 +116,7 @@ mod tests {
         let settings = args.settings();
         assert_eq!(settings.resync_interval, Duration::from_secs(600));
         assert_eq!(settings.backoff_max, Duration::from_secs(300));
+        assert_eq!(settings.not_ready_recheck_max, Duration::from_secs(60));
         assert_eq!(settings.super_cluster_domain, "cluster.local");
         let election = args.leader_election().expect("on by default");
         assert_eq!(election.lease_duration, Duration::from_secs(15));

@@ -50,7 +50,13 @@ pub struct Settings {
     pub max_certificate_lifetime: Option<Duration>,
     /// The ConfigMap vc-manager keeps the tenants' kubelet-client CAs in, for vn-agent (none: not kept).
     pub kubelet_client_ca_bundle: Option<BundleRef>,
+    /// Longest wait between checks of a provisioned tenant whose apiserver does not answer yet (the wait
+    /// starts at [`NOT_READY_RECHECK_MIN`] and doubles).
+    pub not_ready_recheck_max: Duration,
 }
+
+/// First wait before a provisioned tenant whose apiserver did not answer is checked again.
+pub const NOT_READY_RECHECK_MIN: Duration = Duration::from_secs(3);
 
 /// When a provisioned tenant counts as Running.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,6 +88,7 @@ impl Default for Settings {
             native_readiness: NativeReadiness::default(),
             max_certificate_lifetime: None,
             kubelet_client_ca_bundle: None,
+            not_ready_recheck_max: Duration::from_secs(60),
         }
     }
 }
@@ -108,6 +115,10 @@ pub struct Context {
     pub leader: LeaderFlag,
     /// Checks adopted apiservers.
     pub probe: Arc<dyn TenantProbe>,
+    /// What vc-manager last applied to each control-plane object: unchanged objects are not applied again.
+    pub applied: crate::applied::AppliedMemo,
+    /// Per-VirtualCluster backoff of the checks of a tenant whose apiserver does not answer.
+    pub rechecks: Backoff<String>,
 }
 
 impl Context {
@@ -132,6 +143,11 @@ impl Context {
         );
         Self {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_max),
+            applied: Default::default(),
+            rechecks: Backoff::new(
+                NOT_READY_RECHECK_MIN,
+                settings.not_ready_recheck_max.max(NOT_READY_RECHECK_MIN),
+            ),
             client,
             events: Events::Inline(recorder),
             metrics,

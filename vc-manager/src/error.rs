@@ -194,14 +194,21 @@ pub enum Error {
         /// The missing key.
         key: String,
     },
-    /// Adopt mode: the kubeconfig cannot be parsed or used.
-    #[error("kubeconfig from {origin} cannot be used")]
+    /// Adopt mode: the kubeconfig cannot be parsed or used. Why is told without its content: parse
+    /// errors quote their input, and a kubeconfig holds credentials.
+    #[error("kubeconfig from {origin} cannot be used: {problem}")]
     KubeconfigInvalid {
         /// Where it came from (Secret key or annotation).
         origin: String,
-        /// The parse error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        /// What is wrong, without a byte of the kubeconfig.
+        problem: String,
+    },
+    /// Adopt mode: the Secret named as the kubeconfig is not meant for this VirtualCluster (it lacks
+    /// `tenancy.x-k8s.io/kubeconfig-for: <name>`); nothing of it is read.
+    #[error("{problem}")]
+    KubeconfigSecretRefused {
+        /// What is missing, naming the Secret.
+        problem: String,
     },
     /// Adopt mode: the kubeconfig asks for more than plain data (a file, a program, a proxy, clear text),
     /// so nothing is built from it.
@@ -287,6 +294,7 @@ impl Error {
             Self::KubeconfigSecretRead { .. } => "KubeconfigSecretReadFailed",
             Self::KubeconfigKeyMissing { .. } => "KubeconfigKeyMissing",
             Self::KubeconfigInvalid { .. } => "KubeconfigInvalid",
+            Self::KubeconfigSecretRefused { .. } => crds::wellknown::REASON_KUBECONFIG_SECRET_REFUSED,
             Self::KubeconfigRefused { .. } => "KubeconfigRefused",
             Self::TenantUnreachable { .. } => "APIServerUnreachable",
             Self::TenantUnauthorized { .. } => "Unauthorized",
@@ -312,6 +320,7 @@ impl Error {
             | Self::KubeconfigSecretRead { .. }
             | Self::KubeconfigKeyMissing { .. }
             | Self::KubeconfigInvalid { .. }
+            | Self::KubeconfigSecretRefused { .. }
             | Self::KubeconfigRefused { .. }
             | Self::TenantUnreachable { .. }
             | Self::TenantUnauthorized { .. }
@@ -337,6 +346,7 @@ impl Error {
             Self::KubeconfigSecretNotFound { .. }
                 | Self::KubeconfigKeyMissing { .. }
                 | Self::KubeconfigInvalid { .. }
+                | Self::KubeconfigSecretRefused { .. }
                 | Self::KubeconfigRefused { .. }
                 | Self::TenantUnreachable { .. }
                 | Self::TenantUnauthorized { .. }

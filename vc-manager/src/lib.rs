@@ -21,6 +21,7 @@
 //! `kubectl vc`, the kubectl plugin, is the `kubectl-vc` crate; it uses [`pki`], [`kubeconfig`],
 //! [`secret_names`] and [`adopt::read_kubeconfig`] from here.
 pub mod adopt;
+pub mod applied;
 pub mod args;
 pub mod ca_bundle;
 pub mod cached;

@@ -137,8 +137,28 @@ pub async fn reconcile(
             previous = Some((component, false));
             continue;
         }
+        let hash = crate::applied::hash_of(&desired);
+        if let Some(live) = cached.as_deref()
+            && crate::applied::unchanged(
+                ctx.applied.get("StatefulSet", namespace, &name).as_ref(),
+                &hash,
+                Some(&live.metadata),
+            )
+        {
+            // As the last apply left it, and nothing else is wanted of it: applying again would change
+            // nothing.
+            let state = ComponentState::of(live);
+            progress.settle(state.condition(component));
+            previous = Some((component, state.is_ready()));
+            components.push((component, state));
+            continue;
+        }
         let applied = match api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await {
-            Ok(applied) => applied,
+            Ok(applied) => {
+                ctx.applied
+                    .record("StatefulSet", namespace, &name, &hash, &applied.metadata);
+                applied
+            }
             Err(source) => {
                 // What this pass changed before is told now: the next pass compares with a cache that
                 // shows it done already, and would not tell it.
@@ -208,10 +228,14 @@ pub async fn reconcile(
     };
     steps::write_status(vc, &desired, ctx, true).await?;
     tracing::debug!(vc = %identity.vc_ref(), phase = %desired.phase, "reconciled");
+    let vc_key = format!("{}/{}", identity.vc_namespace, identity.vc_name);
     if !answered {
-        // Nothing the controller watches changes when an apiserver starts answering: look again soon.
-        return Ok(Action::requeue(APISERVER_RECHECK));
+        // Nothing the controller watches changes when an apiserver starts answering: look again, sooner at
+        // first, then less often (up to --not-ready-recheck-max-seconds), so that a tenant that never
+        // answers costs next to nothing.
+        return Ok(Action::requeue(ctx.rechecks.failed(&vc_key)));
     }
+    ctx.rechecks.reset(&vc_key);
     Ok(Action::requeue(steps::requeue_after(
         ctx.settings.resync_interval,
         plan.next_renewal,
@@ -236,9 +260,6 @@ async fn hold_for_restore(vc: &VirtualCluster, namespace: &str, ctx: &Context) -
     Ok(Action::requeue(ctx.settings.resync_interval))
 }
 
-/// How soon a tenant whose StatefulSets are ready but whose apiserver did not answer is checked again.
-const APISERVER_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// Asks the tenant apiserver with the admin kubeconfig vc-manager wrote, at its Service's cluster IP.
 async fn apiserver_answers(
     secrets: &BTreeMap<String, Secret>,
@@ -254,13 +275,13 @@ async fn apiserver_answers(
         .and_then(|b| String::from_utf8(b.0.clone()).ok())
         .ok_or_else(|| Error::KubeconfigInvalid {
             origin: origin.clone(),
-            source: format!("no key {SECRET_ADMIN_KUBECONFIG}").into(),
+            problem: format!("no key {SECRET_ADMIN_KUBECONFIG}, or not UTF-8 text"),
         })?;
     let reachable = reach_at_cluster_ip(&kubeconfig, &ctx.client, namespace)
         .await
         .map_err(|source| Error::KubeconfigInvalid {
             origin: origin.clone(),
-            source: Box::new(source),
+            problem: source.to_string(),
         })?;
     ctx.probe.version(origin, reachable).await
 }
@@ -291,15 +312,29 @@ async fn apply_services(
         let api = api.clone();
         Some(async move {
             let name = service.metadata.name.clone().unwrap_or_default();
+            let failed = |source| Error::ServiceApply {
+                component,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                source,
+            };
+            let hash = crate::applied::hash_of(&service);
+            let last = ctx.applied.get("Service", namespace, &name);
+            if last.as_ref().is_some_and(|last| last.hash == hash) {
+                // A read instead of a write: as the last apply left it, nothing needs applying.
+                let live = api.get_opt(&name).await.map_err(failed)?;
+                if let Some(live) = live
+                    && crate::applied::unchanged(last.as_ref(), &hash, Some(&live.metadata))
+                {
+                    return Ok::<_, Error>((component, live));
+                }
+            }
             let result = api
                 .patch(&name, &apply_params(), &Patch::Apply(&service))
                 .await
-                .map_err(|source| Error::ServiceApply {
-                    component,
-                    namespace: namespace.to_owned(),
-                    name: name.clone(),
-                    source,
-                })?;
+                .map_err(failed)?;
+            ctx.applied
+                .record("Service", namespace, &name, &hash, &result.metadata);
             Ok::<_, Error>((component, result))
         })
     });

@@ -7,6 +7,12 @@ use vc_runtime::clients::ClientTimeouts;
 
 use crate::{Error, Result};
 
+/// What the probe's answers may hold: `/version` and a list of one namespace are a few kilobytes.
+const PROBE_RESPONSE_LIMITS: vc_runtime::limits::ResponseLimits = vc_runtime::limits::ResponseLimits {
+    max_bytes: 4 * 1024 * 1024,
+    max_line_bytes: 4 * 1024 * 1024,
+};
+
 /// What an adopted apiserver answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeReport {
@@ -34,9 +40,10 @@ impl TenantProbe for KubeconfigProbe {
     fn version(&self, origin: String, kubeconfig: String) -> BoxFuture<'static, Result<ProbeReport>> {
         let timeouts = self.timeouts;
         Box::pin(async move {
-            let invalid = |source: Box<dyn std::error::Error + Send + Sync>| Error::KubeconfigInvalid {
+            // vc_runtime tells kubeconfig and client errors without the kubeconfig's content.
+            let invalid = |problem: String| Error::KubeconfigInvalid {
                 origin: origin.clone(),
-                source,
+                problem,
             };
             let config = vc_runtime::clients::config_from_kubeconfig_yaml(&kubeconfig, timeouts)
                 .await
@@ -46,10 +53,17 @@ impl TenantProbe for KubeconfigProbe {
                         field,
                         problem,
                     },
-                    e => invalid(Box::new(e)),
+                    e => invalid(e.to_string()),
                 })?;
             let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
-            let client = kube::Client::try_from(config).map_err(|e| invalid(Box::new(e)))?;
+            // A hostile apiserver's answers are bounded like the syncer's: the probe reads two small ones.
+            let client = vc_runtime::clients::tenant_client(
+                config,
+                timeouts,
+                false,
+                vc_runtime::limits::ResponseBudget::new(PROBE_RESPONSE_LIMITS),
+            )
+            .map_err(|e| invalid(e.to_string()))?;
             let deadline = timeouts.connect + timeouts.read;
             // `/version` answers anonymous callers too; listing one namespace proves the credentials.
             let answer = tokio::time::timeout(deadline, async {

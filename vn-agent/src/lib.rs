@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod caches;
 pub mod identity;
+pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod response;
@@ -94,6 +95,7 @@ impl Agent {
             metrics,
             streams: TaskTracker::new(),
             cut_streams: CancellationToken::new(),
+            gate: limits::Gate::new(settings.limits),
         });
         let shutdown = CancellationToken::new();
         tracing::info!(

@@ -32,6 +32,13 @@ pub struct VerbLabels {
     pub verb: &'static str,
 }
 
+/// Labels of refusals for a cap.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// `connections`, `connections_per_source` or `streams_per_tenant`.
+    pub limit: &'static str,
+}
+
 /// Labels of refused clients.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthFailureLabels {
@@ -66,6 +73,8 @@ pub struct Metrics {
     pub streams_revoked: Family<VerbLabels, Counter>,
     /// Refused clients, by reason.
     pub auth_failures: Family<AuthFailureLabels, Counter>,
+    /// Connections and streams refused for a cap, by cap.
+    pub limited: Family<LimitLabels, Counter>,
     /// Tenants whose kubelet-client CA is trusted now.
     pub trusted_tenants: Gauge,
     /// Entries of the kubelet-client CA bundle that do not make a tenant trusted (see the logs for why).
@@ -84,6 +93,7 @@ impl Default for Metrics {
             stream_bytes: Family::default(),
             streams_revoked: Family::default(),
             auth_failures: Family::default(),
+            limited: Family::default(),
             trusted_tenants: Gauge::default(),
             untrusted_cas: Gauge::default(),
             trust_rebuilds: Counter::default(),
@@ -130,6 +140,11 @@ impl Metrics {
             "auth_failures",
             "Refused clients, by reason",
             metrics.auth_failures.clone(),
+        );
+        registry.register(
+            "limited",
+            "Connections and streams refused for a cap, by cap",
+            metrics.limited.clone(),
         );
         registry.register(
             "trusted_tenants",

@@ -48,6 +48,8 @@ pub struct Context {
     pub streams: TaskTracker,
     /// Cuts open streams when the shutdown grace period is over.
     pub cut_streams: CancellationToken,
+    /// Connections and streams held, against the caps.
+    pub gate: Arc<crate::limits::Gate>,
 }
 
 struct CachedAuth {
@@ -430,6 +432,26 @@ async fn forward<B: RequestBody>(
     path_and_query: String,
 ) -> Handled {
     let upgrade = wants_upgrade(request.headers());
+    // A tenant holds at most its share of open streams: the rest of the node's tenants keep theirs.
+    let stream_slot = match upgrade {
+        true => Some(ctx.gate.stream(&tenant.cluster_key).ok_or_else(|| {
+            ctx.metrics
+                .limited
+                .get_or_create(&crate::metrics::LimitLabels {
+                    limit: "streams_per_tenant",
+                })
+                .inc();
+            Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "tenant {} has {} streams (exec, attach, port-forward) open on this node, the most vn-agent keeps for one tenant (--max-streams-per-tenant)",
+                    tenant.vc_ref(),
+                    ctx.gate.limits().streams_per_tenant
+                ),
+            )
+        })?),
+        false => None,
+    };
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let (parts, body) = request.into_parts();
     let body = read_body(body, MAX_REQUEST_BODY).await?;
@@ -455,6 +477,7 @@ async fn forward<B: RequestBody>(
         let cut = ctx.cut_streams.child_token();
         let (caches, peer, tenant_key) = (ctx.caches.clone(), peer.clone(), tenant.cluster_key.clone());
         ctx.streams.spawn(async move {
+            let _slot = stream_slot;
             let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
                 Ok(pair) => pair,
                 Err(error) => {
@@ -742,6 +765,7 @@ mod tests {
             metrics: Metrics::default(),
             streams: TaskTracker::new(),
             cut_streams: CancellationToken::new(),
+            gate: crate::limits::Gate::new(Default::default()),
         };
         (ctx, api)
     }

@@ -49,12 +49,29 @@ pub async fn serve(
                 }
             },
         };
+        // Capped before the handshake: a connection that never finishes one holds a slot for the handshake
+        // timeout at most, and one source cannot hold them all.
+        let slot = match ctx.gate.connection(addr.ip()) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                ctx.metrics
+                    .limited
+                    .get_or_create(&crate::metrics::LimitLabels {
+                        limit: refused.label(),
+                    })
+                    .inc();
+                tracing::debug!(peer = %addr, limit = refused.label(), "connection refused: over the cap");
+                drop(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let ctx = ctx.clone();
         let builder = builder.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {

@@ -66,6 +66,15 @@ pub struct Args {
     /// Seconds to let open requests and streams finish after SIGTERM before they are cut.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_period_seconds: u64,
+    /// Connections open at once (from every tenant apiserver and anyone else); more are closed at once.
+    #[arg(long, env = "VN_AGENT_MAX_CONNECTIONS", default_value_t = crate::limits::Limits::default().connections)]
+    pub max_connections: usize,
+    /// Connections open at once from one source address; more from it are closed at once.
+    #[arg(long, env = "VN_AGENT_MAX_CONNECTIONS_PER_SOURCE", default_value_t = crate::limits::Limits::default().connections_per_source)]
+    pub max_connections_per_source: usize,
+    /// Streams (exec, attach, port-forward) one tenant may have open on this node at once; more get 429.
+    #[arg(long, env = "VN_AGENT_MAX_STREAMS_PER_TENANT", default_value_t = crate::limits::Limits::default().streams_per_tenant)]
+    pub max_streams_per_tenant: usize,
     /// The ConfigMap (`namespace/name`) vc-manager keeps every tenant's public kubelet-client CA in (its
     /// `--kubelet-client-ca-bundle`). vn-agent reads only this ConfigMap to know the tenants' CAs, never a
     /// Secret.
@@ -180,6 +189,8 @@ pub struct Settings {
     pub backend: BackendSettings,
     /// How long open requests and streams may run on after shutdown begins.
     pub shutdown_grace_period: Duration,
+    /// Caps on connections and streams.
+    pub limits: crate::limits::Limits,
     /// Where the tenants' kubelet-client CAs are.
     pub ca_bundle: CaBundle,
 }
@@ -288,6 +299,11 @@ impl Args {
             nodes,
             backend,
             shutdown_grace_period: Duration::from_secs(self.shutdown_grace_period_seconds),
+            limits: crate::limits::Limits {
+                connections: self.max_connections.max(1),
+                connections_per_source: self.max_connections_per_source.max(1),
+                streams_per_tenant: self.max_streams_per_tenant.max(1),
+            },
             ca_bundle,
         })
     }

@@ -404,6 +404,7 @@ async fn main() -> Res<()> {
                 ),
             }),
             shutdown_grace_period: Duration::from_secs(1),
+            limits: Default::default(),
             ca_bundle: vn_agent::settings::CaBundle {
                 namespace: bundle_ref.namespace.clone(),
                 name: bundle_ref.name.clone(),

@@ -79,6 +79,8 @@ pub struct NodeSimulatorOptions {
     /// 127.0.0.1). The apiserver's node proxy refuses loopback addresses, so a test that reads nodes
     /// through it gives one of the machine's own addresses.
     pub kubelet_address: Option<std::net::IpAddr>,
+    /// How often node leases are renewed (a kubelet's 10 s by default); Ready heartbeats go every sixth.
+    pub heartbeat_interval: Duration,
 }
 
 impl Default for NodeSimulatorOptions {
@@ -96,6 +98,7 @@ impl Default for NodeSimulatorOptions {
             loopback_ip_label: None,
             kubelet_address: None,
             labels: BTreeMap::new(),
+            heartbeat_interval: Duration::from_secs(10),
         }
     }
 }
@@ -114,6 +117,7 @@ pub struct SimulatorCounters {
 /// Simulated nodes and kubelets for one cluster. Dropping it stops the simulation (the Node objects stay).
 pub struct NodeSimulator {
     nodes: Vec<String>,
+    dead: Arc<std::sync::Mutex<HashSet<String>>>,
     kubelet: Option<KubeletApi>,
     counters: Arc<SimulatorCounters>,
     tasks: Vec<JoinHandle<()>>,
@@ -130,6 +134,7 @@ impl std::fmt::Debug for NodeSimulator {
 struct Shared {
     client: Client,
     nodes: HashSet<String>,
+    dead: Arc<std::sync::Mutex<HashSet<String>>>,
     node_list: Vec<String>,
     next_node: AtomicUsize,
     next_ip: AtomicU32,
@@ -180,9 +185,11 @@ impl NodeSimulator {
         }
 
         let counters = Arc::new(SimulatorCounters::default());
+        let dead: Arc<std::sync::Mutex<HashSet<String>>> = Arc::default();
         let shared = Arc::new(Shared {
             client: client.clone(),
             nodes: nodes.iter().cloned().collect(),
+            dead: dead.clone(),
             node_list: nodes.clone(),
             next_node: AtomicUsize::new(0),
             next_ip: AtomicU32::new(1),
@@ -192,7 +199,12 @@ impl NodeSimulator {
         });
 
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(heartbeat(client.clone(), nodes.clone())));
+        tasks.push(tokio::spawn(heartbeat(
+            client.clone(),
+            nodes.clone(),
+            dead.clone(),
+            options.heartbeat_interval,
+        )));
         let concurrency = options.concurrency.max(1);
         let pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
             .default_backoff()
@@ -219,6 +231,7 @@ impl NodeSimulator {
 
         Ok(Self {
             nodes,
+            dead,
             kubelet,
             counters,
             tasks,
@@ -228,6 +241,15 @@ impl NodeSimulator {
     /// The simulated nodes' names.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
+    }
+
+    /// Lets a node die as a machine does: its lease and status are no longer renewed and its pods are no
+    /// longer run or finished (the Node object and its pods stay, as the super cluster last saw them).
+    pub fn kill_node(&self, name: &str) {
+        self.dead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned());
     }
 
     /// The kubelet API, when served.
@@ -384,8 +406,14 @@ fn node_conditions() -> Vec<NodeCondition> {
     ]
 }
 
-/// Renews node leases every 10 s and Ready heartbeats every minute, as a kubelet does.
-async fn heartbeat(client: Client, nodes: Vec<String>) {
+/// Renews node leases every `interval` (a kubelet's 10 s) and Ready heartbeats every sixth, as a kubelet
+/// does, for every node that is not `dead`.
+async fn heartbeat(
+    client: Client,
+    nodes: Vec<String>,
+    dead: Arc<std::sync::Mutex<HashSet<String>>>,
+    interval: Duration,
+) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let node_api: Api<Node> = Api::all(client);
     // A manager of its own: applying only the conditions under the node's manager would drop the addresses
@@ -394,6 +422,9 @@ async fn heartbeat(client: Client, nodes: Vec<String>) {
     let mut tick = 0u64;
     loop {
         for node in &nodes {
+            if dead.lock().unwrap_or_else(|e| e.into_inner()).contains(node) {
+                continue;
+            }
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(node.clone()),
@@ -427,7 +458,7 @@ async fn heartbeat(client: Client, nodes: Vec<String>) {
             }
         }
         tick += 1;
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -471,6 +502,13 @@ impl Shared {
             .as_ref()
             .and_then(|s| s.node_name.clone())
             .filter(|n| !n.is_empty());
+        if node
+            .as_ref()
+            .is_some_and(|node| self.dead.lock().unwrap_or_else(|e| e.into_inner()).contains(node))
+        {
+            // A dead node's kubelet does nothing.
+            return;
+        }
         let result = match (&node, pod.metadata.deletion_timestamp.is_some()) {
             (Some(node), true) if self.nodes.contains(node) => self.finish_deletion(&pod).await,
             (None, false) if self.bind_pods => self.bind(&pod).await,
@@ -493,7 +531,14 @@ impl Shared {
                 Some(node) => node,
                 None => return Ok(()),
             },
-            None => &self.node_list[self.next_node.fetch_add(1, Ordering::Relaxed) % self.node_list.len()],
+            None => {
+                let dead = self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let live: Vec<&String> = self.node_list.iter().filter(|n| !dead.contains(*n)).collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                live[self.next_node.fetch_add(1, Ordering::Relaxed) % live.len()]
+            }
         };
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();

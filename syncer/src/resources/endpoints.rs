@@ -1,6 +1,13 @@
 //! Endpoints of selector-less Services: copied down with only the addresses that lead to the tenant's own
-//! pods (or its own apiserver, for `default/kubernetes`) or into the platform's allowed CIDRs. Services with
-//! a selector get theirs from the super cluster's own controller.
+//! live pods (or its own apiserver, for `default/kubernetes`) or into the platform's allowed CIDRs. Services
+//! with a selector get theirs from the super cluster's own controller. A tenant's Endpoints are judged
+//! again whenever one of its super pods ends or goes (`requeue_for_pod`), so an address a pod gave up does
+//! not keep leading to whoever gets it next.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+};
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::{
@@ -10,7 +17,12 @@ use kube::{
 use serde_json::{Value, json};
 
 use super::copy::{Conversion, Downward, copied_kind};
-use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
+use crate::{
+    error::Result,
+    items::{DownItem, Kind},
+    super_stores::SuperStores,
+    tenant::{Tenant, TenantStores},
+};
 
 /// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
 pub const REASON_ENDPOINTS_REFUSED: &str = "EndpointsRefused";
@@ -21,25 +33,41 @@ pub fn within(ip: &str, cidrs: &[ipnet::IpNet]) -> bool {
         .is_ok_and(|ip| cidrs.iter().any(|net| net.contains(&ip)))
 }
 
-/// The addresses a tenant's selector-less Endpoints may lead to: its own pods' super addresses, read from
-/// the super cluster (a tenant writes its own pods' status, so their tenant copies prove nothing).
-fn tenant_pod_addresses(cx: &Conversion<'_>) -> std::collections::HashSet<String> {
-    cx.ctx
-        .supers
-        .pods
-        .state()
+/// Who holds each of `candidates`: the cluster key of every live super pod that has it as its own
+/// address ([`crate::cached::SuperPod::own_addresses`]; `None` for a pod that names no tenant). Read from
+/// the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
+fn holders(cx: &Conversion<'_>, candidates: &HashSet<IpAddr>) -> HashMap<IpAddr, Vec<Option<String>>> {
+    let mut holders: HashMap<IpAddr, Vec<Option<String>>> = HashMap::new();
+    for pod in cx.ctx.supers.pods.state() {
+        for ip in pod.own_addresses() {
+            if candidates.contains(&ip) {
+                let owner = crate::identity::owner_cluster(&pod.metadata).map(str::to_owned);
+                holders.entry(ip).or_default().push(owner);
+            }
+        }
+    }
+    holders
+}
+
+/// The addresses that lead to a live pod of the tenant `cluster_key` and of nobody else
+/// ([`crds::addresses::sole_holder`], the rule vc-dns applies to sources).
+pub fn held_by_tenant(holders: &HashMap<IpAddr, Vec<Option<String>>>, cluster_key: &str) -> HashSet<IpAddr> {
+    holders
         .iter()
-        .filter(|pod| crate::identity::belongs_to(&pod.metadata, &cx.tenant.identity.cluster_key))
-        .flat_map(|pod| pod.addresses())
+        .filter(|(_, held)| {
+            crds::addresses::sole_holder(held.iter().map(Option::as_deref)) == Some(Some(cluster_key))
+        })
+        .map(|(ip, _)| *ip)
         .collect()
 }
 
 /// Where the tenant's own apiserver is: a provisioned tenant's apiserver pods, from the Endpoints of its
-/// apiserver Service in its root namespace (which only vc-manager writes), and the addresses the syncer
-/// itself reaches the tenant at (an adopted tenant's kubeconfig server).
-fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<String> {
+/// apiserver Service in its root namespace (which only vc-manager writes), and the address the syncer's
+/// connection to the tenant actually reached (an adopted tenant's kubeconfig server; not every address
+/// its host name resolves to).
+fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<IpAddr> {
     let root = &cx.tenant.identity.cluster_key;
-    let mut addresses: Vec<String> = cx
+    let mut addresses: Vec<IpAddr> = cx
         .ctx
         .supers
         .apiservers
@@ -53,16 +81,62 @@ fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<String> {
                 .flatten()
                 .chain(s.not_ready_addresses.iter().flatten())
         })
-        .map(|a| a.ip.clone())
+        .filter_map(|a| a.ip.parse().ok())
         .collect();
-    addresses.extend(cx.tenant.apiserver_addresses.iter().cloned());
+    addresses.extend(cx.tenant.apiserver_addresses.iter().filter_map(|a| a.parse::<IpAddr>().ok()));
     addresses
 }
 
-/// The addresses of tenant Endpoints that lead outside the tenant: neither its pods' nor in the
-/// platform's allowed CIDRs.
+/// The tenant's Endpoints (as queue items) that lead to one of `addresses`.
+pub fn leading_to(tenant: &Tenant, addresses: &[String]) -> Vec<DownItem> {
+    let addresses: HashSet<IpAddr> = addresses.iter().filter_map(|a| a.parse().ok()).collect();
+    tenant
+        .stores
+        .endpoints
+        .state()
+        .iter()
+        .filter(|endpoints| !endpoint_addresses(endpoints).is_disjoint(&addresses))
+        .map(|endpoints| {
+            DownItem::new(
+                Kind::Endpoints,
+                &endpoints.namespace().unwrap_or_default(),
+                &endpoints.name_any(),
+            )
+        })
+        .collect()
+}
+
+/// The routable addresses of tenant Endpoints, parsed.
+fn endpoint_addresses(tenant: &Endpoints) -> HashSet<IpAddr> {
+    tenant
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| {
+            s.addresses
+                .iter()
+                .flatten()
+                .chain(s.not_ready_addresses.iter().flatten())
+        })
+        .filter(|a| routable(&a.ip))
+        .filter_map(|a| a.ip.parse().ok())
+        .collect()
+}
+
+/// The addresses of tenant Endpoints that lead outside the tenant: neither its own live pods' (held by no
+/// other pod) nor in the platform's allowed CIDRs, as written in the Endpoints.
 fn foreign_addresses(tenant: &Endpoints, cx: &Conversion<'_>) -> Vec<String> {
-    let mut addresses = tenant
+    let candidates = endpoint_addresses(tenant);
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let mut own = held_by_tenant(&holders(cx, &candidates), &cx.tenant.identity.cluster_key);
+    if tenant.namespace().as_deref() == Some("default") && tenant.name_any() == "kubernetes" {
+        // The tenant apiserver records itself there, and its pods reach it through that Service.
+        own.extend(tenant_apiserver_addresses(cx));
+    }
+    let allowed = &cx.ctx.config.tenant_allowed_cidrs;
+    let mut foreign: Vec<String> = tenant
         .subsets
         .iter()
         .flatten()
@@ -74,18 +148,7 @@ fn foreign_addresses(tenant: &Endpoints, cx: &Conversion<'_>) -> Vec<String> {
         })
         .map(|a| a.ip.clone())
         .filter(|ip| routable(ip))
-        .peekable();
-    if addresses.peek().is_none() {
-        return Vec::new();
-    }
-    let mut own = tenant_pod_addresses(cx);
-    if tenant.namespace().as_deref() == Some("default") && tenant.name_any() == "kubernetes" {
-        // The tenant apiserver records itself there, and its pods reach it through that Service.
-        own.extend(tenant_apiserver_addresses(cx));
-    }
-    let allowed = &cx.ctx.config.tenant_allowed_cidrs;
-    let mut foreign: Vec<String> = addresses
-        .filter(|ip| !own.contains(ip) && !within(ip, allowed))
+        .filter(|ip| ip.parse::<IpAddr>().is_ok_and(|parsed| !own.contains(&parsed)) && !within(ip, allowed))
         .collect();
     foreign.sort();
     foreign.dedup();
@@ -203,10 +266,34 @@ copied_kind!(Endpoints);
 mod tests {
     use super::*;
 
-    /// A tenant's `default/kubernetes` leads to its own apiserver (the pods vc-manager runs in its root
-    /// namespace) but nowhere else; any other selector-less Service may not lead there.
+    #[test]
+    fn an_address_is_the_tenants_only_while_no_one_else_holds_it() {
+        let ip = |a: &str| a.parse::<IpAddr>().expect("ip");
+        let holders: HashMap<IpAddr, Vec<Option<String>>> = [
+            ("10.0.0.1", vec![Some("a")]),
+            ("10.0.0.2", vec![Some("a"), Some("a")]),
+            ("10.0.0.3", vec![Some("a"), Some("b")]),
+            ("10.0.0.4", vec![Some("b")]),
+            ("10.0.0.5", vec![Some("a"), None]),
+        ]
+        .into_iter()
+        .map(|(address, held)| (ip(address), held.into_iter().map(|h| h.map(str::to_owned)).collect()))
+        .collect();
+        let mut own: Vec<IpAddr> = held_by_tenant(&holders, "a").into_iter().collect();
+        own.sort();
+        assert_eq!(own, [ip("10.0.0.1"), ip("10.0.0.2")]);
+        assert_eq!(
+            held_by_tenant(&holders, "b").into_iter().collect::<Vec<_>>(),
+            [ip("10.0.0.4")]
+        );
+    }
+
+    /// Selector-less Endpoints lead to the tenant's live pods off the host network whose address no other
+    /// tenant's pod holds; `default/kubernetes` also to its own apiserver (the pods vc-manager runs in its
+    /// root namespace, and the address the syncer's connection reached) but nowhere else; and a pod that
+    /// ends or goes has the Endpoints leading to it judged again.
     #[tokio::test]
-    async fn only_default_kubernetes_leads_to_the_tenants_own_apiserver() {
+    async fn endpoints_lead_only_to_the_tenants_own_live_pods_and_apiserver() {
         use crate::{
             context::testing::{self, from_json, put},
             settings::TenantSettings,
@@ -214,7 +301,16 @@ mod tests {
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (ctx, mut super_writers) = testing::context(super_client);
-        let (tenant, mut tenant_writers) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let (mut tenant, mut tenant_writers) = crate::tenant::Tenant::for_tests(
+            testing::identity(),
+            tenant_client,
+            TenantSettings::default(),
+            &ctx.queues,
+        );
+        // The syncer's connection to the tenant apiserver reached 10.9.9.9.
+        std::sync::Arc::get_mut(&mut tenant)
+            .expect("one owner")
+            .apiserver_addresses = vec!["10.9.9.9".into()];
         let root = tenant.identity.cluster_key.clone();
         let apiserver_endpoints = |namespace: &str, ip: &str| -> Endpoints {
             from_json(
@@ -230,10 +326,28 @@ mod tests {
             &mut super_writers.apiservers,
             apiserver_endpoints("other-tenant-root", "10.244.2.9"),
         );
-        let record = |namespace: &str, name: &str| -> Endpoints {
+        let pod = |name: &str, key: &str, ip: &str, phase: &str, host_network: bool| -> crate::cached::SuperPod {
+            from_json(json!({
+                "metadata": {"name": name, "namespace": format!("{key}-shop"), "uid": format!("uid-{name}"),
+                    "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key}},
+                "spec": {"hostNetwork": host_network, "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}]}
+            }))
+        };
+        for super_pod in [
+            pod("web", &root, "10.244.3.1", "Running", false),
+            pod("done", &root, "10.244.3.2", "Succeeded", false),
+            pod("host", &root, "192.168.0.10", "Running", true),
+            pod("shared-a", &root, "10.244.3.4", "Running", false),
+            pod("shared-b", "other-tenant", "10.244.3.4", "Running", false),
+            pod("theirs", "other-tenant", "10.244.3.5", "Running", false),
+        ] {
+            put(&mut super_writers.pods, super_pod);
+        }
+        let record = |namespace: &str, name: &str, ips: &[&str]| -> Endpoints {
+            let addresses: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
             from_json(json!({"metadata": {"name": name, "namespace": namespace},
-                "subsets": [{"addresses": [{"ip": "10.244.1.5"}, {"ip": "10.244.2.9"}],
-                    "ports": [{"port": 6443}]}]}))
+                "subsets": [{"addresses": addresses, "ports": [{"port": 6443}]}]}))
         };
         for (namespace, name) in [("default", "kubernetes"), ("shop", "relay")] {
             put(
@@ -260,15 +374,41 @@ mod tests {
                 .map(|a| a.ip)
                 .collect()
         };
-        assert_eq!(addresses(&record("default", "kubernetes")), ["10.244.1.5"]);
+        let everything = [
+            "10.244.1.5",
+            "10.244.2.9",
+            "10.244.3.1",
+            "10.244.3.2",
+            "192.168.0.10",
+            "10.244.3.4",
+            "10.244.3.5",
+            "10.9.9.9",
+        ];
+        let relay = record("shop", "relay", &everything);
+        assert_eq!(addresses(&relay), ["10.244.3.1"]);
         assert_eq!(
-            foreign_addresses(&record("default", "kubernetes"), &cx),
-            ["10.244.2.9"]
+            foreign_addresses(&relay, &cx),
+            [
+                "10.244.1.5",
+                "10.244.2.9",
+                "10.244.3.2",
+                "10.244.3.4",
+                "10.244.3.5",
+                "10.9.9.9",
+                "192.168.0.10"
+            ]
         );
-        assert!(addresses(&record("shop", "relay")).is_empty());
+        let kubernetes = record("default", "kubernetes", &everything);
         assert_eq!(
-            foreign_addresses(&record("shop", "relay"), &cx),
-            ["10.244.1.5", "10.244.2.9"]
+            addresses(&kubernetes),
+            ["10.244.1.5", "10.244.3.1", "10.9.9.9"]
         );
+
+        // A pod of the tenant that ends has the Endpoints leading to it judged again.
+        put(&mut tenant_writers.endpoints, relay.clone());
+        put(&mut tenant_writers.endpoints, record("shop", "elsewhere", &["10.1.1.1"]));
+        let queued = leading_to(&tenant, &["10.244.3.1".to_owned()]);
+        assert_eq!(queued, [DownItem::new(Kind::Endpoints, "shop", "relay")]);
+        assert!(leading_to(&tenant, &["10.7.7.7".to_owned()]).is_empty());
     }
 }

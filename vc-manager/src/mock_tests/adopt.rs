@@ -61,11 +61,13 @@ fn failing(code: u16) -> Arc<dyn crate::probe::TenantProbe> {
     })))
 }
 
+/// The kubeconfig Secret, labelled as meant for the VirtualCluster.
 fn kubeconfig_secret(data: Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": SECRET, "namespace": VC_NAMESPACE},
+        "metadata": {"name": SECRET, "namespace": VC_NAMESPACE,
+            "labels": {crds::wellknown::LABEL_KUBECONFIG_FOR: adopted_vc().metadata.name}},
         "data": data,
     })
 }
@@ -236,6 +238,37 @@ async fn a_missing_key_is_named() {
     )
     .await;
     assert_eq!(result.expect_err("no key").reason(), "KubeconfigKeyMissing");
+}
+
+/// A Secret that does not say it is meant for this VirtualCluster (unlabelled, or labelled for another) is
+/// refused before its data is read or probed, and the refusal names the Secret and the label.
+#[tokio::test]
+async fn a_secret_not_meant_for_the_virtual_cluster_is_refused() {
+    for label in [None, Some("someone-else")] {
+        let (ctx, _caches, mut api) = context(no_probe());
+        let stored = stored_secrets(&Scope::KubeletClientOnly);
+        let result = run(
+            async move {
+                root_and_kubelet_client(&mut api, &stored).await;
+                let mut secret = kubeconfig_secret(json!({"value": STANDARD.encode(KUBECONFIG)}));
+                secret["metadata"]["labels"] = match label {
+                    Some(other) => json!({crds::wellknown::LABEL_KUBECONFIG_FOR: other}),
+                    None => json!({}),
+                };
+                api.expect("GET", &secret_path()).await.ok(secret);
+                let status = adopt_failure(&mut api, "KubeconfigSecretRefused").await;
+                let message = status["message"].as_str().unwrap_or_default().to_owned();
+                assert!(message.contains(&format!("{VC_NAMESPACE}/{SECRET}")), "{message}");
+                assert!(
+                    message.contains(crds::wellknown::LABEL_KUBECONFIG_FOR),
+                    "{message}"
+                );
+            },
+            reconcile(Arc::new(adopted_vc()), ctx),
+        )
+        .await;
+        assert_eq!(result.expect_err("refused").reason(), "KubeconfigSecretRefused");
+    }
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ use crate::{
     identity,
     items::{DownItem, Item, Kind, UpItem, kinds},
     slim_store::SlimStore,
+    stores::Change,
     super_stores::{SuperCache, SuperWatch, ours, tenant_key},
     tags::Tagged,
     tenant::{Tenant, TenantCache, TenantWatch},
@@ -42,16 +43,30 @@ impl SuperCache for kinds::Pod {
     type Cache = SlimStore<SuperPod>;
 
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        let (down, up, quota) = (
+        let (down, up, quota, tenants) = (
             supers.queues.down.clone(),
             supers.queues.up.clone(),
             supers.quota.clone(),
+            supers.tenants.clone(),
         );
         supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, move |pod: &SuperPod, change| {
             quota.observe(pod, change);
             if let Some((tenant, namespace, name)) = tenant_key(pod) {
                 down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
                 up.add(&tenant, UpItem::new(Kind::Pod, &namespace, &name));
+                // An address the pod gave up may be another pod's next: whatever of the tenant's
+                // Endpoints led to it is judged again now, not at the next patrol.
+                let given_up = match change {
+                    Change::Deleted => pod.addresses(),
+                    Change::Applied => pod.given_up_addresses(),
+                };
+                if !given_up.is_empty()
+                    && let Some(attached) = tenants.get(&tenant)
+                {
+                    for item in super::endpoints::leading_to(&attached, &given_up) {
+                        down.add(&tenant, item);
+                    }
+                }
             }
         })
     }
