@@ -308,6 +308,26 @@ pub struct SnapshotScheduleArgs {
     /// How often the VirtualClusters are looked at.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration::parse)]
     pub poll: Duration,
+    /// A snapshot that takes longer fails (and its half-written folder is removed), so one stuck tenant
+    /// never stops the others.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = duration::parse)]
+    pub snapshot_timeout: Duration,
+    /// Serve /metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:8080; default: nothing served).
+    /// /healthz fails when the scheduler has made no progress for longer than a snapshot may take.
+    #[arg(long, value_name = "ADDRESS")]
+    pub admin_address: Option<std::net::SocketAddr>,
+    /// Hold a Lease in this namespace while scheduling (`vc-snapshots-<store>`), so that a second scheduler
+    /// of the same store waits instead of writing too (default: no Lease).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Seconds the Lease is held without renewal.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 15,
+        requires = "lease_namespace"
+    )]
+    pub lease_duration_seconds: u64,
 }
 
 /// `snapshot create`.

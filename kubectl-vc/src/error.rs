@@ -198,6 +198,10 @@ pub enum Error {
         last: String,
     },
 
+    /// The process plumbing of a long-running command (admin endpoint, Lease) failed.
+    #[error("{}", runtime_message(.0))]
+    Runtime(#[from] vc_runtime::Error),
+
     /// A snapshot folder cannot be written, read, or is not a valid snapshot.
     #[error("snapshot {}: {problem}", path.display())]
     Snapshot {
@@ -261,6 +265,21 @@ pub fn api_message(error: &kube::Error) -> String {
             text
         }
     }
+}
+
+/// A runtime error with its causes, on one line.
+fn runtime_message(error: &vc_runtime::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl From<vc_manager::Error> for Error {

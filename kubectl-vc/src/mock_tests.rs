@@ -1325,3 +1325,102 @@ async fn a_restore_never_touches_an_existing_virtual_cluster() {
     );
     assert!(ran.err.contains("verifying snapshot"), "{}", ran.err);
 }
+
+/// The status code of `GET path` on `address`, `None` while nothing answers.
+async fn http_get(address: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// The scheduler on the shared runtime: `/readyz` only once it has listed the VirtualClusters, `/healthz`
+/// while it makes progress, `/metrics` with its `vc_snapshots_` series; an interrupt stops it cleanly.
+#[tokio::test]
+async fn the_scheduler_serves_health_and_metrics_once_it_has_listed_the_virtual_clusters() {
+    let dir = tempfile::tempdir().expect("dir");
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let line = format!(
+        "snapshot schedule --to {} --store-name pvc/vc-snapshots --poll 60s --admin-address {admin}",
+        dir.path().display()
+    );
+    let args = Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace()))
+        .expect("arguments");
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let script = async move {
+        let list = api
+            .expect("GET", "/apis/tenancy.x-k8s.io/v1alpha1/virtualclusters")
+            .await;
+        // Not ready before the first list is answered.
+        let _ = answer.send(());
+        list.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+            "kind": "VirtualClusterList",
+            "metadata": {"resourceVersion": "1"},
+            "items": [],
+        }));
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let streams = cli::Streams::new(&mut out, &mut err, false);
+    let checks = async move {
+        answered.await.expect("listed");
+        let mut ready = None;
+        for _ in 0..500 {
+            ready = http_get(admin, "/readyz").await.map(|(status, _)| status);
+            if ready == Some(200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let health = http_get(admin, "/healthz").await;
+        let metrics = http_get(admin, "/metrics").await;
+        stop.send(()).expect("running");
+        (ready, health, metrics)
+    };
+    let (result, (ready, health, metrics)) = tokio::join!(
+        mock_apiserver::run(
+            script,
+            cli::run_with(&args, client, streams, async {
+                let _ = stopped.await;
+            })
+        ),
+        checks
+    );
+    result.expect("a clean stop");
+    assert_eq!(ready, Some(200));
+    assert_eq!(health.map(|(status, _)| status), Some(200));
+    let (status, text) = metrics.expect("metrics answered");
+    assert_eq!(status, 200);
+    for line in [
+        "vc_snapshots_scheduled_tenants 0",
+        "vc_snapshots_overdue_tenants 0",
+        "vc_snapshots_last_success_timestamp_seconds 0",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert_eq!(
+        http_get(admin, "/healthz").await,
+        None,
+        "the endpoint stops with the scheduler"
+    );
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(
+        out.contains("snapshot scheduler for store pvc/vc-snapshots"),
+        "{out}"
+    );
+}
