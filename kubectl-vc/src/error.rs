@@ -169,6 +169,17 @@ pub enum Error {
         problem: String,
     },
 
+    /// `uninstall prepare --virtual-clusters refuse` found VirtualClusters.
+    #[error(
+        "{count} VirtualCluster(s) exist, so the platform is not removed (they would keep running unmanaged, and their finalizers would block their deletion): {listing}. Delete them first (kubectl vc delete NAME --wait), or choose what happens to them: helm uninstall with uninstall.virtualClusters=delete (delete them all) or orphan (leave them running), e.g. helm upgrade --reuse-values --set uninstall.virtualClusters=delete before helm uninstall"
+    )]
+    UninstallRefused {
+        /// How many.
+        count: usize,
+        /// `namespace/name (phase)`, comma-separated.
+        listing: String,
+    },
+
     /// `--wait` saw the VirtualCluster fail.
     #[error("VirtualCluster {vc} failed: {condition} {reason}: {message}")]
     Failed {

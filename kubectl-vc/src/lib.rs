@@ -14,6 +14,7 @@
 //!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
 //! - [`snapshot`]: `snapshot create`, `restore` and `list` (etcd keys at one revision, PKI, checksums).
 //! - [`completion`]: shell completion scripts and kubectl's plugin completion (`__complete`).
+//! - [`uninstall`]: `uninstall prepare` and `release`, the chart's `helm uninstall` hooks.
 //! - [`streams`]: results on stdout, warnings and progress on stderr.
 
 pub mod args;
@@ -36,6 +37,7 @@ pub mod snapshot;
 pub mod streams;
 pub mod table;
 pub mod top;
+pub mod uninstall;
 pub mod usage;
 
 #[cfg(test)]
@@ -167,6 +169,14 @@ pub async fn run_with(
             .await
         }
         Command::Completion(completion) => completion::script(completion.shell, io.out),
+        Command::Uninstall(uninstall) => match &uninstall.command {
+            args::UninstallCommand::Prepare(prepare) => {
+                Box::pin(uninstall::prepare(&client, prepare, io)).await
+            }
+            args::UninstallCommand::Release(release) => {
+                Box::pin(uninstall::release(&client, release, io)).await
+            }
+        },
     };
     streams.out.flush()?;
     result

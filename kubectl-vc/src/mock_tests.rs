@@ -1424,3 +1424,175 @@ async fn the_scheduler_serves_health_and_metrics_once_it_has_listed_the_virtual_
         "{out}"
     );
 }
+
+const ALL_VCS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/virtualclusters";
+const ALL_CVS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/clusterversions";
+
+fn vc_list(items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+        "kind": "VirtualClusterList",
+        "metadata": {"resourceVersion": "1"},
+        "items": items,
+    })
+}
+
+#[tokio::test]
+async fn uninstall_prepare_refuses_while_virtual_clusters_exist_and_names_them() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+    })
+    .await;
+    let error = ran.result.expect_err("refused").one_line();
+    assert!(error.contains("1 VirtualCluster(s) exist"), "{error}");
+    assert!(error.contains("team/vc-1 (Running)"), "{error}");
+    assert!(error.contains("uninstall.virtualClusters=delete"), "{error}");
+
+    // None: nothing to refuse.
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![]));
+    })
+    .await;
+    ran.result.expect("nothing to refuse");
+    // The CRD is gone (or was never installed): nothing to refuse either.
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.not_found("virtualclusters", "");
+    })
+    .await;
+    ran.result.expect("no CRD, nothing to refuse");
+}
+
+#[tokio::test]
+async fn uninstall_prepare_delete_deletes_each_by_uid_and_waits_until_none_is_left() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc(
+        "uninstall prepare --virtual-clusters delete --timeout 1m",
+        client,
+        async move {
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+            let delete = api.expect("DELETE", &format!("{VCS}/{VC_NAME}")).await;
+            assert_eq!(
+                delete.body["preconditions"]["uid"],
+                json!(VC_UID),
+                "{}",
+                delete.body
+            );
+            delete.ok(running_vc());
+            // Still finalizing, then gone.
+            let mut deleting = running_vc();
+            deleting["metadata"]["deletionTimestamp"] = json!("2026-11-25T12:00:00Z");
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![deleting]));
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![]));
+        },
+    )
+    .await;
+    ran.result.expect("deleted");
+    assert!(
+        ran.out.contains("deleting VirtualCluster team/vc-1"),
+        "{}",
+        ran.out
+    );
+    assert!(ran.out.contains("every VirtualCluster is deleted"), "{}", ran.out);
+    assert!(
+        ran.err.contains("team/vc-1 (Running, being deleted)"),
+        "{}",
+        ran.err
+    );
+}
+
+#[tokio::test]
+async fn uninstall_prepare_orphan_leaves_them_and_says_so() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc(
+        "uninstall prepare --virtual-clusters orphan",
+        client,
+        async move {
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+        },
+    )
+    .await;
+    ran.result.expect("left running");
+    assert!(ran.out.contains("stay, unmanaged"), "{}", ran.out);
+}
+
+#[tokio::test]
+async fn uninstall_release_waits_for_vc_manager_then_removes_only_its_finalizers() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let line = "uninstall release --controllers-namespace vc-system --controllers-selector app.kubernetes.io/component=vc-manager --timeout 1m";
+    let script = tokio::spawn(async move {
+        let pods = api.expect("GET", "/api/v1/namespaces/vc-system/pods?").await;
+        assert!(
+            pods.uri
+                .contains("labelSelector=app.kubernetes.io%2Fcomponent%3Dvc-manager"),
+            "{}",
+            pods.uri
+        );
+        pods.ok(
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+                {"metadata": {"name": "vc-manager-1", "namespace": "vc-system"}},
+            ]}),
+        );
+        api.expect("GET", "/api/v1/namespaces/vc-system/pods?").await.ok(
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "2"}, "items": []}),
+        );
+        let mut held = running_vc();
+        held["metadata"]["finalizers"] = json!(["example.com/backup", "tenancy.x-k8s.io/virtualcluster"]);
+        held["metadata"]["resourceVersion"] = json!("7");
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![held.clone()]));
+        let patch = api.expect("PATCH", &format!("{VCS}/{VC_NAME}")).await;
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {"finalizers": ["example.com/backup"], "resourceVersion": "7"}})
+        );
+        held["metadata"]["finalizers"] = json!(["example.com/backup"]);
+        patch.ok(held);
+        let mut cv = serde_json::to_value(vc_manager::fixtures::cluster_version()).expect("json");
+        cv["metadata"]["finalizers"] = json!(["tenancy.x-k8s.io/clusterversion-in-use"]);
+        cv["metadata"]["resourceVersion"] = json!("3");
+        api.expect("GET", ALL_CVS).await.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "ClusterVersionList",
+            "metadata": {"resourceVersion": "1"}, "items": [cv],
+        }));
+        // Changed meanwhile: read again, then removed.
+        api.expect("PATCH", &format!("{ALL_CVS}/{CV_NAME}")).await.fail(
+            409,
+            "Conflict",
+            "the object has been modified",
+        );
+        let mut again = cv.clone();
+        again["metadata"]["resourceVersion"] = json!("4");
+        api.expect("GET", &format!("{ALL_CVS}/{CV_NAME}"))
+            .await
+            .ok(again.clone());
+        let patch = api.expect("PATCH", &format!("{ALL_CVS}/{CV_NAME}")).await;
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {"finalizers": [], "resourceVersion": "4"}})
+        );
+        again["metadata"]["finalizers"] = json!([]);
+        patch.ok(again);
+    });
+    let args =
+        Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace())).expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let result = cli::run_with(
+        &args,
+        client,
+        cli::Streams::new(&mut out, &mut err, false),
+        std::future::pending(),
+    )
+    .await;
+    script.await.expect("the script");
+    result.expect("released");
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(out.contains("released 2 finalizer(s)"), "{out}");
+}
