@@ -295,3 +295,15 @@ spec:
 {{- define "virtualcluster.snapshotsLeaseName" -}}
 {{- printf "vc-snapshots-pvc-%s" (include "virtualcluster.snapshotsClaimName" .) | lower | trunc 253 | trimSuffix "-" }}
 {{- end }}
+
+{{/* Seconds of a duration such as 90s, 4m or 1h30m (checked by the caller). */}}
+{{- define "virtualcluster.durationSeconds" -}}
+{{- $total := 0 }}
+{{- range (regexFindAll "[0-9]+[smh]" (toString .) -1) }}
+{{- $number := int (trimSuffix "s" (trimSuffix "m" (trimSuffix "h" .))) }}
+{{- if hasSuffix "h" . }}{{ $total = add $total (mul $number 3600) }}
+{{- else if hasSuffix "m" . }}{{ $total = add $total (mul $number 60) }}
+{{- else }}{{ $total = add $total $number }}{{ end }}
+{{- end }}
+{{- $total }}
+{{- end }}
