@@ -65,7 +65,7 @@ pub async fn client(global: &Global) -> Result<Client> {
         path: global.kubeconfig.clone(),
         message,
     };
-    let config = match &global.kubeconfig {
+    let mut config = match &global.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
             Config::from_custom_kubeconfig(kubeconfig, &options)
@@ -84,6 +84,7 @@ pub async fn client(global: &Global) -> Result<Client> {
             Err(read_error) => return Err(failed(read_error.to_string())),
         },
     };
+    vc_runtime::clients::with_user_agent(&mut config);
     Client::try_from(config).map_err(|e| failed(e.to_string()))
 }
 
