@@ -491,7 +491,7 @@ fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()>
                 // Leader election (Leases) and the kubelet-client CA bundle (ConfigMaps); get/patch/list/
                 // watch only of the component's own Lease or the bundle, and vn-agent only reads it.
                 let resources = rule.resources.clone().unwrap_or_default();
-                if role_name.ends_with("-uninstall") {
+                if role_name.ends_with("-uninstall-pods") {
                     // The post-delete hook waits until vc-manager's pods are gone, and reads nothing else.
                     assert!(
                         resources == ["pods"] && rule.verbs == ["list"],
@@ -1222,6 +1222,8 @@ fn owner_prefix(objects: &[DynamicObject], component: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Values the chart refuses, each with a message naming the value: contradictions the templates check, and
+/// (some of them first caught by values.schema.json) values the binaries would refuse.
 #[test]
 fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
     let test = "chart_refuses_contradictory_values";
@@ -1242,14 +1244,13 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
             ][..],
             "needs vnAgent.kubelet.clientCertificate",
         ),
-        (
-            &["--set", "vnAgent.backend=sideways"][..],
-            "must be kubelet or super-apiserver",
-        ),
+        (&["--set", "vnAgent.backend=sideways"][..], "vnAgent.backend"),
         (
             &[
                 "--set",
                 "syncer.replicas=2",
+                "--set",
+                "syncer.shards.enabled=false",
                 "--set",
                 "syncer.leaderElection.enabled=false",
             ][..],
@@ -1257,7 +1258,7 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
         ),
         (
             &["--set", "syncer.shards.enabled=maybe"][..],
-            "syncer.shards.enabled must be auto, true or false",
+            "syncer.shards.enabled",
         ),
         (
             &[
@@ -1266,10 +1267,13 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "syncer.shards.leaseDurationSeconds=2",
             ][..],
-            "syncer.shards.leaseDurationSeconds must be at least 3",
+            "syncer.shards.leaseDurationSeconds",
         ),
-        (&["--set", "logFormat=xml"][..], "logFormat must be text or json"),
-        (&["--set", "syncer.tokenTTLSeconds=60"][..], "at least 600"),
+        (&["--set", "logFormat=xml"][..], "logFormat"),
+        (
+            &["--set", "syncer.tokenTTLSeconds=60"][..],
+            "syncer.tokenTTLSeconds",
+        ),
         (
             &[
                 "--set",
@@ -1286,11 +1290,11 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "snapshots.minInterval=15",
             ][..],
-            "snapshots.minInterval must be a duration",
+            "snapshots.minInterval",
         ),
         (
             &["--set", "snapshots.enabled=true", "--set", "snapshots.poll=soon"][..],
-            "snapshots.poll must be a duration",
+            "snapshots.poll",
         ),
         (
             &[
@@ -1299,7 +1303,7 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "snapshots.maxRetain=0",
             ][..],
-            "snapshots.maxRetain must be at least 1",
+            "snapshots.maxRetain",
         ),
         (
             &[
@@ -2057,8 +2061,8 @@ async fn chart_admission_policies_confine_the_controllers() -> anyhow::Result<()
         "keeps the Pod Security level",
     )?;
     refused(
-        "deleting kube-public",
-        syncer_namespaces.delete("kube-public", &Default::default()).await,
+        "deleting a namespace that is not a super namespace",
+        syncer_namespaces.delete("victim", &Default::default()).await,
         "changes and deletes only tenant super namespaces",
     )?;
     syncer_namespaces
@@ -2187,14 +2191,72 @@ fn chart_alerts_read_only_series_the_components_export() -> anyhow::Result<()> {
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(vc));
     let manager = vc_manager::metrics::Metrics::new();
     manager.register(registry.sub_registry_with_prefix("vc_manager"), store);
+    // A family is encoded once it has a series: one of each the alerts read.
     manager.set_expiries(
         &kube::runtime::reflector::ObjectRef::new("a").within("ns"),
         [("root-ca".to_owned(), 0)].into(),
     );
-    syncer::metrics::Metrics::default().register(&mut registry);
-    vn_agent::metrics::Metrics::register(&mut registry);
-    vc_dns::metrics::Metrics::register(&mut registry);
-    kubectl_vc::snapshot::metrics::Metrics::default().register(&mut registry);
+    manager.observe("virtualcluster", "SecretApplyFailed", Duration::from_millis(5));
+    let syncer_metrics = syncer::metrics::Metrics::default();
+    syncer_metrics.register(&mut registry);
+    syncer_metrics
+        .queue_wait
+        .get_or_create(&syncer::metrics::TenantLabels {
+            tenant: "ns/a".into(),
+            direction: syncer::metrics::Direction::Down,
+        })
+        .observe(1.0);
+    syncer_metrics
+        .patrol_findings
+        .get_or_create(&syncer::metrics::PatrolLabels {
+            resource: "pods",
+            finding: "missing",
+        })
+        .inc();
+    for state in ["unreachable", "over_limit"] {
+        syncer_metrics
+            .tenants
+            .get_or_create(&syncer::metrics::StateLabels { state })
+            .set(1);
+    }
+    syncer_metrics
+        .usage
+        .failures
+        .get_or_create(&syncer::usage::metrics::SourceLabels { source: "node" })
+        .inc();
+    let agent = vn_agent::metrics::Metrics::register(&mut registry);
+    agent
+        .requests
+        .get_or_create(&vn_agent::metrics::RequestLabels {
+            verb: "exec",
+            tenant: "t".into(),
+            code: 500,
+        })
+        .inc();
+    agent
+        .auth_failures
+        .get_or_create(&vn_agent::metrics::AuthFailureLabels {
+            reason: "unknown_issuer",
+        })
+        .inc();
+    let dns = vc_dns::metrics::Metrics::register(&mut registry);
+    dns.queries
+        .get_or_create(&vc_dns::metrics::QueryLabels {
+            tenant: "t".into(),
+            rcode: "SERVFAIL".into(),
+        })
+        .inc();
+    let tenant = vc_dns::metrics::TenantLabels { tenant: "t".into() };
+    dns.rate_limited.get_or_create(&tenant).inc();
+    dns.upstream_busy.get_or_create(&tenant).inc();
+    let snapshots = kubectl_vc::snapshot::metrics::Metrics::default();
+    snapshots.register(&mut registry);
+    snapshots
+        .failed
+        .get_or_create(&kubectl_vc::snapshot::metrics::TriggerLabels::of(
+            kubectl_vc::snapshot::schedule::Due::Scheduled,
+        ))
+        .inc();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     let mut exported: BTreeSet<String> = text
