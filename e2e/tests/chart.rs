@@ -642,22 +642,37 @@ fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()>
     Ok(())
 }
 
-/// The pod template of a Deployment or DaemonSet, with its labels.
-fn workloads(
-    objects: &[DynamicObject],
-) -> anyhow::Result<Vec<(String, bool, PodSpec, BTreeMap<String, String>)>> {
+/// A rendered Deployment's or DaemonSet's pod template.
+struct Workload {
+    /// The Deployment's or DaemonSet's name.
+    owner: String,
+    /// A DaemonSet.
+    daemon_set: bool,
+    pod: PodSpec,
+    /// The pod template's labels.
+    labels: BTreeMap<String, String>,
+}
+
+/// Every Deployment's and DaemonSet's pod template.
+fn workloads(objects: &[DynamicObject]) -> anyhow::Result<Vec<Workload>> {
     let mut found = Vec::new();
     for deployment in typed::<Deployment>(objects, "Deployment")? {
         let spec = deployment.spec.context("deployment spec")?;
-        let labels = spec.template.metadata.and_then(|m| m.labels).unwrap_or_default();
-        let name = deployment.metadata.name.unwrap_or_default();
-        found.push((name, false, spec.template.spec.context("pod spec")?, labels));
+        found.push(Workload {
+            owner: deployment.metadata.name.unwrap_or_default(),
+            daemon_set: false,
+            labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+            pod: spec.template.spec.context("pod spec")?,
+        });
     }
     for daemon_set in typed::<DaemonSet>(objects, "DaemonSet")? {
         let spec = daemon_set.spec.context("daemonset spec")?;
-        let labels = spec.template.metadata.and_then(|m| m.labels).unwrap_or_default();
-        let name = daemon_set.metadata.name.unwrap_or_default();
-        found.push((name, true, spec.template.spec.context("pod spec")?, labels));
+        found.push(Workload {
+            owner: daemon_set.metadata.name.unwrap_or_default(),
+            daemon_set: true,
+            labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+            pod: spec.template.spec.context("pod spec")?,
+        });
     }
     Ok(found)
 }
@@ -676,7 +691,13 @@ fn check_exposure(what: &str, objects: &[DynamicObject], defaults: bool) -> anyh
     let policies: Vec<NetworkPolicy> = typed(objects, "NetworkPolicy")?;
     let services: Vec<Service> = typed(objects, "Service")?;
     let budgets: Vec<PodDisruptionBudget> = typed(objects, "PodDisruptionBudget")?;
-    for (owner, daemon_set, pod, labels) in workloads(objects)? {
+    for Workload {
+        owner,
+        daemon_set,
+        pod,
+        labels,
+    } in workloads(objects)?
+    {
         let container = &pod.containers[0];
         let ports = container.ports.clone().unwrap_or_default();
         let Some(admin) = ports.iter().find(|p| p.name.as_deref() == Some("admin")) else {
@@ -784,6 +805,11 @@ fn check_exposure(what: &str, objects: &[DynamicObject], defaults: bool) -> anyh
             ensure!(
                 spec.max_unavailable.is_some() != spec.min_available.is_some(),
                 "{what}: {owner}'s budget {spec:?}"
+            );
+            ensure!(
+                spec.max_unavailable
+                    != Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)),
+                "{what}: {owner}'s budget allows no eviction"
             );
         }
         if defaults {
@@ -1315,17 +1341,12 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
             "needs their VirtualClusters",
         ),
         (
-            &["--set", "dns.podDisruptionBudget.minAvailable=1"][..],
-            "set maxUnavailable or minAvailable, not both",
+            &["--set", "dns.podDisruptionBudget.minAvailable=2"][..],
+            "dns.podDisruptionBudget.minAvailable 2 with 2 replica(s) allows no eviction",
         ),
         (
-            &[
-                "--set",
-                "dns.podDisruptionBudget.maxUnavailable=null",
-                "--set",
-                "dns.podDisruptionBudget.minAvailable=2",
-            ][..],
-            "allows no eviction",
+            &["--set", "dns.podDisruptionBudget.maxUnavailable=0"][..],
+            "dns.podDisruptionBudget.maxUnavailable 0 allows no eviction",
         ),
         (
             &["--set", "admissionPolicy.enabled=true"][..],
@@ -2165,11 +2186,10 @@ async fn chart_admission_policies_confine_the_controllers() -> anyhow::Result<()
     );
     assert!(namespaces.get_opt("plain").await?.is_none());
     assert!(namespaces.get_opt("victim").await?.is_some_and(|n| {
-        n.metadata
+        !n.metadata
             .labels
             .unwrap_or_default()
-            .get("tenancy.x-k8s.io/cluster")
-            .is_none()
+            .contains_key("tenancy.x-k8s.io/cluster")
     }));
     Ok(())
 }

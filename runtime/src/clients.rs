@@ -369,7 +369,7 @@ current-context: t
             let head = server.await.expect("server");
             assert_eq!(
                 user_agents_in(&head),
-                [agent.clone()],
+                std::slice::from_ref(&agent),
                 "multiplexed {multiplexed}: {head}"
             );
         }

@@ -205,14 +205,15 @@ Usage: include "virtualcluster.podDisruptionBudget" (list . "syncer" .Values.syn
 {{- $replicas := int $values.replicas }}
 {{- $on := or (eq $setting "true") (and (eq $setting "auto") (gt $replicas 1)) }}
 {{- if and $on $values.enabled }}
-{{- if and (kindIs "invalid" $budget.maxUnavailable) (kindIs "invalid" $budget.minAvailable) }}
+{{- $useMin := not (kindIs "invalid" $budget.minAvailable) }}
+{{- if and (not $useMin) (kindIs "invalid" $budget.maxUnavailable) }}
 {{- fail (printf "%s.podDisruptionBudget: set maxUnavailable or minAvailable" $component) }}
 {{- end }}
-{{- if and (not (kindIs "invalid" $budget.maxUnavailable)) (not (kindIs "invalid" $budget.minAvailable)) }}
-{{- fail (printf "%s.podDisruptionBudget: set maxUnavailable or minAvailable, not both (the other to null)" $component) }}
-{{- end }}
-{{- if and (kindIs "invalid" $budget.maxUnavailable) (not (kindIs "string" $budget.minAvailable)) (ge (int $budget.minAvailable) $replicas) }}
+{{- if and $useMin (not (kindIs "string" $budget.minAvailable)) (ge (int $budget.minAvailable) $replicas) }}
 {{- fail (printf "%s.podDisruptionBudget.minAvailable %v with %d replica(s) allows no eviction: node drains would never finish" $component $budget.minAvailable $replicas) }}
+{{- end }}
+{{- if and (not $useMin) (not (kindIs "string" $budget.maxUnavailable)) (lt (int $budget.maxUnavailable) 1) }}
+{{- fail (printf "%s.podDisruptionBudget.maxUnavailable 0 allows no eviction: node drains would never finish" $component) }}
 {{- end }}
 ---
 apiVersion: policy/v1
@@ -223,10 +224,10 @@ metadata:
   labels:
     {{- include "virtualcluster.componentLabels" (list $root $component) | nindent 4 }}
 spec:
-  {{- if kindIs "invalid" $budget.minAvailable }}
-  maxUnavailable: {{ $budget.maxUnavailable }}
-  {{- else }}
+  {{- if $useMin }}
   minAvailable: {{ $budget.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $budget.maxUnavailable }}
   {{- end }}
   selector:
     matchLabels:
