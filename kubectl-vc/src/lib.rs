@@ -100,10 +100,24 @@ pub async fn run(
     run_with(args, client, Streams::new(out, err, false), interrupted()).await
 }
 
-/// Resolves at Ctrl-C (never, when the signal cannot be listened for).
+/// Resolves at Ctrl-C or SIGTERM (a pod being stopped; never for a signal that cannot be listened for).
 pub async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let interrupted = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = terminated => {}
+        () = interrupted => {}
     }
 }
 

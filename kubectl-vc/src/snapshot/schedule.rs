@@ -525,7 +525,7 @@ fn stall_limit(args: &SnapshotScheduleArgs) -> Duration {
     args.snapshot_timeout + args.poll.max(Duration::from_secs(1)) * 2 + Duration::from_secs(120)
 }
 
-/// `kubectl vc snapshot schedule`: runs until `interrupt` (or SIGTERM), on the shared runtime: with
+/// `kubectl vc snapshot schedule`: runs until `interrupt`, on the shared runtime: with
 /// `--admin-address` it serves `/metrics` ([`Metrics`]), `/healthz` (failing once the scheduler has made no
 /// progress for [`stall_limit`]) and `/readyz` (once it has listed the VirtualClusters, holding the Lease when
 /// `--lease-namespace` asks for one).
@@ -554,8 +554,11 @@ pub async fn command(
             lease_duration: Duration::from_secs(args.lease_duration_seconds),
             identity: None,
         });
+    // Stopped by `interrupt` (the binary's: Ctrl-C or SIGTERM), so that a test running it in process
+    // installs no signal handler.
     let mut builder = vc_runtime::Runtime::builder()
         .with_client(client.clone())
+        .with_shutdown_on(std::future::pending())
         .with_leader_election(&lease_name(&args.store_name), election);
     if let Some(address) = args.admin_address {
         builder = builder.with_admin(address);
@@ -564,7 +567,6 @@ pub async fn command(
     let metrics = Metrics::default();
     metrics.register(runtime.registry_mut());
     let health = runtime.health();
-    let shutdown = runtime.shutdown();
     let lease = runtime.lease();
     let progress = Arc::new(AtomicI64::new(Timestamp::now().as_second()));
     let reporter = Reporter {
@@ -631,7 +633,6 @@ pub async fn command(
             result = run => result,
             error = lost => Err(Error::from(error)),
             () = interrupt => Ok(()),
-            () = shutdown.requested() => Ok(()),
         };
         watchdog.abort();
         // A snapshot cut short leaves its hidden folder; it goes now rather than at the next start.
