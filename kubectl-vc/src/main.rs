@@ -9,6 +9,7 @@ use kubectl_vc::{self as cli, Args, Command, Streams, completion};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    vc_runtime::clients::identify("kubectl-vc");
     let argv: Vec<_> = std::env::args_os().collect();
     if let Some(words) = completion::request(&argv) {
         print!("{}", completion::answer(&words).await);

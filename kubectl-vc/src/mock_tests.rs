@@ -1325,3 +1325,274 @@ async fn a_restore_never_touches_an_existing_virtual_cluster() {
     );
     assert!(ran.err.contains("verifying snapshot"), "{}", ran.err);
 }
+
+/// The status code of `GET path` on `address`, `None` while nothing answers.
+async fn http_get(address: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// The scheduler on the shared runtime: `/readyz` only once it has listed the VirtualClusters, `/healthz`
+/// while it makes progress, `/metrics` with its `vc_snapshots_` series; an interrupt stops it cleanly.
+#[tokio::test]
+async fn the_scheduler_serves_health_and_metrics_once_it_has_listed_the_virtual_clusters() {
+    let dir = tempfile::tempdir().expect("dir");
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let line = format!(
+        "snapshot schedule --to {} --store-name pvc/vc-snapshots --poll 60s --admin-address {admin}",
+        dir.path().display()
+    );
+    let args = Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace()))
+        .expect("arguments");
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let script = async move {
+        let list = api
+            .expect("GET", "/apis/tenancy.x-k8s.io/v1alpha1/virtualclusters")
+            .await;
+        // Not ready before the first list is answered.
+        let _ = answer.send(());
+        list.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+            "kind": "VirtualClusterList",
+            "metadata": {"resourceVersion": "1"},
+            "items": [],
+        }));
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let streams = cli::Streams::new(&mut out, &mut err, false);
+    let checks = async move {
+        answered.await.expect("listed");
+        let mut ready = None;
+        for _ in 0..500 {
+            ready = http_get(admin, "/readyz").await.map(|(status, _)| status);
+            if ready == Some(200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let health = http_get(admin, "/healthz").await;
+        let metrics = http_get(admin, "/metrics").await;
+        stop.send(()).expect("running");
+        (ready, health, metrics)
+    };
+    let (result, (ready, health, metrics)) = tokio::join!(
+        mock_apiserver::run(
+            script,
+            cli::run_with(&args, client, streams, async {
+                let _ = stopped.await;
+            })
+        ),
+        checks
+    );
+    result.expect("a clean stop");
+    assert_eq!(ready, Some(200));
+    assert_eq!(health.map(|(status, _)| status), Some(200));
+    let (status, text) = metrics.expect("metrics answered");
+    assert_eq!(status, 200);
+    for line in [
+        "vc_snapshots_scheduled_tenants 0",
+        "vc_snapshots_overdue_tenants 0",
+        "vc_snapshots_last_success_timestamp_seconds 0",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert_eq!(
+        http_get(admin, "/healthz").await,
+        None,
+        "the endpoint stops with the scheduler"
+    );
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(
+        out.contains("snapshot scheduler for store pvc/vc-snapshots"),
+        "{out}"
+    );
+}
+
+const ALL_VCS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/virtualclusters";
+const ALL_CVS: &str = "/apis/tenancy.x-k8s.io/v1alpha1/clusterversions";
+
+fn vc_list(items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "tenancy.x-k8s.io/v1alpha1",
+        "kind": "VirtualClusterList",
+        "metadata": {"resourceVersion": "1"},
+        "items": items,
+    })
+}
+
+#[tokio::test]
+async fn uninstall_prepare_refuses_while_virtual_clusters_exist_and_names_them() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+    })
+    .await;
+    let error = ran.result.expect_err("refused").one_line();
+    assert!(error.contains("1 VirtualCluster(s) exist"), "{error}");
+    assert!(error.contains("team/vc-1 (Running)"), "{error}");
+    assert!(error.contains("uninstall.virtualClusters=delete"), "{error}");
+
+    // None: nothing to refuse.
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![]));
+    })
+    .await;
+    ran.result.expect("nothing to refuse");
+    // The CRD is gone (or was never installed): nothing to refuse either.
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc("uninstall prepare", client, async move {
+        api.expect("GET", ALL_VCS).await.not_found("virtualclusters", "");
+    })
+    .await;
+    ran.result.expect("no CRD, nothing to refuse");
+}
+
+#[tokio::test]
+async fn uninstall_prepare_delete_deletes_each_by_uid_and_waits_until_none_is_left() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc(
+        "uninstall prepare --virtual-clusters delete --timeout 1m",
+        client,
+        async move {
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+            let delete = api.expect("DELETE", &format!("{VCS}/{VC_NAME}")).await;
+            assert_eq!(
+                delete.body["preconditions"]["uid"],
+                json!(VC_UID),
+                "{}",
+                delete.body
+            );
+            delete.ok(running_vc());
+            // Still finalizing, then gone.
+            let mut deleting = running_vc();
+            deleting["metadata"]["deletionTimestamp"] = json!("2026-11-25T12:00:00Z");
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![deleting]));
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![]));
+        },
+    )
+    .await;
+    ran.result.expect("deleted");
+    assert!(
+        ran.out.contains("deleting VirtualCluster team/vc-1"),
+        "{}",
+        ran.out
+    );
+    assert!(ran.out.contains("every VirtualCluster is deleted"), "{}", ran.out);
+    assert!(
+        ran.err.contains("team/vc-1 (Running, being deleted)"),
+        "{}",
+        ran.err
+    );
+}
+
+#[tokio::test]
+async fn uninstall_prepare_orphan_leaves_them_and_says_so() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let ran = kubectl_vc(
+        "uninstall prepare --virtual-clusters orphan",
+        client,
+        async move {
+            api.expect("GET", ALL_VCS).await.ok(vc_list(vec![running_vc()]));
+        },
+    )
+    .await;
+    ran.result.expect("left running");
+    assert!(ran.out.contains("stay, unmanaged"), "{}", ran.out);
+}
+
+#[tokio::test]
+async fn uninstall_release_waits_for_vc_manager_then_removes_only_its_finalizers() {
+    let (client, api) = mock();
+    let mut api = api.matching_uri_prefixes();
+    let line = "uninstall release --controllers-namespace vc-system --controllers-selector app.kubernetes.io/component=vc-manager --timeout 1m";
+    let script = tokio::spawn(async move {
+        let pods = api.expect("GET", "/api/v1/namespaces/vc-system/pods?").await;
+        assert!(
+            pods.uri
+                .contains("labelSelector=app.kubernetes.io%2Fcomponent%3Dvc-manager"),
+            "{}",
+            pods.uri
+        );
+        pods.ok(
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+                {"metadata": {"name": "vc-manager-1", "namespace": "vc-system"}},
+            ]}),
+        );
+        api.expect("GET", "/api/v1/namespaces/vc-system/pods?").await.ok(
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "2"}, "items": []}),
+        );
+        let mut held = running_vc();
+        held["metadata"]["finalizers"] = json!(["example.com/backup", "tenancy.x-k8s.io/virtualcluster"]);
+        held["metadata"]["resourceVersion"] = json!("7");
+        api.expect("GET", ALL_VCS).await.ok(vc_list(vec![held.clone()]));
+        let patch = api.expect("PATCH", &format!("{VCS}/{VC_NAME}")).await;
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {"finalizers": ["example.com/backup"], "resourceVersion": "7"}})
+        );
+        held["metadata"]["finalizers"] = json!(["example.com/backup"]);
+        patch.ok(held);
+        let mut cv = serde_json::to_value(vc_manager::fixtures::cluster_version()).expect("json");
+        cv["metadata"]["finalizers"] = json!(["tenancy.x-k8s.io/clusterversion-in-use"]);
+        cv["metadata"]["resourceVersion"] = json!("3");
+        api.expect("GET", ALL_CVS).await.ok(json!({
+            "apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "ClusterVersionList",
+            "metadata": {"resourceVersion": "1"}, "items": [cv],
+        }));
+        // Changed meanwhile: read again, then removed.
+        api.expect("PATCH", &format!("{ALL_CVS}/{CV_NAME}")).await.fail(
+            409,
+            "Conflict",
+            "the object has been modified",
+        );
+        let mut again = cv.clone();
+        again["metadata"]["resourceVersion"] = json!("4");
+        api.expect("GET", &format!("{ALL_CVS}/{CV_NAME}"))
+            .await
+            .ok(again.clone());
+        let patch = api.expect("PATCH", &format!("{ALL_CVS}/{CV_NAME}")).await;
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {"finalizers": [], "resourceVersion": "4"}})
+        );
+        again["metadata"]["finalizers"] = json!([]);
+        patch.ok(again);
+    });
+    let args =
+        Args::try_parse_from(std::iter::once("kubectl-vc").chain(line.split_whitespace())).expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let result = cli::run_with(
+        &args,
+        client,
+        cli::Streams::new(&mut out, &mut err, false),
+        std::future::pending(),
+    )
+    .await;
+    script.await.expect("the script");
+    result.expect("released");
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(out.contains("released 2 finalizer(s)"), "{out}");
+}

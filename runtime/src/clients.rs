@@ -1,15 +1,63 @@
-//! Kubernetes clients: the super cluster's, and tenants' from kubeconfig Secrets.
+//! Kubernetes clients: the super cluster's, and tenants' from kubeconfig Secrets. Every client built here
+//! names its component in its User-Agent ([`user_agent`]), as kubectl and client-go do, so that audit logs and
+//! API Priority and Fairness tell the components' requests apart.
 
-use std::time::Duration;
+use std::{sync::OnceLock, time::Duration};
 
 use kube::{Client, Config, config::KubeConfigOptions};
 
 use crate::Error;
 
+/// The component this process runs, set once by its `main` ([`identify`]).
+static COMPONENT: OnceLock<String> = OnceLock::new();
+
+/// Names the component this process runs (`vc-manager`, `syncer`, `vn-agent`, `vc-dns`, `kubectl-vc`) in
+/// every client's User-Agent. The first call wins; without one the executable's file name is used.
+pub fn identify(component: &str) {
+    let _ = COMPONENT.set(component.to_owned());
+}
+
+/// `<component>/<version> (<os>/<arch>) virtualcluster-rs`, the shape of kubectl's
+/// (`kubectl/v1.33.3 (linux/amd64) kubernetes/80779bd`).
+pub fn user_agent() -> String {
+    let component = COMPONENT.get().cloned().unwrap_or_else(|| {
+        std::env::args_os()
+            .next()
+            .and_then(|path| {
+                std::path::Path::new(&path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "virtualcluster-rs".to_owned())
+    });
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!(
+        "{component}/{} ({}/{arch}) virtualcluster-rs",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS
+    )
+}
+
+/// Sets the User-Agent of every request of a client built from `config` to [`user_agent`] (replacing one
+/// the config had).
+pub fn with_user_agent(config: &mut Config) {
+    let name = http::header::USER_AGENT;
+    config.headers.retain(|(header, _)| header != name);
+    if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+        config.headers.push((name, value));
+    }
+}
+
 /// The super-cluster client: from `KUBECONFIG` (or `~/.kube/config`) out of cluster, from the pod's service
 /// account in cluster (kube's `Config::infer`).
 pub async fn super_cluster() -> Result<Client, Error> {
-    let config = Config::infer().await.map_err(Error::SuperClusterConfig)?;
+    let mut config = Config::infer().await.map_err(Error::SuperClusterConfig)?;
+    with_user_agent(&mut config);
     Client::try_from(config).map_err(Error::Client)
 }
 
@@ -18,7 +66,8 @@ pub async fn super_cluster() -> Result<Client, Error> {
 /// connection (and its buffers) for every request that was ever in flight at once. A config that names a
 /// proxy gets kube's client, which knows how to use one.
 pub async fn super_cluster_multiplexed() -> Result<Client, Error> {
-    let config = Config::infer().await.map_err(Error::SuperClusterConfig)?;
+    let mut config = Config::infer().await.map_err(Error::SuperClusterConfig)?;
+    with_user_agent(&mut config);
     if config.proxy_url.is_some() {
         return Client::try_from(config).map_err(Error::Client);
     }
@@ -64,6 +113,7 @@ pub async fn config_from_kubeconfig_yaml(yaml: &str, timeouts: ClientTimeouts) -
         })?;
     config.connect_timeout = Some(timeouts.connect);
     config.read_timeout = Some(timeouts.read);
+    with_user_agent(&mut config);
     Ok(config)
 }
 
@@ -172,6 +222,7 @@ fn multiplexed_service(
 
     // The connector below holds the timeouts; kube's own would apply a read timeout to every watch.
     config.read_timeout = None;
+    with_user_agent(&mut config);
     let mut tls = config.rustls_client_config().map_err(Error::Client)?;
     // The connector sets the protocols it offers (h2, http/1.1).
     tls.alpn_protocols.clear();
@@ -466,6 +517,93 @@ current-context: t
         assert!(
             matches!(&error, Error::KubeconfigRefused { field, .. } if field == "users[t].tokenFile"),
             "{error}"
+        );
+    }
+
+    /// The head of the first request a client sends to `listener`, answered with an empty JSON object.
+    async fn first_request_head(listener: tokio::net::TcpListener) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut stream, _) = listener.accept().await.expect("a connection");
+        let mut head = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.expect("reading");
+            assert!(n > 0, "the connection closed mid-request");
+            head.extend_from_slice(&buffer[..n]);
+        }
+        let body = br#"{"major":"1","minor":"33","gitVersion":"v1.33.3","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.write_all(body).await;
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    fn user_agents_in(head: &str) -> Vec<String> {
+        head.lines()
+            .filter_map(|line| line.split_once(':'))
+            .filter(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+            .map(|(_, value)| value.trim().to_owned())
+            .collect()
+    }
+
+    /// Every client the components build (kube's, and the multiplexed one of the syncer) sends exactly one
+    /// User-Agent naming the component, its version and platform.
+    #[tokio::test]
+    async fn every_client_names_its_component_in_its_user_agent() {
+        identify("vc-test-component");
+        let agent = user_agent();
+        assert!(
+            agent.starts_with(&format!("vc-test-component/{} (", env!("CARGO_PKG_VERSION"))),
+            "{agent}"
+        );
+        assert!(agent.ends_with(") virtualcluster-rs"), "{agent}");
+        for multiplexed in [false, true] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let url: http::Uri = format!("http://{}", listener.local_addr().expect("address"))
+                .parse()
+                .expect("url");
+            let server = tokio::spawn(first_request_head(listener));
+            let mut config = Config::new(url);
+            // A header the kubeconfig or a caller set is replaced, not doubled.
+            config.headers.push((
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static("something-else"),
+            ));
+            with_user_agent(&mut config);
+            let client = match multiplexed {
+                true => multiplexed_client(config, ClientTimeouts::default()).expect("client"),
+                false => Client::try_from(config).expect("client"),
+            };
+            let _ = client.apiserver_version().await;
+            let head = server.await.expect("server");
+            assert_eq!(
+                user_agents_in(&head),
+                std::slice::from_ref(&agent),
+                "multiplexed {multiplexed}: {head}"
+            );
+        }
+        // Tenant clients built from kubeconfigs carry it too.
+        let yaml = "apiVersion: v1
+kind: Config
+clusters: [{name: t, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]
+users: [{name: t, user: {token: abc}}]
+contexts: [{name: t, context: {cluster: t, user: t}}]
+current-context: t
+";
+        let config = config_from_kubeconfig_yaml(yaml, ClientTimeouts::default())
+            .await
+            .expect("config");
+        assert_eq!(
+            config
+                .headers
+                .iter()
+                .filter(|(name, _)| name == http::header::USER_AGENT)
+                .map(|(_, value)| value.to_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>(),
+            [agent]
         );
     }
 

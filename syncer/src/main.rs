@@ -7,6 +7,7 @@ use vc_runtime::Runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    vc_runtime::clients::identify("syncer");
     let args = Args::parse();
     let super_http2 = args.syncer.super_http2;
     let config = SyncerConfig::try_from(args.syncer).map_err(anyhow::Error::msg)?;

@@ -223,6 +223,28 @@ impl SuperWatch<'_> {
         store
     }
 
+    /// Watches the objects of `K` in one namespace of the super cluster that `config` selects, and calls
+    /// `on_change` with every change: for what the syncer is granted in that namespace alone.
+    pub fn watch_in<K, F>(&mut self, namespace: &str, config: watcher::Config, on_change: F) -> Store<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        F: Fn(&K) + Send + 'static,
+    {
+        let (store, task) = reflect(
+            Api::namespaced(self.client.clone(), namespace),
+            from_watch_cache(config),
+            on_change,
+        );
+        self.tasks.push(task);
+        store
+    }
+
     /// Watches the super objects of `K` that `config` selects and calls `on_change` with every change.
     pub fn watch<K, F>(&mut self, config: watcher::Config, on_change: F) -> Store<K>
     where
@@ -429,17 +451,16 @@ impl SuperStores {
                         }
                     }
                 };
+                // In its namespace only, where the chart grants the syncer these reads (a Role).
                 let services = {
                     let requeue = requeue.clone();
-                    let config = watcher::Config::default()
-                        .fields(&format!("metadata.namespace={namespace},metadata.name={name}"));
-                    supers.watch(config, move |_: &Service| requeue())
+                    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    supers.watch_in(namespace, config, move |_: &Service| requeue())
                 };
                 let slices = {
-                    let config = watcher::Config::default()
-                        .labels(&format!("kubernetes.io/service-name={name}"))
-                        .fields(&format!("metadata.namespace={namespace}"));
-                    supers.watch(config, move |_: &EndpointSlice| requeue())
+                    let config =
+                        watcher::Config::default().labels(&format!("kubernetes.io/service-name={name}"));
+                    supers.watch_in(namespace, config, move |_: &EndpointSlice| requeue())
                 };
                 PlatformDns {
                     services: Some(services),

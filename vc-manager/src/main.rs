@@ -7,6 +7,7 @@ use vc_runtime::Runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    vc_runtime::clients::identify("vc-manager");
     let args = Args::parse();
     let runtime = Runtime::builder()
         .with_log(args.log_format)

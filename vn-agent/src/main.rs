@@ -8,6 +8,7 @@ use vn_agent::Args;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    vc_runtime::clients::identify("vn-agent");
     let args = Args::parse();
     let settings = args.settings()?;
     let runtime = Runtime::builder()

@@ -61,17 +61,23 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* <registry>/<repository>:<tag>. Usage: include "virtualcluster.image" (list . .Values.syncer) */}}
+{{/*
+<registry>/<repository>:<tag>[@<digest>]. image.registry is required: no images are published.
+Usage: include "virtualcluster.image" (list . .Values.syncer)
+*/}}
 {{- define "virtualcluster.image" -}}
 {{- $root := index . 0 }}
 {{- $values := index . 1 }}
 {{- $tag := toString (default (default $root.Chart.AppVersion $root.Values.image.tag) $values.image.tag) }}
 {{- $registry := trimSuffix "/" (toString $root.Values.image.registry) }}
-{{- if $registry }}
-{{- printf "%s/%s:%s" $registry $values.image.repository $tag }}
-{{- else }}
-{{- printf "%s:%s" $values.image.repository $tag }}
+{{- if not $registry }}
+{{- fail "image.registry is required: no images of virtualcluster-rs are published. Build the Dockerfile's five targets (vc-manager, syncer, vn-agent, vc-dns, kubectl-vc), push them, and set image.registry to the registry and path that holds them (e.g. --set image.registry=registry.example.com/platform); see charts/virtualcluster/README.md, \"Images\"" }}
 {{- end }}
+{{- $digest := toString ($values.image.digest | default "") }}
+{{- if and $digest (not (regexMatch "^sha256:[a-f0-9]{64}$" $digest)) }}
+{{- fail (printf "%s.image.digest must be sha256:<64 hex digits>, not %s" $values.image.repository $digest) }}
+{{- end }}
+{{- printf "%s/%s:%s" $registry $values.image.repository $tag }}{{ with $digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/*
@@ -184,4 +190,121 @@ tolerations:
 {{/* The claim the snapshot scheduler writes into: persistence.existingClaim, else the chart's <fullname>-snapshots. */}}
 {{- define "virtualcluster.snapshotsClaimName" -}}
 {{- default (include "virtualcluster.componentName" (list . "snapshots")) .Values.snapshots.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+A component's PodDisruptionBudget, when its podDisruptionBudget.enabled (auto: replicas > 1) asks for one.
+Usage: include "virtualcluster.podDisruptionBudget" (list . "syncer" .Values.syncer)
+*/}}
+{{- define "virtualcluster.podDisruptionBudget" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $values := index . 2 }}
+{{- $budget := $values.podDisruptionBudget }}
+{{- $setting := toString $budget.enabled }}
+{{- $replicas := int $values.replicas }}
+{{- $on := or (eq $setting "true") (and (eq $setting "auto") (gt $replicas 1)) }}
+{{- if and $on $values.enabled }}
+{{- $useMin := not (kindIs "invalid" $budget.minAvailable) }}
+{{- if and (not $useMin) (kindIs "invalid" $budget.maxUnavailable) }}
+{{- fail (printf "%s.podDisruptionBudget: set maxUnavailable or minAvailable" $component) }}
+{{- end }}
+{{- if and $useMin (not (kindIs "string" $budget.minAvailable)) (ge (int $budget.minAvailable) $replicas) }}
+{{- fail (printf "%s.podDisruptionBudget.minAvailable %v with %d replica(s) allows no eviction: node drains would never finish" $component $budget.minAvailable $replicas) }}
+{{- end }}
+{{- if and (not $useMin) (not (kindIs "string" $budget.maxUnavailable)) (lt (int $budget.maxUnavailable) 1) }}
+{{- fail (printf "%s.podDisruptionBudget.maxUnavailable 0 allows no eviction: node drains would never finish" $component) }}
+{{- end }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "virtualcluster.componentName" (list $root $component) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "virtualcluster.componentLabels" (list $root $component) | nindent 4 }}
+spec:
+  {{- if $useMin }}
+  minAvailable: {{ $budget.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $budget.maxUnavailable }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "virtualcluster.componentSelectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The ingress rule admitting a component's admin port: the release namespace, networkPolicy.metricsFromNamespaces
+and networkPolicy.allowCidrs. Usage: include "virtualcluster.adminIngress" (list . 8080)
+*/}}
+{{- define "virtualcluster.adminIngress" -}}
+{{- $root := index . 0 }}
+{{- $port := index . 1 -}}
+- from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: {{ $root.Release.Namespace }}
+    {{- range $root.Values.networkPolicy.metricsFromNamespaces }}
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: {{ . }}
+    {{- end }}
+    {{- range $root.Values.networkPolicy.allowCidrs }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  ports:
+    - port: {{ $port }}
+      protocol: TCP
+{{- end }}
+
+{{/*
+A component's NetworkPolicy: only its admin port, from where virtualcluster.adminIngress says.
+Usage: include "virtualcluster.adminNetworkPolicy" (list . "syncer" .Values.syncer.adminPort)
+*/}}
+{{- define "virtualcluster.adminNetworkPolicy" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $port := index . 2 }}
+---
+# Ingress to {{ $component }}: its admin port (/metrics names tenants; /healthz, /readyz) from the release
+# namespace, networkPolicy.metricsFromNamespaces and networkPolicy.allowCidrs; nothing else.
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "virtualcluster.componentName" (list $root $component) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "virtualcluster.componentLabels" (list $root $component) | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "virtualcluster.componentSelectorLabels" (list $root $component) | nindent 6 }}
+  policyTypes: [Ingress]
+  ingress:
+    {{- include "virtualcluster.adminIngress" (list $root $port) | nindent 4 }}
+{{- end }}
+
+{{/* The username of a component's ServiceAccount, as admission sees it. Usage: include "virtualcluster.serviceAccountUser" (list . "syncer" .Values.syncer) */}}
+{{- define "virtualcluster.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" (index . 0).Release.Namespace (include "virtualcluster.serviceAccountName" .) }}
+{{- end }}
+
+{{/* The snapshot scheduler's Lease (kubectl-vc's schedule::lease_name of its store pvc/<claim>). */}}
+{{- define "virtualcluster.snapshotsLeaseName" -}}
+{{- printf "vc-snapshots-pvc-%s" (include "virtualcluster.snapshotsClaimName" .) | lower | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Seconds of a duration such as 90s, 4m or 1h30m (checked by the caller). */}}
+{{- define "virtualcluster.durationSeconds" -}}
+{{- $total := 0 }}
+{{- range (regexFindAll "[0-9]+[smh]" (toString .) -1) }}
+{{- $number := int (trimSuffix "s" (trimSuffix "m" (trimSuffix "h" .))) }}
+{{- if hasSuffix "h" . }}{{ $total = add $total (mul $number 3600) }}
+{{- else if hasSuffix "m" . }}{{ $total = add $total (mul $number 60) }}
+{{- else }}{{ $total = add $total $number }}{{ end }}
+{{- end }}
+{{- $total }}
 {{- end }}

@@ -141,6 +141,7 @@ impl EtcdClient {
         config.tls_server_name = Some(TLS_SERVER_NAME.to_owned());
         config.connect_timeout = Some(Duration::from_secs(10));
         config.read_timeout = Some(Duration::from_secs(60));
+        vc_runtime::clients::with_user_agent(&mut config);
         let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
         Ok(Self { client, address })
     }

@@ -12,6 +12,7 @@
 pub mod create;
 pub mod etcd;
 pub mod format;
+pub mod metrics;
 pub mod restore;
 pub mod schedule;
 

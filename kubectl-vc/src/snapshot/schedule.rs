@@ -16,6 +16,10 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
     time::Duration,
 };
 
@@ -28,7 +32,11 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{SnapshotReport, create, scan, to_remove};
+use super::{
+    SnapshotReport, create,
+    metrics::{Metrics, TriggerLabels},
+    scan, to_remove,
+};
 use crate::{
     Error, Result, Streams,
     args::{SnapshotCreateArgs, SnapshotScheduleArgs},
@@ -126,14 +134,53 @@ fn after(time: Timestamp, duration: Duration) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-/// Whether `vc` is snapshotted at `now`, given what the store holds of it.
-pub fn due(vc: &VirtualCluster, record: &TenantRecord, now: Timestamp, limits: &Limits) -> Option<Due> {
+/// The schedule of `vc` when it can be snapshotted now: it has `spec.snapshots`, is a native tenant,
+/// Running, not paused and not being deleted.
+fn snapshottable(vc: &VirtualCluster) -> Option<&crds::SnapshotSchedule> {
     let schedule = vc.spec.snapshots.as_ref()?;
     let running = vc.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Running);
     if vc.meta().deletion_timestamp.is_some() || vc.spec.paused || !running {
         return None;
     }
     create::native_cluster_version(vc, "").ok()?;
+    Some(schedule)
+}
+
+/// The time between two scheduled snapshots: the tenant's interval, at least the platform's minimum.
+fn interval_of(schedule: &crds::SnapshotSchedule, limits: &Limits) -> Duration {
+    Duration::from_secs(u64::from(schedule.interval_minutes.max(1)) * 60).max(limits.min_interval)
+}
+
+/// Whether `vc`, which could be snapshotted, has no snapshot newer than twice its interval at `now` (or
+/// none at all after a failed attempt): what `vc_snapshots_overdue_tenants` counts.
+pub fn overdue(vc: &VirtualCluster, record: &TenantRecord, now: Timestamp, limits: &Limits) -> bool {
+    let Some(schedule) = snapshottable(vc) else {
+        return false;
+    };
+    match record.last_taken {
+        Some(last) => now > after(last, interval_of(schedule, limits) * 2),
+        None => record.last_failure.is_some(),
+    }
+}
+
+/// The Lease a scheduler of `store` holds (`--lease-namespace`): `vc-snapshots-<store>`, lowercase, with
+/// every character a Lease name cannot hold replaced by `-`. The chart's Role grants exactly this name.
+pub fn lease_name(store: &str) -> String {
+    let name: String = format!("vc-snapshots-{store}")
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            _ => '-',
+        })
+        .take(253)
+        .collect();
+    name.trim_end_matches(['-', '.']).to_owned()
+}
+
+/// Whether `vc` is snapshotted at `now`, given what the store holds of it.
+pub fn due(vc: &VirtualCluster, record: &TenantRecord, now: Timestamp, limits: &Limits) -> Option<Due> {
+    let schedule = snapshottable(vc)?;
     // The later of the last snapshot and the last failure: nothing is retried at every poll.
     let last_attempt = record.last_taken.max(record.last_failure);
     if let Some(asked) = requested_time(vc, &limits.store)
@@ -145,8 +192,7 @@ pub fn due(vc: &VirtualCluster, record: &TenantRecord, now: Timestamp, limits: &
     {
         return Some(Due::Requested);
     }
-    let interval =
-        Duration::from_secs(u64::from(schedule.interval_minutes.max(1)) * 60).max(limits.min_interval);
+    let interval = interval_of(schedule, limits);
     match (record.last_taken, record.last_failure) {
         (_, Some(failed)) if now < after(failed, interval.min(RETRY_AFTER_FAILURE)) => None,
         (None, _) => Some(Due::Scheduled),
@@ -203,6 +249,11 @@ struct Scheduler {
     limits: Limits,
     records: HashMap<String, TenantRecord>,
     recorder: Recorder,
+    metrics: Metrics,
+    /// `--snapshot-timeout`.
+    timeout: Duration,
+    /// Unix time of the last poll finished or snapshot ended: the watchdog's measure of progress.
+    progress: Arc<AtomicI64>,
 }
 
 impl Scheduler {
@@ -229,8 +280,8 @@ impl Scheduler {
         Ok(record)
     }
 
-    /// One look at every VirtualCluster.
-    async fn poll(&mut self, io: &mut Streams<'_>) -> Result<()> {
+    /// One look at every VirtualCluster; `false` when they could not be listed.
+    async fn poll(&mut self, io: &mut Streams<'_>) -> Result<bool> {
         let vcs = match Api::<VirtualCluster>::all(self.client.clone())
             .list(&ListParams::default())
             .await
@@ -241,7 +292,7 @@ impl Scheduler {
                     "listing VirtualClusters: {}",
                     Error::api("listing", error).one_line()
                 ))?;
-                return Ok(());
+                return Ok(false);
             }
         };
         let present: std::collections::HashSet<String> = vcs.iter().filter_map(|vc| vc.uid()).collect();
@@ -255,7 +306,32 @@ impl Scheduler {
                 self.snapshot(vc, why, io).await?;
             }
         }
-        Ok(())
+        let now = Timestamp::now();
+        let scheduled: Vec<&VirtualCluster> = vcs.iter().filter(|vc| vc.spec.snapshots.is_some()).collect();
+        let overdue_count = scheduled
+            .iter()
+            .filter(|vc| {
+                let record = self
+                    .records
+                    .get(&vc.uid().unwrap_or_default())
+                    .cloned()
+                    .unwrap_or_default();
+                overdue(vc, &record, now, &self.limits)
+            })
+            .count();
+        self.metrics
+            .scheduled_tenants
+            .set(i64::try_from(scheduled.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .overdue_tenants
+            .set(i64::try_from(overdue_count).unwrap_or(i64::MAX));
+        self.mark_progress();
+        Ok(true)
+    }
+
+    fn mark_progress(&self) {
+        self.progress
+            .store(Timestamp::now().as_second(), Ordering::Relaxed);
     }
 
     /// Snapshots `vc`, prunes its old snapshots, and reports.
@@ -265,12 +341,34 @@ impl Scheduler {
         let vc_ref = format!("{namespace}/{name}");
         let folder = self.dir.join(&namespace);
         let started = Timestamp::now();
+        let clock = std::time::Instant::now();
         // The snapshot's own progress lines are not wanted in a log.
         let (mut quiet_out, mut quiet_err) = (std::io::sink(), std::io::sink());
         let mut quiet = Streams::new(&mut quiet_out, &mut quiet_err, false);
-        let taken = create::take(&self.client, &namespace, &name, &folder, &mut quiet).await;
+        let taken = match tokio::time::timeout(
+            self.timeout,
+            create::take(&self.client, &namespace, &name, &folder, &mut quiet),
+        )
+        .await
+        {
+            Ok(taken) => taken,
+            Err(_) => {
+                // The unfinished folder goes now, not at the next start.
+                remove_partial(&self.dir, io)?;
+                Err(Error::Timeout {
+                    what: format!("the snapshot of VirtualCluster {vc_ref}"),
+                    after: self.timeout,
+                    last: "still reading its etcd (--snapshot-timeout)".into(),
+                })
+            }
+        };
+        self.metrics.duration.observe(clock.elapsed().as_secs_f64());
+        self.mark_progress();
+        let trigger = TriggerLabels::of(why);
         match taken {
             Ok(report) => {
+                self.metrics.taken.get_or_create(&trigger).inc();
+                self.metrics.last_success.set(Timestamp::now().as_second());
                 self.records.insert(
                     uid.clone(),
                     TenantRecord {
@@ -320,6 +418,7 @@ impl Scheduler {
                 .await?;
             }
             Err(error) => {
+                self.metrics.failed.get_or_create(&trigger).inc();
                 let now = Timestamp::now();
                 self.records.entry(uid.clone()).or_default().last_failure = Some(now);
                 let message = error.one_line();
@@ -420,7 +519,16 @@ fn record_time(report: &SnapshotReport, fallback: Timestamp) -> Timestamp {
     report.manifest.created_at.parse().unwrap_or(fallback)
 }
 
-/// `kubectl vc snapshot schedule`: runs until `interrupt`.
+/// How long the scheduler may go without progress (a poll finished, a snapshot ended) before `/healthz`
+/// fails: a snapshot may take `--snapshot-timeout`, and a poll a little on top.
+fn stall_limit(args: &SnapshotScheduleArgs) -> Duration {
+    args.snapshot_timeout + args.poll.max(Duration::from_secs(1)) * 2 + Duration::from_secs(120)
+}
+
+/// `kubectl vc snapshot schedule`: runs until `interrupt`, on the shared runtime: with
+/// `--admin-address` it serves `/metrics` ([`Metrics`]), `/healthz` (failing once the scheduler has made no
+/// progress for [`stall_limit`]) and `/readyz` (once it has listed the VirtualClusters, holding the Lease when
+/// `--lease-namespace` asks for one).
 pub async fn command(
     client: &Client,
     args: &SnapshotScheduleArgs,
@@ -438,6 +546,29 @@ pub async fn command(
         problem: format!("creating the store folder: {e}"),
     })?;
     remove_partial(&args.to, io)?;
+    let election = args
+        .lease_namespace
+        .as_ref()
+        .map(|namespace| vc_runtime::leader::LeaderElection {
+            namespace: namespace.clone(),
+            lease_duration: Duration::from_secs(args.lease_duration_seconds),
+            identity: None,
+        });
+    // Stopped by `interrupt` (the binary's: Ctrl-C or SIGTERM), so that a test running it in process
+    // installs no signal handler.
+    let mut builder = vc_runtime::Runtime::builder()
+        .with_client(client.clone())
+        .with_shutdown_on(std::future::pending())
+        .with_leader_election(&lease_name(&args.store_name), election);
+    if let Some(address) = args.admin_address {
+        builder = builder.with_admin(address);
+    }
+    let mut runtime = builder.build().await?;
+    let metrics = Metrics::default();
+    metrics.register(runtime.registry_mut());
+    let health = runtime.health();
+    let lease = runtime.lease();
+    let progress = Arc::new(AtomicI64::new(Timestamp::now().as_second()));
     let reporter = Reporter {
         controller: FIELD_MANAGER.to_owned(),
         instance: std::env::var("POD_NAME").ok(),
@@ -448,27 +579,84 @@ pub async fn command(
         limits: Limits::of(args),
         records: HashMap::new(),
         recorder: Recorder::new(client.clone(), reporter),
+        metrics,
+        timeout: args.snapshot_timeout,
+        progress: progress.clone(),
     };
-    log(
-        io,
-        &format!(
-            "snapshot scheduler for store {} in {}: every VirtualCluster with spec.snapshots, at most every {}, keeping at most {}",
-            args.store_name,
-            args.to.display(),
-            crate::duration::format(args.min_interval),
-            args.max_retain
-        ),
-    )?;
-    let run = async {
-        loop {
-            scheduler.poll(io).await?;
-            // A poll of 0 would spin: once a second at the most.
-            tokio::time::sleep(args.poll.max(Duration::from_secs(1))).await;
+    let work = async {
+        let mut leadership = match &lease {
+            Some(lease) => {
+                log(
+                    io,
+                    &format!(
+                        "waiting for Lease {}/{}",
+                        args.lease_namespace.as_deref().unwrap_or_default(),
+                        lease.name()
+                    ),
+                )?;
+                Some(lease.acquire().await?)
+            }
+            None => None,
+        };
+        progress.store(Timestamp::now().as_second(), Ordering::Relaxed);
+        let watchdog = tokio::spawn(watch_progress(
+            progress.clone(),
+            stall_limit(args),
+            health.clone(),
+        ));
+        log(
+            io,
+            &format!(
+                "snapshot scheduler for store {} in {}: every VirtualCluster with spec.snapshots, at most every {}, keeping at most {}",
+                args.store_name,
+                args.to.display(),
+                crate::duration::format(args.min_interval),
+                args.max_retain
+            ),
+        )?;
+        let run = async {
+            loop {
+                if scheduler.poll(io).await? {
+                    health.set_ready(true);
+                }
+                // A poll of 0 would spin: once a second at the most.
+                tokio::time::sleep(args.poll.max(Duration::from_secs(1))).await;
+            }
+        };
+        let lost = async {
+            match leadership.as_mut() {
+                Some(leadership) => leadership.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            result = run => result,
+            error = lost => Err(Error::from(error)),
+            () = interrupt => Ok(()),
+        };
+        watchdog.abort();
+        // A snapshot cut short leaves its hidden folder; it goes now rather than at the next start.
+        remove_partial(&args.to, io)?;
+        result
+    };
+    runtime.run(work).await
+}
+
+/// Marks the scheduler dead (`/healthz` 503, so the kubelet restarts it) once it has made no progress for
+/// `limit`.
+async fn watch_progress(progress: Arc<AtomicI64>, limit: Duration, health: vc_runtime::admin::Health) {
+    let limit = i64::try_from(limit.as_secs()).unwrap_or(i64::MAX);
+    loop {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let stalled = Timestamp::now().as_second() - progress.load(Ordering::Relaxed);
+        if stalled > limit {
+            eprintln!(
+                "{} no progress for {stalled}s (more than {limit}s): reporting unhealthy",
+                whole_seconds(Timestamp::now())
+            );
+            health.set_dead();
+            return;
         }
-    };
-    tokio::select! {
-        result = run => result,
-        () = interrupt => Ok(()),
     }
 }
 
@@ -737,6 +925,46 @@ mod tests {
         };
         assert_eq!(limits.retain(&tenant(60, 3)), 3);
         assert_eq!(limits.retain(&tenant(60, 1000)), 10);
+    }
+
+    #[test]
+    fn a_tenant_is_overdue_past_twice_its_interval_or_after_a_failure_without_any_snapshot() {
+        let now = at("2026-11-25T12:00:00Z");
+        let limits = limits();
+        // Hourly: overdue after two hours.
+        assert!(!overdue(
+            &tenant(60, 7),
+            &taken("2026-11-25T10:00:00Z"),
+            now,
+            &limits
+        ));
+        assert!(overdue(
+            &tenant(60, 7),
+            &taken("2026-11-25T09:59:59Z"),
+            now,
+            &limits
+        ));
+        // Never taken: not overdue until an attempt failed.
+        assert!(!overdue(&tenant(60, 7), &TenantRecord::default(), now, &limits));
+        let failed = TenantRecord {
+            last_taken: None,
+            last_failure: Some(at("2026-11-25T11:59:00Z")),
+        };
+        assert!(overdue(&tenant(60, 7), &failed, now, &limits));
+        // A paused tenant is not snapshotted, so never overdue.
+        let mut paused = tenant(60, 7);
+        paused.spec.paused = true;
+        assert!(!overdue(&paused, &taken("2026-11-01T00:00:00Z"), now, &limits));
+    }
+
+    #[test]
+    fn the_lease_is_named_after_the_store_as_the_chart_grants_it() {
+        assert_eq!(
+            lease_name("pvc/vc-virtualcluster-snapshots"),
+            "vc-snapshots-pvc-vc-virtualcluster-snapshots"
+        );
+        assert_eq!(lease_name("PVC/Backups_1/"), "vc-snapshots-pvc-backups-1");
+        assert!(lease_name(&"x".repeat(400)).len() <= 253);
     }
 
     #[test]

@@ -53,10 +53,11 @@ struct Args {
     /// installing the chart (quicker to start; not how the product ships).
     #[arg(long)]
     in_process: bool,
-    /// Which super nodes tenants see (the syncer's --vnode-mode): `pods` (where their pods run),
-    /// `usable` (every node they may use, from the start, schedulable: what conformance tests expect) or
-    /// `selected:key=value[,...]`.
-    #[arg(long, default_value = "usable")]
+    /// Which super nodes tenants see (the syncer's --vnode-mode, the chart's syncer.vnodeMode, same default):
+    /// `pods` (only where their pods run: a tenant learns nothing of other nodes), `usable` (every node they
+    /// may use, from the start, schedulable: what DaemonSets and conformance tests expect, at the cost of
+    /// showing every tenant those nodes' names, addresses and capacity) or `selected:key=value[,...]`.
+    #[arg(long, default_value = "pods")]
     vnode_mode: syncer::config::VNodeMode,
     /// The Pod Security level enforced on tenants' super namespaces (the syncer's
     /// --pod-security-enforce; default its own, baseline). `privileged` lets tenants' pods do what a
