@@ -412,16 +412,19 @@ async fn write_vn_agent_certificate(
     Ok(())
 }
 
-/// An adopted tenant as a platform team writes it: the Secret holding the tenant's admin kubeconfig and
-/// the VirtualCluster naming it (`examples/virtualcluster-adopt.yaml`).
+/// An adopted tenant as a platform team writes it: the Secret holding the tenant's admin kubeconfig,
+/// labelled as meant for it, and the VirtualCluster naming it (`examples/virtualcluster-adopt.yaml`).
 pub fn adopted_tenant_yaml(name: &str, kubeconfig: &str) -> String {
     let indented: String = kubeconfig.lines().map(|line| format!("    {line}\n")).collect();
+    let label = crds::wellknown::LABEL_KUBECONFIG_FOR;
     format!(
         "apiVersion: v1
 kind: Secret
 metadata:
   name: {name}-kubeconfig
   namespace: {VC_NAMESPACE}
+  labels:
+    {label}: {name}
 stringData:
   value: |
 {indented}---
