@@ -370,6 +370,118 @@ async fn kubectl_vc_manages_the_releases_tenants(
     Ok(())
 }
 
+/// Runs `script` in a busybox pod `name` of super namespace `namespace` (created once, left running) and
+/// returns what it printed.
+async fn super_pod_says(
+    super_client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    let api: Api<Pod> = Api::namespaced(super_client.clone(), namespace);
+    if api.get_opt(name).await?.is_none() {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]},
+        }))?;
+        api.create(&Default::default(), &pod).await?;
+        wait_running(super_client, namespace, name).await?;
+    }
+    let mut attached = api
+        .exec(
+            name,
+            vec!["sh", "-c", script],
+            &kube::api::AttachParams::default().stderr(false),
+        )
+        .await?;
+    let mut output = String::new();
+    if let Some(mut stdout) = attached.stdout() {
+        stdout.read_to_string(&mut output).await?;
+    }
+    attached.join().await?;
+    Ok(output)
+}
+
+/// Issue 32 item 8, on real nodes whose NetworkPolicies are enforced: a tenant's pod gets no answer from
+/// the super cluster's own DNS (its records name every tenant's Services) and cannot scrape the syncer's
+/// or vc-manager's metrics (they name every tenant), while vc-dns answers it; the same requests from a pod
+/// of the platform succeed, so the refusals are the policies'.
+async fn tenant_pods_cannot_reach_the_platforms_dns_or_admin_ports(
+    platform: &Platform,
+    kubeconfig: &Path,
+) -> anyhow::Result<()> {
+    let super_client = platform.super_client();
+    let release = platform.release();
+    let dns_ip = Api::<Service>::namespaced(super_client.clone(), "kube-system")
+        .get("kube-dns")
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("kube-dns's cluster IP")?;
+    let admin = |component: &'static str| async move {
+        let pod = release
+            .pods(component)
+            .await?
+            .into_iter()
+            .next()
+            .with_context(|| format!("a {component} pod"))?;
+        let ip = pod
+            .status
+            .and_then(|s| s.pod_ip)
+            .with_context(|| format!("{component}'s address"))?;
+        anyhow::Ok(format!("http://{ip}:8080/metrics"))
+    };
+    let (syncer, vc_manager) = (admin("syncer").await?, admin("vc-manager").await?);
+    // busybox: nslookup waits about 5 s per try; wget's own -T crashes, so `timeout` bounds it.
+    let probe = format!(
+        "for ns in {dns_ip} {}; do timeout 8 nslookup kubernetes.default.svc.cluster.local $ns >/dev/null 2>&1 \
+           && echo dns-$ns=answered || echo dns-$ns=silent; done; \
+         for url in {syncer} {vc_manager}; do timeout 5 wget -qO- $url >/dev/null 2>&1 \
+           && echo metrics-$url=read || echo metrics-$url=refused; done",
+        local_cluster::realnodes::host::HOST_DNS_IP
+    );
+    // From the platform's own namespace first: everything answers.
+    let platform_view = super_pod_says(&super_client, release.namespace(), "e2e-probe", &probe).await?;
+    assert!(
+        !platform_view.contains("silent") && !platform_view.contains("refused"),
+        "{platform_view}"
+    );
+    // From a tenant's pod: nothing does (the policies apply within a second or two).
+    let tenant_view = wait::until(
+        Duration::from_secs(60),
+        "the tenant pod kept from the platform",
+        || async {
+            let output = kubectl(kubeconfig, &["exec", "resolver", "--", "sh", "-c", &probe])
+                .await
+                .ok()?;
+            (!output.contains("answered") && !output.contains("=read")).then_some(output)
+        },
+    )
+    .await;
+    let tenant_view = match tenant_view {
+        Ok(view) => view,
+        Err(error) => {
+            let last = kubectl(kubeconfig, &["exec", "resolver", "--", "sh", "-c", &probe]).await?;
+            anyhow::bail!("{error}: {last}");
+        }
+    };
+    eprintln!("a tenant pod's view of the platform:\n{tenant_view}");
+    // vc-dns still answers it.
+    kubectl(
+        kubeconfig,
+        &[
+            "exec",
+            "resolver",
+            "--",
+            "nslookup",
+            "lookup-target.default.svc.cluster.local",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Result<()> {
     const TEST: &str = "the_chart_installs_onto_real_nodes_and_serves_tenants";
@@ -391,6 +503,7 @@ async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Resu
     let adopted = platform.add_adopted_tenant("team-b").await?;
     kubectl_reaches_containers_through_vn_agent(&adopted, &nodes).await?;
     a_tenant_pod_resolves_its_service_through_vc_dns(&platform, &adopted).await?;
+    tenant_pods_cannot_reach_the_platforms_dns_or_admin_ports(&platform, &adopted).await?;
 
     let native = platform.add_native_tenant("team-a").await?;
     kubectl_reaches_containers_through_vn_agent(&native, &nodes).await?;
