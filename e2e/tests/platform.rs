@@ -808,6 +808,41 @@ async fn images_of(platform: &Platform) -> anyhow::Result<Vec<String>> {
     Ok(images)
 }
 
+/// What a watcher of the release's workloads saw while it rolled: the fewest vc-dns pods ready and the
+/// most vn-agent pods unavailable at any one time.
+#[derive(Debug, Default)]
+struct Roll {
+    fewest_dns_ready: Option<i32>,
+    most_vn_agents_unavailable: i32,
+}
+
+/// Samples the release's vc-dns Deployment and vn-agent DaemonSet every 200 ms until `stop`.
+fn watch_roll(
+    client: kube::Client,
+    namespace: String,
+    fullname: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Roll> {
+    tokio::spawn(async move {
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), &namespace);
+        let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client, &namespace);
+        let mut roll = Roll::default();
+        while !*stop.borrow() {
+            if let Ok(dns) = deployments.get(&format!("{fullname}-dns")).await {
+                let ready = dns.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                roll.fewest_dns_ready = Some(roll.fewest_dns_ready.map_or(ready, |fewest| fewest.min(ready)));
+            }
+            if let Ok(agents) = daemon_sets.get(&format!("{fullname}-vn-agent")).await {
+                let unavailable = agents.status.and_then(|s| s.number_unavailable).unwrap_or(0);
+                roll.most_vn_agents_unavailable = roll.most_vn_agents_unavailable.max(unavailable);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        roll
+    })
+}
+
 /// Tenant pods' containers by pod: (name, container ID, restart count), from the super copies' status.
 async fn tenant_containers(
     super_client: &kube::Client,
@@ -838,12 +873,13 @@ async fn tenant_containers(
 }
 
 /// `helm upgrade` to a new image tag, changed values and a chart whose CRD gained a field, then `helm
-/// rollback`: the components roll (each Deployment and the DaemonSet one pod at a time), the tenant's
-/// containers keep running (same container IDs, no restarts), no super pod is written by the syncer
-/// (audit log), the added field reaches the cluster's CRD, and everything runs the images it should.
+/// rollback`: the components roll, the tenant's containers keep running (same container IDs, no
+/// restarts), no super pod is written by the syncer (audit log), the added field reaches the cluster's CRD,
+/// and everything runs the images it should. Then `helm uninstall` as the chart README documents it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyhow::Result<()> {
-    const TEST: &str = "helm_upgrade_and_rollback_keep_tenant_pods_running_untouched";
+async fn helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_nothing() -> anyhow::Result<()>
+{
+    const TEST: &str = "helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_nothing";
     if !require(TEST).await {
         return Ok(());
     }
@@ -878,7 +914,25 @@ async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyho
         values: json!({"syncer": {"downwardWorkers": 16}, "dns": {"tenantQps": 1000}}),
         ..Default::default()
     };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let watcher = watch_roll(
+        super_client.clone(),
+        release.namespace().to_owned(),
+        release.fullname(),
+        stopped,
+    );
     let took = release.upgrade(&upgrade).await?;
+    stop.send(true)?;
+    let roll = watcher.await?;
+    eprintln!("{TEST}: while upgrading: {roll:?}");
+    assert!(
+        roll.fewest_dns_ready.is_some_and(|ready| ready >= 1),
+        "tenant DNS kept answering: {roll:?}"
+    );
+    assert!(
+        roll.most_vn_agents_unavailable <= 1,
+        "vn-agent rolled one node at a time: {roll:?}"
+    );
     let images = images_of(&platform).await?;
     assert!(
         images
@@ -944,7 +998,115 @@ async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyho
         rewrites.len()
     );
     assert!(rewrites.is_empty(), "no super pod rewritten: {rewrites:?}");
-    platform.uninstall().await?;
+
+    uninstall_as_documented(&mut platform, "steady", &super_namespace).await
+}
+
+/// `helm uninstall` while a tenant exists is refused by the pre-delete hook (the default
+/// `uninstall.virtualClusters=refuse`): nothing is removed. Then the chart README's procedure: `helm upgrade
+/// --reuse-values --set uninstall.virtualClusters=delete`, `helm uninstall`: the tenant and every namespace
+/// it had go, the release's objects go, and nothing holds a finalizer.
+async fn uninstall_as_documented(
+    platform: &mut Platform,
+    tenant: &str,
+    super_namespace: &str,
+) -> anyhow::Result<()> {
+    let super_client = platform.super_client();
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(super_client.clone(), "default");
+    let root = vcs
+        .get(tenant)
+        .await?
+        .status
+        .and_then(|s| s.cluster_namespace)
+        .context("the tenant's root namespace")?;
+    let refused = platform.release_mut().uninstall(Duration::from_secs(300)).await;
+    let message = match refused {
+        Ok(output) => anyhow::bail!("helm uninstall went through with a tenant left: {output}"),
+        Err(error) => local_cluster::error_chain(&error),
+    };
+    assert!(message.contains("pre-delete"), "{message}");
+    assert!(
+        vcs.get_opt(tenant).await?.is_some(),
+        "the refused uninstall kept the tenant"
+    );
+    components_run_as_pods(platform).await?;
+
+    let release = platform.release();
+    release
+        .helm(
+            &[
+                "upgrade".to_owned(),
+                release.name().to_owned(),
+                local_cluster::platform::helm::chart().display().to_string(),
+                "--reuse-values".to_owned(),
+                "--set".to_owned(),
+                "uninstall.virtualClusters=delete".to_owned(),
+                "--wait".to_owned(),
+            ],
+            Duration::from_secs(360),
+        )
+        .await?;
+    let started = std::time::Instant::now();
+    platform.release_mut().uninstall(Duration::from_secs(300)).await?;
+    let took = started.elapsed();
+
+    assert!(
+        vcs.list(&Default::default()).await?.items.is_empty(),
+        "no VirtualCluster left"
+    );
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(super_client.clone());
+    for namespace in [root.as_str(), super_namespace] {
+        wait::until_true(
+            Duration::from_secs(120),
+            &format!("namespace {namespace} gone"),
+            || {
+                let namespaces = namespaces.clone();
+                async move { matches!(namespaces.get_opt(namespace).await, Ok(None)) }
+            },
+        )
+        .await?;
+    }
+    let namespace = platform.release().namespace().to_owned();
+    let mut left = Vec::new();
+    for pod in Api::<Pod>::namespaced(super_client.clone(), &namespace)
+        .list(&Default::default())
+        .await?
+        .items
+    {
+        left.push(format!("pod {}", pod.name_any()));
+    }
+    for config_map in
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(super_client.clone(), &namespace)
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|c| c.name_any() != "kube-root-ca.crt")
+    {
+        left.push(format!("configmap {}", config_map.name_any()));
+    }
+    for lease in
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(super_client.clone(), &namespace)
+            .list(&Default::default())
+            .await?
+            .items
+    {
+        left.push(format!("lease {}", lease.name_any()));
+    }
+    for secret in Api::<k8s_openapi::api::core::v1::Secret>::namespaced(super_client.clone(), &namespace)
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.name_any() != local_cluster::platform::VN_AGENT_TLS_SECRET)
+    {
+        left.push(format!("secret {}", secret.name_any()));
+    }
+    eprintln!(
+        "helm uninstall (tenants deleted by the hook) took {:.1} s; left in {namespace}: {left:?}",
+        took.as_secs_f64()
+    );
+    assert!(left.is_empty(), "the release left {left:?}");
     Ok(())
 }
 
