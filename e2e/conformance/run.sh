@@ -57,6 +57,8 @@ case "$tenant_kind" in
   adopted) tenant_args=(--tenant conformance) ;;
   *) echo "run.sh: --tenant takes native or adopted" >&2; exit 2 ;;
 esac
+# A plain run needs no tenant: the sandbox starts none (and is up sooner).
+[ "$only" = plain ] && tenant_args=(--tenants 0)
 if [ -n "$passed_in" ]; then
   [ -s "$passed_in" ] || { echo "run.sh: --passed-in must name ginkgo's JSON report of a plain run" >&2; exit 2; }
   passed_in="$(realpath "$passed_in")"

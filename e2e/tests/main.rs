@@ -25,6 +25,7 @@ mod kubectl_vc;
 mod native_tenants;
 mod pause;
 mod platform;
+mod pod_finalizers;
 mod pod_updates;
 mod real_nodes;
 mod sandbox;
