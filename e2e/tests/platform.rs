@@ -1024,7 +1024,23 @@ async fn uninstall_as_documented(
         Ok(output) => anyhow::bail!("helm uninstall went through with a tenant left: {output}"),
         Err(error) => local_cluster::error_chain(&error),
     };
-    assert!(message.contains("pre-delete"), "{message}");
+    assert!(message.contains("uninstall-prepare"), "{message}");
+    // What helm prints is only that the hook's Job failed; its log says why, naming the tenant.
+    let pods: Api<Pod> = Api::namespaced(super_client.clone(), "vc-system");
+    let hook_pods = pods
+        .list(&kube::api::ListParams::default().labels("job-name=vc-virtualcluster-uninstall-prepare"))
+        .await?;
+    let mut said = String::new();
+    for pod in hook_pods.items {
+        said += &pods
+            .logs(&pod.name_any(), &Default::default())
+            .await
+            .unwrap_or_default();
+    }
+    assert!(
+        said.contains(&format!("default/{tenant}")),
+        "the refusing hook names the tenant: {said}"
+    );
     assert!(
         vcs.get_opt(tenant).await?.is_some(),
         "the refused uninstall kept the tenant"

@@ -115,6 +115,7 @@ impl Platform {
             nodes: options.nodes,
             real_nodes: true,
             network_policies: true,
+            install_crds: false,
             super_audit: options.audit,
             tenant_kubelet_ca: Some(vn_agent_ca.cert_pem().to_owned()),
             ..TenancyOptions::default()
