@@ -1279,6 +1279,14 @@ async fn the_chart_installs_with_each_ci_values_file() -> anyhow::Result<()> {
             // would spread a tenant's kubelet calls over every node's agent, each serving its own node's
             // pods only, so the test leaves vNodes on the nodes' addresses.
             local_cluster::platform::helm::merge(&mut values, &json!({"syncer": {"vnAgentService": ""}}));
+            // Its client certificate comes from the Secret it names (made above), not from host files: the
+            // chart refuses both at once.
+            if let Some(kubelet) = values
+                .pointer_mut("/vnAgent/kubelet")
+                .and_then(|k| k.as_object_mut())
+            {
+                kubelet.remove("clientCertificate");
+            }
         }
         let options = local_cluster::platform::ReleaseOptions {
             values_files: vec![file.clone()],
