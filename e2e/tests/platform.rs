@@ -59,6 +59,21 @@ pub(crate) async fn require(test: &str) -> bool {
 /// Every component of `platform`'s release runs as pods on the real nodes: vn-agent one per node on the
 /// host network, the others Ready.
 async fn components_run_as_pods(platform: &Platform) -> anyhow::Result<()> {
+    // `helm --wait` counts a DaemonSet ready with maxUnavailable pods still starting, so this waits a
+    // little for the rest.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        match components_run_as_pods_now(platform).await {
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("not yet: {error:#}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn components_run_as_pods_now(platform: &Platform) -> anyhow::Result<()> {
     let release = platform.release();
     let nodes = platform.tenancy().nodes.names();
     for component in ["vc-manager", "syncer", "dns", "vn-agent"] {
@@ -86,8 +101,8 @@ async fn components_run_as_pods(platform: &Platform) -> anyhow::Result<()> {
             on.sort();
             let mut all = nodes.clone();
             all.sort();
-            assert_eq!(on, all, "one vn-agent pod per node");
-            assert!(
+            anyhow::ensure!(on == all, "one vn-agent pod per node: {on:?}");
+            anyhow::ensure!(
                 pods.iter()
                     .all(|p| p.spec.as_ref().and_then(|s| s.host_network) == Some(true)),
                 "vn-agent runs on the host network"
@@ -796,7 +811,20 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
 }
 
 /// The images the release's pods run, by pod.
-async fn images_of(platform: &Platform) -> anyhow::Result<Vec<String>> {
+/// The images the release's pods run, once every one of them ends with `tag` (or after 90 s, for the
+/// caller's assertion to show).
+async fn images_of(platform: &Platform, tag: &str) -> anyhow::Result<Vec<String>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let images = images_now(platform).await?;
+        if images.iter().all(|i| i.ends_with(tag)) || std::time::Instant::now() > deadline {
+            return Ok(images);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn images_now(platform: &Platform) -> anyhow::Result<Vec<String>> {
     let mut images = Vec::new();
     for component in ["vc-manager", "syncer", "dns", "vn-agent"] {
         for pod in platform.release().pods(component).await? {
@@ -933,7 +961,7 @@ async fn helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_no
         roll.most_vn_agents_unavailable <= 1,
         "vn-agent rolled one node at a time: {roll:?}"
     );
-    let images = images_of(&platform).await?;
+    let images = images_of(&platform, &local_cluster::platform::images::upgrade_tag()).await?;
     assert!(
         images
             .iter()
@@ -958,11 +986,10 @@ async fn helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_no
     burst_running(&tenant, 6, Duration::from_secs(60)).await?;
 
     let rolled_back = release.rollback(None, Duration::from_secs(300)).await?;
-    let images = images_of(&platform).await?;
+    let first_tag = format!(":{}", local_cluster::platform::TAG);
+    let images = images_of(&platform, &first_tag).await?;
     assert!(
-        images
-            .iter()
-            .all(|i| i.ends_with(&format!(":{}", local_cluster::platform::TAG))),
+        images.iter().all(|i| i.ends_with(&first_tag)),
         "every component runs the first tag again: {images:?}"
     );
     let after_rollback = tenant_containers(&super_client, &super_namespace).await?;

@@ -206,7 +206,12 @@ impl Release {
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(Error::kube(format!("listing the {component} pods")))?;
-        Ok(pods.items)
+        // Pods on their way out (a finished roll's old ones) are not the release's any more.
+        Ok(pods
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect())
     }
 
     async fn helm_with_values(&self, verb: &str, options: &ReleaseOptions) -> Result<String> {
