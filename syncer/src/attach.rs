@@ -28,6 +28,7 @@ use kube::{
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::{
+    error::chain as error_chain,
     backoff::Backoff,
     clients::{ClientTimeouts, config_from_kubeconfig_yaml},
     limits::{ResponseBudget, ResponseLimits},
@@ -475,17 +476,6 @@ async fn pin_identity(ctx: &Context, vc: &VirtualCluster, found: &str) -> Result
             ),
         )),
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn fingerprint(text: &str) -> String {

@@ -26,10 +26,9 @@ use k8s_openapi::{
 use crate::{
     component::{Component, main_container},
     container_flags::{flag_value, set_flag},
-    secret_names::{
-        SECRET_APISERVER, SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_ETCD_SERVER, SECRET_ROOT_CA,
-        SECRET_SERVICE_ACCOUNT,
-    },
+};
+use tenant_pki::names::{
+    SECRET_APISERVER, SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_ETCD_SERVER, SECRET_ROOT_CA, SECRET_SERVICE_ACCOUNT,
 };
 use crds::wellknown::SECRET_KUBELET_CLIENT;
 

@@ -221,25 +221,12 @@ async fn serve(
             );
             Refusal::new(
                 StatusCode::BAD_GATEWAY,
-                format!("{error}: {}", source_text(&error)),
+                vc_runtime::error::chain(&error),
             )
             .into_response()
         }
     };
     (key, response)
-}
-
-fn source_text(error: &crate::Error) -> String {
-    let mut text = String::new();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 enum Failure {

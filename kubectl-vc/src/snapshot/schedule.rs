@@ -44,7 +44,7 @@ use crate::{
 };
 
 /// The scheduler's field manager for `status.snapshots`, and the controller its Events name.
-pub const FIELD_MANAGER: &str = "vc-snapshots";
+pub use crds::wellknown::FIELD_MANAGER_SNAPSHOTS as FIELD_MANAGER;
 /// A requested time further ahead than this is refused (a far-future time would stay "newer than the last
 /// snapshot" forever and ask for one every gap).
 const REQUEST_CLOCK_SKEW: Duration = Duration::from_secs(60);
