@@ -408,43 +408,56 @@ mod tests {
         assert_eq!(Owner::check(&wrong), Err(Disowned::Elsewhere));
     }
 
-    /// Many generated annotations and places (a fixed seed: the same cases every run), of characters that
-    /// names are and are not made of.
-    #[test]
-    fn the_owner_rule_holds_for_generated_objects() {
-        let mut state: u64 = 0x5eed_0f_0a11;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        const CHARS: &[u8] = b"ab-0x.A/";
-        let word = |next: &mut dyn FnMut() -> u64| -> String {
-            let len = (next() % 9) as usize;
-            (0..len).map(|_| CHARS[(next() % CHARS.len() as u64) as usize] as char).collect()
-        };
-        let mut owned = 0;
-        for _ in 0..20_000 {
-            let cluster = word(&mut next);
-            let tenant_namespace = word(&mut next);
+    /// Names made of the characters names are and are not made of, half of them DNS labels.
+    fn name() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::prop_oneof!["[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", "[ab0x.A/-]{0,9}", "[a-z]{55,70}",]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// Generated objects: wherever they sit and whatever they claim, the rule agrees with its plain
+        /// statement, and an object it gives to a tenant sits in that tenant's super namespace and is no
+        /// other tenant's.
+        #[test]
+        fn the_owner_rule_holds_for_generated_objects(
+            cluster in name(),
+            tenant_namespace in name(),
+            other_cluster in name(),
+            elsewhere in name(),
+            mapped in proptest::bool::ANY,
+            namespaced in proptest::bool::ANY,
+            root in proptest::bool::ANY,
+            uid in proptest::option::of("[a-z0-9-]{0,8}"),
+        ) {
             // Half the objects sit where their annotations map to, the rest anywhere.
-            let place = match next() % 2 {
-                0 => super_namespace(&cluster, &tenant_namespace),
-                _ => word(&mut next),
+            let place = match mapped {
+                true => super_namespace(&cluster, &tenant_namespace),
+                false => elsewhere,
             };
-            let annotations = [
+            let mut annotations = vec![
                 (ANNOTATION_CLUSTER, cluster.as_str()),
                 (ANNOTATION_NAMESPACE, tenant_namespace.as_str()),
-                (ANNOTATION_UID, "u1"),
             ];
-            let namespaced = next() % 2 == 0;
+            annotations.extend(uid.as_deref().map(|u| (ANNOTATION_UID, u)));
+            if root {
+                annotations.push((ANNOTATION_ROOT_NAMESPACE, "true"));
+            }
             let meta = match namespaced {
                 true => super_object(Some(&place), "web", &annotations),
                 false => super_object(None, &place, &annotations),
             };
-            owned += usize::from(check_against_the_plain_rule(&meta));
+            let owned = check_against_the_plain_rule(&meta);
+            proptest::prop_assert_eq!(belongs_to(&meta, &cluster), owned);
+            if other_cluster != cluster {
+                proptest::prop_assert!(!belongs_to(&meta, &other_cluster));
+            }
+            // What a tenant writes where it maps to is that tenant's, once its names are names.
+            if mapped && !(root && !namespaced)
+                && naming::is_dns_label(&cluster) && naming::is_dns_label(&tenant_namespace)
+            {
+                proptest::prop_assert!(owned, "{:?}", meta);
+            }
         }
-        assert!(owned > 100, "{owned}");
     }
 }

@@ -234,17 +234,14 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(path)
 }
 
-/// `kubectl vc snapshot create`: into a folder here, or (`--to pvc/<claim>`) by the platform's snapshot
-/// scheduler serving that store.
+/// `kubectl vc snapshot create` into a folder here (`--to pvc/<claim>` is [`super::schedule::request`]'s,
+/// chosen by [`super::command`]).
 pub async fn command(
     client: &Client,
     namespace: &str,
     args: &SnapshotCreateArgs,
     io: &mut Streams<'_>,
 ) -> Result<()> {
-    if let Some(store) = super::schedule::store_of(&args.to) {
-        return super::schedule::request(client, namespace, args, &store, io).await;
-    }
     let vc_ref = format!("{namespace}/{}", args.name);
     let report = take(client, namespace, &args.name, &args.to, io).await?;
     match args.output.output {

@@ -85,7 +85,11 @@ pub async fn command(
     interrupt: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     match command {
-        SnapshotCommand::Create(args) => create::command(client, namespace, args, io).await,
+        // `--to pvc/<claim>` asks the platform's snapshot scheduler serving that store.
+        SnapshotCommand::Create(args) => match schedule::store_of(&args.to) {
+            Some(store) => schedule::request(client, namespace, args, &store, io).await,
+            None => create::command(client, namespace, args, io).await,
+        },
         SnapshotCommand::Restore(args) => restore::command(client, namespace, args, io).await,
         SnapshotCommand::List(args) => list(args, io),
         SnapshotCommand::Prune(args) => prune(args, io),

@@ -32,10 +32,10 @@ use kube::{
 use crate::{
     context::Context,
     error::{Error, Result, on_super, on_tenant},
-    metrics::UsageLabels,
     queue::TenantId,
     tenant::Tenant,
 };
+use metrics::UsageLabels;
 use figures::{Consumption, Holdings, MetricsText, RequestCounter, Summary};
 
 /// How long one node's summary or one tenant's `/metrics` may take.
