@@ -76,10 +76,7 @@ mod tests {
             .each_label()
             .map(|(k, v)| (k.into_owned(), v.to_owned()))
             .collect();
-        assert_eq!(
-            labels,
-            [("a".into(), "1".into()), ("b".into(), "2".into())]
-        );
+        assert_eq!(labels, [("a".into(), "1".into()), ("b".into(), "2".into())]);
         assert_eq!(meta.each_annotation().count(), 0);
     }
 }

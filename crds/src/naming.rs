@@ -246,15 +246,27 @@ mod tests {
     #[test]
     fn super_namespaces_are_recognised_with_and_without_shortening() {
         let long = "n".repeat(60);
-        for (cluster, tenant) in [("team-abc123-vc", "shop"), ("team-abc123-vc", long.as_str()), ("k", "")] {
+        for (cluster, tenant) in [
+            ("team-abc123-vc", "shop"),
+            ("team-abc123-vc", long.as_str()),
+            ("k", ""),
+        ] {
             let name = super_namespace(cluster, tenant);
             assert!(is_super_namespace(&name, cluster, tenant), "{cluster} {tenant}");
             assert!(!is_super_namespace(&format!("{name}x"), cluster, tenant));
             assert!(!is_super_namespace(cluster, cluster, tenant));
         }
         // A tenant namespace whose name begins with `-`-joined parts of another's is no match.
-        assert!(!is_super_namespace("team-abc123-vc-shop", "team-abc123", "vc-shop-x"));
-        assert!(is_super_namespace("team-abc123-vc-shop", "team-abc123", "vc-shop"));
+        assert!(!is_super_namespace(
+            "team-abc123-vc-shop",
+            "team-abc123",
+            "vc-shop-x"
+        ));
+        assert!(is_super_namespace(
+            "team-abc123-vc-shop",
+            "team-abc123",
+            "vc-shop"
+        ));
     }
 
     #[test]

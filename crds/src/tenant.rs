@@ -14,8 +14,8 @@ use crate::{
     meta::Tagged,
     naming::{self, cluster_key_of, super_namespace},
     wellknown::{
-        ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE, ANNOTATION_UID, ANNOTATION_VC_NAME,
-        ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID,
+        ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE, ANNOTATION_UID,
+        ANNOTATION_VC_NAME, ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID,
     },
 };
 
@@ -158,7 +158,9 @@ impl<'a> Owner<'a> {
         let cluster = present(ANNOTATION_CLUSTER).ok_or(Disowned::NoCluster)?;
         let place = match meta.object_namespace() {
             Some(namespace) => namespace,
-            None if meta.annotation(ANNOTATION_ROOT_NAMESPACE).is_some() => return Err(Disowned::RootNamespace),
+            None if meta.annotation(ANNOTATION_ROOT_NAMESPACE).is_some() => {
+                return Err(Disowned::RootNamespace);
+            }
             None => meta.object_name().unwrap_or_default(),
         };
         let tenant_namespace = present(ANNOTATION_NAMESPACE).ok_or(Disowned::NoTenantNamespace)?;
@@ -319,36 +321,52 @@ mod tests {
         if place != super_namespace(&cluster, &tenant_namespace) {
             return Err(Disowned::Elsewhere);
         }
-        Ok((cluster, tenant_namespace, annotation(ANNOTATION_UID).filter(|u| !u.is_empty())))
+        Ok((
+            cluster,
+            tenant_namespace,
+            annotation(ANNOTATION_UID).filter(|u| !u.is_empty()),
+        ))
     }
 
     fn check_against_the_plain_rule(meta: &ObjectMeta) -> bool {
         let found = Owner::check(meta);
         let plain = expected(meta);
         assert_eq!(
-            found.map(|o| (o.cluster.to_owned(), o.tenant_namespace.to_owned(), o.tenant_uid.map(str::to_owned))),
+            found.map(|o| (
+                o.cluster.to_owned(),
+                o.tenant_namespace.to_owned(),
+                o.tenant_uid.map(str::to_owned)
+            )),
             plain,
             "{meta:?}"
         );
         if let Ok(owner) = found {
             // Whatever it owns sits where the owner's namespace maps to, and nowhere else.
-            let place = meta.namespace.as_deref().or(meta.name.as_deref()).unwrap_or_default();
+            let place = meta
+                .namespace
+                .as_deref()
+                .or(meta.name.as_deref())
+                .unwrap_or_default();
             assert_eq!(super_namespace(owner.cluster, owner.tenant_namespace), place);
             assert!(owner.serves(owner.cluster, owner.tenant_namespace));
-            assert_eq!(owner.copy_of(owner.cluster, owner.tenant_namespace, "u1"), owner.tenant_uid == Some("u1"));
+            assert_eq!(
+                owner.copy_of(owner.cluster, owner.tenant_namespace, "u1"),
+                owner.tenant_uid == Some("u1")
+            );
         }
         found.is_ok()
     }
 
-    fn super_object(
-        namespace: Option<&str>,
-        name: &str,
-        annotations: &[(&str, &str)],
-    ) -> ObjectMeta {
+    fn super_object(namespace: Option<&str>, name: &str, annotations: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_owned()),
             namespace: namespace.map(str::to_owned),
-            annotations: Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
@@ -360,13 +378,34 @@ mod tests {
         const A: &str = "team-0b5c7f-vc";
         const B: &str = "team-0b5c7f-vc-x";
         let long = "l".repeat(60);
-        let clusters = [None, Some(""), Some(A), Some(B), Some("Team"), Some("a/b"), Some("-a")];
-        let tenant_namespaces = [None, Some(""), Some("shop"), Some("x-shop"), Some("Shop"), Some(long.as_str())];
-        let places: Vec<String> = [(A, "shop"), (B, "shop"), (A, "x-shop"), (A, long.as_str()), (B, long.as_str())]
-            .iter()
-            .map(|(c, n)| super_namespace(c, n))
-            .chain([A.to_owned(), "default".to_owned()])
-            .collect();
+        let clusters = [
+            None,
+            Some(""),
+            Some(A),
+            Some(B),
+            Some("Team"),
+            Some("a/b"),
+            Some("-a"),
+        ];
+        let tenant_namespaces = [
+            None,
+            Some(""),
+            Some("shop"),
+            Some("x-shop"),
+            Some("Shop"),
+            Some(long.as_str()),
+        ];
+        let places: Vec<String> = [
+            (A, "shop"),
+            (B, "shop"),
+            (A, "x-shop"),
+            (A, long.as_str()),
+            (B, long.as_str()),
+        ]
+        .iter()
+        .map(|(c, n)| super_namespace(c, n))
+        .chain([A.to_owned(), "default".to_owned()])
+        .collect();
         let uids = [None, Some(""), Some("u1")];
         let mut owned = 0;
         let mut cases = 0;
@@ -400,9 +439,21 @@ mod tests {
         // The collision: one super namespace, two claims; the annotations decide, and only one of them.
         let shared = super_namespace(A, "x-shop");
         assert_eq!(shared, super_namespace(B, "shop"));
-        let a = super_object(Some(&shared), "web", &[(ANNOTATION_CLUSTER, A), (ANNOTATION_NAMESPACE, "x-shop")]);
-        let b = super_object(Some(&shared), "web", &[(ANNOTATION_CLUSTER, B), (ANNOTATION_NAMESPACE, "shop")]);
-        let wrong = super_object(Some(&shared), "web", &[(ANNOTATION_CLUSTER, A), (ANNOTATION_NAMESPACE, "shop")]);
+        let a = super_object(
+            Some(&shared),
+            "web",
+            &[(ANNOTATION_CLUSTER, A), (ANNOTATION_NAMESPACE, "x-shop")],
+        );
+        let b = super_object(
+            Some(&shared),
+            "web",
+            &[(ANNOTATION_CLUSTER, B), (ANNOTATION_NAMESPACE, "shop")],
+        );
+        let wrong = super_object(
+            Some(&shared),
+            "web",
+            &[(ANNOTATION_CLUSTER, A), (ANNOTATION_NAMESPACE, "shop")],
+        );
         assert!(Owner::of(&a).is_some_and(|o| o.serves(A, "x-shop")));
         assert!(Owner::of(&b).is_some_and(|o| o.serves(B, "shop")));
         assert_eq!(Owner::check(&wrong), Err(Disowned::Elsewhere));
@@ -410,7 +461,11 @@ mod tests {
 
     /// Names made of the characters names are and are not made of, half of them DNS labels.
     fn name() -> impl proptest::strategy::Strategy<Value = String> {
-        proptest::prop_oneof!["[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", "[ab0x.A/-]{0,9}", "[a-z]{55,70}",]
+        proptest::prop_oneof![
+            "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?",
+            "[ab0x.A/-]{0,9}",
+            "[a-z]{55,70}",
+        ]
     }
 
     proptest::proptest! {

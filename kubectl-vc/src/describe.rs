@@ -581,7 +581,10 @@ mod tests {
             annotations: Some(
                 [
                     (crds::wellknown::ANNOTATION_CLUSTER.to_owned(), key.clone()),
-                    (crds::wellknown::ANNOTATION_NAMESPACE.to_owned(), tenant.to_owned()),
+                    (
+                        crds::wellknown::ANNOTATION_NAMESPACE.to_owned(),
+                        tenant.to_owned(),
+                    ),
                 ]
                 .into(),
             ),

@@ -248,7 +248,10 @@ mod tests {
             annotations: Some(
                 [
                     (crds::wellknown::ANNOTATION_CLUSTER.to_owned(), key),
-                    (crds::wellknown::ANNOTATION_NAMESPACE.to_owned(), tenant_ns.to_owned()),
+                    (
+                        crds::wellknown::ANNOTATION_NAMESPACE.to_owned(),
+                        tenant_ns.to_owned(),
+                    ),
                 ]
                 .into(),
             ),

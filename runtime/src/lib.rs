@@ -27,6 +27,5 @@ pub mod logging;
 pub mod runtime;
 pub mod shutdown;
 
-
 pub use error::Error;
 pub use runtime::{Builder, Lease, Runtime, Shutdown};

@@ -428,16 +428,17 @@ pub fn belongs_to(meta: &impl Tagged, cluster_key: &str) -> bool {
     crds::tenant::belongs_to(meta, cluster_key)
 }
 
-/// The uid of the tenant object a super object was made from, when the object is a tenant's
-/// ([`crds::Owner`]).
+/// The uid of the tenant object a super object was made from, as its annotation says. Whose the object is
+/// is decided by [`owner_cluster`] / [`belongs_to`] first; this only reads the annotation (a per-pod token
+/// Secret, found by name in its pod's super namespace, is matched to its pod by it).
 pub fn tenant_uid(meta: &impl Tagged) -> Option<&str> {
-    crds::Owner::of(meta)?.tenant_uid
+    meta.annotation(ANNOTATION_UID)
 }
 
-/// The tenant namespace of a super object (for a super namespace: the tenant namespace it mirrors), when
-/// the object is a tenant's ([`crds::Owner`]).
+/// The tenant namespace of a super object (for a super namespace: the tenant namespace it mirrors), as its
+/// annotation says; read once [`owner_cluster`] / [`belongs_to`] has decided whose the object is.
 pub fn tenant_namespace(meta: &impl Tagged) -> Option<&str> {
-    Some(crds::Owner::of(meta)?.tenant_namespace)
+    meta.annotation(ANNOTATION_NAMESPACE)
 }
 
 /// The sync hash recorded on a super object.

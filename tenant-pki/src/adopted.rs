@@ -116,21 +116,37 @@ mod tests {
 
     #[test]
     fn a_labelled_secret_gives_its_key_and_nothing_else_is_read() {
-        let (origin, yaml) = from_secret(&vc(), &secret(Some("dev"), Some(b"kind: Config")), "kc", "value")
-            .expect("read");
-        assert_eq!((origin.as_str(), yaml.as_str()), ("Secret team/kc key value", "kind: Config"));
-        let refused = from_secret(&vc(), &secret(Some("other"), Some(b"x")), "kc", "value").expect_err("refused");
-        assert_eq!(refused.reason(), crds::wellknown::REASON_KUBECONFIG_SECRET_REFUSED);
+        let (origin, yaml) =
+            from_secret(&vc(), &secret(Some("dev"), Some(b"kind: Config")), "kc", "value").expect("read");
+        assert_eq!(
+            (origin.as_str(), yaml.as_str()),
+            ("Secret team/kc key value", "kind: Config")
+        );
+        let refused =
+            from_secret(&vc(), &secret(Some("other"), Some(b"x")), "kc", "value").expect_err("refused");
+        assert_eq!(
+            refused.reason(),
+            crds::wellknown::REASON_KUBECONFIG_SECRET_REFUSED
+        );
         let missing = from_secret(&vc(), &secret(Some("dev"), None), "kc", "value").expect_err("no key");
-        assert_eq!(missing.to_string(), "kubeconfig Secret team/kc has no key \"value\"");
-        let binary = from_secret(&vc(), &secret(Some("dev"), Some(&[0xff, 0xfe])), "kc", "value")
-            .expect_err("binary");
-        assert_eq!(binary.to_string(), "kubeconfig from Secret team/kc key value cannot be used: not UTF-8 text");
+        assert_eq!(
+            missing.to_string(),
+            "kubeconfig Secret team/kc has no key \"value\""
+        );
+        let binary =
+            from_secret(&vc(), &secret(Some("dev"), Some(&[0xff, 0xfe])), "kc", "value").expect_err("binary");
+        assert_eq!(
+            binary.to_string(),
+            "kubeconfig from Secret team/kc key value cannot be used: not UTF-8 text"
+        );
     }
 
     #[test]
     fn the_inline_annotation_is_base64_of_utf8_and_errors_quote_nothing() {
-        assert_eq!(decode_inline(&STANDARD.encode("kind: Config"), "here").expect("decoded"), "kind: Config");
+        assert_eq!(
+            decode_inline(&STANDARD.encode("kind: Config"), "here").expect("decoded"),
+            "kind: Config"
+        );
         let bad = decode_inline("secret-bytes!!", "here").expect_err("not base64");
         assert!(!bad.to_string().contains("secret-bytes"), "{bad}");
         assert_eq!(bad.reason(), "KubeconfigInvalid");

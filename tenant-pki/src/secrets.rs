@@ -269,7 +269,11 @@ impl Planner<'_> {
                     ),
                     Err(error) => {
                         // A CA whose subject we cannot reproduce is kept until it expires.
-                        tracing::warn!(secret = name, error = &error as &dyn std::error::Error, "cannot renew certificate authority; keeping it");
+                        tracing::warn!(
+                            secret = name,
+                            error = &error as &dyn std::error::Error,
+                            "cannot renew certificate authority; keeping it"
+                        );
                         (ca, None)
                     }
                 },

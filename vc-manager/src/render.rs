@@ -188,9 +188,7 @@ pub fn secret_checksum(secret: &Secret) -> String {
 /// a one-replica apiserver for a renewal would drop every client's connection. Everything else counts.
 pub fn restart_checksum(secret: &Secret, delivery: Delivery) -> String {
     let reloaded = delivery == Delivery::Files && secrets::reloaded_in_place(&secret.name_any());
-    checksum_of(secret, |key| {
-        !(reloaded && secrets::is_certificate_or_key(key))
-    })
+    checksum_of(secret, |key| !(reloaded && secrets::is_certificate_or_key(key)))
 }
 
 fn checksum_of(secret: &Secret, counts: impl Fn(&str) -> bool) -> String {

@@ -7,8 +7,8 @@ use crds::wellknown::{CONDITION_PAUSED, CONDITION_READY};
 use serde_json::{Value, json};
 
 use super::*;
-use tenant_pki::secrets::Scope;
 use crate::{component::Component, virtual_cluster::reconcile};
+use tenant_pki::secrets::Scope;
 
 fn sts_path(name: &str) -> String {
     format!("/apis/apps/v1/namespaces/{}/statefulsets/{name}", root())
