@@ -72,7 +72,7 @@ pub struct StatefulSetSvcBundle {
 pub struct ClusterVersionStatus {
     /// VirtualClusters provisioned from this ClusterVersion. While any remain it cannot be deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "schema::object_references")]
+    #[schemars(schema_with = "schema::object_references::<VirtualClusterRef>")]
     pub virtual_clusters: Vec<VirtualClusterRef>,
     /// Number of VirtualClusters using this ClusterVersion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
