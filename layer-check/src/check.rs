@@ -2,10 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{
-    rules::Rules,
-    workspace::Crate,
-};
+use crate::{rules::Rules, workspace::Crate};
 
 /// Every breach of `rules` by `crates`; empty when the workspace is as the document says.
 pub fn check(crates: &[Crate], rules: &Rules) -> Vec<String> {
@@ -22,10 +19,16 @@ pub fn check(crates: &[Crate], rules: &Rules) -> Vec<String> {
             breaches.extend(layering(krate, layers));
         }
     }
-    let named = rules.layers.iter().map(|(name, _)| name).chain(rules.circles.iter().map(|(name, _)| name));
+    let named = rules
+        .layers
+        .iter()
+        .map(|(name, _)| name)
+        .chain(rules.circles.iter().map(|(name, _)| name));
     for name in named {
         if !crates.iter().any(|c| &c.package == name) {
-            breaches.push(format!("docs/architecture.md names crate {name}, which the workspace does not have"));
+            breaches.push(format!(
+                "docs/architecture.md names crate {name}, which the workspace does not have"
+            ));
         }
     }
     breaches
@@ -61,7 +64,9 @@ fn layer_of(module: &str, layers: &[Vec<String>]) -> Option<usize> {
     for (index, group) in layers.iter().enumerate() {
         for entry in group {
             let entry = if entry == "lib" { "" } else { entry.as_str() };
-            let covers = module == entry || entry.is_empty() && module.is_empty() || (!entry.is_empty() && module.starts_with(&format!("{entry}::")));
+            let covers = module == entry
+                || entry.is_empty() && module.is_empty()
+                || (!entry.is_empty() && module.starts_with(&format!("{entry}::")));
             if covers && best.is_none_or(|(length, _)| entry.len() > length) {
                 best = Some((entry.len(), index));
             }
@@ -120,7 +125,8 @@ fn shown(module: &str) -> &str {
 
 /// Circles of modules (strongly connected components of two or more), but those within a known circle.
 fn circles(krate: &Crate, allowed: &BTreeSet<&str>) -> Vec<String> {
-    let mut graph: BTreeMap<&str, Vec<&str>> = krate.modules.keys().map(|m| (m.as_str(), Vec::new())).collect();
+    let mut graph: BTreeMap<&str, Vec<&str>> =
+        krate.modules.keys().map(|m| (m.as_str(), Vec::new())).collect();
     for (from, to) in krate.arrows.keys().filter(|(from, to)| !nested(from, to)) {
         graph.entry(from.as_str()).or_default().push(to.as_str());
     }
@@ -131,7 +137,11 @@ fn circles(krate: &Crate, allowed: &BTreeSet<&str>) -> Vec<String> {
             continue;
         }
         in_circles.extend(component.iter().copied());
-        let outside: Vec<&str> = component.iter().copied().filter(|m| !allowed.contains(shown(m))).collect();
+        let outside: Vec<&str> = component
+            .iter()
+            .copied()
+            .filter(|m| !allowed.contains(shown(m)))
+            .collect();
         if outside.is_empty() {
             continue;
         }
@@ -228,7 +238,11 @@ mod tests {
         let mut modules: BTreeMap<Module, PathBuf> = BTreeMap::new();
         for (from, to) in arrows {
             for m in [from, to] {
-                let module = if *m == "lib" { String::new() } else { (*m).to_owned() };
+                let module = if *m == "lib" {
+                    String::new()
+                } else {
+                    (*m).to_owned()
+                };
                 modules.insert(module, PathBuf::from(format!("{m}.rs")));
             }
         }
@@ -254,19 +268,40 @@ mod tests {
 
     #[test]
     fn a_circle_is_found_with_what_ties_it() {
-        let krate = krate("k", &[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("lib", "a")], &[]);
+        let krate = krate(
+            "k",
+            &[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("lib", "a")],
+            &[],
+        );
         let breaches = check(&[krate], &rules("crates: k"));
         assert_eq!(breaches.len(), 1, "{breaches:?}");
-        assert!(breaches[0].contains("circle of 3 modules (a, b, c)"), "{}", breaches[0]);
+        assert!(
+            breaches[0].contains("circle of 3 modules (a, b, c)"),
+            "{}",
+            breaches[0]
+        );
         assert!(breaches[0].contains("c -> a (c.rs:1)"), "{}", breaches[0]);
     }
 
     #[test]
     fn a_folder_and_its_files_make_no_circle_but_siblings_do() {
-        let krate = krate("k", &[("pod", "pod::down"), ("pod::down", "pod"), ("pod::down", "pod::ephemeral"), ("pod::ephemeral", "pod::down")], &[]);
+        let krate = krate(
+            "k",
+            &[
+                ("pod", "pod::down"),
+                ("pod::down", "pod"),
+                ("pod::down", "pod::ephemeral"),
+                ("pod::ephemeral", "pod::down"),
+            ],
+            &[],
+        );
         let breaches = check(&[krate], &rules("crates: k"));
         assert_eq!(breaches.len(), 1, "{breaches:?}");
-        assert!(breaches[0].contains("circle of 2 modules (pod::down, pod::ephemeral)"), "{}", breaches[0]);
+        assert!(
+            breaches[0].contains("circle of 2 modules (pod::down, pod::ephemeral)"),
+            "{}",
+            breaches[0]
+        );
     }
 
     #[test]
@@ -275,7 +310,10 @@ mod tests {
         assert!(check(&[two], &rules("crates: k\ncircle k: a b")).is_empty());
         let grown = krate("k", &[("a", "b"), ("b", "c"), ("c", "a")], &[]);
         let breaches = check(&[grown], &rules("crates: k\ncircle k: a b"));
-        assert!(breaches.len() == 1 && breaches[0].contains("not a known circle: c"), "{breaches:?}");
+        assert!(
+            breaches.len() == 1 && breaches[0].contains("not a known circle: c"),
+            "{breaches:?}"
+        );
         let broken = krate("k", &[("a", "b")], &[]);
         let breaches = check(&[broken], &rules("crates: k\ncircle k: a b"));
         assert_eq!(breaches.len(), 2, "{breaches:?}");
@@ -284,14 +322,42 @@ mod tests {
 
     #[test]
     fn an_import_against_the_layers_or_a_module_on_none_is_a_breach() {
-        let krate = krate("k", &[("lib", "server"), ("server", "index"), ("index", "error"), ("error", "server"), ("index::pure", "error")], &[]);
-        let breaches = check(&[krate], &rules("crates: k\nlayers k: error < index < server lib"));
-        assert!(breaches.iter().any(|b| b.contains("error imports server, a higher layer (error.rs:1)")), "{breaches:?}");
+        let krate = krate(
+            "k",
+            &[
+                ("lib", "server"),
+                ("server", "index"),
+                ("index", "error"),
+                ("error", "server"),
+                ("index::pure", "error"),
+            ],
+            &[],
+        );
+        let breaches = check(
+            &[krate],
+            &rules("crates: k\nlayers k: error < index < server lib"),
+        );
+        assert!(
+            breaches
+                .iter()
+                .any(|b| b.contains("error imports server, a higher layer (error.rs:1)")),
+            "{breaches:?}"
+        );
         let krate = self::krate("k", &[("a", "b"), ("c", "a")], &[]);
         let breaches = check(&[krate], &rules("crates: k\nlayers k: b < a < gone"));
         assert_eq!(breaches.len(), 2, "{breaches:?}");
-        assert!(breaches.iter().any(|b| b.contains("module c of k (c.rs) is on no layer")), "{breaches:?}");
-        assert!(breaches.iter().any(|b| b.contains("module gone of k on a layer, but it has none")), "{breaches:?}");
+        assert!(
+            breaches
+                .iter()
+                .any(|b| b.contains("module c of k (c.rs) is on no layer")),
+            "{breaches:?}"
+        );
+        assert!(
+            breaches
+                .iter()
+                .any(|b| b.contains("module gone of k on a layer, but it has none")),
+            "{breaches:?}"
+        );
     }
 
     #[test]
@@ -303,9 +369,15 @@ mod tests {
             krate("kubectl-vc", &[], &["vc-manager"]),
             krate("stray", &[], &[]),
         ];
-        let breaches = check(&crates, &rules("crates: crds < tenant-pki < vc-manager kubectl-vc"));
+        let breaches = check(
+            &crates,
+            &rules("crates: crds < tenant-pki < vc-manager kubectl-vc"),
+        );
         assert_eq!(breaches.len(), 2, "{breaches:?}");
-        assert!(breaches[0].contains("kubectl-vc depends on vc-manager"), "{breaches:?}");
+        assert!(
+            breaches[0].contains("kubectl-vc depends on vc-manager"),
+            "{breaches:?}"
+        );
         assert!(breaches[1].contains("stray is in no group"), "{breaches:?}");
     }
 }

@@ -24,7 +24,10 @@ pub fn imports(code: &str) -> Vec<Import> {
         for path in use_tree(&code[start + 3..end]) {
             found.push(Import { path, line, reexport });
         }
-        let blanked: String = code[start..end].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+        let blanked: String = code[start..end]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
         rest.replace_range(start..end, &blanked);
     }
     found.extend(inline_paths(&rest));
@@ -50,7 +53,8 @@ fn use_statements(code: &str) -> Vec<(usize, usize, bool)> {
         }
         // A declaration follows `;`, a brace, an attribute, or a visibility.
         let head = code[..start].trim_end();
-        let reexport = head.ends_with("pub") || (head.ends_with(')') && head.rfind("pub(").is_some_and(|p| !head[p..].contains('\n')));
+        let reexport = head.ends_with("pub")
+            || (head.ends_with(')') && head.rfind("pub(").is_some_and(|p| !head[p..].contains('\n')));
         let declared = head.is_empty() || head.ends_with([';', '{', '}', ']']) || reexport;
         if !declared {
             continue;
@@ -226,21 +230,46 @@ mod tests {
     fn use_trees_are_expanded_to_their_leaves() {
         for (tree, leaves) in [
             ("crate::a::B", vec!["crate::a::B"]),
-            ("crate::{a::{self, B}, c::*}", vec!["crate::a", "crate::a::B", "crate::c"]),
-            ("super::{convert::{self, X as Y}, down::z}", vec!["super::convert", "super::convert::X", "super::down::z"]),
-            ("std::{collections::BTreeMap, sync::Arc}", vec!["std::collections::BTreeMap", "std::sync::Arc"]),
+            (
+                "crate::{a::{self, B}, c::*}",
+                vec!["crate::a", "crate::a::B", "crate::c"],
+            ),
+            (
+                "super::{convert::{self, X as Y}, down::z}",
+                vec!["super::convert", "super::convert::X", "super::down::z"],
+            ),
+            (
+                "std::{collections::BTreeMap, sync::Arc}",
+                vec!["std::collections::BTreeMap", "std::sync::Arc"],
+            ),
             ("figures::{A, B,}", vec!["figures::A", "figures::B"]),
             ("self::a::b", vec!["self::a::b"]),
         ] {
-            assert_eq!(use_tree(tree).iter().map(|p| p.join("::")).collect::<Vec<_>>(), leaves, "{tree}");
+            assert_eq!(
+                use_tree(tree).iter().map(|p| p.join("::")).collect::<Vec<_>>(),
+                leaves,
+                "{tree}"
+            );
         }
     }
 
     #[test]
     fn declarations_re_exports_and_inline_paths_are_found() {
         let code = "use crate::a;\npub use crate::b::C;\npub(crate) use super::d;\nstruct S { g: crate::e::G, h: super::super::f::H }\nmacro_rules! m { () => { $crate::x::y } }\nfn f() { let used = 1; }\n";
-        assert_eq!(paths(code), ["crate::a", "crate::b::C", "super::d", "crate::e::G", "super::super::f::H"]);
+        assert_eq!(
+            paths(code),
+            [
+                "crate::a",
+                "crate::b::C",
+                "super::d",
+                "crate::e::G",
+                "super::super::f::H"
+            ]
+        );
         let found = imports(code);
-        assert_eq!(found.iter().map(|i| (i.line, i.reexport)).collect::<Vec<_>>(), [(1, false), (2, true), (3, true), (4, false), (4, false)]);
+        assert_eq!(
+            found.iter().map(|i| (i.line, i.reexport)).collect::<Vec<_>>(),
+            [(1, false), (2, true), (3, true), (4, false), (4, false)]
+        );
     }
 }

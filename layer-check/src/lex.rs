@@ -134,13 +134,22 @@ fn without_test_modules(code: &str) -> String {
     let mut from = 0;
     while let Some(found) = out[from..].find("#[cfg(") {
         let start = from + found;
-        let Some(close) = out[start..].find(']') else { break };
+        let Some(close) = out[start..].find(']') else {
+            break;
+        };
         let attribute = &out[start..start + close];
         let rest = out[start + close + 1..].trim_start();
         let is_test = attribute.contains("test");
-        let is_mod_block = rest.starts_with("mod ") && rest.find('{').is_some_and(|b| rest.find(';').is_none_or(|s| b < s));
+        let is_mod_block = rest.starts_with("mod ")
+            && rest
+                .find('{')
+                .is_some_and(|b| rest.find(';').is_none_or(|s| b < s));
         if is_test && is_mod_block {
-            let open = start + close + 1 + (out[start + close + 1..].len() - rest.len()) + rest.find('{').unwrap_or(0);
+            let open = start
+                + close
+                + 1
+                + (out[start + close + 1..].len() - rest.len())
+                + rest.find('{').unwrap_or(0);
             let mut depth = 0usize;
             let mut end = out.len();
             for (offset, c) in out[open..].char_indices() {
@@ -190,7 +199,10 @@ use crate::n;
         for kept in ["crate::a", "crate::k::f", "crate::n", "'a str"] {
             assert!(code.contains(kept), "{kept} lost:\n{code}");
         }
-        for gone in ["crate::b", "crate::c", "crate::d", "crate::e", "crate::f", "crate::g", "crate::h", "crate::i", "crate::j", "crate::l", "crate::m"] {
+        for gone in [
+            "crate::b", "crate::c", "crate::d", "crate::e", "crate::f", "crate::g", "crate::h", "crate::i",
+            "crate::j", "crate::l", "crate::m",
+        ] {
             assert!(!code.contains(gone), "{gone} kept:\n{code}");
         }
         assert_eq!(code.lines().count(), source.lines().count());

@@ -52,7 +52,12 @@ pub fn parse(document: &str) -> Result<Rules> {
             )),
             _ => return Err(bad("expected `crates:`, `layers <crate>:` or `circle <crate>:`")),
         }
-        if rules.crates.iter().chain(rules.layers.iter().flat_map(|(_, l)| l)).any(Vec::is_empty) {
+        if rules
+            .crates
+            .iter()
+            .chain(rules.layers.iter().flat_map(|(_, l)| l))
+            .any(Vec::is_empty)
+        {
             return Err(bad("an empty group"));
         }
     }
@@ -70,7 +75,10 @@ mod tests {
             parse(document).expect("rules"),
             Rules {
                 crates: vec![vec!["crds".into(), "vc-runtime".into()], vec!["vc-dns".into()]],
-                layers: vec![("vc-dns".into(), vec![vec!["error".into()], vec!["index".into(), "objects".into()]])],
+                layers: vec![(
+                    "vc-dns".into(),
+                    vec![vec!["error".into()], vec!["index".into(), "objects".into()]]
+                )],
                 circles: vec![("syncer".into(), vec!["attach".into(), "config".into()])],
             }
         );

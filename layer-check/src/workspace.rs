@@ -225,7 +225,9 @@ fn arrows(root: &Path, modules: &BTreeMap<Module, PathBuf>) -> Result<BTreeMap<(
     let mut arrows = BTreeMap::new();
     for (module, imports) in &found {
         for import in imports {
-            let Some(target) = resolver.resolve(module, &import.path, 0) else { continue };
+            let Some(target) = resolver.resolve(module, &import.path, 0) else {
+                continue;
+            };
             if &target == module || !modules.contains_key(&target) {
                 continue;
             }
@@ -298,8 +300,14 @@ mod tests {
         let root = "[workspace]\nresolver = \"3\"\nmembers = [\"crds\", \"runtime\",\n \"syncer\"]\n";
         assert_eq!(members(root).expect("members"), ["crds", "runtime", "syncer"]);
         let crate_manifest = "[package]\nname = \"vc-dns\"\n\n[lib]\nname = \"vc_dns\"\n\n[dependencies]\n# note\ncrds = { workspace = true }\nkube = { workspace = true }\n\n[dev-dependencies]\nmock-apiserver = { workspace = true }\n";
-        assert_eq!(table_value(crate_manifest, "package", "name").as_deref(), Some("vc-dns"));
-        assert_eq!(table_value(crate_manifest, "lib", "name").as_deref(), Some("vc_dns"));
+        assert_eq!(
+            table_value(crate_manifest, "package", "name").as_deref(),
+            Some("vc-dns")
+        );
+        assert_eq!(
+            table_value(crate_manifest, "lib", "name").as_deref(),
+            Some("vc_dns")
+        );
         assert_eq!(table_keys(crate_manifest, "dependencies"), ["crds", "kube"]);
         assert_eq!(table_keys(crate_manifest, "dev-dependencies"), ["mock-apiserver"]);
     }
@@ -312,10 +320,18 @@ mod tests {
 
     #[test]
     fn paths_lead_to_the_module_that_defines_the_item() {
-        let modules: BTreeMap<Module, PathBuf> = ["", "error", "pod", "pod::down", "pod::ephemeral", "usage", "usage::metrics"]
-            .iter()
-            .map(|m| ((*m).to_owned(), PathBuf::from(format!("{m}.rs"))))
-            .collect();
+        let modules: BTreeMap<Module, PathBuf> = [
+            "",
+            "error",
+            "pod",
+            "pod::down",
+            "pod::ephemeral",
+            "usage",
+            "usage::metrics",
+        ]
+        .iter()
+        .map(|m| ((*m).to_owned(), PathBuf::from(format!("{m}.rs"))))
+        .collect();
         let reexport = |path: &str| Import {
             path: path.split("::").map(str::to_owned).collect(),
             line: 1,
@@ -330,13 +346,21 @@ mod tests {
         for (from, to, expected) in [
             ("pod::down", "super::ephemeral::sync", Some("pod::ephemeral")),
             ("pod::down", "crate::Error", Some("error")),
-            ("pod::down", "crate::usage::metrics::UsageLabels", Some("usage::metrics")),
+            (
+                "pod::down",
+                "crate::usage::metrics::UsageLabels",
+                Some("usage::metrics"),
+            ),
             ("usage", "metrics::UsageLabels", Some("usage::metrics")),
             ("pod::down", "super::super::usage", Some("usage")),
             ("pod::down", "kube::Api", None),
             ("pod", "self::down::sync", Some("pod::down")),
         ] {
-            assert_eq!(resolver.resolve(from, &path(to), 0).as_deref(), expected, "{from}: {to}");
+            assert_eq!(
+                resolver.resolve(from, &path(to), 0).as_deref(),
+                expected,
+                "{from}: {to}"
+            );
         }
     }
 }

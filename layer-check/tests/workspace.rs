@@ -5,7 +5,9 @@ use std::path::Path;
 
 #[test]
 fn the_workspace_is_layered_as_docs_architecture_md_says() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root");
     let breaches = layer_check::breaches(root).expect("the workspace and its docs are readable");
     assert!(
         breaches.is_empty(),
