@@ -507,10 +507,11 @@ mod tests {
             if other_cluster != cluster {
                 proptest::prop_assert!(!belongs_to(&meta, &other_cluster));
             }
-            // What a tenant writes where it maps to is that tenant's, once its names are names.
-            if mapped && !(root && !namespaced)
-                && naming::is_dns_label(&cluster) && naming::is_dns_label(&tenant_namespace)
-            {
+            // What a tenant writes where it maps to is that tenant's, once its names are names (a root
+            // namespace serves none).
+            let root_namespace = root && !namespaced;
+            let names = naming::is_dns_label(&cluster) && naming::is_dns_label(&tenant_namespace);
+            if mapped && names && !root_namespace {
                 proptest::prop_assert!(owned, "{:?}", meta);
             }
         }
