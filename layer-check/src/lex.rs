@@ -140,7 +140,10 @@ fn without_test_modules(code: &str) -> String {
         let attribute = &out[start..start + close];
         let rest = out[start + close + 1..].trim_start();
         let is_test = attribute.contains("test");
-        let is_mod_block = rest.starts_with("mod ")
+        let declared = ["pub(crate) ", "pub(super) ", "pub "]
+            .iter()
+            .fold(rest, |r, visibility| r.strip_prefix(visibility).unwrap_or(r));
+        let is_mod_block = declared.starts_with("mod ")
             && rest
                 .find('{')
                 .is_some_and(|b| rest.find(';').is_none_or(|s| b < s));
@@ -193,6 +196,8 @@ const C: char = '"';
 fn f<'a>(x: &'a str) -> &'a str { crate::k::f(x) }
 #[cfg(test)]
 mod tests { use crate::l; fn g() { if true { crate::m(); } } }
+#[cfg(test)]
+pub(crate) mod helpers { use crate::o; }
 use crate::n;
 "##;
         let code = code(source);
@@ -201,7 +206,7 @@ use crate::n;
         }
         for gone in [
             "crate::b", "crate::c", "crate::d", "crate::e", "crate::f", "crate::g", "crate::h", "crate::i",
-            "crate::j", "crate::l", "crate::m",
+            "crate::j", "crate::l", "crate::m", "crate::o",
         ] {
             assert!(!code.contains(gone), "{gone} kept:\n{code}");
         }
