@@ -54,6 +54,30 @@ pub fn super_namespace(cluster_key: &str, tenant_namespace: &str) -> String {
     fit_dns_label(&format!("{cluster_key}-{tenant_namespace}"))
 }
 
+/// Whether `namespace` is the super namespace of `tenant_namespace` of the tenant `cluster_key`
+/// ([`super_namespace`]), without building the name when it is not shortened.
+pub fn is_super_namespace(namespace: &str, cluster_key: &str, tenant_namespace: &str) -> bool {
+    if cluster_key.len() + 1 + tenant_namespace.len() <= MAX_DNS_LABEL {
+        return namespace
+            .strip_prefix(cluster_key)
+            .and_then(|rest| rest.strip_prefix('-'))
+            == Some(tenant_namespace);
+    }
+    namespace == super_namespace(cluster_key, tenant_namespace)
+}
+
+/// Whether `value` is a DNS label as Kubernetes names namespaces (RFC 1123: 1 to 63 lower-case letters,
+/// digits and `-`, starting and ending with a letter or digit).
+pub fn is_dns_label(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= MAX_DNS_LABEL
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-')
+}
+
 /// Longest DNS name, without the trailing dot (RFC 1035).
 pub const MAX_DNS_NAME: usize = 253;
 
@@ -217,6 +241,42 @@ mod tests {
         let long = super_namespace(&key, &"n".repeat(63));
         let tail = &long[key.len() + 1..];
         assert_eq!(super_namespace(&key, tail), long);
+    }
+
+    #[test]
+    fn super_namespaces_are_recognised_with_and_without_shortening() {
+        let long = "n".repeat(60);
+        for (cluster, tenant) in [
+            ("team-abc123-vc", "shop"),
+            ("team-abc123-vc", long.as_str()),
+            ("k", ""),
+        ] {
+            let name = super_namespace(cluster, tenant);
+            assert!(is_super_namespace(&name, cluster, tenant), "{cluster} {tenant}");
+            assert!(!is_super_namespace(&format!("{name}x"), cluster, tenant));
+            assert!(!is_super_namespace(cluster, cluster, tenant));
+        }
+        // A tenant namespace whose name begins with `-`-joined parts of another's is no match.
+        assert!(!is_super_namespace(
+            "team-abc123-vc-shop",
+            "team-abc123",
+            "vc-shop-x"
+        ));
+        assert!(is_super_namespace(
+            "team-abc123-vc-shop",
+            "team-abc123",
+            "vc-shop"
+        ));
+    }
+
+    #[test]
+    fn dns_labels_are_what_namespaces_may_be_named() {
+        for good in ["a", "shop", "a-1", &"x".repeat(63)] {
+            assert!(is_dns_label(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", "a/b", &"x".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -63,9 +63,9 @@ pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
-/// A list of `{namespace, name}` references, merged by both keys under server-side apply.
-pub fn object_references(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = <Vec<crate::v1alpha1::VirtualClusterRef>>::json_schema(generator);
+/// A list of `{namespace, name}` references (`T`), merged by both keys under server-side apply.
+pub fn object_references<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Vec<T>>::json_schema(generator);
     schema.insert("x-kubernetes-list-type".into(), "map".into());
     schema.insert(
         "x-kubernetes-list-map-keys".into(),

@@ -1,4 +1,6 @@
-//! Names that several components (and the original VirtualCluster project) agree on.
+//! Names that cross a process boundary: written by one component and read by another, by the platform's
+//! people and tools, or by tenants (and the original VirtualCluster project's, which they keep). What a
+//! component alone writes and reads back stays in that component.
 //!
 //! Label and annotation keys are the original project's, so super-cluster objects look the same to tooling
 //! written for it.
@@ -51,6 +53,20 @@ pub const ANNOTATION_TENANT_CLUSTER_IP: &str = "tenancy.x-k8s.io/clusterIP";
 /// that nothing in the super cluster follows): the validated target, which only vc-dns reads and serves to
 /// the tenant's pods as the Service name's CNAME.
 pub const ANNOTATION_EXTERNAL_NAME: &str = "tenancy.x-k8s.io/external-name";
+/// Annotation on a super object: the tenant's labels and annotations left off it because another field
+/// manager of the super cluster owns them (`label:KEY` and `annotation:KEY`, comma-separated). The
+/// syncer never forces them, and counts the object in sync without them until the tenant object changes;
+/// the platform reads it to see what a tenant asked for.
+pub const ANNOTATION_WITHHELD: &str = "tenancy.x-k8s.io/withheld-keys";
+/// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
+/// PriorityClasses, CRDs), so it only ever touches its own; tenants see it.
+pub const LABEL_SYNCED_FROM_SUPER: &str = "tenancy.x-k8s.io/synced-from-super";
+/// A label no node carries: the super copy of a pod whose selection matches no vNode requires it, so the
+/// super scheduler leaves the pod pending.
+pub const LABEL_NO_MATCHING_VNODE: &str = "tenancy.x-k8s.io/no-matching-vnode";
+/// Label on every Lease of the sharded syncer; its value is the Lease's role (`member`, `tenant`,
+/// `duties`). The platform lists the syncer's Leases by it.
+pub const LABEL_SYNCER_LEASE: &str = "tenancy.x-k8s.io/syncer-lease";
 /// Annotation on a tenant pod: keep its DNS policy as is.
 pub const ANNOTATION_DISABLE_DNS_MUTATION: &str = "tenancy.x-k8s.io/disable.dnsPolicyMutation";
 
@@ -132,6 +148,10 @@ pub const FIELD_MANAGER_SYNCER: &str = "vc-syncer";
 /// The syncer's field manager of `status.usage` (its own, so that the TenantSynced condition and the usage
 /// figures, applied apart, never remove each other).
 pub const FIELD_MANAGER_SYNCER_USAGE: &str = "vc-syncer-usage";
+/// The snapshot scheduler's field manager of `status.snapshots`, and the controller its Events name.
+pub const FIELD_MANAGER_SNAPSHOTS: &str = "vc-snapshots";
+/// `kubectl vc`'s field manager (`create -f`, `snapshot restore`).
+pub const FIELD_MANAGER_KUBECTL_VC: &str = "kubectl-vc";
 
 // VirtualCluster condition types.
 /// vc-manager: certificates and kubeconfigs are in place and valid.
@@ -148,6 +168,22 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_TENANT_SYNCED: &str = "TenantSynced";
 /// Condition: the tenant is paused (`spec.paused`); its transition time says since when, or since when it runs again.
 pub const CONDITION_PAUSED: &str = "Paused";
+/// The conditions vc-manager owns on a provisioned VirtualCluster, in the order a control plane comes up
+/// (`kubectl vc describe` shows them so).
+pub const NATIVE_CONDITIONS: [&str; 5] = [
+    CONDITION_PKI_READY,
+    CONDITION_ETCD_READY,
+    CONDITION_APISERVER_READY,
+    CONDITION_CONTROLLER_MANAGER_READY,
+    CONDITION_READY,
+];
+/// The conditions vc-manager owns on an adopted VirtualCluster.
+pub const ADOPTED_CONDITIONS: [&str; 3] = [CONDITION_PKI_READY, CONDITION_APISERVER_READY, CONDITION_READY];
+
+/// Annotation on control-plane StatefulSets and Services: the ClusterVersion they were rendered from.
+pub const ANNOTATION_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/cluster-version";
+/// Annotation on control-plane StatefulSets and Services: that ClusterVersion's `metadata.generation`.
+pub const ANNOTATION_CLUSTER_VERSION_GENERATION: &str = "tenancy.x-k8s.io/cluster-version-generation";
 
 /// Label the apiserver sets on every namespace to the namespace's own name.
 pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";

@@ -4,10 +4,7 @@
 
 use std::net::IpAddr;
 
-use crds::wellknown::{
-    ANNOTATION_CLUSTER, ANNOTATION_EXTERNAL_NAME, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE,
-    LABEL_CLUSTER,
-};
+use crds::wellknown::{ANNOTATION_EXTERNAL_NAME, LABEL_CLUSTER};
 use hickory_proto::rr::Name;
 use k8s_openapi::{
     api::{
@@ -25,17 +22,8 @@ use crate::index::{
 /// Label of an EndpointSlice naming its Service.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
-/// Whether `value` is a DNS label as Kubernetes names are (RFC 1123: lower-case letters, digits and `-`,
-/// at most 63, starting and ending with a letter or digit).
-pub fn is_label(value: &str) -> bool {
-    !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-')
-}
+/// Whether `value` is a DNS label as Kubernetes names are (RFC 1123).
+pub use crds::naming::is_dns_label as is_label;
 
 /// A port name as Kubernetes allows it (IANA service name: at most 15 lower-case letters, digits and `-`).
 fn is_port_name(value: &str) -> bool {
@@ -50,21 +38,19 @@ fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// The tenant and tenant namespace a super object's annotations name.
+/// The tenant and tenant namespace a super object belongs to, by the one ownership rule
+/// ([`crds::Owner`]): its annotations name them and it sits in the super namespace they map to. Root
+/// namespaces serve no tenant namespace.
 fn owner(meta: &ObjectMeta) -> Option<NamespaceOwner> {
-    let cluster = annotation(meta, ANNOTATION_CLUSTER)?;
-    let tenant_namespace = annotation(meta, ANNOTATION_NAMESPACE)?;
-    is_label(tenant_namespace).then(|| NamespaceOwner {
-        cluster: Key::from(cluster),
-        tenant_namespace: tenant_namespace.into(),
+    let owner = crds::Owner::of(meta)?;
+    Some(NamespaceOwner {
+        cluster: Key::from(owner.cluster),
+        tenant_namespace: owner.tenant_namespace.into(),
     })
 }
 
 /// Who a super namespace serves: the tenant namespace its annotations name (root namespaces serve none).
 pub fn namespace_owner(namespace: &Namespace) -> Option<NamespaceOwner> {
-    if annotation(&namespace.metadata, ANNOTATION_ROOT_NAMESPACE).is_some() {
-        return None;
-    }
     owner(&namespace.metadata)
 }
 
@@ -226,12 +212,13 @@ impl k8s_openapi::Metadata for PodView {
     }
 }
 
-/// A super pod's addresses, when it is a live tenant pod with addresses of its own: its cluster label and
-/// annotation agree, it does not use the host network (whose address is the node's, shared by every pod
-/// there), and it has not finished (a finished pod's address may already be another pod's).
+/// A super pod's addresses, when it is a live tenant pod with addresses of its own: it is a tenant's by
+/// the ownership rule ([`crds::Owner`]) and its cluster label agrees, it does not use the host network
+/// (whose address is the node's, shared by every pod there), and it has not finished (a finished pod's
+/// address may already be another pod's).
 pub fn pod_addresses(pod: &PodView) -> Option<PodAddresses> {
     let label = pod.metadata.labels.as_ref()?.get(LABEL_CLUSTER)?;
-    if annotation(&pod.metadata, ANNOTATION_CLUSTER) != Some(label.as_str()) {
+    if !crds::Owner::of(&pod.metadata).is_some_and(|owner| owner.is(label)) {
         return None;
     }
     let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);

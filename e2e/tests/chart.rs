@@ -2273,9 +2273,7 @@ fn chart_alerts_read_only_series_the_components_export() -> anyhow::Result<()> {
     snapshots.register(&mut registry);
     snapshots
         .failed
-        .get_or_create(&kubectl_vc::snapshot::metrics::TriggerLabels::of(
-            kubectl_vc::snapshot::schedule::Due::Scheduled,
-        ))
+        .get_or_create(&kubectl_vc::snapshot::schedule::Due::Scheduled.labels())
         .inc();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;

@@ -612,7 +612,7 @@ async fn certificates_renew_on_real_nodes_without_clients_noticing() -> anyhow::
                 .and_then(|d| d.get("tls.crt"))
                 .map(|b| String::from_utf8_lossy(&b.0).into_owned())
                 .with_context(|| format!("{name} has tls.crt"))?;
-            vc_manager::pki::inspect(&pem).map_err(|e| anyhow::anyhow!("{name}: {e}"))
+            tenant_pki::pki::inspect(&pem).map_err(|e| anyhow::anyhow!("{name}: {e}"))
         }
     };
     const LEAVES: [&str; 4] = ["apiserver-ca", "etcd-server", "etcd-client", "kubelet-client"];

@@ -671,7 +671,12 @@ async fn native_lifecycle() -> anyhow::Result<()> {
         &client,
         &tenant_namespace,
         syncer_labels.clone(),
-        [("tenancy.x-k8s.io/cluster".to_owned(), root.clone())].into(),
+        // As the syncer annotates its namespaces: the tenant and the tenant namespace.
+        [
+            ("tenancy.x-k8s.io/cluster".to_owned(), root.clone()),
+            ("tenancy.x-k8s.io/namespace".to_owned(), "default".to_owned()),
+        ]
+        .into(),
     )
     .await?;
     let earlier_incarnation = crds::naming::super_namespace(
@@ -682,10 +687,13 @@ async fn native_lifecycle() -> anyhow::Result<()> {
         &client,
         &earlier_incarnation,
         syncer_labels,
-        [(
-            "tenancy.x-k8s.io/cluster".to_owned(),
-            crds::naming::cluster_key(TENANTS, "an-old-uid", "alpha"),
-        )]
+        [
+            (
+                "tenancy.x-k8s.io/cluster".to_owned(),
+                crds::naming::cluster_key(TENANTS, "an-old-uid", "alpha"),
+            ),
+            ("tenancy.x-k8s.io/namespace".to_owned(), "default".to_owned()),
+        ]
         .into(),
     )
     .await?;

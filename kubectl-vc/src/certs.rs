@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use vc_manager::pki::{CertificateAuthority, CertifiedKey, LeafSpec};
+use tenant_pki::pki::{CertificateAuthority, CertifiedKey, LeafSpec};
 
 /// The group that bypasses RBAC in every Kubernetes apiserver.
 pub const SYSTEM_MASTERS: &str = "system:masters";
@@ -34,7 +34,7 @@ pub enum MintError {
         problem: String,
     },
     /// Signing failed.
-    Issue(Box<vc_manager::Error>),
+    Issue(Box<tenant_pki::Error>),
 }
 
 /// Mints a key and a client certificate for `user` in `groups`, valid for `ttl` from `now` (Unix seconds;
@@ -70,7 +70,7 @@ pub fn mint(
     let key = ca
         .issue(&LeafSpec::client(user, &groups), ttl, now)
         .map_err(|e| MintError::Issue(Box::new(e)))?;
-    let not_after = vc_manager::pki::inspect(&key.cert_pem)
+    let not_after = tenant_pki::pki::inspect(&key.cert_pem)
         .map(|info| info.not_after)
         .unwrap_or(now);
     let mut warnings = Vec::new();
@@ -97,7 +97,7 @@ pub fn mint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vc_manager::pki::{inspect, is_signed_by, key_matches};
+    use tenant_pki::pki::{inspect, is_signed_by, key_matches};
 
     const NOW: i64 = 1_800_000_000;
 

@@ -4,7 +4,7 @@
 use crds::{
     VirtualCluster,
     v1alpha1::Adoption,
-    wellknown::{ANNOTATION_ADMIN_KUBECONFIG, ANNOTATION_NAMESPACE, LABEL_VC_NAME, LABEL_VC_NAMESPACE},
+    wellknown::{ANNOTATION_ADMIN_KUBECONFIG, LABEL_VC_NAME, LABEL_VC_NAMESPACE},
 };
 use k8s_openapi::{
     api::core::v1::{Event, Namespace, Pod},
@@ -53,9 +53,8 @@ pub fn super_namespace_rows(
             tenant_namespace: namespaces
                 .iter()
                 .find(|m| m.name.as_deref() == Some(name))
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(ANNOTATION_NAMESPACE))
-                .cloned()
+                .and_then(crds::Owner::of)
+                .map(|owner| owner.tenant_namespace.to_owned())
                 .unwrap_or_default(),
             pods: pods
                 .iter()
@@ -212,7 +211,7 @@ pub fn render(vc: &VirtualCluster, related: &Related, now: Timestamp) -> String 
     } else {
         let mut conditions = status.conditions.clone();
         conditions.sort_by_key(|c| {
-            vc_manager::status::NATIVE_CONDITIONS
+            crds::wellknown::NATIVE_CONDITIONS
                 .iter()
                 .position(|t| *t == c.type_)
                 .unwrap_or(usize::MAX)
@@ -582,7 +581,10 @@ mod tests {
             annotations: Some(
                 [
                     (crds::wellknown::ANNOTATION_CLUSTER.to_owned(), key.clone()),
-                    (ANNOTATION_NAMESPACE.to_owned(), tenant.to_owned()),
+                    (
+                        crds::wellknown::ANNOTATION_NAMESPACE.to_owned(),
+                        tenant.to_owned(),
+                    ),
                 ]
                 .into(),
             ),

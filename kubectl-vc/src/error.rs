@@ -157,9 +157,9 @@ pub enum Error {
         /// The Secret that would hold the CA.
         secret: &'static str,
     },
-    /// vc-manager's own error, e.g. reading an adopted tenant's kubeconfig or issuing a certificate.
-    #[error("{}", .0.full_message())]
-    Manager(Box<vc_manager::Error>),
+    /// The tenant PKI's error: reading an adopted tenant's kubeconfig, or issuing a certificate.
+    #[error("{}", vc_runtime::error::chain(.0.as_ref()))]
+    Pki(Box<tenant_pki::Error>),
     /// A flag has an unusable value.
     #[error("{flag}: {problem}")]
     InvalidArgument {
@@ -262,40 +262,18 @@ pub fn api_message(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
         kube::Error::Api(status) => format!("{} ({})", status.reason, status.code),
-        other => {
-            let mut text = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(cause) = source {
-                let cause_text = cause.to_string();
-                if !text.contains(&cause_text) {
-                    text.push_str(": ");
-                    text.push_str(&cause_text);
-                }
-                source = cause.source();
-            }
-            text
-        }
+        other => vc_runtime::error::chain(other),
     }
 }
 
 /// A runtime error with its causes, on one line.
 fn runtime_message(error: &vc_runtime::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    vc_runtime::error::chain(error)
 }
 
-impl From<vc_manager::Error> for Error {
-    fn from(error: vc_manager::Error) -> Self {
-        Self::Manager(Box::new(error))
+impl From<tenant_pki::Error> for Error {
+    fn from(error: tenant_pki::Error) -> Self {
+        Self::Pki(Box::new(error))
     }
 }
 

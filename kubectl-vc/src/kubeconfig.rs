@@ -5,7 +5,7 @@
 //!   apiserver Service's in-cluster name to a load-balancer address or a node port, unless `--server` says
 //!   where. The tenant CA stays; when the address is not a name in the apiserver's certificate,
 //!   `tls-server-name` names one that is (never `insecure-skip-tls-verify`).
-//! - Adopted tenants: the kubeconfig vc-manager adopted (read by [`vc_manager::adopt::read_kubeconfig`]), its
+//! - Adopted tenants: the kubeconfig vc-manager adopted (read by [`tenant_pki::adopted::read_kubeconfig`]), its
 //!   current context only, renamed.
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
@@ -25,10 +25,10 @@ use crate::{
     args::{Format, KubeconfigArgs},
     certs, output,
 };
-use vc_manager::{
-    adopt,
+use tenant_pki::{
+    adopted,
+    names::{SECRET_APISERVER, SECRET_ROOT_CA},
     pki::CertifiedKey,
-    secret_names::{SECRET_APISERVER, SECRET_ROOT_CA},
 };
 
 /// Lifetime of a minted user certificate when `--ttl` is not given.
@@ -296,7 +296,7 @@ pub struct CertNames {
 impl CertNames {
     /// The subject alternative names of a PEM certificate.
     pub fn from_pem(cert_pem: &str) -> Option<Self> {
-        let info = vc_manager::pki::inspect(cert_pem).ok()?;
+        let info = tenant_pki::pki::inspect(cert_pem).ok()?;
         Some(Self {
             dns: info.dns_names,
             ips: info.ip_addresses,
@@ -515,7 +515,7 @@ fn mint_user(
     args: &KubeconfigArgs,
 ) -> Result<certs::Minted> {
     let ttl = args.ttl.unwrap_or(DEFAULT_USER_TTL);
-    certs::mint(ca_cert, ca_key, user, &args.groups, ttl, vc_manager::steps::now()).map_err(|problem| {
+    certs::mint(ca_cert, ca_key, user, &args.groups, ttl, vc_runtime::clock::now()).map_err(|problem| {
         match problem {
             certs::MintError::Authority(problem) => Error::BadSecret {
                 namespace: root.to_owned(),
@@ -523,7 +523,7 @@ fn mint_user(
                 problem: format!("not a usable certificate authority: {problem}"),
             },
             certs::MintError::Argument { flag, problem } => Error::InvalidArgument { flag, problem },
-            certs::MintError::Issue(error) => Error::Manager(error),
+            certs::MintError::Issue(error) => Error::Pki(error),
         }
     })
 }
@@ -715,7 +715,7 @@ pub async fn admin(
     let mut warnings = Vec::new();
     match vc.adoption() {
         Some(adoption) => {
-            let (origin, yaml) = adopt::read_kubeconfig(vc, &adoption, client).await?;
+            let (origin, yaml) = adopted::read_kubeconfig(vc, &adoption, client).await?;
             let current = current(&yaml, &origin)?;
             let server = args.server.as_ref().map(|url| Server {
                 url: url.clone(),
@@ -770,7 +770,7 @@ pub async fn command(
         (Some(user), Some(adoption)) => {
             // The adopted kubeconfig's server and CA, with a certificate from the client CA the operator
             // handed over.
-            let (origin, yaml) = adopt::read_kubeconfig(&vc, &adoption, client).await?;
+            let (origin, yaml) = adopted::read_kubeconfig(&vc, &adoption, client).await?;
             let current = current(&yaml, &origin)?;
             let server = args.server.as_ref().map(|url| Server {
                 url: url.clone(),
@@ -836,7 +836,7 @@ mod tests {
     };
 
     use super::*;
-    use vc_manager::pki::{CertificateAuthority, LeafSpec, Usage};
+    use tenant_pki::pki::{CertificateAuthority, LeafSpec, Usage};
 
     const URL: &str = "https://apiserver-svc.team-0b5c7f-vc-1.svc:6443";
 
@@ -1069,7 +1069,7 @@ mod tests {
             key_pem: "-----BEGIN PRIVATE KEY-----\nBBBB\n-----END PRIVATE KEY-----\n".into(),
         };
         let yaml =
-            vc_manager::kubeconfig::render("team-0b5c7f-vc-1", URL, "CA PEM", "kubernetes-admin", &client);
+            tenant_pki::kubeconfig::render("team-0b5c7f-vc-1", URL, "CA PEM", "kubernetes-admin", &client);
         if insecure {
             yaml.replace("    server: ", "    insecure-skip-tls-verify: true\n    server: ")
         } else {
@@ -1105,7 +1105,7 @@ mod tests {
             cluster.certificate_authority_data.as_deref(),
             Some(STANDARD.encode("CA PEM").as_str())
         );
-        let certificate = vc_manager::kubeconfig::client_certificate(&yaml).expect("client certificate kept");
+        let certificate = tenant_pki::kubeconfig::client_certificate(&yaml).expect("client certificate kept");
         assert!(certificate.cert_pem.contains("AAAA"));
         // kube builds a client configuration from it.
         let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())

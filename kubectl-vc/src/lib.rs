@@ -1,6 +1,6 @@
 //! `kubectl vc`, the kubectl plugin for VirtualClusters (binary `kubectl-vc`). It reads and writes the
 //! super cluster's VirtualClusters, ClusterVersions and tenant Secrets; certificates and kubeconfigs go
-//! through vc-manager's own [`vc_manager::pki`] and [`vc_manager::kubeconfig`].
+//! through the PKI vc-manager uses too ([`tenant_pki::pki`], [`tenant_pki::kubeconfig`]).
 //!
 //! The binary parses [`Args`], connects with [`client`] and calls [`run`]; tests call the same two with a
 //! client of their own and buffers for stdout and stderr.

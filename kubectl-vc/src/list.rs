@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crds::{
     VirtualCluster,
     naming::cluster_key_of,
-    wellknown::{ANNOTATION_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE},
+    wellknown::{LABEL_VC_NAME, LABEL_VC_NAMESPACE},
 };
 use k8s_openapi::{
     api::core::v1::{Namespace, Pod},
@@ -32,17 +32,13 @@ pub enum Scope {
     All,
 }
 
-/// Whether namespace metadata `meta` is a super namespace of `vc`.
+/// Whether namespace metadata `meta` is a super namespace of `vc`: labelled for it, and the tenant's by the
+/// ownership rule ([`crds::Owner`]).
 pub fn is_super_namespace_of(meta: &ObjectMeta, vc: &VirtualCluster, cluster_key: &str) -> bool {
     let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str);
-    let annotation = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_CLUSTER))
-        .map(String::as_str);
     label(LABEL_VC_NAME) == vc.metadata.name.as_deref()
         && label(LABEL_VC_NAMESPACE) == vc.metadata.namespace.as_deref()
-        && annotation == Some(cluster_key)
+        && crds::Owner::of(meta).is_some_and(|owner| owner.is(cluster_key))
 }
 
 /// The names of `vc`'s super namespaces among `namespaces`, sorted.
@@ -249,7 +245,16 @@ mod tests {
                 ]
                 .into(),
             ),
-            annotations: Some([(ANNOTATION_CLUSTER.to_owned(), key)].into()),
+            annotations: Some(
+                [
+                    (crds::wellknown::ANNOTATION_CLUSTER.to_owned(), key),
+                    (
+                        crds::wellknown::ANNOTATION_NAMESPACE.to_owned(),
+                        tenant_ns.to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
             ..Default::default()
         }
     }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::{Error, Result, Streams, args::CreateArgs, output, progress};
 
 /// The field manager of `kubectl vc create`.
-pub const FIELD_MANAGER: &str = "kubectl-vc";
+pub use crds::wellknown::FIELD_MANAGER_KUBECTL_VC as FIELD_MANAGER;
 
 /// `apiVersion` of the kinds `create` applies.
 pub const API_VERSION: &str = "tenancy.x-k8s.io/v1alpha1";

@@ -10,10 +10,10 @@ use kube::Client;
 use serde_json::{Value, json};
 
 use mock_apiserver::{ApiServer, Call};
-use vc_manager::{
+use tenant_pki::{
     fixtures::{CV_NAME, VC_NAME, VC_NAMESPACE, VC_UID, native_vc, network, root, running, stored_secrets},
     pki::{CertificateAuthority, inspect, is_signed_by},
-    tenant_pki::Scope,
+    secrets::Scope,
 };
 
 use crate::{self as cli, Args, Error};
@@ -172,9 +172,9 @@ async fn native_kubeconfig_points_at_a_node_port_and_keeps_the_tenant_ca() {
     assert_eq!(ca, secret_key("root-ca", "tls.crt"));
     // The admin's own certificate, unchanged.
     let stored =
-        vc_manager::kubeconfig::client_certificate(&secret_key("admin-kubeconfig", "admin-kubeconfig"))
+        tenant_pki::kubeconfig::client_certificate(&secret_key("admin-kubeconfig", "admin-kubeconfig"))
             .expect("stored certificate");
-    assert_eq!(vc_manager::kubeconfig::client_certificate(&ran.out), Some(stored));
+    assert_eq!(tenant_pki::kubeconfig::client_certificate(&ran.out), Some(stored));
 }
 
 #[tokio::test]
@@ -251,16 +251,16 @@ async fn user_kubeconfigs_carry_a_certificate_minted_by_the_tenant_ca() {
         cluster.tls_server_name.as_deref(),
         Some(format!("apiserver-svc.{}.svc", root()).as_str())
     );
-    let minted = vc_manager::kubeconfig::client_certificate(&ran.out).expect("certificate");
+    let minted = tenant_pki::kubeconfig::client_certificate(&ran.out).expect("certificate");
     let ca = secret_key("root-ca", "tls.crt");
     assert!(is_signed_by(&minted.cert_pem, &ca));
     let info = inspect(&minted.cert_pem).expect("readable");
     assert_eq!(info.common_name.as_deref(), Some("alice"));
     assert_eq!(info.organizations, ["dev".to_owned(), "ops".to_owned()].into());
-    let lifetime = info.not_after - vc_manager::steps::now();
+    let lifetime = info.not_after - vc_runtime::clock::now();
     assert!((90 * 60 - 5..=90 * 60).contains(&lifetime), "{lifetime}");
     // The tenant CA can load its own key: the certificate came from it, not from a new CA.
-    CertificateAuthority::load(&ca, &secret_key("root-ca", "tls.key"), vc_manager::steps::now()).expect("CA");
+    CertificateAuthority::load(&ca, &secret_key("root-ca", "tls.key"), vc_runtime::clock::now()).expect("CA");
 }
 
 fn adopted_kubeconfig() -> String {
@@ -358,7 +358,7 @@ async fn adopted_tenants_get_user_certificates_from_a_handed_over_client_ca() {
         "adopted client CA",
         "adopted",
         Duration::from_secs(3600 * 24),
-        vc_manager::steps::now(),
+        vc_runtime::clock::now(),
     )
     .expect("CA");
     let (ca_cert, ca_key) = (ca.pem().cert_pem.clone(), ca.pem().key_pem.clone());
@@ -405,7 +405,7 @@ async fn adopted_tenants_get_user_certificates_from_a_handed_over_client_ca() {
     let info = inspect(&cert).expect("certificate");
     assert_eq!(info.common_name.as_deref(), Some("alice"));
     assert_eq!(info.organizations.iter().collect::<Vec<_>>(), ["dev"]);
-    let left = info.not_after - vc_manager::steps::now();
+    let left = info.not_after - vc_runtime::clock::now();
     assert!((2 * 3600 - 60..=2 * 3600 + 60).contains(&left), "{left}s left");
 }
 
@@ -504,7 +504,7 @@ async fn list_counts_tenant_namespaces_and_pods() {
             json!({
                 "name": crds::naming::super_namespace(&key, tenant),
                 "labels": {"tenancy.x-k8s.io/vcname": VC_NAME, "tenancy.x-k8s.io/vcnamespace": VC_NAMESPACE},
-                "annotations": {"tenancy.x-k8s.io/cluster": key},
+                "annotations": {"tenancy.x-k8s.io/cluster": key, "tenancy.x-k8s.io/namespace": tenant},
             })
         };
         let call = get(
@@ -1313,7 +1313,7 @@ async fn a_restore_never_touches_an_existing_virtual_cluster() {
             &format!("/apis/tenancy.x-k8s.io/v1alpha1/clusterversions/{CV_NAME}"),
         )
         .await
-        .ok(serde_json::to_value(vc_manager::fixtures::cluster_version()).expect("json"));
+        .ok(serde_json::to_value(tenant_pki::fixtures::cluster_version()).expect("json"));
         // The VirtualCluster exists: nothing is applied (an extra request would fail the script).
         get(&mut api, &format!("{VCS}/{VC_NAME}")).await.ok(running_vc());
     })
@@ -1555,7 +1555,7 @@ async fn uninstall_release_waits_for_vc_manager_then_removes_only_its_finalizers
         );
         held["metadata"]["finalizers"] = json!(["example.com/backup"]);
         patch.ok(held);
-        let mut cv = serde_json::to_value(vc_manager::fixtures::cluster_version()).expect("json");
+        let mut cv = serde_json::to_value(tenant_pki::fixtures::cluster_version()).expect("json");
         cv["metadata"]["finalizers"] = json!(["tenancy.x-k8s.io/clusterversion-in-use"]);
         cv["metadata"]["resourceVersion"] = json!("3");
         api.expect("GET", ALL_CVS).await.ok(json!({

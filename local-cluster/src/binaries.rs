@@ -4,52 +4,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{Error, Result};
-
-/// A program the harness runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Binary {
-    /// etcd.
-    Etcd,
-    /// kube-apiserver.
-    KubeApiserver,
-    /// kube-controller-manager.
-    KubeControllerManager,
-    /// kube-scheduler.
-    KubeScheduler,
-    /// kubectl.
-    Kubectl,
-    /// kubelet (real nodes).
-    Kubelet,
-    /// kube-proxy (real nodes).
-    KubeProxy,
-}
-
-impl Binary {
-    /// Every binary, etcd first.
-    pub const ALL: [Binary; 7] = [
-        Binary::Etcd,
-        Binary::KubeApiserver,
-        Binary::KubeControllerManager,
-        Binary::KubeScheduler,
-        Binary::Kubectl,
-        Binary::Kubelet,
-        Binary::KubeProxy,
-    ];
-
-    /// The executable's file name.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Self::Etcd => "etcd",
-            Self::KubeApiserver => "kube-apiserver",
-            Self::KubeControllerManager => "kube-controller-manager",
-            Self::KubeScheduler => "kube-scheduler",
-            Self::Kubectl => "kubectl",
-            Self::Kubelet => "kubelet",
-            Self::KubeProxy => "kube-proxy",
-        }
-    }
-}
+use crate::{Binary, Error, Result};
 
 /// Folders searched, in order: `$KUBEBUILDER_ASSETS`, else `/usr/local/kubebuilder/bin`, then `PATH`, then
 /// the caches `vc-sandbox` fills (the Kubernetes release's and etcd's).

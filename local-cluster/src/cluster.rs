@@ -22,6 +22,10 @@ pub const SUPER_CONTROLLERS: &str = "*,-nodeipam,-route,-cloud-node-lifecycle,-s
 /// Controllers of a tenant master: like the original project's, without node lifecycle, because vNodes have
 /// no kubelet heartbeat of their own.
 pub const TENANT_CONTROLLERS: &str = "*,-nodelifecycle,-nodeipam,-route,-cloud-node-lifecycle,-service";
+/// What a super cluster's controller-manager needs to provision volumes on real nodes.
+const REAL_NODES_CONTROLLER_MANAGER_ARGS: &[&str] = &["--enable-hostpath-provisioner=true"];
+/// What a super cluster's apiserver needs for real nodes: kubelets may change only their own Node and pods.
+const REAL_NODES_APISERVER_ARGS: &[&str] = &["--enable-admission-plugins=NodeRestriction"];
 
 impl ControlPlaneOptions {
     /// An apiserver alone.
@@ -65,14 +69,11 @@ impl ControlPlaneOptions {
     pub fn with_real_nodes(mut self) -> Self {
         self.scheduler = true;
         self.apiserver.reachable_from_nodes = true;
-        self.controller_manager_args.extend(
-            crate::realnodes::CONTROLLER_MANAGER_ARGS
-                .iter()
-                .map(|a| (*a).to_owned()),
-        );
+        self.controller_manager_args
+            .extend(REAL_NODES_CONTROLLER_MANAGER_ARGS.iter().map(|a| (*a).to_owned()));
         self.apiserver
             .extra_args
-            .extend(crate::realnodes::APISERVER_ARGS.iter().map(|a| (*a).to_owned()));
+            .extend(REAL_NODES_APISERVER_ARGS.iter().map(|a| (*a).to_owned()));
         self
     }
 }

@@ -33,9 +33,9 @@ pub enum Error {
     Pki {
         /// What was being generated.
         what: String,
-        /// vc-manager's PKI error.
+        /// The PKI's error.
         #[source]
-        source: Box<vc_manager::Error>,
+        source: Box<tenant_pki::Error>,
     },
     /// A Kubernetes API call failed.
     #[error("{context}")]
@@ -128,13 +128,4 @@ impl Error {
 }
 
 /// An error and its causes on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use vc_runtime::error::chain as error_chain;

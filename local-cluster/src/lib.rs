@@ -23,6 +23,7 @@ mod apiserver;
 pub mod apply;
 pub mod bench;
 mod binaries;
+mod binary;
 mod cluster;
 mod components;
 pub mod conformance;
@@ -47,9 +48,8 @@ pub mod wait;
 mod workdir;
 
 pub use apiserver::{ApiServer, ApiServerOptions, AuditEvent};
-pub use binaries::{
-    Binary, REQUIRE_ENV, cni_plugin_dir, find_helm, locate, real_node_apt_line, require, skip,
-};
+pub use binaries::{REQUIRE_ENV, cni_plugin_dir, find_helm, locate, real_node_apt_line, require, skip};
+pub use binary::Binary;
 pub use cluster::{ControlPlane, ControlPlaneOptions};
 pub use components::{ControllerManager, Scheduler};
 pub use error::{Error, Result, error_chain};

@@ -1,18 +1,18 @@
-//! Certificates for test control planes, issued through vc-manager's own PKI module
-//! ([`vc_manager::pki`]), so the harness and the product sign certificates one way. This module only fixes
+//! Certificates for test control planes, issued through the product's own PKI
+//! ([`tenant_pki::pki`]), so the harness and the product sign certificates one way. This module only fixes
 //! what a test needs no say in: every CA and leaf lives ten years from now.
 
 use std::time::Duration;
 
-use vc_manager::pki::{self, LeafSpec};
-pub use vc_manager::pki::{CertifiedKey, Usage};
+use tenant_pki::pki::{self, LeafSpec};
+pub use tenant_pki::pki::{CertifiedKey, Usage};
 
 use crate::{Error, Result};
 
 /// Lifetime of every test CA and certificate: longer than any run.
 const LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-fn failed(what: String) -> impl FnOnce(vc_manager::Error) -> Error {
+fn failed(what: String) -> impl FnOnce(tenant_pki::Error) -> Error {
     move |source| Error::Pki {
         what,
         source: Box::new(source),
@@ -31,7 +31,7 @@ impl std::fmt::Debug for CertificateAuthority {
 impl CertificateAuthority {
     /// A new self-signed CA.
     pub fn new(common_name: &str) -> Result<Self> {
-        pki::CertificateAuthority::generate(common_name, "", LIFETIME, vc_manager::steps::now())
+        pki::CertificateAuthority::generate(common_name, "", LIFETIME, vc_runtime::clock::now())
             .map(Self)
             .map_err(failed(format!("{common_name} CA")))
     }
@@ -60,7 +60,7 @@ impl CertificateAuthority {
             ..LeafSpec::with_names(common_name, names.iter().copied(), usage)
         };
         self.0
-            .issue(&spec, LIFETIME, vc_manager::steps::now())
+            .issue(&spec, LIFETIME, vc_runtime::clock::now())
             .map_err(failed(format!("{common_name} certificate")))
     }
 }

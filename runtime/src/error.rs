@@ -1,3 +1,30 @@
+//! The runtime's error, and [`chain`]: one line naming an error and its causes, as every component logs
+//! and reports them.
+
+/// An error and every cause, joined by `: `, each told once: kube's API errors, which print the
+/// apiserver's status twice (`ApiError: msg: Reason (Status {..})`, then the status again as their cause),
+/// are told by their message and reason alone, and a cause whose text is already in the line is left out.
+/// For log fields, conditions and events, which have no place for a cause chain.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        let text = match text.split_once(" (Status {") {
+            Some((short, _)) => short.to_owned(),
+            None => text,
+        };
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        next = cause.source();
+    }
+    line
+}
+
 /// Errors of the shared runtime. Each variant says what was being done.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -70,4 +97,38 @@ pub enum Error {
     /// A task of the runtime panicked or was cancelled.
     #[error("runtime task: {0}")]
     Task(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("applying Secret ns/root-ca")]
+    struct Applying(#[source] kube::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn every_cause_is_told_once_and_kube_statuses_briefly() {
+        let status = kube::core::Status {
+            status: Some(kube::core::response::StatusSummary::Failure),
+            code: 403,
+            message: "secrets \"root-ca\" is forbidden".into(),
+            reason: "Forbidden".into(),
+            ..Default::default()
+        };
+        let line = chain(&Applying(kube::Error::Api(Box::new(status))));
+        assert_eq!(
+            line,
+            "applying Secret ns/root-ca: ApiError: secrets \"root-ca\" is forbidden: Forbidden"
+        );
+        assert_eq!(
+            chain(&Outer(std::io::Error::other("disk full"))),
+            "outer: disk full"
+        );
+        assert_eq!(chain(&std::io::Error::other("alone")), "alone");
+    }
 }

@@ -11,19 +11,21 @@
 //! - [`limits`]: bounds on what a tenant apiserver's responses may hold in memory.
 //! - [`kubeconfig`]: the check that a tenant kubeconfig is plain data (no files, programs or proxies).
 //! - [`shutdown`]: SIGTERM / SIGINT.
+//! - [`error`]: the runtime's error, and [`error::chain`], the one way components put an error and its causes
+//!   on one line; [`clock`]: now, in Unix seconds.
 
 pub mod admin;
 pub mod backoff;
 pub mod cleanup;
 pub mod clients;
+pub mod clock;
+pub mod error;
 pub mod kubeconfig;
 pub mod leader;
 pub mod limits;
 pub mod logging;
 pub mod runtime;
 pub mod shutdown;
-
-mod error;
 
 pub use error::Error;
 pub use runtime::{Builder, Lease, Runtime, Shutdown};

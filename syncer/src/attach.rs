@@ -30,6 +30,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use vc_runtime::{
     backoff::Backoff,
     clients::{ClientTimeouts, config_from_kubeconfig_yaml},
+    error::chain as error_chain,
     limits::{ResponseBudget, ResponseLimits},
 };
 
@@ -475,17 +476,6 @@ async fn pin_identity(ctx: &Context, vc: &VirtualCluster, found: &str) -> Result
             ),
         )),
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn fingerprint(text: &str) -> String {
@@ -1315,12 +1305,17 @@ current-context: x
         supers.idle().await;
     }
 
-    fn super_namespace(name: &str, cluster_key: &str, deleting: bool) -> Namespace {
+    /// The super namespace of tenant namespace `tenant_namespace`, as the syncer writes it.
+    fn super_namespace(tenant_namespace: &str, cluster_key: &str, deleting: bool) -> Namespace {
+        let name = crds::naming::super_namespace(cluster_key, tenant_namespace);
         let mut namespace: Namespace = from_json(json!({
             "metadata": {
                 "name": name,
                 "uid": format!("uid-{name}"),
-                "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key},
+                "annotations": {
+                    crds::wellknown::ANNOTATION_CLUSTER: cluster_key,
+                    crds::wellknown::ANNOTATION_NAMESPACE: tenant_namespace,
+                },
             }
         }));
         if deleting {
@@ -1367,7 +1362,7 @@ current-context: x
             deleted
         });
         deleted.sort();
-        assert_eq!(deleted, ["mine-a", "mine-b"]);
+        assert_eq!(deleted, [format!("{key}-mine-a"), format!("{key}-mine-b")]);
         // Every delete asked counts as a write to the super cluster, the refused one too.
         assert_eq!(ctx.metrics.super_writes_total(), 2);
         supers.idle().await;
@@ -1539,7 +1534,7 @@ current-context: x
     fn super_pod(name: &str, cluster_key: &str, deleting: bool) -> crate::cached::SuperPod {
         let mut pod: crate::cached::SuperPod = from_json(json!({"metadata": {
             "name": name, "namespace": format!("{cluster_key}-shop"), "uid": format!("uid-{name}"),
-            "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key},
+            "annotations": {crds::wellknown::ANNOTATION_CLUSTER: cluster_key, crds::wellknown::ANNOTATION_NAMESPACE: "shop"},
         }}));
         if deleting {
             pod.metadata.deletion_timestamp =

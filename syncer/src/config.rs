@@ -865,15 +865,13 @@ fn vn_agent_access(
     let cluster_role = cluster_role.map(str::trim).filter(|s| !s.is_empty());
     match (service_account, cluster_role) {
         (None, None) => Ok(None),
-        (Some(account), Some(role)) => match account.split_once('/') {
-            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(Some(VnAgentAccess {
-                    namespace: namespace.to_owned(),
-                    service_account: name.to_owned(),
-                    cluster_role: role.to_owned(),
-                }))
-            }
-            _ => Err(format!(
+        (Some(account), Some(role)) => match account.parse::<crds::NamespacedName>() {
+            Ok(account) => Ok(Some(VnAgentAccess {
+                namespace: account.namespace,
+                service_account: account.name,
+                cluster_role: role.to_owned(),
+            })),
+            Err(_) => Err(format!(
                 "--vn-agent-service-account must be namespace/name, got {account:?}"
             )),
         },
@@ -1001,14 +999,12 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
     fn try_from(args: SyncerArgs) -> Result<Self, String> {
         let vnode_addresses = match args.vn_agent_service.as_deref() {
             None | Some("") => VNodeAddresses::Node,
-            Some(reference) => match reference.split_once('/') {
-                Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
-                    VNodeAddresses::Service {
-                        namespace: namespace.to_owned(),
-                        name: name.to_owned(),
-                    }
-                }
-                _ => {
+            Some(reference) => match reference.parse::<crds::NamespacedName>() {
+                Ok(service) => VNodeAddresses::Service {
+                    namespace: service.namespace,
+                    name: service.name,
+                },
+                Err(_) => {
                     return Err(format!(
                         "--vn-agent-service must be namespace/name, got {reference:?}"
                     ));
@@ -1017,11 +1013,9 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
         };
         let tenant_dns = match args.tenant_dns_service.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(reference) => match reference.split_once('/') {
-                Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
-                    Some(TenantDnsService::new(namespace, name))
-                }
-                _ => {
+            Some(reference) => match reference.parse::<crds::NamespacedName>() {
+                Ok(service) => Some(TenantDnsService::new(&service.namespace, &service.name)),
+                Err(_) => {
                     return Err(format!(
                         "--tenant-dns-service must be namespace/name, got {reference:?}"
                     ));

@@ -121,10 +121,7 @@ const OUR_MANAGERS: &[&str] = &[
     "virtualcluster",
 ];
 
-/// Annotation on a super object: the tenant's labels and annotations left off it because another field
-/// manager of the super cluster owns them (`label:KEY` and `annotation:KEY`, comma-separated). The
-/// syncer never forces them, and counts the object in sync without them until the tenant object changes.
-pub const ANNOTATION_WITHHELD: &str = "tenancy.x-k8s.io/withheld-keys";
+pub use crds::wellknown::ANNOTATION_WITHHELD;
 
 /// Namespace labels that configure Pod Security admission.
 const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
@@ -420,23 +417,26 @@ pub fn super_namespace_metadata(
     meta
 }
 
-/// The cluster key of the tenant a super object belongs to (as `crds::tenant::owner_cluster`, from either
-/// kind of metadata).
+/// The cluster key of the tenant a super object belongs to, by the one ownership rule ([`crds::Owner`]),
+/// from either kind of metadata.
 pub fn owner_cluster(meta: &impl Tagged) -> Option<&str> {
-    meta.annotation(ANNOTATION_CLUSTER)
+    crds::tenant::owner_cluster(meta)
 }
 
-/// Whether a super object belongs to the tenant with this cluster key.
+/// Whether a super object belongs to the tenant with this cluster key ([`crds::Owner`]).
 pub fn belongs_to(meta: &impl Tagged, cluster_key: &str) -> bool {
-    owner_cluster(meta) == Some(cluster_key)
+    crds::tenant::belongs_to(meta, cluster_key)
 }
 
-/// The uid of the tenant object a super object was made from.
+/// The uid of the tenant object a super object was made from, as its annotation says. Whose the object is
+/// is decided by [`owner_cluster`] / [`belongs_to`] first; this only reads the annotation (a per-pod token
+/// Secret, found by name in its pod's super namespace, is matched to its pod by it).
 pub fn tenant_uid(meta: &impl Tagged) -> Option<&str> {
     meta.annotation(ANNOTATION_UID)
 }
 
-/// The tenant namespace of a super object (for a super namespace: the tenant namespace it mirrors).
+/// The tenant namespace of a super object (for a super namespace: the tenant namespace it mirrors), as its
+/// annotation says; read once [`owner_cluster`] / [`belongs_to`] has decided whose the object is.
 pub fn tenant_namespace(meta: &impl Tagged) -> Option<&str> {
     meta.annotation(ANNOTATION_NAMESPACE)
 }

@@ -86,19 +86,8 @@ pub struct TenantLabels {
     pub direction: Direction,
 }
 
-/// Labels of the super-write slot waits.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SlotLabels {
-    /// `tenant` (a worker's write for a tenant's item) or `platform` (attach, patrol, usage).
-    pub class: &'static str,
-}
-
-/// Labels of per-tenant usage gauges.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UsageLabels {
-    /// `namespace/name` of the VirtualCluster.
-    pub tenant: String,
-}
+/// Labels of per-tenant usage gauges: defined beside the usage series, which own them.
+pub use crate::usage::metrics::UsageLabels;
 
 /// Labels of patrol counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -211,11 +200,7 @@ impl Default for Metrics {
             shard_duties: Gauge::default(),
             shard_handovers: Family::default(),
             usage: Default::default(),
-            write_slots: crate::write_gate::GateMetrics {
-                wait: Family::new_with_constructor(duration_histogram),
-                in_use: Gauge::default(),
-                waiting: Gauge::default(),
-            },
+            write_slots: crate::write_gate::GateMetrics::default(),
         }
     }
 }

@@ -716,7 +716,7 @@ mod tests {
         let tenant: TenantId = Arc::from("t");
         let pod = |name: &str, cluster: &str, phase: &str| -> SuperPod {
             let mut pod: SuperPod = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "namespace": "t-ns", "annotations": {
+                "metadata": {"name": name, "namespace": format!("{cluster}-ns"), "annotations": {
                     "tenancy.x-k8s.io/cluster": cluster, "tenancy.x-k8s.io/namespace": "ns"}},
                 "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]}
             }))

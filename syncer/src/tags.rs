@@ -15,53 +15,9 @@ use serde::{Serialize, Serializer};
 
 use crate::interned::Interned;
 
-/// An object's name and namespace, and its labels and annotations read by key or in key order.
-pub trait Tagged {
-    /// The object's name.
-    fn object_name(&self) -> Option<&str>;
-    /// The object's namespace.
-    fn object_namespace(&self) -> Option<&str>;
-    /// The value of a label.
-    fn label(&self, key: &str) -> Option<&str>;
-    /// The value of an annotation.
-    fn annotation(&self, key: &str) -> Option<&str>;
-    /// Every label, in key order.
-    fn each_label(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)>;
-    /// Every annotation, in key order.
-    fn each_annotation(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)>;
-}
-
-fn pairs(map: &Option<BTreeMap<String, String>>) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
-    map.iter()
-        .flatten()
-        .map(|(k, v)| (Cow::Borrowed(k.as_str()), v.as_str()))
-}
-
-impl Tagged for ObjectMeta {
-    fn object_name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    fn object_namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
-    fn label(&self, key: &str) -> Option<&str> {
-        self.labels.as_ref()?.get(key).map(String::as_str)
-    }
-
-    fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.as_ref()?.get(key).map(String::as_str)
-    }
-
-    fn each_label(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
-        pairs(&self.labels)
-    }
-
-    fn each_annotation(&self) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
-        pairs(&self.annotations)
-    }
-}
+/// An object's name and namespace, and its labels and annotations read by key or in key order: the trait
+/// lives in `crds`, beside the ownership rule that reads through it.
+pub use crds::Tagged;
 
 /// An object whose labels and annotations identity is read from: every kube `Resource` (by its
 /// `ObjectMeta`), and the cached records that pack theirs.

@@ -28,9 +28,7 @@ use crate::{
 /// Objects per page when a tenant cache lists.
 const LIST_PAGE_SIZE: u32 = 100;
 
-/// Label on tenant objects the syncer creates from super objects (PersistentVolumes, StorageClasses,
-/// PriorityClasses), so it only ever touches its own.
-pub const LABEL_SYNCED_FROM_SUPER: &str = "tenancy.x-k8s.io/synced-from-super";
+pub use crds::wellknown::LABEL_SYNCED_FROM_SUPER;
 
 /// What a kind caches of every tenant, and how the cache's changes reach the queues. Implemented by each
 /// kind's module in [`crate::resources`].

@@ -23,10 +23,17 @@ use std::{
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
 use kube::{Client, client::Body};
-use prometheus_client::metrics::{family::Family, gauge::Gauge, histogram::Histogram};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+};
 use tokio::sync::oneshot;
 
-use crate::{metrics::SlotLabels, queue::TenantId};
+use crate::queue::TenantId;
 
 /// Weight of the writes made outside the workers (attach, patrol, usage): one tenant's default share.
 pub const PLATFORM_WEIGHT: u32 = 1;
@@ -90,6 +97,13 @@ pub fn current_share() -> Share {
         .unwrap_or_else(|_| Share::platform())
 }
 
+/// Labels of the super-write slot waits.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    /// `tenant` (a worker's write for a tenant's item) or `platform` (attach, patrol, usage).
+    pub class: &'static str,
+}
+
 /// The gate's metrics (clones of the registered families).
 #[derive(Clone, Debug)]
 pub struct GateMetrics {
@@ -99,6 +113,17 @@ pub struct GateMetrics {
     pub in_use: Gauge,
     /// Writes waiting for a slot.
     pub waiting: Gauge,
+}
+
+impl Default for GateMetrics {
+    fn default() -> Self {
+        Self {
+            // The syncer's duration buckets: 1 ms to about 2 min.
+            wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 18))),
+            in_use: Gauge::default(),
+            waiting: Gauge::default(),
+        }
+    }
 }
 
 struct Waiter {
@@ -375,7 +400,7 @@ mod tests {
     use super::*;
 
     fn gate(slots: usize) -> Arc<WriteGate> {
-        WriteGate::new(slots, crate::metrics::Metrics::default().write_slots)
+        WriteGate::new(slots, GateMetrics::default())
     }
 
     fn tenant(name: &str, weight: u32) -> Share {

@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use base64::{Engine, engine::general_purpose::STANDARD};
 use crds::{
     VirtualCluster,
     v1alpha1::Adoption,
     wellknown::{CONDITION_APISERVER_READY, CONDITION_PKI_READY, CONDITION_READY, SECRET_KUBELET_CLIENT},
 };
-use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api, Resource, ResourceExt,
+    Resource,
     runtime::{controller::Action, events::EventType},
 };
 
@@ -20,84 +18,10 @@ use crate::{
     Error, Result,
     context::Context,
     identity::TenantIdentity,
-    kubeconfig,
     status::{self, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace},
-    tenant_pki::Scope,
 };
-
-/// Reads the kubeconfig of an adopted tenant with `client` (the super cluster): `(where it came from, YAML)`.
-/// `kubectl vc kubeconfig` reads it the same way.
-pub async fn read_kubeconfig(
-    vc: &VirtualCluster,
-    adoption: &Adoption,
-    client: &kube::Client,
-) -> Result<(String, String)> {
-    let namespace = vc.namespace().unwrap_or_default();
-    match adoption {
-        Adoption::InlineBase64(encoded) => {
-            let origin = format!(
-                "annotation {} of VirtualCluster {namespace}/{}",
-                crds::wellknown::ANNOTATION_ADMIN_KUBECONFIG,
-                vc.name_any()
-            );
-            // The decoder's errors name the offending byte: told without it.
-            let bytes = STANDARD
-                .decode(encoded.trim())
-                .map_err(|_| Error::KubeconfigInvalid {
-                    origin: origin.clone(),
-                    problem: "not valid base64".into(),
-                })?;
-            let yaml = String::from_utf8(bytes).map_err(|_| Error::KubeconfigInvalid {
-                origin: origin.clone(),
-                problem: "not UTF-8 text".into(),
-            })?;
-            Ok((origin, yaml))
-        }
-        Adoption::Secret(reference) => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-            let secret = api
-                .get_opt(&reference.name)
-                .await
-                .map_err(|source| Error::KubeconfigSecretRead {
-                    namespace: namespace.clone(),
-                    name: reference.name.clone(),
-                    source,
-                })?
-                .ok_or_else(|| Error::KubeconfigSecretNotFound {
-                    namespace: namespace.clone(),
-                    name: reference.name.clone(),
-                })?;
-            // Only a Secret labelled for this VirtualCluster: an editor who may not write Secrets cannot
-            // point it at one that was meant for something else (and have it read here).
-            crds::tenant::kubeconfig_secret_meant_for(&secret.metadata, &vc.name_any())
-                .map_err(|problem| Error::KubeconfigSecretRefused { problem })?;
-            let origin = format!("Secret {namespace}/{} key {}", reference.name, reference.key);
-            let bytes = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(&reference.key))
-                .map(|b| b.0.clone())
-                .or_else(|| {
-                    secret
-                        .string_data
-                        .as_ref()
-                        .and_then(|d| d.get(&reference.key))
-                        .map(|s| s.clone().into_bytes())
-                })
-                .ok_or_else(|| Error::KubeconfigKeyMissing {
-                    namespace: namespace.clone(),
-                    name: reference.name.clone(),
-                    key: reference.key.clone(),
-                })?;
-            let yaml = String::from_utf8(bytes).map_err(|_| Error::KubeconfigInvalid {
-                origin: origin.clone(),
-                problem: "not UTF-8 text".into(),
-            })?;
-            Ok((origin, yaml))
-        }
-    }
-}
+use tenant_pki::{adopted::read_kubeconfig, kubeconfig, secrets::Scope};
 
 /// Refuses a kubeconfig that is not plain data ([`vc_runtime::kubeconfig::parse_inline`]), naming the field.
 pub fn refuse_unless_inline(origin: &str, yaml: &str) -> Result<()> {
@@ -109,10 +33,10 @@ pub fn refuse_unless_inline(origin: &str, yaml: &str) -> Result<()> {
             problem,
         }),
         // vc_runtime tells kubeconfig errors without their content.
-        Err(e) => Err(Error::KubeconfigInvalid {
+        Err(e) => Err(Error::Pki(tenant_pki::Error::KubeconfigInvalid {
             origin: origin.to_owned(),
             problem: e.to_string(),
-        }),
+        })),
     }
 }
 
@@ -155,10 +79,10 @@ pub async fn reconcile(
     // else reads it (the probe checks again, on the structure it builds its client from).
     refuse_unless_inline(&origin, &yaml)?;
     if kubeconfig::server(&yaml).is_none() {
-        return Err(Error::KubeconfigInvalid {
+        return Err(Error::Pki(tenant_pki::Error::KubeconfigInvalid {
             origin,
             problem: "it names no cluster server".into(),
-        });
+        }));
     }
     let report = ctx.probe.version(origin, yaml).await?;
     let message = format!("{} answered /version with {}", report.server, report.version);

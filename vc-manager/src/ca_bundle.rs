@@ -18,34 +18,8 @@ use kube::{
 
 use crate::leader::LeaderFlag;
 
-/// Where the bundle lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BundleRef {
-    /// Namespace (the platform's).
-    pub namespace: String,
-    /// ConfigMap name.
-    pub name: String,
-}
-
-impl std::str::FromStr for BundleRef {
-    type Err = String;
-
-    fn from_str(reference: &str) -> Result<Self, String> {
-        match reference.split_once('/') {
-            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => Ok(Self {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            }),
-            _ => Err(format!("expected namespace/name, got {reference:?}")),
-        }
-    }
-}
-
-impl std::fmt::Display for BundleRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+/// Where the bundle lives: the platform's namespace and the ConfigMap's name (`namespace/name`).
+pub use crds::NamespacedName as BundleRef;
 
 /// How often the bundle is written again even without a change (a lost leadership regained, an edit).
 const REWRITE_INTERVAL: Duration = Duration::from_secs(60);

@@ -2,9 +2,10 @@
 //! tenant namespaces are deleted, and the finalizer is removed only once all of them are gone, so nothing
 //! is left behind.
 //!
-//! Tenant namespaces are found by the syncer's `vcname`/`vcnamespace` labels and must also carry this
-//! tenant's cluster key in the `tenancy.x-k8s.io/cluster` annotation: a VirtualCluster recreated under the
-//! same name has another key, and its namespaces are left alone.
+//! Tenant namespaces are found by the syncer's `vcname`/`vcnamespace` labels and must also belong to this
+//! tenant by the one ownership rule ([`crds::Owner`]: its cluster key and a tenant namespace in the
+//! annotations, and named as that tenant namespace maps): a VirtualCluster recreated under the same name
+//! has another key, and its namespaces are left alone.
 
 use crds::{
     VirtualCluster,

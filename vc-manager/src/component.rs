@@ -76,14 +76,8 @@ impl std::fmt::Display for Component {
     }
 }
 
-/// Where the tenant apiserver is reached inside the super cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiServerEndpoint {
-    /// Name of the apiserver Service.
-    pub service: String,
-    /// Its port.
-    pub port: i32,
-}
+/// Where the tenant apiserver is reached inside the super cluster (for its certificate's names too).
+pub use tenant_pki::ApiServerEndpoint;
 
 /// Index of the container running the component: named after it or running its binary, else the first.
 pub(crate) fn main_container(pod: &PodSpec, component: Component) -> usize {

@@ -89,24 +89,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// A key or certificate could not be generated.
-    #[error("issuing {what}")]
-    Certificate {
-        /// Which certificate or key.
-        what: String,
-        /// rcgen's error.
-        #[source]
-        source: rcgen::Error,
-    },
-    /// A certificate's validity period cannot be represented.
-    #[error("validity period of {what}")]
-    CertificateValidity {
-        /// Which certificate.
-        what: String,
-        /// The time error.
-        #[source]
-        source: time::error::ComponentRange,
-    },
+    /// The tenant's PKI: a certificate or key could not be issued, or an adopted tenant's kubeconfig could
+    /// not be read.
+    #[error(transparent)]
+    Pki(#[from] tenant_pki::Error),
 
     /// A control-plane StatefulSet could not be applied.
     #[error("applying {component} StatefulSet {namespace}/{name}")]
@@ -165,51 +151,6 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// Adopt mode: the Secret holding the kubeconfig does not exist.
-    #[error("kubeconfig Secret {namespace}/{name} does not exist")]
-    KubeconfigSecretNotFound {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// Adopt mode: the Secret holding the kubeconfig could not be read.
-    #[error("reading kubeconfig Secret {namespace}/{name}")]
-    KubeconfigSecretRead {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// The apiserver's answer.
-        #[source]
-        source: kube::Error,
-    },
-    /// Adopt mode: the Secret has no such key.
-    #[error("kubeconfig Secret {namespace}/{name} has no key {key:?}")]
-    KubeconfigKeyMissing {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// The missing key.
-        key: String,
-    },
-    /// Adopt mode: the kubeconfig cannot be parsed or used. Why is told without its content: parse
-    /// errors quote their input, and a kubeconfig holds credentials.
-    #[error("kubeconfig from {origin} cannot be used: {problem}")]
-    KubeconfigInvalid {
-        /// Where it came from (Secret key or annotation).
-        origin: String,
-        /// What is wrong, without a byte of the kubeconfig.
-        problem: String,
-    },
-    /// Adopt mode: the Secret named as the kubeconfig is not meant for this VirtualCluster (it lacks
-    /// `tenancy.x-k8s.io/kubeconfig-for: <name>`); nothing of it is read.
-    #[error("{problem}")]
-    KubeconfigSecretRefused {
-        /// What is missing, naming the Secret.
-        problem: String,
-    },
     /// Adopt mode: the kubeconfig asks for more than plain data (a file, a program, a proxy, clear text),
     /// so nothing is built from it.
     #[error("kubeconfig from {origin}: field {field} is refused: {problem}")]
@@ -284,17 +225,12 @@ impl Error {
             Self::ServiceApply { .. } => "ServiceApplyFailed",
             Self::SecretList { .. } => "SecretListFailed",
             Self::SecretApply { .. } => "SecretApplyFailed",
-            Self::Certificate { .. } | Self::CertificateValidity { .. } => "CertificateIssueFailed",
+            Self::Pki(error) => error.reason(),
             Self::StatefulSetApply { .. } => "StatefulSetApplyFailed",
             Self::StatusApply { .. } => "StatusApplyFailed",
             Self::Finalizer { .. } => "FinalizerFailed",
             Self::NamespaceList { .. } => "NamespaceListFailed",
             Self::NamespaceDelete { .. } => "NamespaceDeleteFailed",
-            Self::KubeconfigSecretNotFound { .. } => "KubeconfigSecretNotFound",
-            Self::KubeconfigSecretRead { .. } => "KubeconfigSecretReadFailed",
-            Self::KubeconfigKeyMissing { .. } => "KubeconfigKeyMissing",
-            Self::KubeconfigInvalid { .. } => "KubeconfigInvalid",
-            Self::KubeconfigSecretRefused { .. } => crds::wellknown::REASON_KUBECONFIG_SECRET_REFUSED,
             Self::KubeconfigRefused { .. } => "KubeconfigRefused",
             Self::TenantUnreachable { .. } => "APIServerUnreachable",
             Self::TenantUnauthorized { .. } => "Unauthorized",
@@ -310,18 +246,13 @@ impl Error {
             Self::RootNamespace { .. }
             | Self::RootNamespaceConflict { .. }
             | Self::SecretList { .. }
-            | Self::SecretApply { .. }
-            | Self::Certificate { .. }
-            | Self::CertificateValidity { .. } => CONDITION_PKI_READY,
+            | Self::SecretApply { .. } => CONDITION_PKI_READY,
+            Self::Pki(error) if error.about_kubeconfig() => CONDITION_APISERVER_READY,
+            Self::Pki(_) => CONDITION_PKI_READY,
             Self::StatefulSetApply { component, .. } | Self::ServiceApply { component, .. } => {
                 component.condition()
             }
-            Self::KubeconfigSecretNotFound { .. }
-            | Self::KubeconfigSecretRead { .. }
-            | Self::KubeconfigKeyMissing { .. }
-            | Self::KubeconfigInvalid { .. }
-            | Self::KubeconfigSecretRefused { .. }
-            | Self::KubeconfigRefused { .. }
+            Self::KubeconfigRefused { .. }
             | Self::TenantUnreachable { .. }
             | Self::TenantUnauthorized { .. }
             | Self::TenantForbidden { .. }
@@ -341,13 +272,12 @@ impl Error {
     /// Whether this failure means the tenant control plane itself cannot be used (adopt mode: the
     /// kubeconfig or the apiserver), as opposed to vc-manager failing to change a working one.
     pub fn tenant_unusable(&self) -> bool {
+        if let Self::Pki(error) = self {
+            return error.kubeconfig_unusable();
+        }
         matches!(
             self,
-            Self::KubeconfigSecretNotFound { .. }
-                | Self::KubeconfigKeyMissing { .. }
-                | Self::KubeconfigInvalid { .. }
-                | Self::KubeconfigSecretRefused { .. }
-                | Self::KubeconfigRefused { .. }
+            Self::KubeconfigRefused { .. }
                 | Self::TenantUnreachable { .. }
                 | Self::TenantUnauthorized { .. }
                 | Self::TenantForbidden { .. }
@@ -357,22 +287,7 @@ impl Error {
 
     /// The message and every cause, joined by `: ` (for conditions and events, which have no cause chain).
     pub fn full_message(&self) -> String {
-        let mut message = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            // kube's Api errors repeat the status twice ("ApiError: msg (Status {...})"); the short form is enough.
-            let text = match text.split_once(" (Status {") {
-                Some((short, _)) => short.to_owned(),
-                None => text,
-            };
-            if !message.ends_with(&text) {
-                message.push_str(": ");
-                message.push_str(&text);
-            }
-            source = cause.source();
-        }
-        message
+        vc_runtime::error::chain(self)
     }
 }
 
@@ -430,11 +345,11 @@ mod tests {
 
     #[test]
     fn adopt_failures_make_the_tenant_unusable() {
-        let error = Error::KubeconfigKeyMissing {
+        let error = Error::from(tenant_pki::Error::KubeconfigKeyMissing {
             namespace: "ns".into(),
             name: "kc".into(),
             key: "value".into(),
-        };
+        });
         assert!(error.tenant_unusable());
         assert_eq!(error.condition(), CONDITION_APISERVER_READY);
         assert_eq!(error.to_string(), "kubeconfig Secret ns/kc has no key \"value\"");

@@ -2,8 +2,6 @@
 //! original project's annotations, vc-manager's own label, and the annotations read back to map watch
 //! events to VirtualClusters.
 
-use std::collections::BTreeMap;
-
 pub use crds::TenantIdentity;
 use crds::{
     VirtualCluster,
@@ -22,9 +20,7 @@ pub fn managed_selector() -> String {
 
 /// Labels on every object vc-manager creates. Deliberately not the syncer's `vcname`/`vcnamespace` labels:
 /// those mark the syncer's tenant namespaces and objects.
-pub fn managed_labels() -> BTreeMap<String, String> {
-    [(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned())].into()
-}
+pub use crds::tenant::managed_labels;
 
 /// The VirtualCluster an object was created for, from its `vcname`/`vcnamespace` annotations.
 pub fn owner_of(meta: &ObjectMeta) -> Option<ObjectRef<VirtualCluster>> {

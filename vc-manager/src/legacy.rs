@@ -26,12 +26,12 @@ use k8s_openapi::{
 use crate::{
     component::{Component, main_container},
     container_flags::{flag_value, set_flag},
-    secret_names::{
-        SECRET_APISERVER, SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_ETCD_SERVER, SECRET_ROOT_CA,
-        SECRET_SERVICE_ACCOUNT,
-    },
 };
 use crds::wellknown::SECRET_KUBELET_CLIENT;
+use tenant_pki::names::{
+    SECRET_APISERVER, SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_ETCD_SERVER, SECRET_ROOT_CA,
+    SECRET_SERVICE_ACCOUNT,
+};
 
 /// Flags removed from kube-apiserver by 1.25 that the original project's templates used.
 const REMOVED_APISERVER_FLAGS: &[&str] = &[

@@ -33,8 +33,8 @@ use crate::{
     restore::{REASON_RESTORING, RestoreStage},
     status::{self, ComponentState, ConditionState, DesiredStatus, Progress},
     steps::{self, RootNamespace, apply_params},
-    tenant_pki::{Network, Scope, first_service_ips},
 };
+use tenant_pki::secrets::{Network, Scope, first_service_ips};
 
 /// Reconciles a provisioned VirtualCluster.
 pub async fn reconcile(
@@ -273,15 +273,19 @@ async fn apiserver_answers(
         .and_then(|s| s.data.as_ref())
         .and_then(|d| d.get(SECRET_ADMIN_KUBECONFIG))
         .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        .ok_or_else(|| Error::KubeconfigInvalid {
-            origin: origin.clone(),
-            problem: format!("no key {SECRET_ADMIN_KUBECONFIG}, or not UTF-8 text"),
+        .ok_or_else(|| {
+            Error::from(tenant_pki::Error::KubeconfigInvalid {
+                origin: origin.clone(),
+                problem: format!("no key {SECRET_ADMIN_KUBECONFIG}, or not UTF-8 text"),
+            })
         })?;
     let reachable = reach_at_cluster_ip(&kubeconfig, &ctx.client, namespace)
         .await
-        .map_err(|source| Error::KubeconfigInvalid {
-            origin: origin.clone(),
-            problem: source.to_string(),
+        .map_err(|source| {
+            Error::from(tenant_pki::Error::KubeconfigInvalid {
+                origin: origin.clone(),
+                problem: source.to_string(),
+            })
         })?;
     ctx.probe.version(origin, reachable).await
 }

@@ -41,9 +41,11 @@ impl TenantProbe for KubeconfigProbe {
         let timeouts = self.timeouts;
         Box::pin(async move {
             // vc_runtime tells kubeconfig and client errors without the kubeconfig's content.
-            let invalid = |problem: String| Error::KubeconfigInvalid {
-                origin: origin.clone(),
-                problem,
+            let invalid = |problem: String| {
+                Error::from(tenant_pki::Error::KubeconfigInvalid {
+                    origin: origin.clone(),
+                    problem,
+                })
             };
             let config = vc_runtime::clients::config_from_kubeconfig_yaml(&kubeconfig, timeouts)
                 .await

@@ -30,15 +30,13 @@ use crate::{
     component::{ApiServerEndpoint, Component, main_container},
     container_flags::{flag_value, set_flag},
     identity::{TenantIdentity, managed_labels},
-    legacy, tenant_pki,
+    legacy,
 };
+use tenant_pki::secrets;
 
 /// Label naming the control-plane component of a StatefulSet, Service or pod.
 pub use crds::wellknown::LABEL_COMPONENT;
-/// Annotation on control-plane StatefulSets and Services: the ClusterVersion they were rendered from.
-pub const ANNOTATION_CLUSTER_VERSION: &str = "tenancy.x-k8s.io/cluster-version";
-/// Annotation on control-plane StatefulSets and Services: that ClusterVersion's `metadata.generation`.
-pub const ANNOTATION_CLUSTER_VERSION_GENERATION: &str = "tenancy.x-k8s.io/cluster-version-generation";
+pub use crds::wellknown::{ANNOTATION_CLUSTER_VERSION, ANNOTATION_CLUSTER_VERSION_GENERATION};
 /// Prefix of the pod-template annotations holding the SHA-256 of each mounted Secret.
 pub const SECRET_CHECKSUM_PREFIX: &str = "checksum.tenancy.x-k8s.io/";
 
@@ -115,26 +113,7 @@ pub fn apiserver_endpoint(cv: &ClusterVersion) -> Result<ApiServerEndpoint, Stri
 
 /// Names of the etcd Services: the client Service and the StatefulSet's governing (peer) Service.
 pub fn etcd_service_names(cv: &ClusterVersion) -> (String, String) {
-    let bundle = &cv.spec.etcd;
-    let sts_name = bundle
-        .statefulset
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_else(|| "etcd".into());
-    let client = bundle
-        .service
-        .as_ref()
-        .and_then(|s| s.metadata.name.clone())
-        .unwrap_or_else(|| sts_name.clone());
-    let peer = bundle
-        .statefulset
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_name.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| client.clone());
-    (client, peer)
+    cv.spec.etcd_service_names()
 }
 
 fn clean_metadata(
@@ -205,13 +184,11 @@ pub fn secret_checksum(secret: &Secret) -> String {
 
 /// SHA-256 of the Secret's data that a restart must follow. A leaf certificate and its key, delivered to
 /// the pod only as files, are left out when the components reload them from disk
-/// ([`tenant_pki::reloaded_in_place`]): the kubelet rewrites the files within its sync period, and rolling
+/// ([`secrets::reloaded_in_place`]): the kubelet rewrites the files within its sync period, and rolling
 /// a one-replica apiserver for a renewal would drop every client's connection. Everything else counts.
 pub fn restart_checksum(secret: &Secret, delivery: Delivery) -> String {
-    let reloaded = delivery == Delivery::Files && tenant_pki::reloaded_in_place(&secret.name_any());
-    checksum_of(secret, |key| {
-        !(reloaded && tenant_pki::is_certificate_or_key(key))
-    })
+    let reloaded = delivery == Delivery::Files && secrets::reloaded_in_place(&secret.name_any());
+    checksum_of(secret, |key| !(reloaded && secrets::is_certificate_or_key(key)))
 }
 
 fn checksum_of(secret: &Secret, counts: impl Fn(&str) -> bool) -> String {

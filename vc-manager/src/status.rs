@@ -4,10 +4,7 @@
 
 use crds::{
     ClusterPhase, VirtualCluster,
-    wellknown::{
-        CONDITION_APISERVER_READY, CONDITION_CONTROLLER_MANAGER_READY, CONDITION_ETCD_READY,
-        CONDITION_PAUSED, CONDITION_PKI_READY, CONDITION_READY,
-    },
+    wellknown::{CONDITION_PAUSED, CONDITION_READY},
 };
 use k8s_openapi::{
     api::apps::v1::StatefulSet,
@@ -18,16 +15,7 @@ use kube::Resource;
 
 use crate::component::Component;
 
-/// The conditions vc-manager owns on a provisioned VirtualCluster.
-pub const NATIVE_CONDITIONS: [&str; 5] = [
-    CONDITION_PKI_READY,
-    CONDITION_ETCD_READY,
-    CONDITION_APISERVER_READY,
-    CONDITION_CONTROLLER_MANAGER_READY,
-    CONDITION_READY,
-];
-/// The conditions vc-manager owns on an adopted VirtualCluster.
-pub const ADOPTED_CONDITIONS: [&str; 3] = [CONDITION_PKI_READY, CONDITION_APISERVER_READY, CONDITION_READY];
+pub use crds::wellknown::{ADOPTED_CONDITIONS, NATIVE_CONDITIONS};
 
 /// The conditions vc-manager owns for this VirtualCluster's mode.
 pub fn owned_conditions(vc: &VirtualCluster) -> &'static [&'static str] {
@@ -528,7 +516,10 @@ impl DesiredStatus {
 
 #[cfg(test)]
 mod tests {
-    use crds::{VirtualClusterSpec, VirtualClusterStatus};
+    use crds::{
+        VirtualClusterSpec, VirtualClusterStatus,
+        wellknown::{CONDITION_APISERVER_READY, CONDITION_ETCD_READY, CONDITION_PKI_READY},
+    };
     use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
 
     use super::*;

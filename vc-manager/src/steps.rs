@@ -26,8 +26,8 @@ use crate::{
     context::Context,
     identity::{TenantIdentity, managed_labels},
     status::{ConditionState, DesiredStatus, current_conditions},
-    tenant_pki::{self, Change, Lifetimes, PkiInput, PkiPlan, Scope},
 };
+use tenant_pki::secrets::{self, Change, Lifetimes, PkiInput, PkiPlan, Scope};
 
 /// Server-side apply under vc-manager's field manager, taking over fields others changed (drift repair).
 pub fn apply_params() -> PatchParams {
@@ -35,9 +35,7 @@ pub fn apply_params() -> PatchParams {
 }
 
 /// Now, Unix seconds.
-pub fn now() -> i64 {
-    Timestamp::now().as_second()
-}
+pub use vc_runtime::clock::now;
 
 /// State of the root namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +157,7 @@ pub async fn apply_pki(
         .into_iter()
         .map(|s| (s.name_any(), s))
         .collect();
-    let plan = tenant_pki::plan(
+    let plan = secrets::plan(
         &secrets,
         &PkiInput {
             identity,
@@ -173,7 +171,7 @@ pub async fn apply_pki(
     for authorities in [true, false] {
         let writes = plan
             .changed()
-            .filter(|planned| tenant_pki::is_authority(planned.name()) == authorities)
+            .filter(|planned| secrets::is_authority(planned.name()) == authorities)
             .map(|planned| {
                 let api = api.clone();
                 async move {

@@ -17,6 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
 
 use crate::{
     backend::Backend,
@@ -94,7 +95,8 @@ impl Peer {
     }
 }
 
-/// Handles one request and records its metrics.
+/// Handles one request and records its metrics. Everything logged while serving it (and by the streams
+/// it opens) is in one `request` span: verb, method, path, peer, and the tenant once authenticated.
 pub async fn handle(ctx: Arc<Context>, peer: Arc<Peer>, request: Request<Incoming>) -> Response<ProxyBody> {
     let started = Instant::now();
     let parsed = route::parse(request.method(), request.uri().path());
@@ -104,10 +106,16 @@ pub async fn handle(ctx: Arc<Context>, peer: Arc<Peer>, request: Request<Incomin
         .unwrap_or(route::UNKNOWN_VERB);
     let in_flight = ctx.metrics.in_flight.get_or_create(&VerbLabels { verb }).clone();
     in_flight.inc();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    let span = tracing::info_span!(
+        "request",
+        verb,
+        method = %request.method(),
+        path = request.uri().path(),
+        peer = %peer.addr,
+        tenant = tracing::field::Empty,
+    );
 
-    let (tenant, response) = serve(&ctx, &peer, parsed, request).await;
+    let (tenant, response) = serve(&ctx, &peer, parsed, request).instrument(span.clone()).await;
 
     in_flight.dec();
     let code = response.status().as_u16();
@@ -123,16 +131,7 @@ pub async fn handle(ctx: Arc<Context>, peer: Arc<Peer>, request: Request<Incomin
         .latency
         .get_or_create(&VerbLabels { verb })
         .observe(started.elapsed().as_secs_f64());
-    tracing::debug!(
-        verb,
-        %method,
-        path,
-        tenant = tenant.as_deref().unwrap_or(""),
-        code,
-        peer = %peer.addr,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "request"
-    );
+    span.in_scope(|| tracing::debug!(code, elapsed_ms = started.elapsed().as_millis() as u64, "request"));
     response
 }
 
@@ -159,9 +158,6 @@ async fn serve(
                 })
                 .inc();
             tracing::warn!(
-                peer = %peer.addr,
-                method = %request.method(),
-                path = request.uri().path(),
                 reason = failure.kind.as_str(),
                 detail = %failure.detail,
                 "refused client"
@@ -175,8 +171,8 @@ async fn serve(
             return (None, Refusal::new(status, message).into_response());
         }
     };
+    tracing::Span::current().record("tenant", tenant.cluster_key.as_str());
     let key = Some(tenant.cluster_key.clone());
-    let path = request.uri().path().to_owned();
     let parsed = match parsed {
         Ok(parsed) => parsed,
         Err(error) => {
@@ -185,7 +181,7 @@ async fn serve(
                 RouteError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
                 RouteError::InvalidSegment { .. } => StatusCode::BAD_REQUEST,
             };
-            tracing::info!(tenant = %tenant.cluster_key, path = request.uri().path(), %error, "request not served");
+            tracing::info!(%error, "request not served");
             return (key, Refusal::new(status, error.to_string()).into_response());
         }
     };
@@ -203,9 +199,6 @@ async fn serve(
         Ok(response) => response,
         Err(Failure::Refused(refusal)) => {
             tracing::warn!(
-                tenant = %tenant.cluster_key,
-                peer = %peer.addr,
-                path,
                 status = refusal.status.as_u16(),
                 reason = %refusal.message,
                 "request refused"
@@ -213,33 +206,11 @@ async fn serve(
             refusal.into_response()
         }
         Err(Failure::Backend(error)) => {
-            tracing::error!(
-                tenant = %tenant.cluster_key,
-                path,
-                error = &error as &dyn std::error::Error,
-                "backend request failed"
-            );
-            Refusal::new(
-                StatusCode::BAD_GATEWAY,
-                format!("{error}: {}", source_text(&error)),
-            )
-            .into_response()
+            tracing::error!(error = &error as &dyn std::error::Error, "backend request failed");
+            Refusal::new(StatusCode::BAD_GATEWAY, vc_runtime::error::chain(&error)).into_response()
         }
     };
     (key, response)
-}
-
-fn source_text(error: &crate::Error) -> String {
-    let mut text = String::new();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 enum Failure {
@@ -476,12 +447,15 @@ async fn forward<B: RequestBody>(
         let metrics = ctx.metrics.clone();
         let cut = ctx.cut_streams.child_token();
         let (caches, peer, tenant_key) = (ctx.caches.clone(), peer.clone(), tenant.cluster_key.clone());
-        ctx.streams.spawn(async move {
+        // The stream outlives the request; its lines keep the request's span.
+        let span = tracing::Span::current();
+        ctx.streams.spawn(
+            async move {
             let _slot = stream_slot;
             let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
                 Ok(pair) => pair,
                 Err(error) => {
-                    tracing::warn!(verb, %error, "upgrade did not complete");
+                    tracing::warn!(%error, "upgrade did not complete");
                     return;
                 }
             };
@@ -490,13 +464,15 @@ async fn forward<B: RequestBody>(
             tokio::select! {
                 () = &mut spliced => {}
                 () = revoked(&caches, &peer, &tenant_key) => {
-                    tracing::info!(verb, tenant = %tenant_key, peer = %peer.addr, "the caller's certificate is no longer trusted (its VirtualCluster is gone or its kubelet-client CA was replaced); cutting its open stream");
+                    tracing::info!("the caller's certificate is no longer trusted (its VirtualCluster is gone or its kubelet-client CA was replaced); cutting its open stream");
                     metrics.streams_revoked.get_or_create(&VerbLabels { verb }).inc();
                     cut.cancel();
                     spliced.await;
                 }
             }
-        });
+            }
+            .instrument(span),
+        );
         return Ok(response);
     }
 

@@ -278,15 +278,12 @@ impl Args {
         let ca_bundle = match self
             .kubelet_client_ca_bundle
             .as_deref()
-            .map(str::trim)
-            .and_then(|r| r.split_once('/'))
+            .map(str::parse::<crds::NamespacedName>)
         {
-            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
-                CaBundle {
-                    namespace: namespace.to_owned(),
-                    name: name.to_owned(),
-                }
-            }
+            Some(Ok(bundle)) => CaBundle {
+                namespace: bundle.namespace,
+                name: bundle.name,
+            },
             _ => {
                 return Err(Error::Settings(
                     "--kubelet-client-ca-bundle must name the ConfigMap (namespace/name) vc-manager keeps the tenants' kubelet-client CAs in (its own --kubelet-client-ca-bundle)".into(),

@@ -7,10 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crds::{
-    naming::super_namespace,
-    wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_UID},
-};
+use crds::{Owner, naming::super_namespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::Value;
@@ -37,39 +34,33 @@ pub struct TenantPod {
     pub node: Option<String>,
 }
 
-/// The tenant side of a super pod, when it is `cluster_key`'s: it carries the tenant's cluster, namespace
-/// and uid annotations, and its namespace is the one the tenant namespace maps to.
+/// The tenant side of a super pod, when it is `cluster_key`'s by the one ownership rule
+/// ([`crds::Owner`]: its cluster and namespace annotations, the namespace they map to) and it names the
+/// tenant pod it was made from (its uid annotation).
 pub fn tenant_pod(pod: &Pod, cluster_key: &str) -> Option<TenantPod> {
-    let annotations = pod.annotations();
-    if annotations.get(ANNOTATION_CLUSTER).map(String::as_str) != Some(cluster_key) {
-        return None;
-    }
-    let tenant_namespace = annotations.get(ANNOTATION_NAMESPACE).filter(|n| !n.is_empty())?;
-    let tenant_uid = annotations.get(ANNOTATION_UID).filter(|u| !u.is_empty())?;
-    let namespace = pod.namespace()?;
-    if namespace != super_namespace(cluster_key, tenant_namespace) {
-        return None;
-    }
+    let owner = Owner::of(&pod.metadata).filter(|owner| owner.is(cluster_key))?;
     Some(TenantPod {
-        super_namespace: namespace,
+        super_namespace: pod.namespace()?,
         name: pod.name_any(),
         super_uid: pod.uid().unwrap_or_default(),
-        tenant_namespace: tenant_namespace.clone(),
-        tenant_uid: tenant_uid.clone(),
+        tenant_namespace: owner.tenant_namespace.to_owned(),
+        tenant_uid: owner.tenant_uid?.to_owned(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
     })
 }
 
-/// Checks that the super pod found at the place `target` maps to is the tenant's pod `target`.
+/// Checks that the super pod found at the place `target` maps to is the tenant's pod `target`. A pod that
+/// is not this tenant's by the ownership rule ([`crds::Owner`]), or names no tenant pod, is forbidden; a
+/// pod of this tenant that serves another tenant namespace (whose shortened name collides with this one)
+/// or has another uid is not found.
 pub fn check_target(pod: &Pod, cluster_key: &str, target: &PodTarget) -> Result<TenantPod, Refusal> {
     let shown = format!("{}/{}", target.namespace, target.name);
-    let annotations = pod.annotations();
-    if annotations.get(ANNOTATION_CLUSTER).map(String::as_str) != Some(cluster_key) {
+    let Some(owner) = Owner::of(&pod.metadata).filter(|owner| owner.is(cluster_key)) else {
         return Err(Refusal::forbidden(format!(
             "pod {shown} is not a pod of this virtual cluster"
         )));
-    }
-    if annotations.get(ANNOTATION_UID).is_none_or(|u| u.is_empty()) {
+    };
+    if owner.tenant_uid.is_none() {
         return Err(Refusal::forbidden(format!(
             "pod {shown} carries no tenant uid annotation"
         )));
@@ -598,6 +589,8 @@ pub(crate) mod tests {
         api::core::v1::{Container, PodSpec},
         apimachinery::pkg::apis::meta::v1::ObjectMeta,
     };
+
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_UID};
 
     use super::*;
 

@@ -72,7 +72,7 @@ pub struct StatefulSetSvcBundle {
 pub struct ClusterVersionStatus {
     /// VirtualClusters provisioned from this ClusterVersion. While any remain it cannot be deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "schema::object_references")]
+    #[schemars(schema_with = "schema::object_references::<VirtualClusterRef>")]
     pub virtual_clusters: Vec<VirtualClusterRef>,
     /// Number of VirtualClusters using this ClusterVersion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +90,34 @@ pub struct VirtualClusterRef {
     pub namespace: String,
     /// Name of the VirtualCluster.
     pub name: String,
+}
+
+impl ClusterVersionSpec {
+    /// Names of the etcd Services: the client Service (its bundle's Service, else the StatefulSet's name,
+    /// else `etcd`) and the StatefulSet's governing (peer) Service (else the client Service). vc-manager
+    /// issues etcd's certificates for them; `kubectl vc snapshot` reaches etcd through the first.
+    pub fn etcd_service_names(&self) -> (String, String) {
+        let bundle = &self.etcd;
+        let sts_name = bundle
+            .statefulset
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| "etcd".into());
+        let client = bundle
+            .service
+            .as_ref()
+            .and_then(|s| s.metadata.name.clone())
+            .unwrap_or_else(|| sts_name.clone());
+        let peer = bundle
+            .statefulset
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| client.clone());
+        (client, peer)
+    }
 }
 
 #[cfg(test)]

@@ -238,7 +238,7 @@ pub fn kubeconfig_client(yaml: &str) -> anyhow::Result<(String, String, String)>
 
 /// Subject common name and organizations of a certificate (x509-parser, as used by rcgen).
 pub fn subject(cert_pem: &str) -> anyhow::Result<(String, Vec<String>)> {
-    let info = vc_manager::pki::inspect(cert_pem).map_err(anyhow::Error::msg)?;
+    let info = tenant_pki::pki::inspect(cert_pem).map_err(anyhow::Error::msg)?;
     Ok((
         info.common_name.unwrap_or_default(),
         info.organizations.into_iter().collect(),

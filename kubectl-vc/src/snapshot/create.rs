@@ -102,7 +102,7 @@ pub async fn connect_etcd(
     cv: &ClusterVersion,
     etcd_client: &Secret,
 ) -> Result<(Forward, EtcdClient)> {
-    let (service_name, _) = vc_manager::render::etcd_service_names(cv);
+    let (service_name, _) = cv.spec.etcd_service_names();
     let port = Api::<Service>::namespaced(client.clone(), root)
         .get_opt(&service_name)
         .await
@@ -125,7 +125,7 @@ pub async fn connect_etcd(
     let target = forward::find_target(client, &endpoint).await?;
     let listener = forward::bind(None, None).await?;
     let forward = forward::start(client.clone(), endpoint, target, listener)?;
-    let certified = vc_manager::pki::CertifiedKey {
+    let certified = tenant_pki::pki::CertifiedKey {
         cert_pem: text_of(etcd_client, "tls.crt", root)?,
         key_pem: text_of(etcd_client, "tls.key", root)?,
     };
@@ -234,17 +234,14 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(path)
 }
 
-/// `kubectl vc snapshot create`: into a folder here, or (`--to pvc/<claim>`) by the platform's snapshot
-/// scheduler serving that store.
+/// `kubectl vc snapshot create` into a folder here (`--to pvc/<claim>` is [`super::schedule::request`]'s,
+/// chosen by [`super::command`]).
 pub async fn command(
     client: &Client,
     namespace: &str,
     args: &SnapshotCreateArgs,
     io: &mut Streams<'_>,
 ) -> Result<()> {
-    if let Some(store) = super::schedule::store_of(&args.to) {
-        return super::schedule::request(client, namespace, args, &store, io).await;
-    }
     let vc_ref = format!("{namespace}/{}", args.name);
     let report = take(client, namespace, &args.name, &args.to, io).await?;
     match args.output.output {
@@ -296,11 +293,11 @@ pub async fn take(
     }
     let etcd_client = secrets
         .iter()
-        .find(|s| s.name_any() == vc_manager::secret_names::SECRET_ETCD_CLIENT)
+        .find(|s| s.name_any() == tenant_pki::names::SECRET_ETCD_CLIENT)
         .ok_or_else(|| Error::NotFound {
             kind: "Secret",
             namespace: root.clone(),
-            name: vc_manager::secret_names::SECRET_ETCD_CLIENT.into(),
+            name: tenant_pki::names::SECRET_ETCD_CLIENT.into(),
         })?;
 
     let created = Timestamp::now();

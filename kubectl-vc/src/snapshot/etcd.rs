@@ -12,7 +12,7 @@ use std::{net::SocketAddr, time::Duration};
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, de::DeserializeOwned};
 use serde_json::json;
-use vc_manager::pki::CertifiedKey;
+use tenant_pki::pki::CertifiedKey;
 
 use crate::{Error, Result};
 
@@ -128,7 +128,7 @@ impl EtcdClient {
     /// `client`.
     pub async fn connect(address: SocketAddr, ca_pem: &str, client: &CertifiedKey) -> Result<Self> {
         let server = format!("https://{address}");
-        let yaml = vc_manager::kubeconfig::render("etcd", &server, ca_pem, "etcd-client", client);
+        let yaml = tenant_pki::kubeconfig::render("etcd", &server, ca_pem, "etcd-client", client);
         let failed = |problem: String| Error::Etcd {
             address,
             action: "connecting".into(),

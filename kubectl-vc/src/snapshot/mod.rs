@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crds::wellknown::{SECRET_ADMIN_KUBECONFIG, SECRET_KUBELET_CLIENT};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use vc_manager::secret_names::{
+use tenant_pki::names::{
     SECRET_APISERVER, SECRET_CONTROLLER_MANAGER_KUBECONFIG, SECRET_ETCD_CA, SECRET_ETCD_CLIENT,
     SECRET_ETCD_SERVER, SECRET_FRONT_PROXY_CA, SECRET_FRONT_PROXY_CLIENT, SECRET_KUBELET_CLIENT_CA,
     SECRET_ROOT_CA, SECRET_SERVICE_ACCOUNT,
@@ -85,7 +85,11 @@ pub async fn command(
     interrupt: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     match command {
-        SnapshotCommand::Create(args) => create::command(client, namespace, args, io).await,
+        // `--to pvc/<claim>` asks the platform's snapshot scheduler serving that store.
+        SnapshotCommand::Create(args) => match schedule::store_of(&args.to) {
+            Some(store) => schedule::request(client, namespace, args, &store, io).await,
+            None => create::command(client, namespace, args, io).await,
+        },
         SnapshotCommand::Restore(args) => restore::command(client, namespace, args, io).await,
         SnapshotCommand::List(args) => list(args, io),
         SnapshotCommand::Prune(args) => prune(args, io),

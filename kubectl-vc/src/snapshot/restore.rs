@@ -27,7 +27,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use serde::Serialize;
-use vc_manager::secret_names::{
+use tenant_pki::names::{
     SECRET_ETCD_CA, SECRET_ETCD_CLIENT, SECRET_FRONT_PROXY_CA, SECRET_KUBELET_CLIENT_CA, SECRET_ROOT_CA,
     SECRET_SERVICE_ACCOUNT,
 };
@@ -112,7 +112,7 @@ pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
             .text("tls.key")
             .ok_or_else(|| bad(snapshot, format!("Secret {name} in {PKI_SECRETS} has no tls.key")))?;
         let (type_, data) = if name == SECRET_SERVICE_ACCOUNT {
-            let loaded = vc_manager::pki::ServiceAccountKey::load(&key)
+            let loaded = tenant_pki::pki::ServiceAccountKey::load(&key)
                 .map_err(|e| bad(snapshot, format!("Secret {name} in {PKI_SECRETS}: {e}")))?;
             // The public half is derived from the private key, as vc-manager does.
             ("Opaque", vec![("tls.crt", loaded.public_pem), ("tls.key", key)])
@@ -120,7 +120,7 @@ pub fn plan(snapshot: &Verified, now: i64) -> Result<RestorePlan> {
             let cert = secret
                 .text("tls.crt")
                 .ok_or_else(|| bad(snapshot, format!("Secret {name} in {PKI_SECRETS} has no tls.crt")))?;
-            vc_manager::pki::CertificateAuthority::load(&cert, &key, now)
+            tenant_pki::pki::CertificateAuthority::load(&cert, &key, now)
                 .map_err(|e| bad(snapshot, format!("Secret {name} in {PKI_SECRETS}: {e}")))?;
             ("kubernetes.io/tls", vec![("tls.crt", cert), ("tls.key", key)])
         };
@@ -217,7 +217,7 @@ pub async fn command(
         })?;
     io.progress(&format!("verifying snapshot {}", args.from.display()))?;
     let snapshot = format::verify(&args.from, expected.as_deref())?;
-    let plan = plan(&snapshot, vc_manager::steps::now())?;
+    let plan = plan(&snapshot, vc_runtime::clock::now())?;
     let cv_name = plan.spec.cluster_version_name.clone().unwrap_or_default();
     Api::<ClusterVersion>::all(client.clone())
         .get_opt(&cv_name)
@@ -286,7 +286,7 @@ pub async fn command(
             metadata: ObjectMeta {
                 name: Some(secret_name.to_owned()),
                 namespace: Some(root.clone()),
-                labels: Some(vc_manager::identity::managed_labels()),
+                labels: Some(crds::tenant::managed_labels()),
                 annotations: Some(identity.annotations()),
                 ..Default::default()
             },

@@ -44,7 +44,7 @@ use crate::{
 };
 
 /// The scheduler's field manager for `status.snapshots`, and the controller its Events name.
-pub const FIELD_MANAGER: &str = "vc-snapshots";
+pub use crds::wellknown::FIELD_MANAGER_SNAPSHOTS as FIELD_MANAGER;
 /// A requested time further ahead than this is refused (a far-future time would stay "newer than the last
 /// snapshot" forever and ask for one every gap).
 const REQUEST_CLOCK_SKEW: Duration = Duration::from_secs(60);
@@ -66,6 +66,18 @@ pub enum Due {
     Scheduled,
     /// `snapshot create --to <this store>` asked.
     Requested,
+}
+
+impl Due {
+    /// The metric labels of a snapshot taken because of this.
+    pub fn labels(self) -> TriggerLabels {
+        TriggerLabels {
+            trigger: match self {
+                Self::Scheduled => "scheduled",
+                Self::Requested => "requested",
+            },
+        }
+    }
 }
 
 /// What the scheduler knows of one tenant between polls.
@@ -364,7 +376,7 @@ impl Scheduler {
         };
         self.metrics.duration.observe(clock.elapsed().as_secs_f64());
         self.mark_progress();
-        let trigger = TriggerLabels::of(why);
+        let trigger = why.labels();
         match taken {
             Ok(report) => {
                 self.metrics.taken.get_or_create(&trigger).inc();
@@ -762,6 +774,12 @@ mod tests {
 
     fn at(text: &str) -> Timestamp {
         text.parse().expect("time")
+    }
+
+    #[test]
+    fn a_snapshot_is_labelled_by_what_asked_for_it() {
+        assert_eq!(Due::Scheduled.labels().trigger, "scheduled");
+        assert_eq!(Due::Requested.labels().trigger, "requested");
     }
 
     fn limits() -> Limits {

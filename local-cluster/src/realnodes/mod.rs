@@ -80,10 +80,6 @@ pub const CNI_PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "loopback"
 const FIELD_MANAGER: &str = "e2e-real-nodes";
 /// The default StorageClass, served by kube-controller-manager's hostpath provisioner.
 pub const STORAGE_CLASS: &str = "standard";
-/// What a super cluster's controller-manager needs to provision volumes on real nodes.
-pub const CONTROLLER_MANAGER_ARGS: &[&str] = &["--enable-hostpath-provisioner=true"];
-/// What a super cluster's apiserver needs for real nodes: kubelets may change only their own Node and pods.
-pub const APISERVER_ARGS: &[&str] = &["--enable-admission-plugins=NodeRestriction"];
 
 /// Real nodes of one super cluster. Fields drop in order; [`Drop`] sweeps what the processes left.
 pub struct RealNodes {

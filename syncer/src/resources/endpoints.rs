@@ -329,7 +329,7 @@ mod tests {
         let pod = |name: &str, key: &str, ip: &str, phase: &str, host_network: bool| -> crate::cached::SuperPod {
             from_json(json!({
                 "metadata": {"name": name, "namespace": format!("{key}-shop"), "uid": format!("uid-{name}"),
-                    "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key}},
+                    "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key, crds::wellknown::ANNOTATION_NAMESPACE: "shop"}},
                 "spec": {"hostNetwork": host_network, "containers": [{"name": "c", "image": "i"}]},
                 "status": {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}]}
             }))

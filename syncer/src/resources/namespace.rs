@@ -147,7 +147,8 @@ pub fn holder(meta: &ObjectMeta) -> String {
     if is_root(meta) {
         return format!("the root namespace of VirtualCluster {}", vc());
     }
-    match (identity::owner_cluster(meta), identity::tenant_namespace(meta)) {
+    // What its annotations claim, for the message: whether the claim holds is for `serves`.
+    match (annotation(ANNOTATION_CLUSTER), identity::tenant_namespace(meta)) {
         (Some(cluster), Some(namespace)) => {
             format!(
                 "tenant namespace {namespace} of VirtualCluster {} (cluster {cluster})",

@@ -55,8 +55,7 @@ use crate::{
     shards::assignment::{Placed, assign, first_choice},
 };
 
-/// Label on every Lease of the sharded syncer; its value is the Lease's role.
-pub const LABEL_SYNCER_LEASE: &str = "tenancy.x-k8s.io/syncer-lease";
+pub use crds::wellknown::LABEL_SYNCER_LEASE;
 const ROLE_MEMBER: &str = "member";
 const ROLE_TENANT: &str = "tenant";
 const ROLE_DUTIES: &str = "duties";

@@ -399,26 +399,33 @@ mod tests {
     const B: &str = "team-bbbbbb-b";
     const UNATTACHED: &str = "team-cccccc-c";
 
-    fn meta(name: &str, namespace: &str, cluster: Option<&str>, uid: &str) -> serde_json::Value {
-        let mut meta = json!({"name": name, "namespace": namespace, "uid": uid});
+    /// Metadata of a super object: a tenant's (`cluster`) sits in the super namespace of its tenant
+    /// namespace `ns`, as the syncer writes it; a platform object sits in `ns`.
+    fn meta(name: &str, cluster: Option<&str>, uid: &str) -> serde_json::Value {
+        let mut meta = json!({"name": name, "namespace": super_ns(cluster), "uid": uid});
         if let Some(cluster) = cluster {
-            meta["annotations"] = json!({"tenancy.x-k8s.io/cluster": cluster});
+            meta["annotations"] =
+                json!({"tenancy.x-k8s.io/cluster": cluster, "tenancy.x-k8s.io/namespace": "ns"});
         }
         meta
     }
 
+    fn super_ns(cluster: Option<&str>) -> String {
+        cluster.map_or_else(|| "ns".to_owned(), |c| crds::naming::super_namespace(c, "ns"))
+    }
+
     fn pod(name: &str, cluster: Option<&str>, node: Option<&str>, phase: &str) -> SuperPod {
         serde_json::from_value(json!({
-            "metadata": meta(name, "ns", cluster, &format!("uid-{name}")),
+            "metadata": meta(name, cluster, &format!("uid-{name}")),
             "spec": {"nodeName": node, "containers": [{"name": "c"}]},
             "status": {"phase": phase},
         }))
         .expect("pod")
     }
 
-    fn entry(name: &str, uid: &str, cpu: u64, memory: u64) -> serde_json::Value {
+    fn entry(cluster: Option<&str>, name: &str, uid: &str, cpu: u64, memory: u64) -> serde_json::Value {
         json!({
-            "podRef": {"name": name, "namespace": "ns", "uid": uid},
+            "podRef": {"name": name, "namespace": super_ns(cluster), "uid": uid},
             "cpu": {"usageNanoCores": cpu},
             "memory": {"workingSetBytes": memory},
         })
@@ -444,17 +451,17 @@ mod tests {
         // n1's kubelet lists every pod of both nodes (as the harness's shared simulated kubelet does), a
         // pod of an unattached tenant, a platform pod, and an entry carrying a1's uid under another name.
         let n1: Summary = serde_json::from_value(json!({"pods": [
-            entry("a1", "uid-a1", 10_000_000, 1 << 20),
-            entry("a2", "uid-a2", 999_000_000, 999 << 20),
-            entry("b1", "uid-b1", 30_000_000, 3 << 20),
-            entry("c1", "uid-c1", 50_000_000, 5 << 20),
-            entry("platform", "uid-platform", 70_000_000, 7 << 20),
-            entry("b1", "uid-a1", 1_000_000_000, 1 << 30),
+            entry(Some(A), "a1", "uid-a1", 10_000_000, 1 << 20),
+            entry(Some(A), "a2", "uid-a2", 999_000_000, 999 << 20),
+            entry(Some(B), "b1", "uid-b1", 30_000_000, 3 << 20),
+            entry(Some(UNATTACHED), "c1", "uid-c1", 50_000_000, 5 << 20),
+            entry(None, "platform", "uid-platform", 70_000_000, 7 << 20),
+            entry(Some(B), "b1", "uid-a1", 1_000_000_000, 1 << 30),
         ]}))
         .expect("summary");
         let n2: Summary = serde_json::from_value(json!({"pods": [
-            entry("a1", "uid-a1", 999_000_000, 999 << 20),
-            entry("a2", "uid-a2", 20_000_000, 2 << 20),
+            entry(Some(A), "a1", "uid-a1", 999_000_000, 999 << 20),
+            entry(Some(A), "a2", "uid-a2", 20_000_000, 2 << 20),
         ]}))
         .expect("summary");
         let sums = consumption([("n1", &n1), ("n2", &n2), ("n1", &n1)], &owned);
@@ -485,11 +492,11 @@ mod tests {
         ];
         let owned = owned_pods(&pods, &tenants(&[A]));
         let summary: Summary = serde_json::from_value(json!({"pods": [
-            {"podRef": {"name": "split", "namespace": "ns", "uid": "uid-split"}, "containers": [
+            {"podRef": {"name": "split", "namespace": super_ns(Some(A)), "uid": "uid-split"}, "containers": [
                 {"cpu": {"usageNanoCores": 4_000_000}, "memory": {"workingSetBytes": 1024}},
                 {"cpu": {"usageNanoCores": 6_000_000}, "memory": {"workingSetBytes": 2048}},
             ]},
-            {"podRef": {"name": "new", "namespace": "ns", "uid": "uid-new"}, "containers": []},
+            {"podRef": {"name": "new", "namespace": super_ns(Some(A)), "uid": "uid-new"}, "containers": []},
         ]}))
         .expect("summary");
         let sums = consumption([("n1", &summary)], &owned);
@@ -515,7 +522,7 @@ mod tests {
         let claim =
             |name: &str, cluster: &str, storage: &str, phase: Option<&str>| -> PersistentVolumeClaim {
                 serde_json::from_value(json!({
-                    "metadata": meta(name, "ns", Some(cluster), name),
+                    "metadata": meta(name, Some(cluster), name),
                     "spec": {"resources": {"requests": {"storage": storage}}},
                     "status": {"phase": phase},
                 }))
@@ -530,7 +537,7 @@ mod tests {
             claim("stranger", UNATTACHED, "7Gi", Some("Bound")),
         ];
         let service = |name: &str, cluster: &str, spec: serde_json::Value| -> Service {
-            serde_json::from_value(json!({"metadata": meta(name, "ns", Some(cluster), name), "spec": spec}))
+            serde_json::from_value(json!({"metadata": meta(name, Some(cluster), name), "spec": spec}))
                 .expect("service")
         };
         let services = [

@@ -14,7 +14,12 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::UsageLabels;
+/// Labels of per-tenant usage gauges (here and the syncer's request and quota gauges).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UsageLabels {
+    /// `namespace/name` of the VirtualCluster.
+    pub tenant: String,
+}
 
 /// Labels of the failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

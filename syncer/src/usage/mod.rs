@@ -32,11 +32,11 @@ use kube::{
 use crate::{
     context::Context,
     error::{Error, Result, on_super, on_tenant},
-    metrics::UsageLabels,
     queue::TenantId,
     tenant::Tenant,
 };
 use figures::{Consumption, Holdings, MetricsText, RequestCounter, Summary};
+use metrics::UsageLabels;
 
 /// How long one node's summary or one tenant's `/metrics` may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -507,7 +507,7 @@ mod tests {
     fn super_pod(name: &str, cluster: &str) -> crate::cached::SuperPod {
         from_json(json!({
             "metadata": {"name": name, "namespace": format!("{cluster}-apps"), "uid": format!("uid-{name}"),
-                "annotations": {"tenancy.x-k8s.io/cluster": cluster}},
+                "annotations": {"tenancy.x-k8s.io/cluster": cluster, "tenancy.x-k8s.io/namespace": "apps"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
             "status": {"phase": "Running"},
         }))
@@ -549,7 +549,7 @@ mod tests {
             &mut writers.services,
             from_json(
                 json!({"metadata": {"name": "lb", "namespace": format!("{KEY}-apps"),
-                "annotations": {"tenancy.x-k8s.io/cluster": KEY}},
+                "annotations": {"tenancy.x-k8s.io/cluster": KEY, "tenancy.x-k8s.io/namespace": "apps"}},
                 "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}}),
             ),
         );

@@ -14,7 +14,8 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{probe::classify, tenant_pki::Scope, virtual_cluster::reconcile};
+use crate::{probe::classify, virtual_cluster::reconcile};
+use tenant_pki::secrets::Scope;
 
 const SECRET: &str = "tenant-kubeconfig";
 

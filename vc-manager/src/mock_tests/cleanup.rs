@@ -17,7 +17,10 @@ fn deleting_vc() -> VirtualCluster {
     vc
 }
 
+/// A super namespace of tenant `cluster`, annotated as the syncer writes it: `name` is
+/// `<cluster>-<tenant namespace>`.
 fn namespace(name: &str, cluster: &str, terminating: bool) -> Value {
+    let tenant_namespace = name.strip_prefix(&format!("{cluster}-")).unwrap_or(name);
     let mut ns = json!({
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -25,7 +28,7 @@ fn namespace(name: &str, cluster: &str, terminating: bool) -> Value {
             "name": name,
             "uid": format!("uid-{name}"),
             "labels": {"tenancy.x-k8s.io/vcname": VC_NAME, "tenancy.x-k8s.io/vcnamespace": VC_NAMESPACE},
-            "annotations": {"tenancy.x-k8s.io/cluster": cluster},
+            "annotations": {"tenancy.x-k8s.io/cluster": cluster, "tenancy.x-k8s.io/namespace": tenant_namespace},
         }
     });
     if terminating {

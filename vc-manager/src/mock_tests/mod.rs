@@ -33,8 +33,8 @@ use crate::{
     leader::LeaderFlag,
     metrics::Metrics,
     probe::{ProbeReport, TenantProbe},
-    tenant_pki::{self, Lifetimes, PkiInput},
 };
+use tenant_pki::secrets::{Lifetimes, PkiInput};
 
 pub use crate::fixtures::*;
 

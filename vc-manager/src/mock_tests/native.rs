@@ -14,9 +14,11 @@ use super::*;
 use crate::{
     Error,
     component::Component,
-    pki::{inspect, is_signed_by},
-    tenant_pki::Scope,
     virtual_cluster::{error_policy, reconcile},
+};
+use tenant_pki::{
+    pki::{inspect, is_signed_by},
+    secrets::Scope,
 };
 
 fn ns_path() -> String {
@@ -292,7 +294,7 @@ async fn an_unchanged_running_status_is_not_written() {
             .collect();
         let (phase, reason, message) = crate::status::native_phase(None, &components);
         let identity = TenantIdentity::of(&vc).expect("identity");
-        let plan = tenant_pki::plan(
+        let plan = tenant_pki::secrets::plan(
             &secrets.iter().map(|s| (s.name_any(), s.clone())).collect(),
             &PkiInput {
                 identity: &identity,

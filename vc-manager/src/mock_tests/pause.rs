@@ -7,7 +7,8 @@ use crds::wellknown::{CONDITION_PAUSED, CONDITION_READY};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{component::Component, tenant_pki::Scope, virtual_cluster::reconcile};
+use crate::{component::Component, virtual_cluster::reconcile};
+use tenant_pki::secrets::Scope;
 
 fn sts_path(name: &str) -> String {
     format!("/apis/apps/v1/namespaces/{}/statefulsets/{name}", root())

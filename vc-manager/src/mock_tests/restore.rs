@@ -9,7 +9,8 @@ use crds::wellknown::{
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{restore::REASON_RESTORING, tenant_pki::Scope, virtual_cluster::reconcile};
+use crate::{restore::REASON_RESTORING, virtual_cluster::reconcile};
+use tenant_pki::secrets::Scope;
 
 fn restoring(stage: &str) -> VirtualCluster {
     let mut vc = native_vc();

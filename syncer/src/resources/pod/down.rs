@@ -19,7 +19,10 @@ use super::{
     end::{finalize_tenant_pod, has_ended},
     ephemeral,
     placement::{self, Candidate, Resolved},
-    policy, token, token_secrets,
+    policy,
+    refusal::{REASON_POLICY_VIOLATION, is_refusal},
+    tenant_endpoints::tenant_endpoints,
+    token, token_secrets,
 };
 use crate::{
     tags::Tagged,
@@ -39,9 +42,6 @@ use crate::{
     },
     tenant::Tenant,
 };
-
-/// Reason of the event on a tenant pod the pod policy refuses.
-pub const REASON_POLICY_VIOLATION: &str = "PodPolicyViolation";
 
 /// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
 pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";
@@ -96,67 +96,6 @@ async fn tenant_dns_ip(ctx: &Context, service: &crate::config::TenantDnsService)
         .ok_or_else(|| format!("waiting for the tenant DNS Service {namespace}/{name} and its cluster IP"))?;
     *service.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some((ip.clone(), std::time::Instant::now()));
     Ok(ip)
-}
-
-/// The super cluster IP and first port of the tenant Service `namespace/name`: `None` when the tenant has
-/// no such Service, `Err` with a reason while it has one that is not yet in the super cluster.
-fn synced_service_address(
-    ctx: &Context,
-    tenant: &Tenant,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<(String, i32)>, String> {
-    if tenant
-        .stores
-        .services
-        .get(&ObjectRef::new(name).within(namespace))
-        .is_none()
-    {
-        return Ok(None);
-    }
-    let super_namespace = tenant.identity.super_namespace(namespace);
-    let service = ctx
-        .supers
-        .services
-        .get(&ObjectRef::new(name).within(&super_namespace))
-        .filter(|s| identity::belongs_to(s.meta(), &tenant.identity.cluster_key));
-    let spec = service.as_ref().and_then(|s| s.spec.as_ref());
-    match spec
-        .and_then(|s| s.cluster_ip.clone())
-        .filter(|ip| !ip.is_empty() && ip != "None")
-    {
-        Some(ip) => Ok(Some((
-            ip,
-            spec.and_then(|s| s.ports.as_ref()?.first().map(|p| p.port))
-                .unwrap_or(443),
-        ))),
-        None => Err(format!(
-            "waiting for the tenant's {namespace}/{name} Service to reach the super cluster"
-        )),
-    }
-}
-
-/// Where the tenant's apiserver is reachable from super pods (its `default/kubernetes` Service).
-pub(super) fn tenant_apiserver(ctx: &Context, tenant: &Tenant) -> Result<Option<(String, i32)>, String> {
-    synced_service_address(ctx, tenant, "default", "kubernetes")
-}
-
-/// Where the tenant's DNS and apiserver are, from the synced Services (the DNS is `tenant_dns` when the
-/// syncer names a tenant DNS Service); `Err` with a reason while a Service the tenant has is not yet in the
-/// super cluster.
-fn tenant_endpoints(
-    ctx: &Context,
-    tenant: &Tenant,
-    tenant_dns: Option<String>,
-) -> Result<TenantEndpoints, String> {
-    let dns_ip = match tenant_dns {
-        Some(ip) => Some(ip),
-        None => synced_service_address(ctx, tenant, "kube-system", "kube-dns")?.map(|(ip, _)| ip),
-    };
-    Ok(TenantEndpoints {
-        dns_ip,
-        apiserver: tenant_apiserver(ctx, tenant)?,
-    })
 }
 
 fn convert(
@@ -779,16 +718,6 @@ pub const REASON_UPDATE_REFUSED: &str = "UpdateRefused";
 
 /// Reason of the event on a tenant pod whose in-place resize the super cluster refused.
 pub const REASON_RESIZE_REFUSED: &str = "ResizeRefused";
-
-/// Whether the super apiserver refused a request for what it asked (invalid, forbidden by admission, not
-/// served), as opposed to failing in a way worth retrying.
-pub(super) fn is_refusal(error: &crate::Error) -> bool {
-    [400, 403, 405, 422].into_iter().any(|code| error.is_status(code))
-        || (error.is_status(404)
-            && error
-                .status_message()
-                .is_some_and(|m| m.contains("could not find the requested resource")))
-}
 
 /// The fields of the tenant pod's change, for messages.
 fn changed_fields(tenant: &CachedPodSpec, super_spec: &CachedPodSpec, metadata: bool, tolerations: bool) -> String {

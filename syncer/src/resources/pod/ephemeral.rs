@@ -15,7 +15,8 @@ use kube::{
 
 use super::{
     convert::{self, EphemeralConversion},
-    down::{REASON_POLICY_VIOLATION, is_refusal, tenant_apiserver},
+    refusal::{REASON_POLICY_VIOLATION, is_refusal},
+    tenant_endpoints::tenant_apiserver,
 };
 use crate::{
     tags::Tagged,

@@ -2,6 +2,8 @@
 //! selection in the tenant's view ([`placement`]),
 //! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]);
 //! their end ([`end`]): the deletion completed, and the terminal status of a deleted pod a finalizer holds.
+//! [`refusal`] and [`tenant_endpoints`] serve both [`down`] and [`ephemeral`], which import them rather
+//! than each other.
 
 pub mod convert;
 pub mod down;
@@ -9,6 +11,8 @@ pub mod end;
 pub mod ephemeral;
 pub mod placement;
 pub mod policy;
+pub mod refusal;
+pub mod tenant_endpoints;
 pub mod token_secrets;
 pub mod token;
 pub mod up;

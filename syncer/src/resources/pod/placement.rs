@@ -16,8 +16,7 @@ use k8s_openapi::api::core::v1::{
     PreferredSchedulingTerm,
 };
 
-/// A label no node carries: the super copy of a pod whose selection matches no vNode requires it.
-pub const NO_MATCHING_VNODE_LABEL: &str = "tenancy.x-k8s.io/no-matching-vnode";
+pub use crds::wellknown::LABEL_NO_MATCHING_VNODE as NO_MATCHING_VNODE_LABEL;
 /// The taint key of a cordoned node.
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 

@@ -19,7 +19,6 @@ use k8s_openapi::{
         core::v1::{Secret, ServiceAccount},
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
-    jiff::Timestamp,
 };
 use kube::{Api, api::PostParams, runtime::reflector::ObjectRef};
 use sha2::{Digest, Sha256};
@@ -261,9 +260,7 @@ pub fn secret(
 }
 
 /// Seconds since the epoch.
-pub fn now() -> i64 {
-    Timestamp::now().as_second()
-}
+pub use vc_runtime::clock::now;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! The names of the Secrets vc-manager keeps in a tenant's root namespace (the table in
-//! `docs/architecture.md`). Names only, so that the PKI that writes these Secrets and the legacy templates
-//! that mount them read them from one place without importing each other. The two names other components
-//! also read, `kubelet-client` and `admin-kubeconfig`, are in [`crds::wellknown`].
+//! `docs/architecture.md`). Names only, so that the PKI that writes these Secrets, vc-manager's legacy
+//! templates that mount them and `kubectl vc snapshot` that keeps them read them from one place. The two
+//! names other components also read, `kubelet-client` and `admin-kubeconfig`, are in [`crds::wellknown`].
 
 /// Cluster CA: client CA of the apiserver, signer of its serving and client certificates.
 pub const SECRET_ROOT_CA: &str = "root-ca";

@@ -1,6 +1,6 @@
 //! The test tenant, for the mocked-apiserver tests of vc-manager and of `kubectl vc` (feature `fixtures`):
 //! one native VirtualCluster, its ClusterVersion (the `examples/` ClusterIP one), its network and a valid
-//! set of its Secrets.
+//! set of its Secrets, planned by [`crate::secrets::plan`].
 
 use std::collections::BTreeMap;
 
@@ -11,10 +11,9 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
-use crate::{
-    identity::TenantIdentity,
-    tenant_pki::{self, Lifetimes, Network, PkiInput, Scope},
-};
+use crds::TenantIdentity;
+
+use crate::secrets::{self, ApiServerEndpoint, Lifetimes, Network, PkiInput, Scope};
 
 /// Namespace of the test VirtualCluster.
 pub const VC_NAMESPACE: &str = "team";
@@ -50,7 +49,11 @@ pub fn native_vc() -> VirtualCluster {
 
 /// The VirtualCluster as it is once Running with every condition true.
 pub fn running(mut vc: VirtualCluster) -> VirtualCluster {
-    let conditions = crate::status::owned_conditions(&vc)
+    let owned: &[&str] = match vc.adoption() {
+        Some(_) => &crds::wellknown::ADOPTED_CONDITIONS,
+        None => &crds::wellknown::NATIVE_CONDITIONS,
+    };
+    let conditions = owned
         .iter()
         .map(|type_| Condition {
             type_: (*type_).into(),
@@ -88,12 +91,12 @@ pub fn cluster_version() -> ClusterVersion {
 /// A complete, valid set of Secrets for the test VirtualCluster (as a previous reconcile left them).
 pub fn stored_secrets(scope: &Scope) -> Vec<Secret> {
     let identity = TenantIdentity::of(&native_vc()).expect("identity");
-    let plan = tenant_pki::plan(
+    let plan = secrets::plan(
         &BTreeMap::new(),
         &PkiInput {
             identity: &identity,
             lifetimes: Lifetimes::for_days(365),
-            now: crate::steps::now(),
+            now: Timestamp::now().as_second(),
             scope,
         },
     )
@@ -104,7 +107,7 @@ pub fn stored_secrets(scope: &Scope) -> Vec<Secret> {
 /// The network the test ClusterVersion gives when the apiserver Service gets `10.96.0.50`.
 pub fn network() -> Network {
     Network {
-        apiserver: crate::component::ApiServerEndpoint {
+        apiserver: ApiServerEndpoint {
             service: "apiserver-svc".into(),
             port: 6443,
         },

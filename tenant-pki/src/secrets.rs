@@ -12,17 +12,16 @@ use std::{
 use crds::wellknown::{LABEL_KUBELET_CLIENT, SECRET_ADMIN_KUBECONFIG, SECRET_KUBELET_CLIENT};
 use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 
+use crds::{TenantIdentity, tenant::managed_labels};
+
 use crate::{
-    Result,
-    component::ApiServerEndpoint,
-    identity::{TenantIdentity, managed_labels},
-    kubeconfig,
-    pki::{CertificateAuthority, CertifiedKey, LeafSpec, ServiceAccountKey, Usage},
-    secret_names::{
+    Result, kubeconfig,
+    names::{
         SECRET_APISERVER, SECRET_CONTROLLER_MANAGER_KUBECONFIG, SECRET_ETCD_CA, SECRET_ETCD_CLIENT,
         SECRET_ETCD_SERVER, SECRET_FRONT_PROXY_CA, SECRET_FRONT_PROXY_CLIENT, SECRET_KUBELET_CLIENT_CA,
         SECRET_ROOT_CA, SECRET_SERVICE_ACCOUNT,
     },
+    pki::{CertificateAuthority, CertifiedKey, LeafSpec, ServiceAccountKey, Usage},
 };
 
 /// Common name of the admin kubeconfig's user (in `system:masters`).
@@ -74,6 +73,15 @@ impl Lifetimes {
     /// the renewed files into the pods (its sync period, a minute by default) well before the old ones
     /// expire.
     pub const SHORTEST_LEAF: Duration = Duration::from_secs(60);
+}
+
+/// Where the tenant apiserver is reached inside the super cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiServerEndpoint {
+    /// Name of the apiserver Service.
+    pub service: String,
+    /// Its port.
+    pub port: i32,
 }
 
 /// Where a provisioned control plane is reached, for certificate names and kubeconfig URLs.
@@ -261,7 +269,11 @@ impl Planner<'_> {
                     ),
                     Err(error) => {
                         // A CA whose subject we cannot reproduce is kept until it expires.
-                        tracing::warn!(secret = name, error = %error.full_message(), "cannot renew certificate authority; keeping it");
+                        tracing::warn!(
+                            secret = name,
+                            error = &error as &dyn std::error::Error,
+                            "cannot renew certificate authority; keeping it"
+                        );
                         (ca, None)
                     }
                 },
