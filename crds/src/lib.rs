@@ -27,7 +27,7 @@ mod schema;
 pub use error::Error;
 pub use tenant::TenantIdentity;
 pub use v1alpha1::{
-    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
+    AttachBackoff, ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
     KubeconfigSecretRef, PodPolicy, RateLimit, SnapshotSchedule, SnapshotStatus, StatefulSetSvcBundle,
     TenantQuota, TenantUsage, VirtualCluster, VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
 };

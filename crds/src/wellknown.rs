@@ -132,6 +132,11 @@ pub const FIELD_MANAGER_SYNCER: &str = "vc-syncer";
 /// The syncer's field manager of `status.usage` (its own, so that the TenantSynced condition and the usage
 /// figures, applied apart, never remove each other).
 pub const FIELD_MANAGER_SYNCER_USAGE: &str = "vc-syncer-usage";
+/// The syncer's field manager of `status.attachBackoff` (its own, so that applying it never removes the
+/// conditions, and applying it without the field removes it).
+pub const FIELD_MANAGER_SYNCER_BACKOFF: &str = "vc-syncer-backoff";
+/// Label on the syncer's attach journals (ConfigMaps in its namespace, one per replica).
+pub const LABEL_SYNCER_JOURNAL: &str = "tenancy.x-k8s.io/syncer-journal";
 
 // VirtualCluster condition types.
 /// vc-manager: certificates and kubeconfigs are in place and valid.

@@ -839,3 +839,152 @@ const FIRST_LOOKUP: &str =
     "timeout 5 wget -O /dev/null http://web.default/ 2>&1; echo first-lookup-done; exec sleep 3600";
 /// See [`FIRST_LOOKUP`].
 const FIRST_LOOKUP_DONE: &str = "first-lookup-done";
+
+/// The super objects the syncer would make for one tenant namespace: the namespace, annotated with its
+/// tenant, and a Service; returns the Service's cluster IP.
+async fn tenant_namespace_in_super(client: &Client, key: &str) -> anyhow::Result<(String, String)> {
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE};
+    let namespace = crds::naming::super_namespace(key, NAMESPACE);
+    let annotations = json!({ANNOTATION_CLUSTER: key, ANNOTATION_NAMESPACE: NAMESPACE});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": namespace, "annotations": annotations}}))?,
+        )
+        .await?;
+    let service: Service = create(
+        client,
+        &namespace,
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await?;
+    let ip = service.spec.and_then(|s| s.cluster_ip).context("cluster IP")?;
+    Ok((namespace, ip))
+}
+
+/// A super pod of tenant `key` with address `ip`, as the syncer's copy looks once its kubelet reported it.
+async fn super_pod_at(client: &Client, key: &str, namespace: &str, name: &str, ip: IpAddr) -> anyhow::Result<()> {
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, LABEL_CLUSTER};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {LABEL_CLUSTER: key},
+                "annotations": {ANNOTATION_CLUSTER: key, ANNOTATION_NAMESPACE: NAMESPACE}},
+            "spec": {"nodeName": "nowhere", "containers": [{"name": "main", "image": "busybox"}]}
+        }))?,
+    )
+    .await?;
+    pods.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip.to_string(),
+            "podIPs": [{"ip": ip.to_string()}]}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A new pod's first query is sent before vc-dns can know its address (issue 32, item 11): it waits for
+/// the pod watch, in one of a bounded number of waiting slots. Pods of one tenant on one node (one source
+/// range) flood vc-dns with queries from addresses it does not know, to hold every slot: each range holds
+/// at most `--unknown-source-waiters-per-range`, so they get REFUSED at once while the other range's new
+/// pod is answered. With the per-range cap off, the flood holds every slot and the new pod is REFUSED.
+#[tokio::test]
+async fn a_flood_from_one_range_leaves_another_ranges_first_query_answered() -> anyhow::Result<()> {
+    const TEST: &str = "a_flood_from_one_range_leaves_another_ranges_first_query_answered";
+    if !local_cluster::require(TEST, &[Binary::Etcd, Binary::KubeApiserver]) {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let etcd = Arc::new(local_cluster::Etcd::start().await?);
+    let super_cluster =
+        local_cluster::ControlPlane::start_on(etcd, local_cluster::ControlPlaneOptions::bare("super")).await?;
+    let client = super_cluster.client();
+    local_cluster::install_crds(&client).await?;
+    let vc: crds::VirtualCluster = Api::<crds::VirtualCluster>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+                "metadata": {"name": "tenant"}, "spec": {"clusterVersionName": "cv"}}))?,
+        )
+        .await?;
+    let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    let (namespace, web_ip) = tenant_namespace_in_super(&client, &key).await?;
+
+    const WAITERS: usize = 8;
+    const PER_RANGE: usize = 2;
+    let mut settings = Settings::local(Vec::new());
+    settings.unknown_source_wait = Duration::from_millis(2000);
+    settings.unknown_source_waiters = WAITERS;
+    settings.unknown_source_ranges = vc_dns::server::RangeLimits {
+        waiters: PER_RANGE,
+        ..Default::default()
+    };
+    let metrics = vc_dns::Metrics::default();
+    let dns = Dns::start(settings, client.clone(), metrics.clone()).await?;
+    tokio::time::timeout(PATIENCE, dns.wait_ready())
+        .await
+        .context("vc-dns watches listing")??;
+    let server = dns.local_addr();
+    let web = "web.shop.svc.cluster.local.";
+
+    // The flood: 40 queries at once from addresses of one /24 that no pod has.
+    let flood: Vec<_> = (1..=40u8)
+        .map(|host| {
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = ask(server, IpAddr::from([127, 0, 1, host]), web, RecordType::A).await;
+                (reply, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A pod of the tenant starts on another node (range 127.0.2.0/24) and asks at once, before vc-dns can
+    // have seen its address; its copy's address reaches the super cluster a moment later.
+    let newcomer = IpAddr::from([127, 0, 2, 5]);
+    let first_query = tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = ask(server, newcomer, web, RecordType::A).await;
+        (reply, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    super_pod_at(&client, &key, &namespace, "newcomer", newcomer).await?;
+
+    let (reply, took) = first_query.await?;
+    let reply = reply?;
+    assert!(
+        reply.is(&[&web_ip]),
+        "the new pod's first query, sent while the flood held what it could: {reply:?}"
+    );
+    let mut refused_at_once = 0;
+    let mut waited = 0;
+    for task in flood {
+        let (reply, elapsed) = task.await?;
+        let reply = reply?;
+        assert_eq!(reply.code, ResponseCode::Refused, "{reply:?}");
+        if elapsed < Duration::from_millis(1000) {
+            refused_at_once += 1;
+        } else {
+            waited += 1;
+        }
+    }
+    assert_eq!(waited, PER_RANGE, "the flood's range held its share of the waiting slots");
+    assert_eq!(refused_at_once, 40 - PER_RANGE);
+    let counted = |outcome: &'static str| {
+        metrics
+            .unknown_sources
+            .get_or_create(&vc_dns::metrics::UnknownSourceLabels { outcome })
+            .get()
+    };
+    println!(
+        "a flood of 40 queries from one /24 (waiting slots {WAITERS}, {PER_RANGE} per range): {waited} waited and were refused after 2 s, {refused_at_once} were refused at once; the other range's new pod got its answer after {:.2} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(counted("range_busy"), (40 - PER_RANGE) as u64);
+    assert_eq!(counted("learned"), 1);
+    Ok(())
+}

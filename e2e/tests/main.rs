@@ -11,6 +11,7 @@ mod vc_manager_support;
 
 mod api;
 mod chart;
+mod crash_backoff;
 mod custom_resources;
 mod disruption;
 mod dns;
@@ -18,9 +19,9 @@ mod download;
 mod ephemeral_containers;
 mod harness;
 mod hostile;
+mod hostile_limits;
 mod hostile_meta;
 mod hostile_pods;
-mod hostile_limits;
 mod hostile_round2;
 mod hostile_shared;
 mod kubectl_vc;
