@@ -5,12 +5,13 @@
 #
 #   e2e/conformance/run.sh --e2e-test PATH --ginkgo PATH --agnhost PATH [--out DIR] [--procs N]
 #                          [--focus REGEX] [--skip REGEX] [--only plain|tenant] [--tenant native|adopted]
-#                          [--passed-in PLAIN.json] [--tenant-pod-policy open|default]
+#                          [--passed-in PLAIN.json] [--tenant-pod-policy open|default] [--nodes N]
 #
 # The plain cluster is the sandbox's super cluster (real etcd, kube-apiserver, controller-manager, scheduler
-# and one real node: kubelet, containerd, kube-proxy); the tenant is a native tenant of it (its etcd,
-# apiserver and controller-manager run as pods on that node; --tenant adopted: an apiserver process the
-# sandbox starts and hands over) whose pods the syncer runs on that node. Both see the same node and images.
+# and --nodes real nodes, 2 by default, each in its own network namespace: kubelet, containerd, kube-proxy);
+# the tenant is a native tenant of it (its etcd, apiserver and controller-manager run as pods on those
+# nodes; --tenant adopted: an apiserver process the sandbox starts and hands over) whose pods the syncer
+# runs on those nodes. Both see the same nodes and images.
 # --passed-in PLAIN.json: run the tenant alone on the tests that passed in that earlier plain run, and
 # compare against it (the tests failing on the plain cluster take most of a full run's time).
 # --tenant-pod-policy open (the default) lets the tenant's pods do what the plain cluster's may (privileged
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native passed_in="" pod_policy=open
+e2e_test="" ginkgo="" agnhost="" out="" procs=2 only="" tenant_kind=native passed_in="" pod_policy=open nodes=2
 focus='\[Conformance\]'
 skip='\[Disruptive\]|\[Flaky\]'
 while [ $# -gt 0 ]; do
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
     --tenant) tenant_kind="$2"; shift 2 ;;
     --passed-in) passed_in="$2"; shift 2 ;;
     --tenant-pod-policy) pod_policy="$2"; shift 2 ;;
+    --nodes) nodes="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -48,12 +50,15 @@ for pair in "e2e-test:$e2e_test" "ginkgo:$ginkgo" "agnhost:$agnhost"; do
   fi
 done
 case "$only" in ""|plain|tenant) ;; *) echo "run.sh: --only takes plain or tenant" >&2; exit 2 ;; esac
+case "$nodes" in [1-9]) ;; *) echo "run.sh: --nodes takes 1 to 9 (the suite wants 2 for its multi-node tests)" >&2; exit 2 ;; esac
 case "$pod_policy" in open|default) ;; *) echo "run.sh: --tenant-pod-policy takes open or default" >&2; exit 2 ;; esac
 case "$tenant_kind" in
   native) tenant_args=(--tenants 0 --native conformance) ;;
   adopted) tenant_args=(--tenant conformance) ;;
   *) echo "run.sh: --tenant takes native or adopted" >&2; exit 2 ;;
 esac
+# A plain run needs no tenant: the sandbox starts none (and is up sooner).
+[ "$only" = plain ] && tenant_args=(--tenants 0)
 if [ -n "$passed_in" ]; then
   [ -s "$passed_in" ] || { echo "run.sh: --passed-in must name ginkgo's JSON report of a plain run" >&2; exit 2; }
   passed_in="$(realpath "$passed_in")"
@@ -77,7 +82,7 @@ fi
 echo "==> starting the sandbox (log: $out/sandbox.log)"
 sandbox_args=()
 [ "$pod_policy" = open ] && sandbox_args+=(--pod-security-enforce privileged)
-"$target_dir/release/vc-sandbox" --nodes 1 "${tenant_args[@]}" "${sandbox_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
+"$target_dir/release/vc-sandbox" --nodes "$nodes" "${tenant_args[@]}" "${sandbox_args[@]}" --vnode-mode usable --dir "$out/sandbox" \
   --conformance-images "$e2e_test" --agnhost "$agnhost" >"$out/sandbox.log" 2>&1 &
 sandbox_pid=$!
 stop_sandbox() {

@@ -30,6 +30,7 @@ mod network_policies;
 mod node_failure;
 mod pause;
 mod platform;
+mod pod_finalizers;
 mod pod_updates;
 mod real_nodes;
 mod sandbox;

@@ -370,6 +370,118 @@ async fn kubectl_vc_manages_the_releases_tenants(
     Ok(())
 }
 
+/// Runs `script` in a busybox pod `name` of super namespace `namespace` (created once, left running) and
+/// returns what it printed.
+async fn super_pod_says(
+    super_client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    let api: Api<Pod> = Api::namespaced(super_client.clone(), namespace);
+    if api.get_opt(name).await?.is_none() {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]},
+        }))?;
+        api.create(&Default::default(), &pod).await?;
+        wait_running(super_client, namespace, name).await?;
+    }
+    let mut attached = api
+        .exec(
+            name,
+            vec!["sh", "-c", script],
+            &kube::api::AttachParams::default().stderr(false),
+        )
+        .await?;
+    let mut output = String::new();
+    if let Some(mut stdout) = attached.stdout() {
+        stdout.read_to_string(&mut output).await?;
+    }
+    attached.join().await?;
+    Ok(output)
+}
+
+/// Issue 32 item 8, on real nodes whose NetworkPolicies are enforced: a tenant's pod gets no answer from
+/// the super cluster's own DNS (its records name every tenant's Services) and cannot scrape the syncer's
+/// or vc-manager's metrics (they name every tenant), while vc-dns answers it; the same requests from a pod
+/// of the platform succeed, so the refusals are the policies'.
+async fn tenant_pods_cannot_reach_the_platforms_dns_or_admin_ports(
+    platform: &Platform,
+    kubeconfig: &Path,
+) -> anyhow::Result<()> {
+    let super_client = platform.super_client();
+    let release = platform.release();
+    let dns_ip = Api::<Service>::namespaced(super_client.clone(), "kube-system")
+        .get("kube-dns")
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("kube-dns's cluster IP")?;
+    let admin = |component: &'static str| async move {
+        let pod = release
+            .pods(component)
+            .await?
+            .into_iter()
+            .next()
+            .with_context(|| format!("a {component} pod"))?;
+        let ip = pod
+            .status
+            .and_then(|s| s.pod_ip)
+            .with_context(|| format!("{component}'s address"))?;
+        anyhow::Ok(format!("http://{ip}:8080/metrics"))
+    };
+    let (syncer, vc_manager) = (admin("syncer").await?, admin("vc-manager").await?);
+    // busybox: nslookup waits about 5 s per try; wget's own -T crashes, so `timeout` bounds it.
+    let probe = format!(
+        "for ns in {dns_ip} {}; do timeout 8 nslookup kubernetes.default.svc.cluster.local $ns >/dev/null 2>&1 \
+           && echo dns-$ns=answered || echo dns-$ns=silent; done; \
+         for url in {syncer} {vc_manager}; do timeout 5 wget -qO- $url >/dev/null 2>&1 \
+           && echo metrics-$url=read || echo metrics-$url=refused; done",
+        local_cluster::realnodes::host::HOST_DNS_IP
+    );
+    // From the platform's own namespace first: everything answers.
+    let platform_view = super_pod_says(&super_client, release.namespace(), "e2e-probe", &probe).await?;
+    assert!(
+        !platform_view.contains("silent") && !platform_view.contains("refused"),
+        "{platform_view}"
+    );
+    // From a tenant's pod: nothing does (the policies apply within a second or two).
+    let tenant_view = wait::until(
+        Duration::from_secs(60),
+        "the tenant pod kept from the platform",
+        || async {
+            let output = kubectl(kubeconfig, &["exec", "resolver", "--", "sh", "-c", &probe])
+                .await
+                .ok()?;
+            (!output.contains("answered") && !output.contains("=read")).then_some(output)
+        },
+    )
+    .await;
+    let tenant_view = match tenant_view {
+        Ok(view) => view,
+        Err(error) => {
+            let last = kubectl(kubeconfig, &["exec", "resolver", "--", "sh", "-c", &probe]).await?;
+            anyhow::bail!("{error}: {last}");
+        }
+    };
+    eprintln!("a tenant pod's view of the platform:\n{tenant_view}");
+    // vc-dns still answers it.
+    kubectl(
+        kubeconfig,
+        &[
+            "exec",
+            "resolver",
+            "--",
+            "nslookup",
+            "lookup-target.default.svc.cluster.local",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Result<()> {
     const TEST: &str = "the_chart_installs_onto_real_nodes_and_serves_tenants";
@@ -391,6 +503,7 @@ async fn the_chart_installs_onto_real_nodes_and_serves_tenants() -> anyhow::Resu
     let adopted = platform.add_adopted_tenant("team-b").await?;
     kubectl_reaches_containers_through_vn_agent(&adopted, &nodes).await?;
     a_tenant_pod_resolves_its_service_through_vc_dns(&platform, &adopted).await?;
+    tenant_pods_cannot_reach_the_platforms_dns_or_admin_ports(&platform, &adopted).await?;
 
     let native = platform.add_native_tenant("team-a").await?;
     kubectl_reaches_containers_through_vn_agent(&native, &nodes).await?;
@@ -695,6 +808,41 @@ async fn images_of(platform: &Platform) -> anyhow::Result<Vec<String>> {
     Ok(images)
 }
 
+/// What a watcher of the release's workloads saw while it rolled: the fewest vc-dns pods ready and the
+/// most vn-agent pods unavailable at any one time.
+#[derive(Debug, Default)]
+struct Roll {
+    fewest_dns_ready: Option<i32>,
+    most_vn_agents_unavailable: i32,
+}
+
+/// Samples the release's vc-dns Deployment and vn-agent DaemonSet every 200 ms until `stop`.
+fn watch_roll(
+    client: kube::Client,
+    namespace: String,
+    fullname: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Roll> {
+    tokio::spawn(async move {
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), &namespace);
+        let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client, &namespace);
+        let mut roll = Roll::default();
+        while !*stop.borrow() {
+            if let Ok(dns) = deployments.get(&format!("{fullname}-dns")).await {
+                let ready = dns.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                roll.fewest_dns_ready = Some(roll.fewest_dns_ready.map_or(ready, |fewest| fewest.min(ready)));
+            }
+            if let Ok(agents) = daemon_sets.get(&format!("{fullname}-vn-agent")).await {
+                let unavailable = agents.status.and_then(|s| s.number_unavailable).unwrap_or(0);
+                roll.most_vn_agents_unavailable = roll.most_vn_agents_unavailable.max(unavailable);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        roll
+    })
+}
+
 /// Tenant pods' containers by pod: (name, container ID, restart count), from the super copies' status.
 async fn tenant_containers(
     super_client: &kube::Client,
@@ -725,12 +873,13 @@ async fn tenant_containers(
 }
 
 /// `helm upgrade` to a new image tag, changed values and a chart whose CRD gained a field, then `helm
-/// rollback`: the components roll (each Deployment and the DaemonSet one pod at a time), the tenant's
-/// containers keep running (same container IDs, no restarts), no super pod is written by the syncer
-/// (audit log), the added field reaches the cluster's CRD, and everything runs the images it should.
+/// rollback`: the components roll, the tenant's containers keep running (same container IDs, no
+/// restarts), no super pod is written by the syncer (audit log), the added field reaches the cluster's CRD,
+/// and everything runs the images it should. Then `helm uninstall` as the chart README documents it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyhow::Result<()> {
-    const TEST: &str = "helm_upgrade_and_rollback_keep_tenant_pods_running_untouched";
+async fn helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_nothing() -> anyhow::Result<()>
+{
+    const TEST: &str = "helm_upgrade_rollback_and_uninstall_keep_tenants_untouched_and_leave_nothing";
     if !require(TEST).await {
         return Ok(());
     }
@@ -765,7 +914,25 @@ async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyho
         values: json!({"syncer": {"downwardWorkers": 16}, "dns": {"tenantQps": 1000}}),
         ..Default::default()
     };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let watcher = watch_roll(
+        super_client.clone(),
+        release.namespace().to_owned(),
+        release.fullname(),
+        stopped,
+    );
     let took = release.upgrade(&upgrade).await?;
+    stop.send(true)?;
+    let roll = watcher.await?;
+    eprintln!("{TEST}: while upgrading: {roll:?}");
+    assert!(
+        roll.fewest_dns_ready.is_some_and(|ready| ready >= 1),
+        "tenant DNS kept answering: {roll:?}"
+    );
+    assert!(
+        roll.most_vn_agents_unavailable <= 1,
+        "vn-agent rolled one node at a time: {roll:?}"
+    );
     let images = images_of(&platform).await?;
     assert!(
         images
@@ -831,7 +998,115 @@ async fn helm_upgrade_and_rollback_keep_tenant_pods_running_untouched() -> anyho
         rewrites.len()
     );
     assert!(rewrites.is_empty(), "no super pod rewritten: {rewrites:?}");
-    platform.uninstall().await?;
+
+    uninstall_as_documented(&mut platform, "steady", &super_namespace).await
+}
+
+/// `helm uninstall` while a tenant exists is refused by the pre-delete hook (the default
+/// `uninstall.virtualClusters=refuse`): nothing is removed. Then the chart README's procedure: `helm upgrade
+/// --reuse-values --set uninstall.virtualClusters=delete`, `helm uninstall`: the tenant and every namespace
+/// it had go, the release's objects go, and nothing holds a finalizer.
+async fn uninstall_as_documented(
+    platform: &mut Platform,
+    tenant: &str,
+    super_namespace: &str,
+) -> anyhow::Result<()> {
+    let super_client = platform.super_client();
+    let vcs: Api<crds::VirtualCluster> = Api::namespaced(super_client.clone(), "default");
+    let root = vcs
+        .get(tenant)
+        .await?
+        .status
+        .and_then(|s| s.cluster_namespace)
+        .context("the tenant's root namespace")?;
+    let refused = platform.release_mut().uninstall(Duration::from_secs(300)).await;
+    let message = match refused {
+        Ok(output) => anyhow::bail!("helm uninstall went through with a tenant left: {output}"),
+        Err(error) => local_cluster::error_chain(&error),
+    };
+    assert!(message.contains("pre-delete"), "{message}");
+    assert!(
+        vcs.get_opt(tenant).await?.is_some(),
+        "the refused uninstall kept the tenant"
+    );
+    components_run_as_pods(platform).await?;
+
+    let release = platform.release();
+    release
+        .helm(
+            &[
+                "upgrade".to_owned(),
+                release.name().to_owned(),
+                local_cluster::platform::helm::chart().display().to_string(),
+                "--reuse-values".to_owned(),
+                "--set".to_owned(),
+                "uninstall.virtualClusters=delete".to_owned(),
+                "--wait".to_owned(),
+            ],
+            Duration::from_secs(360),
+        )
+        .await?;
+    let started = std::time::Instant::now();
+    platform.release_mut().uninstall(Duration::from_secs(300)).await?;
+    let took = started.elapsed();
+
+    assert!(
+        vcs.list(&Default::default()).await?.items.is_empty(),
+        "no VirtualCluster left"
+    );
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(super_client.clone());
+    for namespace in [root.as_str(), super_namespace] {
+        wait::until_true(
+            Duration::from_secs(120),
+            &format!("namespace {namespace} gone"),
+            || {
+                let namespaces = namespaces.clone();
+                async move { matches!(namespaces.get_opt(namespace).await, Ok(None)) }
+            },
+        )
+        .await?;
+    }
+    let namespace = platform.release().namespace().to_owned();
+    let mut left = Vec::new();
+    for pod in Api::<Pod>::namespaced(super_client.clone(), &namespace)
+        .list(&Default::default())
+        .await?
+        .items
+    {
+        left.push(format!("pod {}", pod.name_any()));
+    }
+    for config_map in
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(super_client.clone(), &namespace)
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|c| c.name_any() != "kube-root-ca.crt")
+    {
+        left.push(format!("configmap {}", config_map.name_any()));
+    }
+    for lease in
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(super_client.clone(), &namespace)
+            .list(&Default::default())
+            .await?
+            .items
+    {
+        left.push(format!("lease {}", lease.name_any()));
+    }
+    for secret in Api::<k8s_openapi::api::core::v1::Secret>::namespaced(super_client.clone(), &namespace)
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.name_any() != local_cluster::platform::VN_AGENT_TLS_SECRET)
+    {
+        left.push(format!("secret {}", secret.name_any()));
+    }
+    eprintln!(
+        "helm uninstall (tenants deleted by the hook) took {:.1} s; left in {namespace}: {left:?}",
+        took.as_secs_f64()
+    );
+    assert!(left.is_empty(), "the release left {left:?}");
     Ok(())
 }
 

@@ -101,20 +101,7 @@ impl Syncer {
         };
         let tenants = Arc::new(Tenants::default());
         let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
-        let supers = SuperStores::start(
-            &client,
-            &queues,
-            tenants.clone(),
-            quota.clone(),
-            config.sync_ingresses,
-            config.vnode_mode.clone(),
-            &config.custom_resources,
-            config
-                .network_isolation
-                .platform_dns
-                .as_ref()
-                .filter(|_| config.network_isolation.enabled),
-        );
+        let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &config);
         let (vc_store, vc_writer) = reflector::store();
         let shards = config
             .shards

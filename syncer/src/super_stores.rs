@@ -342,11 +342,13 @@ impl SuperStores {
         queues: &Queues,
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
-        sync_ingresses: bool,
-        vnode_mode: crate::config::VNodeMode,
-        custom_resources: &[crate::resources::custom_resource::CustomKind],
-        platform_dns: Option<&(String, String)>,
+        config: &crate::config::SyncerConfig,
     ) -> Self {
+        let sync_ingresses = config.sync_ingresses;
+        let vnode_mode = config.vnode_mode.clone();
+        let custom_resources = &config.custom_resources[..];
+        let isolation = &config.network_isolation;
+        let platform_dns = isolation.platform_dns.as_ref().filter(|_| isolation.enabled);
         let _span = tracing::info_span!("super").entered();
         let token_shards = Arc::new(TokenShards::default());
         // The tenant namespaces come first: other kinds' watches consult them.

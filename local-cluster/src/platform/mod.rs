@@ -298,6 +298,11 @@ impl Platform {
         &self.release
     }
 
+    /// The release, to uninstall it.
+    pub fn release_mut(&mut self) -> &mut Release {
+        &mut self.release
+    }
+
     /// How long `helm install --wait` took, until every component was Ready.
     pub fn install_time(&self) -> Duration {
         self.install_time

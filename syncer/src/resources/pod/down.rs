@@ -10,18 +10,19 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, GetParams, Patch, Preconditions},
+    api::{GetParams, Patch},
     runtime::reflector::ObjectRef,
 };
 
 use super::{
     convert::{self, Converted, PodConversion, Refusal, TenantEndpoints, TokenNeed},
+    end::{finalize_tenant_pod, has_ended},
     ephemeral,
     placement::{self, Candidate, Resolved},
     policy, token, token_secrets,
 };
 use crate::{
-    tags::{PackedMeta, Tagged},
+    tags::Tagged,
     cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
     context::Context,
     error::{Result, on_super, on_tenant},
@@ -73,11 +74,6 @@ pub(super) fn was_scheduled(pod: &TenantPod) -> bool {
             .conditions
             .iter()
             .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
-}
-
-/// Whether a tenant pod has ended (`Succeeded` or `Failed`): its phase never changes again.
-pub(super) fn has_ended(pod: &TenantPod) -> bool {
-    matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
 /// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
@@ -365,34 +361,11 @@ async fn terminate(
             reason: "the super pod is terminating".into(),
             retry_after: None,
         }),
+        // The tenant-side writes are the upward sync's to count.
         None => {
-            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
+            finalize_tenant_pod(ctx, tenant, tenant_pod).await?;
             Ok(Outcome::InSync)
         }
-    }
-}
-
-/// Completes a tenant pod's deletion.
-pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, meta: &PackedMeta) -> Result<()> {
-    let namespace = meta.object_namespace().unwrap_or_default().to_owned();
-    let name = meta.name.to_string();
-    let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &namespace);
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: meta.uid.as_deref().map(str::to_owned),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    ctx.metrics.tenant_write("pod", "delete");
-    match api.delete(&name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(on_tenant(
-            &tenant.identity.cluster_key,
-            format!("completing deletion of pod {namespace}/{name}"),
-        )(e)),
     }
 }
 
@@ -417,7 +390,7 @@ async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, ap
         "the pod's copy in the super cluster was deleted after it was scheduled; deleting the pod so its controller replaces it",
     )
     .await;
-    finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
+    finalize_tenant_pod(ctx, tenant, tenant_pod).await?;
     Ok(Outcome::Waiting {
         reason: "super pod lost; tenant pod deleted".into(),
         retry_after: None,

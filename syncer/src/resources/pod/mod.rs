@@ -1,9 +1,11 @@
 //! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]), node
 //! selection in the tenant's view ([`placement`]),
-//! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]).
+//! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]);
+//! their end ([`end`]): the deletion completed, and the terminal status of a deleted pod a finalizer holds.
 
 pub mod convert;
 pub mod down;
+pub mod end;
 pub mod ephemeral;
 pub mod placement;
 pub mod policy;

@@ -4,12 +4,13 @@
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::{
     Api,
-    api::{ObjectMeta, Patch, PostParams},
+    api::PostParams,
     runtime::reflector::ObjectRef,
 };
 
 use super::{
-    down::{finalize_tenant_pod, has_ended, was_scheduled},
+    down::was_scheduled,
+    end::{finalize_tenant_pod, has_ended, write_status},
     token_secrets,
 };
 use crate::{
@@ -22,7 +23,7 @@ use crate::{
     events,
     resources::{
         outcome::Outcome,
-        upward::{matching_super, params, transparent},
+        upward::{matching_super, transparent},
         vnode,
     },
     tenant::Tenant,
@@ -165,8 +166,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         .get(&ObjectRef::new(name).within(&super_namespace));
     let Some(super_pod) = matching_super(super_pod, tenant, tenant_pod.uid()) else {
         if tenant_pod.meta().deletion_timestamp.is_some() {
-            finalize_tenant_pod(ctx, tenant, tenant_pod.meta()).await?;
-            return Ok(Outcome::Deleted);
+            return finalize_tenant_pod(ctx, tenant, &tenant_pod).await;
         }
         return Ok(Outcome::InSync);
     };
@@ -429,33 +429,6 @@ async fn delete_evicted(
 }
 
 /// Applies `status` to the tenant pod; the number of writes made (0: the pod is gone).
-async fn write_status(
-    ctx: &Context,
-    tenant: &Tenant,
-    api: &Api<Pod>,
-    namespace: &str,
-    name: &str,
-    status: PodStatus,
-) -> Result<u32> {
-    let patch = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(status),
-    };
-    ctx.metrics.tenant_write("pod", "status");
-    match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
-        Ok(_) => Ok(1),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(0),
-        Err(e) => Err(on_tenant(
-            &tenant.identity.cluster_key,
-            format!("updating status of pod {namespace}/{name}"),
-        )(e)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
