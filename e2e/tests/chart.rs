@@ -2015,6 +2015,36 @@ async fn chart_admission_policies_confine_the_controllers() -> anyhow::Result<()
             .await,
         "the syncer writes only in tenant super namespaces",
     )?;
+    // Its attach journals (issue 32 item 5): ConfigMaps `vc-syncer-journal*` in its own namespace, nothing
+    // else there and no journal elsewhere.
+    maps(NAMESPACE)
+        .patch(
+            "vc-syncer-journal-syncer-0",
+            &kube::api::PatchParams::apply("vc-syncer").force(),
+            &kube::api::Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "vc-syncer-journal-syncer-0", "labels": {"tenancy.x-k8s.io/syncer-journal": "true"}},
+                "data": {"journal": "{\"instance\":\"syncer-0/1\",\"attaching\":{}}"}})),
+        )
+        .await
+        .context("the syncer writes its attach journal in its namespace")?;
+    maps(NAMESPACE)
+        .delete("vc-syncer-journal-syncer-0", &Default::default())
+        .await
+        .context("the syncer deletes a replica's attach journal")?;
+    refused(
+        "another ConfigMap in the syncer's namespace",
+        maps(NAMESPACE)
+            .create(&PostParams::default(), &config_map("x")?)
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
+    refused(
+        "an attach journal in kube-system",
+        maps("kube-system")
+            .create(&PostParams::default(), &config_map("vc-syncer-journal")?)
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
     refused(
         "a Secret in the tenant's root namespace",
         Api::<Secret>::namespaced(syncer.clone(), "team-3f2a1-a")

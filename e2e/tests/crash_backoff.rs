@@ -15,8 +15,8 @@
 //!   replica's journal, holds it back and syncs the rest; the dead replica, restarted, holds it back too and
 //!   counts the stop no second time.
 //!
-//! Without the journal (`--attach-journal=false`) the second start attaches the tenant at once and dies
-//! again within seconds, and so does every replica that takes it over.
+//! - `without_the_journal_every_restart_dies_again`: the control. With `--attach-journal=false` (the
+//!   syncer before item 5) every restart attaches the tenant at once and dies again within seconds.
 
 use std::{
     path::{Path, PathBuf},
@@ -146,6 +146,11 @@ fn flags(admin_port: u16, extra: &[&str]) -> Vec<String> {
         "--crash-backoff-max-seconds=600".into(),
     ]
     .into_iter()
+    // A flag in `extra` replaces the default's (clap refuses one given twice).
+    .filter(|flag| {
+        let name = flag.split('=').next().unwrap_or_default();
+        !extra.iter().any(|f| f.split('=').next() == Some(name))
+    })
     .chain(extra.iter().map(|f| (*f).to_owned()))
     .collect()
 }
@@ -269,7 +274,7 @@ fn log_file(name: &str) -> anyhow::Result<(local_cluster::WorkDir, PathBuf)> {
 fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -461,7 +466,9 @@ async fn the_next_shard_owner_holds_back_a_tenant_that_killed_its_predecessor() 
         ),
     ];
     for name in ["tenant-0", "tenant-1"] {
-        synced(&vcs, name).await?;
+        synced(&vcs, name)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}: {}", tail(&log)))?;
     }
     journals_settled(&client).await?;
     for (_, replica) in &replicas {
@@ -513,13 +520,27 @@ async fn the_next_shard_owner_holds_back_a_tenant_that_killed_its_predecessor() 
     assert_eq!(owner(&client, &key).await.as_deref(), Some(survivor_id));
     for (name, tenant) in [("tenant-0", "t0"), ("tenant-1", "t1")] {
         synced(&vcs, name).await?;
-        syncs(
+        let synced_after = syncs(
             &tenancy,
             tenancy.tenant(name),
             &format!("{tenant}-after-the-takeover"),
             Duration::from_secs(15),
         )
-        .await?;
+        .await;
+        if let Err(e) = synced_after {
+            let running = replicas[survivor].1.running();
+            let data = replicas[survivor]
+                .1
+                .pid()
+                .ok()
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+                .and_then(|s| s.lines().find(|l| l.starts_with("VmData")).map(str::to_owned));
+            anyhow::bail!(
+                "{e} ({:.1} s after the death; survivor running: {running}, {data:?}): {}",
+                death.elapsed().as_secs_f64(),
+                tail(&log)
+            );
+        }
     }
     assert!(
         replicas[survivor].1.running(),
@@ -545,6 +566,73 @@ async fn the_next_shard_owner_holds_back_a_tenant_that_killed_its_predecessor() 
     println!(
         "the poisoned tenant's owner {first_owner} died; {survivor_id} held the tenant back {:.1} s after the death (Lease duration 6 s) and synced the others; {first_owner}, restarted, held it back too",
         held_back_after.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The control: what the journal prevents. With `--attach-journal=false` (the syncer before item 5), the
+/// restarted process attaches the poisoned tenant at once and dies again within seconds, at every restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_journal_every_restart_dies_again() -> anyhow::Result<()> {
+    const TEST: &str = "without_the_journal_every_restart_dies_again";
+    if !local_cluster::require(TEST, NEEDS) {
+        return Ok(());
+    }
+    let Some(prlimit) = prlimit() else {
+        eprintln!("SKIPPED {TEST}: no prlimit program (util-linux) to limit the syncer process's memory");
+        return Ok(());
+    };
+    let tenancy = Tenancy::start(TenancyOptions {
+        tenants: 1,
+        nodes: 1,
+        tenant_controller_managers: false,
+        super_controller_manager: false,
+        ..Default::default()
+    })
+    .await?;
+    let client = tenancy.super_client();
+    let vcs: Api<VirtualCluster> = Api::namespaced(client.clone(), VC_NAMESPACE);
+    let kubeconfig = tenancy.super_cluster.apiserver().kubeconfig_path().to_owned();
+    let (_dir, log) = log_file("crash-no-journal")?;
+    let flags = flags(free_port()?, &["--attach-journal=false"]);
+
+    let first = SyncerProcess::start(&kubeconfig, &flags, &log).await?;
+    synced(&vcs, "tenant-0").await?;
+    first.limit_memory(&prlimit).await?;
+    let streamed = Arc::new(Streamed::default());
+    let (hostile, _) = hostile_apiserver(Hostility::HugeList(HUGE), streamed.clone()).await?;
+    tenancy
+        .register("poisoned", &hostile, VirtualClusterSpec::default())
+        .await?;
+    let mut process = first;
+    let mut lives = Vec::new();
+    for restart in 0..3 {
+        let died = process
+            .ended(PATIENCE)
+            .await
+            .map_err(|e| anyhow::anyhow!("restart {restart}: {e}: {}", tail(&log)))?;
+        anyhow::ensure!(!died.success(), "process {restart} ended cleanly: {died}");
+        lives.push(process.started.elapsed().as_secs_f64());
+        process = SyncerProcess::start(&kubeconfig, &flags, &log).await?;
+        // Limited as soon as it runs, before it has listed the hostile tenant.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        process.limit_memory(&prlimit).await?;
+    }
+    let died = process
+        .ended(PATIENCE)
+        .await
+        .map_err(|e| anyhow::anyhow!("the last restart: {e}: {}", tail(&log)))?;
+    anyhow::ensure!(!died.success(), "the last process ended cleanly: {died}");
+    lives.push(process.started.elapsed().as_secs_f64());
+    let vc = vcs.get("poisoned").await?;
+    assert!(backoff_of(&vc).is_none(), "no journal, no record: {:?}", backoff_of(&vc));
+    println!(
+        "without the journal: 4 processes in a row died, living {} s",
+        lives
+            .iter()
+            .map(|l| format!("{l:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(())
 }

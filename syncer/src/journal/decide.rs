@@ -76,6 +76,12 @@ fn time(at: Timestamp) -> Time {
     Time(at)
 }
 
+/// `at` to the whole second: `status.attachBackoff.lastAttachTime` is a `Time`, which the apiserver keeps
+/// to the second, while the journals keep when a tenant entered to the nanosecond.
+fn whole_second(at: Timestamp) -> Timestamp {
+    Timestamp::from_second(at.as_second()).unwrap_or(at)
+}
+
 /// The tenant's record with the stops in `evidence` it does not count yet (a stop counts once: only
 /// those whose attach began after the last one counted), found at `now`; `None` when nothing is new.
 ///
@@ -88,16 +94,22 @@ pub fn count(
     now: Timestamp,
     policy: Policy,
 ) -> Option<AttachBackoff> {
-    let last = record.and_then(|r| r.last_attach_time.as_ref()).map(|t| t.0);
+    let mut last = record
+        .and_then(|r| r.last_attach_time.as_ref())
+        .map(|t| whole_second(t.0));
     let mut counted = record.cloned().unwrap_or_default();
     let mut changed = false;
     for stop in evidence {
-        if last.is_some_and(|last| stop.entered <= last) {
+        // Compared to the second, as the record comes back from the apiserver (an attach, a stop and the
+        // next attach take longer than a second).
+        let entered = whole_second(stop.entered);
+        if last.is_some_and(|last| entered <= last) {
             continue;
         }
+        last = Some(entered);
         counted.stops = counted.stops.max(0).saturating_add(1);
         counted.attached_with = i64::try_from(stop.attached_with.max(1)).unwrap_or(i64::MAX);
-        counted.last_attach_time = Some(time(stop.entered));
+        counted.last_attach_time = Some(time(entered));
         counted.instance = Some(stop.instance.clone());
         changed = true;
     }
@@ -258,7 +270,16 @@ mod tests {
         assert_eq!(first.not_before, Some(Time(at(160))));
         assert_eq!(first.instance.as_deref(), Some("r0/a"));
         // Found again (by another replica, or after a restart): nothing new.
-        assert_eq!(count(Some(&first), &[alone], at(120), POLICY), None);
+        assert_eq!(count(Some(&first), std::slice::from_ref(&alone), at(120), POLICY), None);
+        // The journal keeps nanoseconds, the record as the apiserver returns it whole seconds: the same
+        // stop, found in the journal again after the record went through the apiserver, counts no more.
+        let precise = Evidence {
+            entered: at(10).checked_add(k8s_openapi::jiff::SignedDuration::from_millis(750)).expect("time"),
+            ..alone
+        };
+        let counted = count(None, std::slice::from_ref(&precise), at(100), POLICY).expect("counted");
+        assert_eq!(counted.last_attach_time, Some(Time(at(10))));
+        assert_eq!(count(Some(&counted), &[precise], at(120), POLICY), None);
         // It is attached again after the wait and stops the next process too: twice the wait.
         let again = Evidence {
             instance: "r1/b".into(),

@@ -632,7 +632,7 @@ pub fn probation(ctx: Arc<Context>, tenant: Arc<crate::tenant::Tenant>, ticket: 
     let journal = ticket.journal.clone();
     tokio::spawn(async move {
         let passed = tokio::time::timeout(probation * PROBATION_CAP, async {
-            tenant.wait_ready().await;
+            tenant.listed().await;
             tokio::time::sleep(probation).await;
         })
         .await
