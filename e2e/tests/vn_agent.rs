@@ -1497,9 +1497,49 @@ async fn one_source_cannot_hold_every_connection_of_vn_agent() -> anyhow::Result
         (FLOOD - PER_SOURCE) as u64
     );
     assert_eq!(setup.limited("connections"), 0);
+    drop(flood);
+    drop(setup);
+
+    // The control: the per-source cap off (as large as the connection cap, as before item 11). The flood
+    // holds every connection and the tenant's logs are refused.
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            connections_per_source: CONNECTIONS,
+            streams_per_tenant: 128,
+        },
+        &["beta"],
+    )
+    .await?;
+    let agent = std::net::SocketAddr::from(([127, 0, 0, 1], setup.agent.local_addr().port()));
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0)))?;
+        flood.push(socket.connect(agent).await?);
+    }
+    let mut uncapped_refused = 0;
+    for stream in &mut flood {
+        if closed_by_server(stream, Duration::from_millis(300)).await {
+            uncapped_refused += 1;
+        }
+    }
+    let tenant = &setup.tenants[0];
+    let control = tenant
+        .kubectl
+        .run(&["-n", TENANT_NAMESPACE, "logs", "web", "--tail=1"], None)
+        .await?;
+    assert_eq!(uncapped_refused, FLOOD - CONNECTIONS, "without the per-source cap the flood holds every connection");
+    assert_ne!(
+        control.code,
+        Some(0),
+        "without the per-source cap the tenant's kubectl logs is refused: {control:?}"
+    );
     println!(
-        "{FLOOD} connections from one source (--max-connections {CONNECTIONS}, --max-connections-per-source {PER_SOURCE}): {} held, {refused} closed at once; the tenant's kubectl logs got its lines",
-        FLOOD - refused
+        "{FLOOD} connections from one source (--max-connections {CONNECTIONS}): with --max-connections-per-source {PER_SOURCE} {} held, {refused} closed at once and the tenant's kubectl logs got its lines; without it {} held and the tenant's kubectl logs failed ({})",
+        FLOOD - refused,
+        FLOOD - uncapped_refused,
+        control.stderr.lines().last().unwrap_or_default()
     );
     Ok(())
 }
@@ -1570,11 +1610,47 @@ async fn one_tenant_cannot_hold_every_stream_of_vn_agent() -> anyhow::Result<()>
     let (code, body) = client.send(request).await?;
     assert_eq!(code, http::StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert!(body.contains("--max-streams-per-tenant"), "{body}");
+    let (capped_held, capped_refused) = (held.len(), refusals.len());
+    let refusal = refusals.first().map(|r| r.lines().last().unwrap_or_default().to_owned());
+    drop(held);
+    drop(setup);
+
+    // The control: the per-tenant cap off (as before item 11). The attacker's port-forwards hold every
+    // connection and the other tenant's exec is refused.
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            connections_per_source: 10_000,
+            streams_per_tenant: 10_000,
+        },
+        &["alpha", "beta"],
+    )
+    .await?;
+    let (attacker, other) = (&setup.tenants[0], &setup.tenants[1]);
+    let mut held = Vec::new();
+    for _ in 0..CONNECTIONS {
+        if let Ok(forward) = attacker
+            .kubectl
+            .port_forward(&["-n", TENANT_NAMESPACE, "pod/web"], 9090)
+            .await
+        {
+            held.push(forward);
+        }
+    }
+    let control = other
+        .kubectl
+        .run(&exec_args(&["--", "echo", "still", "here"]), None)
+        .await?;
+    assert_eq!(held.len(), CONNECTIONS, "without the per-tenant cap the attacker holds every connection");
+    assert_ne!(
+        control.code,
+        Some(0),
+        "without the per-tenant cap the other tenant's exec is refused: {control:?}"
+    );
     println!(
-        "{CONNECTIONS} port-forwards of one tenant (--max-connections {CONNECTIONS}, --max-streams-per-tenant {STREAMS}): {} held, {} refused (kubectl: {:?}); the other tenant's exec ran",
+        "{CONNECTIONS} port-forwards of one tenant (--max-connections {CONNECTIONS}): with --max-streams-per-tenant {STREAMS} {capped_held} held, {capped_refused} refused (kubectl: {refusal:?}) and the other tenant's exec ran; without it {} held and the other tenant's exec failed ({})",
         held.len(),
-        refusals.len(),
-        refusals.first().map(|r| r.lines().last().unwrap_or_default().to_owned())
+        control.stderr.lines().last().unwrap_or_default()
     );
     Ok(())
 }
