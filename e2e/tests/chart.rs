@@ -499,6 +499,16 @@ fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()>
                     );
                     continue;
                 }
+                if role_name.ends_with("-syncer-platform-dns") {
+                    // The syncer reads the platform DNS Service and its endpoints (the isolation policy's
+                    // egress exception), in that Service's namespace only.
+                    assert!(
+                        (resources == ["services"] || resources == ["endpointslices"])
+                            && rule.verbs == ["list", "watch"],
+                        "{what}: {role_name} {rule:?}"
+                    );
+                    continue;
+                }
                 assert!(
                     resources == ["leases"] || resources == ["configmaps"],
                     "{what}: {role_name} {rule:?}"
