@@ -625,7 +625,11 @@ async fn without_the_journal_every_restart_dies_again() -> anyhow::Result<()> {
     anyhow::ensure!(!died.success(), "the last process ended cleanly: {died}");
     lives.push(process.started.elapsed().as_secs_f64());
     let vc = vcs.get("poisoned").await?;
-    assert!(backoff_of(&vc).is_none(), "no journal, no record: {:?}", backoff_of(&vc));
+    assert!(
+        backoff_of(&vc).is_none(),
+        "no journal, no record: {:?}",
+        backoff_of(&vc)
+    );
     println!(
         "without the journal: 4 processes in a row died, living {} s",
         lives

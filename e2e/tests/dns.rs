@@ -882,7 +882,13 @@ fn tenant_labels(key: &str) -> serde_json::Value {
 }
 
 /// A super pod of tenant `key` with address `ip`, as the syncer's copy looks once its kubelet reported it.
-async fn super_pod_at(client: &Client, key: &str, namespace: &str, name: &str, ip: IpAddr) -> anyhow::Result<()> {
+async fn super_pod_at(
+    client: &Client,
+    key: &str,
+    namespace: &str,
+    name: &str,
+    ip: IpAddr,
+) -> anyhow::Result<()> {
     use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE};
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     pods.create(
@@ -907,7 +913,11 @@ async fn super_pod_at(client: &Client, key: &str, namespace: &str, name: &str, i
 /// One A query over UDP from `source`, sent once: a pod's resolver asks once and waits its timeout before
 /// asking again (hickory's resolver, behind [`ask`], may send a query more than once, and each copy would
 /// take a waiting slot). The reply's code and addresses.
-async fn ask_once(server: SocketAddr, source: IpAddr, name: &str) -> anyhow::Result<(ResponseCode, Vec<String>)> {
+async fn ask_once(
+    server: SocketAddr,
+    source: IpAddr,
+    name: &str,
+) -> anyhow::Result<(ResponseCode, Vec<String>)> {
     use hickory_proto::{
         op::{Message, Query},
         rr::Name,
@@ -982,7 +992,14 @@ async fn flood_round(
         (reply, started.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    super_pod_at(client, key, namespace, &format!("newcomer-{flood_range}"), newcomer).await?;
+    super_pod_at(
+        client,
+        key,
+        namespace,
+        &format!("newcomer-{flood_range}"),
+        newcomer,
+    )
+    .await?;
     let (reply, took) = first_query.await?;
     let mut refused_at_once = 0;
     let mut waited = 0;
@@ -1019,21 +1036,32 @@ async fn a_flood_from_one_range_leaves_another_ranges_first_query_answered() -> 
     vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
     let etcd = Arc::new(local_cluster::Etcd::start().await?);
     let super_cluster =
-        local_cluster::ControlPlane::start_on(etcd, local_cluster::ControlPlaneOptions::bare("super")).await?;
+        local_cluster::ControlPlane::start_on(etcd, local_cluster::ControlPlaneOptions::bare("super"))
+            .await?;
     let client = super_cluster.client();
     local_cluster::install_crds(&client).await?;
     let vc: crds::VirtualCluster = Api::<crds::VirtualCluster>::namespaced(client.clone(), "default")
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
-                "metadata": {"name": "tenant"}, "spec": {"clusterVersionName": "cv"}}))?,
+            &serde_json::from_value(
+                json!({"apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+                "metadata": {"name": "tenant"}, "spec": {"clusterVersionName": "cv"}}),
+            )?,
         )
         .await?;
     let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
     let (namespace, web_ip) = tenant_namespace_in_super(&client, &key).await?;
 
     // The cap off: the flood takes every slot.
-    let uncapped = flood_round(&client, &key, &namespace, WAITERS, 1, IpAddr::from([127, 0, 2, 5])).await?;
+    let uncapped = flood_round(
+        &client,
+        &key,
+        &namespace,
+        WAITERS,
+        1,
+        IpAddr::from([127, 0, 2, 5]),
+    )
+    .await?;
     assert_eq!(
         uncapped.newcomer.0,
         ResponseCode::Refused,
@@ -1043,7 +1071,15 @@ async fn a_flood_from_one_range_leaves_another_ranges_first_query_answered() -> 
     assert_eq!(uncapped.waited, WAITERS);
 
     const PER_RANGE: usize = 2;
-    let capped = flood_round(&client, &key, &namespace, PER_RANGE, 3, IpAddr::from([127, 0, 4, 5])).await?;
+    let capped = flood_round(
+        &client,
+        &key,
+        &namespace,
+        PER_RANGE,
+        3,
+        IpAddr::from([127, 0, 4, 5]),
+    )
+    .await?;
     assert_eq!(
         (capped.newcomer.0, capped.newcomer.1.clone()),
         (ResponseCode::NoError, vec![web_ip.clone()]),
@@ -1052,7 +1088,10 @@ async fn a_flood_from_one_range_leaves_another_ranges_first_query_answered() -> 
         capped.waited,
         capped.refused_at_once
     );
-    assert_eq!(capped.waited, PER_RANGE, "the flood's range held its share of the waiting slots");
+    assert_eq!(
+        capped.waited, PER_RANGE,
+        "the flood's range held its share of the waiting slots"
+    );
     assert_eq!(capped.refused_at_once, usize::from(FLOOD) - PER_RANGE);
     println!(
         "a flood of {FLOOD} queries from one /24 ({WAITERS} waiting slots): without a per-range cap {} waited, {} were refused at once and the other range's new pod was refused after {:.2} s; with {PER_RANGE} per range {} waited, {} were refused at once and the new pod got its answer after {:.2} s",

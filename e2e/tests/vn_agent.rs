@@ -1407,7 +1407,8 @@ impl Limited {
         let port = agent.local_addr().port();
         for tenant in &tenants {
             create_vnode(&tenant.client(), &node, port).await?;
-            let (_, super_pod) = create_pod(&super_client, tenant, TENANT_NAMESPACE, "web", &["app"], &node).await?;
+            let (_, super_pod) =
+                create_pod(&super_client, tenant, TENANT_NAMESPACE, "web", &["app"], &node).await?;
             wait_running(&super_client, &super_pod).await?;
         }
         Ok(Self {
@@ -1491,7 +1492,11 @@ async fn one_source_cannot_hold_every_connection_of_vn_agent() -> anyhow::Result
         "the tenant's kubectl logs while one source floods vn-agent: {out:?}"
     );
     assert_eq!(out.stdout, format!("{super_ns}/web/app line 10\n"));
-    assert_eq!(refused, FLOOD - PER_SOURCE, "connections of the flooding source closed at once");
+    assert_eq!(
+        refused,
+        FLOOD - PER_SOURCE,
+        "connections of the flooding source closed at once"
+    );
     assert_eq!(
         setup.limited("connections_per_source"),
         (FLOOD - PER_SOURCE) as u64
@@ -1529,7 +1534,11 @@ async fn one_source_cannot_hold_every_connection_of_vn_agent() -> anyhow::Result
         .kubectl
         .run(&["-n", TENANT_NAMESPACE, "logs", "web", "--tail=1"], None)
         .await?;
-    assert_eq!(uncapped_refused, FLOOD - CONNECTIONS, "without the per-source cap the flood holds every connection");
+    assert_eq!(
+        uncapped_refused,
+        FLOOD - CONNECTIONS,
+        "without the per-source cap the flood holds every connection"
+    );
     assert_ne!(
         control.code,
         Some(0),
@@ -1590,7 +1599,11 @@ async fn one_tenant_cannot_hold_every_stream_of_vn_agent() -> anyhow::Result<()>
         "the other tenant's exec while {} port-forwards of the attacker are open: {out:?}",
         held.len()
     );
-    assert_eq!(held.len(), STREAMS, "port-forwards the attacker holds: {refusals:?}");
+    assert_eq!(
+        held.len(),
+        STREAMS,
+        "port-forwards the attacker holds: {refusals:?}"
+    );
     for forward in &mut held {
         assert!(forward.is_running());
     }
@@ -1611,7 +1624,9 @@ async fn one_tenant_cannot_hold_every_stream_of_vn_agent() -> anyhow::Result<()>
     assert_eq!(code, http::StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert!(body.contains("--max-streams-per-tenant"), "{body}");
     let (capped_held, capped_refused) = (held.len(), refusals.len());
-    let refusal = refusals.first().map(|r| r.lines().last().unwrap_or_default().to_owned());
+    let refusal = refusals
+        .first()
+        .map(|r| r.lines().last().unwrap_or_default().to_owned());
     drop(held);
     drop(setup);
 
@@ -1641,7 +1656,11 @@ async fn one_tenant_cannot_hold_every_stream_of_vn_agent() -> anyhow::Result<()>
         .kubectl
         .run(&exec_args(&["--", "echo", "still", "here"]), None)
         .await?;
-    assert_eq!(held.len(), CONNECTIONS, "without the per-tenant cap the attacker holds every connection");
+    assert_eq!(
+        held.len(),
+        CONNECTIONS,
+        "without the per-tenant cap the attacker holds every connection"
+    );
     assert_ne!(
         control.code,
         Some(0),

@@ -515,8 +515,7 @@ impl Tenant {
     /// tenant's items wait: an empty cache, one filled from another cluster, or one missing what did not
     /// fit, would read as "deleted in the tenant".
     pub fn is_ready(&self) -> bool {
-        *self.ready.borrow() && self.check.holds()
-            && self.budget.exceeded().is_none()
+        *self.ready.borrow() && self.check.holds() && self.budget.exceeded().is_none()
     }
 
     /// Waits for the caches, then marks the tenant ready.

@@ -270,11 +270,16 @@ mod tests {
         assert_eq!(first.not_before, Some(Time(at(160))));
         assert_eq!(first.instance.as_deref(), Some("r0/a"));
         // Found again (by another replica, or after a restart): nothing new.
-        assert_eq!(count(Some(&first), std::slice::from_ref(&alone), at(120), POLICY), None);
+        assert_eq!(
+            count(Some(&first), std::slice::from_ref(&alone), at(120), POLICY),
+            None
+        );
         // The journal keeps nanoseconds, the record as the apiserver returns it whole seconds: the same
         // stop, found in the journal again after the record went through the apiserver, counts no more.
         let precise = Evidence {
-            entered: at(10).checked_add(k8s_openapi::jiff::SignedDuration::from_millis(750)).expect("time"),
+            entered: at(10)
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(750))
+                .expect("time"),
             ..alone
         };
         let counted = count(None, std::slice::from_ref(&precise), at(100), POLICY).expect("counted");
