@@ -178,7 +178,7 @@ pub fn standing(record: Option<&AttachBackoff>, now: Timestamp) -> Standing {
 /// tenants go first (they are likely fine and quick), and a wave takes no newcomers while the other kind
 /// waits, so neither waits for ever; of waiting suspects, the larger groups go first.
 pub fn admits(wave: &[Kind], waiting: &[Kind], kind: &Kind) -> bool {
-    let clear_waiting = waiting.iter().any(|k| *k == Kind::Clear);
+    let clear_waiting = waiting.contains(&Kind::Clear);
     let suspect_waiting = waiting.iter().any(|k| *k != Kind::Clear);
     match (wave.first(), kind) {
         (None, Kind::Clear) => true,
@@ -422,7 +422,9 @@ mod tests {
             group,
         };
         let clear = Kind::Clear;
-        let cases: Vec<(&str, Vec<Kind>, Vec<Kind>, Kind, bool)> = vec![
+        // (case, wave, waiting, kind, admitted)
+        type Case = (&'static str, Vec<Kind>, Vec<Kind>, Kind, bool);
+        let cases: Vec<Case> = vec![
             (
                 "an empty journal takes a clear tenant",
                 vec![],
