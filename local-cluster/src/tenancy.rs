@@ -49,6 +49,9 @@ pub struct TenancyOptions {
     /// With real nodes: enforce the super cluster's NetworkPolicies on them
     /// ([`RealNodeOptions::network_policies`]).
     pub network_policies: bool,
+    /// Applies the workspace's CRDs to the super cluster. Off where a Helm release owns them (the chart
+    /// templates its CRDs, and Helm will not adopt objects another writer created).
+    pub install_crds: bool,
     /// Simulated nodes give pods with this label loopback addresses (see
     /// [`NodeSimulatorOptions::loopback_ip_label`]).
     pub loopback_ip_label: Option<String>,
@@ -83,6 +86,7 @@ impl Default for TenancyOptions {
             real_nodes: false,
             kubelet_api_users: Vec::new(),
             network_policies: false,
+            install_crds: true,
             loopback_ip_label: None,
             kubelet_address: None,
             separate_tenant_etcd: false,
@@ -203,7 +207,9 @@ impl Tenancy {
         }
         super_options.apiserver.audit = options.super_audit;
         let super_cluster = ControlPlane::start_on(etcd.clone(), super_options).await?;
-        install_crds(&super_cluster.client()).await?;
+        if options.install_crds {
+            install_crds(&super_cluster.client()).await?;
+        }
         let nodes = match options.real_nodes {
             true => SuperNodes::Real(Box::new(
                 RealNodes::start(

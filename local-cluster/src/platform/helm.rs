@@ -241,60 +241,87 @@ impl Release {
 
     /// What the release's pods and the namespace's latest events say, for an error.
     pub async fn diagnose(&self) -> String {
-        let mut text = String::new();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        if let Ok(pods) = pods.list(&ListParams::default()).await {
-            for pod in pods.items {
-                let status = pod.status.clone().unwrap_or_default();
-                let containers: Vec<String> = status
-                    .container_statuses
-                    .iter()
-                    .flatten()
-                    .map(|c| {
-                        let state = c.state.clone().unwrap_or_default();
-                        let why = state
-                            .waiting
-                            .and_then(|w| w.reason)
-                            .or_else(|| state.terminated.and_then(|t| t.reason))
-                            .unwrap_or_else(|| "running".to_owned());
-                        format!(
-                            "{}={why} (ready {}, restarts {})",
-                            c.name, c.ready, c.restart_count
-                        )
-                    })
-                    .collect();
-                text.push_str(&format!(
-                    "pod {} on {}: {} [{}]; ",
-                    pod.name_any(),
-                    pod.spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.clone())
-                        .unwrap_or_default(),
-                    status.phase.unwrap_or_default(),
-                    containers.join(", ")
-                ));
-            }
-        }
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        if let Ok(events) = events.list(&ListParams::default()).await {
-            let mut warnings: Vec<&Event> = events
-                .items
-                .iter()
-                .filter(|e| e.type_.as_deref() == Some("Warning"))
-                .collect();
-            warnings.sort_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
-            for event in warnings.iter().rev().take(8) {
-                text.push_str(&format!(
-                    "event {}/{}: {} {}; ",
-                    event.involved_object.kind.clone().unwrap_or_default(),
-                    event.involved_object.name.clone().unwrap_or_default(),
-                    event.reason.clone().unwrap_or_default(),
-                    event.message.clone().unwrap_or_default()
-                ));
-            }
-        }
-        text
+        diagnose_namespace(&self.client, &self.namespace, None).await
     }
+}
+
+/// What the pods of `namespace` and its latest warning events say, for an error; with `log_lines`, the last
+/// lines of each running container's log too.
+pub async fn diagnose_namespace(client: &Client, namespace: &str, log_lines: Option<i64>) -> String {
+    let mut text = String::new();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    if let Ok(pods) = pods.list(&ListParams::default()).await {
+        for pod in pods.items {
+            let status = pod.status.clone().unwrap_or_default();
+            let containers: Vec<String> = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| {
+                    let state = c.state.clone().unwrap_or_default();
+                    let why = state
+                        .waiting
+                        .and_then(|w| w.reason)
+                        .or_else(|| state.terminated.and_then(|t| t.reason))
+                        .unwrap_or_else(|| "running".to_owned());
+                    format!(
+                        "{}={why} (ready {}, restarts {})",
+                        c.name, c.ready, c.restart_count
+                    )
+                })
+                .collect();
+            text.push_str(&format!(
+                "pod {} on {}: {} [{}]; ",
+                pod.name_any(),
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default(),
+                status.phase.unwrap_or_default(),
+                containers.join(", ")
+            ));
+        }
+    }
+    if let Some(lines) = log_lines
+        && let Ok(list) = pods.list(&ListParams::default()).await
+    {
+        for pod in list.items {
+            for container in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+                let params = kube::api::LogParams {
+                    container: Some(container.name.clone()),
+                    tail_lines: Some(lines),
+                    ..Default::default()
+                };
+                if let Ok(log) = pods.logs(&pod.name_any(), &params).await {
+                    text.push_str(&format!(
+                        "\n--- last {lines} lines of {}/{} ---\n{log}",
+                        pod.name_any(),
+                        container.name
+                    ));
+                }
+            }
+        }
+        text.push('\n');
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    if let Ok(events) = events.list(&ListParams::default()).await {
+        let mut warnings: Vec<&Event> = events
+            .items
+            .iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .collect();
+        warnings.sort_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
+        for event in warnings.iter().rev().take(8) {
+            text.push_str(&format!(
+                "event {}/{}: {} {}; ",
+                event.involved_object.kind.clone().unwrap_or_default(),
+                event.involved_object.name.clone().unwrap_or_default(),
+                event.reason.clone().unwrap_or_default(),
+                event.message.clone().unwrap_or_default()
+            ));
+        }
+    }
+    text
 }
 
 /// Every `image:` reference in rendered manifests.

@@ -115,6 +115,7 @@ impl Platform {
             nodes: options.nodes,
             real_nodes: true,
             network_policies: true,
+            install_crds: false,
             super_audit: options.audit,
             tenant_kubelet_ca: Some(vn_agent_ca.cert_pem().to_owned()),
             ..TenancyOptions::default()
@@ -191,7 +192,9 @@ impl Platform {
             self.cluster_version_applied = true;
         }
         apply_yaml(&client, &native_tenant_yaml(name, CLUSTER_VERSION), VC_NAMESPACE).await?;
-        wait_tenant_ready(&client, name, NATIVE_PATIENCE).await?;
+        if let Err(error) = wait_tenant_ready(&client, name, NATIVE_PATIENCE).await {
+            return Err(self.explain(name, error).await);
+        }
         let vc = Api::<VirtualCluster>::namespaced(client.clone(), VC_NAMESPACE)
             .get(name)
             .await
@@ -215,6 +218,39 @@ impl Platform {
         .await?;
         self.tenant_kubeconfigs.insert(name.to_owned(), path.clone());
         Ok(path)
+    }
+
+    /// `error` with what VirtualCluster `name`'s status, its control plane's pods and the release's pods
+    /// (with their last log lines) say.
+    async fn explain(&self, name: &str, error: Error) -> Error {
+        let Error::Timeout { what, seconds } = error else {
+            return error;
+        };
+        let client = self.super_client();
+        let vc = Api::<VirtualCluster>::namespaced(client.clone(), VC_NAMESPACE)
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten();
+        let status = vc.as_ref().and_then(|vc| vc.status.as_ref());
+        let mut what = format!(
+            "{what}; its status: {}",
+            status
+                .and_then(|s| serde_json::to_string(s).ok())
+                .unwrap_or_else(|| "none".into())
+        );
+        if let Some(root) = status.and_then(|s| s.cluster_namespace.clone()) {
+            what += &format!(
+                "; in {root}: {}",
+                helm::diagnose_namespace(&client, &root, Some(10)).await
+            );
+        }
+        what += &format!(
+            "; in {}: {}",
+            self.release.namespace(),
+            helm::diagnose_namespace(&client, self.release.namespace(), Some(20)).await
+        );
+        Error::Timeout { what, seconds }
     }
 
     /// Deletes VirtualCluster `name`, waits until vc-manager and the syncer have let it go, and stops its
