@@ -35,7 +35,7 @@ pub use meta::Tagged;
 pub use namespaced_name::NamespacedName;
 pub use tenant::{Owner, TenantIdentity};
 pub use v1alpha1::{
-    ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
+    AttachBackoff, ClusterPhase, ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, ControlPlaneMode,
     KubeconfigSecretRef, PodPolicy, RateLimit, SnapshotSchedule, SnapshotStatus, StatefulSetSvcBundle,
     TenantQuota, TenantUsage, VirtualCluster, VirtualClusterRef, VirtualClusterSpec, VirtualClusterStatus,
 };

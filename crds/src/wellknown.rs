@@ -152,6 +152,11 @@ pub const FIELD_MANAGER_SYNCER_USAGE: &str = "vc-syncer-usage";
 pub const FIELD_MANAGER_SNAPSHOTS: &str = "vc-snapshots";
 /// `kubectl vc`'s field manager (`create -f`, `snapshot restore`).
 pub const FIELD_MANAGER_KUBECTL_VC: &str = "kubectl-vc";
+/// The syncer's field manager of `status.attachBackoff` (its own, so that applying it never removes the
+/// conditions, and applying it without the field removes it).
+pub const FIELD_MANAGER_SYNCER_BACKOFF: &str = "vc-syncer-backoff";
+/// Label on the syncer's attach journals (ConfigMaps in its namespace, one per replica).
+pub const LABEL_SYNCER_JOURNAL: &str = "tenancy.x-k8s.io/syncer-journal";
 
 // VirtualCluster condition types.
 /// vc-manager: certificates and kubeconfigs are in place and valid.

@@ -499,6 +499,16 @@ fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()>
                     );
                     continue;
                 }
+                if role_name.ends_with("-syncer-platform-dns") {
+                    // The syncer reads the platform DNS Service and its endpoints (the isolation policy's
+                    // egress exception), in that Service's namespace only.
+                    assert!(
+                        (resources == ["services"] || resources == ["endpointslices"])
+                            && rule.verbs == ["list", "watch"],
+                        "{what}: {role_name} {rule:?}"
+                    );
+                    continue;
+                }
                 assert!(
                     resources == ["leases"] || resources == ["configmaps"],
                     "{what}: {role_name} {rule:?}"
@@ -2012,6 +2022,36 @@ async fn chart_admission_policies_confine_the_controllers() -> anyhow::Result<()
         "a ConfigMap in kube-system",
         maps("kube-system")
             .create(&PostParams::default(), &config_map("x")?)
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
+    // Its attach journals (issue 32 item 5): ConfigMaps `vc-syncer-journal*` in its own namespace, nothing
+    // else there and no journal elsewhere.
+    maps(NAMESPACE)
+        .patch(
+            "vc-syncer-journal-syncer-0",
+            &kube::api::PatchParams::apply("vc-syncer").force(),
+            &kube::api::Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "vc-syncer-journal-syncer-0", "labels": {"tenancy.x-k8s.io/syncer-journal": "true"}},
+                "data": {"journal": "{\"instance\":\"syncer-0/1\",\"attaching\":{}}"}})),
+        )
+        .await
+        .context("the syncer writes its attach journal in its namespace")?;
+    maps(NAMESPACE)
+        .delete("vc-syncer-journal-syncer-0", &Default::default())
+        .await
+        .context("the syncer deletes a replica's attach journal")?;
+    refused(
+        "another ConfigMap in the syncer's namespace",
+        maps(NAMESPACE)
+            .create(&PostParams::default(), &config_map("x")?)
+            .await,
+        "the syncer writes only in tenant super namespaces",
+    )?;
+    refused(
+        "an attach journal in kube-system",
+        maps("kube-system")
+            .create(&PostParams::default(), &config_map("vc-syncer-journal")?)
             .await,
         "the syncer writes only in tenant super namespaces",
     )?;

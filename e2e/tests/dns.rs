@@ -839,3 +839,268 @@ const FIRST_LOOKUP: &str =
     "timeout 5 wget -O /dev/null http://web.default/ 2>&1; echo first-lookup-done; exec sleep 3600";
 /// See [`FIRST_LOOKUP`].
 const FIRST_LOOKUP_DONE: &str = "first-lookup-done";
+
+/// The super objects the syncer would make for one tenant namespace: the namespace, annotated with its
+/// tenant, and a Service; returns the Service's cluster IP.
+async fn tenant_namespace_in_super(client: &Client, key: &str) -> anyhow::Result<(String, String)> {
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE};
+    let namespace = crds::naming::super_namespace(key, NAMESPACE);
+    let annotations = json!({ANNOTATION_CLUSTER: key, ANNOTATION_NAMESPACE: NAMESPACE});
+    let labels = tenant_labels(key);
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": namespace, "labels": labels, "annotations": annotations}}),
+            )?,
+        )
+        .await?;
+    // No controller-manager here: the pod's ServiceAccount, which admission looks up.
+    create::<k8s_openapi::api::core::v1::ServiceAccount>(
+        client,
+        &namespace,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+    )
+    .await?;
+    let service: Service = create(
+        client,
+        &namespace,
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "labels": labels, "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await?;
+    let ip = service.spec.and_then(|s| s.cluster_ip).context("cluster IP")?;
+    Ok((namespace, ip))
+}
+
+/// The labels the syncer gives a tenant's super objects (vc-dns watches only objects with them): the
+/// VirtualCluster `default/tenant` with cluster key `key`.
+fn tenant_labels(key: &str) -> serde_json::Value {
+    use crds::wellknown::{LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE};
+    json!({LABEL_CLUSTER: key, LABEL_VC_NAME: "tenant", LABEL_VC_NAMESPACE: "default"})
+}
+
+/// A super pod of tenant `key` with address `ip`, as the syncer's copy looks once its kubelet reported it.
+async fn super_pod_at(
+    client: &Client,
+    key: &str,
+    namespace: &str,
+    name: &str,
+    ip: IpAddr,
+) -> anyhow::Result<()> {
+    use crds::wellknown::{ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": tenant_labels(key),
+                "annotations": {ANNOTATION_CLUSTER: key, ANNOTATION_NAMESPACE: NAMESPACE}},
+            "spec": {"nodeName": "nowhere", "containers": [{"name": "main", "image": "busybox"}]}
+        }))?,
+    )
+    .await?;
+    pods.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip.to_string(),
+            "podIPs": [{"ip": ip.to_string()}]}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// One A query over UDP from `source`, sent once: a pod's resolver asks once and waits its timeout before
+/// asking again (hickory's resolver, behind [`ask`], may send a query more than once, and each copy would
+/// take a waiting slot). The reply's code and addresses.
+async fn ask_once(
+    server: SocketAddr,
+    source: IpAddr,
+    name: &str,
+) -> anyhow::Result<(ResponseCode, Vec<String>)> {
+    use hickory_proto::{
+        op::{Message, Query},
+        rr::Name,
+    };
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(source, 0)).await?;
+    let mut query = Message::query();
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(Name::from_ascii(name)?, RecordType::A));
+    socket.send_to(&query.to_vec()?, server).await?;
+    let mut buffer = vec![0u8; 4096];
+    let (len, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buffer))
+        .await
+        .with_context(|| format!("no reply to {source}"))??;
+    let reply = Message::from_vec(&buffer[..len])?;
+    Ok((
+        reply.metadata.response_code,
+        reply.answers.iter().map(|r| r.data.to_string()).collect(),
+    ))
+}
+
+/// What one flood did: the new pod's reply and how long it took, and how many of the flood's queries
+/// waited (refused after the wait) or were refused at once.
+struct FloodRound {
+    newcomer: (ResponseCode, Vec<String>),
+    took: Duration,
+    waited: usize,
+    refused_at_once: usize,
+}
+
+const FLOOD: u8 = 40;
+const WAITERS: usize = 8;
+
+/// vc-dns with `per_range` waiters per source range (and [`WAITERS`] in all) takes a flood of [`FLOOD`]
+/// queries from range `127.0.<flood_range>.0/24`, addresses no pod has; a moment later a new pod of the
+/// tenant at `newcomer` asks its first query, before vc-dns can have seen its address, and its copy's
+/// address reaches the super cluster a moment after that.
+async fn flood_round(
+    client: &Client,
+    key: &str,
+    namespace: &str,
+    per_range: usize,
+    flood_range: u8,
+    newcomer: IpAddr,
+) -> anyhow::Result<FloodRound> {
+    // An upstream is required; cluster.local is never forwarded, so nothing is ever sent to it.
+    let mut settings = Settings::local(vec![SocketAddr::from(([127, 0, 0, 1], 9))]);
+    settings.unknown_source_wait = Duration::from_millis(2000);
+    settings.unknown_source_waiters = WAITERS;
+    settings.unknown_source_ranges = vc_dns::server::RangeLimits {
+        waiters: per_range,
+        ..Default::default()
+    };
+    let dns = Dns::start(settings, client.clone(), vc_dns::Metrics::default()).await?;
+    tokio::time::timeout(PATIENCE, dns.wait_ready())
+        .await
+        .context("vc-dns watches listing")??;
+    let server = dns.local_addr();
+    let web = "web.shop.svc.cluster.local.";
+    let flood: Vec<_> = (1..=FLOOD)
+        .map(|host| {
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = ask_once(server, IpAddr::from([127, 0, flood_range, host]), web).await;
+                (reply, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first_query = tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = ask_once(server, newcomer, web).await;
+        (reply, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    super_pod_at(
+        client,
+        key,
+        namespace,
+        &format!("newcomer-{flood_range}"),
+        newcomer,
+    )
+    .await?;
+    let (reply, took) = first_query.await?;
+    let mut refused_at_once = 0;
+    let mut waited = 0;
+    for task in flood {
+        let (reply, elapsed) = task.await?;
+        let (code, _) = reply?;
+        anyhow::ensure!(code == ResponseCode::Refused, "a flood query got {code}");
+        if elapsed < Duration::from_millis(1000) {
+            refused_at_once += 1;
+        } else {
+            waited += 1;
+        }
+    }
+    Ok(FloodRound {
+        newcomer: reply?,
+        took,
+        waited,
+        refused_at_once,
+    })
+}
+
+/// A new pod's first query is sent before vc-dns can know its address (issue 32, item 11): it waits for
+/// the pod watch, in one of a bounded number of waiting slots. Pods of one tenant on one node (one source
+/// range) flood vc-dns with queries from addresses it does not know, to hold every slot. With the per-range
+/// cap off (as large as all the slots, as before item 11) the flood holds every slot and the new pod on
+/// another node is REFUSED; with it, its range holds at most `--unknown-source-waiters-per-range`, the
+/// rest of the flood is refused at once, and the new pod is answered.
+#[tokio::test]
+async fn a_flood_from_one_range_leaves_another_ranges_first_query_answered() -> anyhow::Result<()> {
+    const TEST: &str = "a_flood_from_one_range_leaves_another_ranges_first_query_answered";
+    if !local_cluster::require(TEST, &[Binary::Etcd, Binary::KubeApiserver]) {
+        return Ok(());
+    }
+    vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
+    let etcd = Arc::new(local_cluster::Etcd::start().await?);
+    let super_cluster =
+        local_cluster::ControlPlane::start_on(etcd, local_cluster::ControlPlaneOptions::bare("super"))
+            .await?;
+    let client = super_cluster.client();
+    local_cluster::install_crds(&client).await?;
+    let vc: crds::VirtualCluster = Api::<crds::VirtualCluster>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "tenancy.x-k8s.io/v1alpha1", "kind": "VirtualCluster",
+                "metadata": {"name": "tenant"}, "spec": {"clusterVersionName": "cv"}}),
+            )?,
+        )
+        .await?;
+    let key = crds::naming::cluster_key_of(&vc).context("cluster key")?;
+    let (namespace, web_ip) = tenant_namespace_in_super(&client, &key).await?;
+
+    // The cap off: the flood takes every slot.
+    let uncapped = flood_round(
+        &client,
+        &key,
+        &namespace,
+        WAITERS,
+        1,
+        IpAddr::from([127, 0, 2, 5]),
+    )
+    .await?;
+    assert_eq!(
+        uncapped.newcomer.0,
+        ResponseCode::Refused,
+        "without the per-range cap the flood holds every slot: {:?}",
+        uncapped.newcomer
+    );
+    assert_eq!(uncapped.waited, WAITERS);
+
+    const PER_RANGE: usize = 2;
+    let capped = flood_round(
+        &client,
+        &key,
+        &namespace,
+        PER_RANGE,
+        3,
+        IpAddr::from([127, 0, 4, 5]),
+    )
+    .await?;
+    assert_eq!(
+        (capped.newcomer.0, capped.newcomer.1.clone()),
+        (ResponseCode::NoError, vec![web_ip.clone()]),
+        "the new pod's first query, sent while the flood held what it could (after {:.2} s; the flood: {} waited, {} refused at once)",
+        capped.took.as_secs_f64(),
+        capped.waited,
+        capped.refused_at_once
+    );
+    assert_eq!(
+        capped.waited, PER_RANGE,
+        "the flood's range held its share of the waiting slots"
+    );
+    assert_eq!(capped.refused_at_once, usize::from(FLOOD) - PER_RANGE);
+    println!(
+        "a flood of {FLOOD} queries from one /24 ({WAITERS} waiting slots): without a per-range cap {} waited, {} were refused at once and the other range's new pod was refused after {:.2} s; with {PER_RANGE} per range {} waited, {} were refused at once and the new pod got its answer after {:.2} s",
+        uncapped.waited,
+        uncapped.refused_at_once,
+        uncapped.took.as_secs_f64(),
+        capped.waited,
+        capped.refused_at_once,
+        capped.took.as_secs_f64()
+    );
+    Ok(())
+}

@@ -486,23 +486,25 @@ async fn endpoints_stop_leading_to_a_pod_that_ended() -> anyhow::Result<()> {
 
 /// Bytes a fake apiserver sent on its endless responses, and the most one response sent.
 #[derive(Default)]
-struct Streamed {
-    total: AtomicU64,
-    most: AtomicU64,
+pub(crate) struct Streamed {
+    pub(crate) total: AtomicU64,
+    pub(crate) most: AtomicU64,
 }
 
 /// What a fake tenant apiserver does with the syncer's requests.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Hostility {
+pub(crate) enum Hostility {
     /// Lists of ConfigMaps never end.
     EndlessBody,
     /// A watch of ConfigMaps sends one line that never ends.
     EndlessLine,
+    /// Lists of ConfigMaps are legal, and about this many bytes: 4 KiB ConfigMaps of names of their own.
+    HugeList(u64),
 }
 
 /// A fake adopted apiserver over TLS: answers what attaching asks, lists everything as empty and holds
 /// watches open, except for ConfigMaps, which it answers as `hostility` says, counting what it sent.
-async fn hostile_apiserver(
+pub(crate) async fn hostile_apiserver(
     hostility: Hostility,
     streamed: Arc<Streamed>,
 ) -> anyhow::Result<(String, String)> {
@@ -553,13 +555,23 @@ async fn hostile_apiserver(
                 return json(json!({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": "kube-system", "uid": "hostile-kube-system", "resourceVersion": "1"}}));
             }
+            if let (Hostility::HugeList(bytes), true, false) =
+                (hostility, path.ends_with("/configmaps"), watch)
+            {
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Body::from_stream(huge_list(bytes, streamed.clone())))
+                    .expect("response");
+            }
             let endless = path.ends_with("/configmaps")
                 && match hostility {
                     Hostility::EndlessBody => !watch,
                     Hostility::EndlessLine => watch,
+                    Hostility::HugeList(_) => false,
                 };
             if endless {
                 let (head, unit): (String, String) = match hostility {
+                    Hostility::HugeList(_) => unreachable!("answered above"),
                     Hostility::EndlessBody => (
                         r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"1"},"items":["#.into(),
                         format!(r#"{{"metadata":{{"name":"x","namespace":"default"}},"data":{{"k":"{}"}}}},"#, "v".repeat(4000)),
@@ -616,6 +628,36 @@ async fn hostile_apiserver(
         STANDARD.encode(ca.cert_pem())
     );
     Ok((kubeconfig, format!("https://127.0.0.1:{port}")))
+}
+
+/// A legal ConfigMap list of about `bytes`, in chunks of 16 ConfigMaps with names of their own.
+fn huge_list(
+    bytes: u64,
+    streamed: Arc<Streamed>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
+    let head = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"1"},"items":["#;
+    let data = "v".repeat(4000);
+    let per_chunk = 16u64;
+    let chunk_bytes = per_chunk * (data.len() as u64 + 80);
+    let chunks = bytes.div_ceil(chunk_bytes).max(1);
+    let sent = Arc::new(AtomicU64::new(0));
+    futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(head)) })
+        .chain(futures::stream::iter(0..chunks).map(move |chunk| {
+            let mut text = String::with_capacity(chunk_bytes as usize);
+            for i in 0..per_chunk {
+                let n = chunk * per_chunk + i;
+                let last = chunk + 1 == chunks && i + 1 == per_chunk;
+                text.push_str(&format!(
+                    r#"{{"metadata":{{"name":"cm-{n}","namespace":"default","uid":"u-{n}","resourceVersion":"1"}},"data":{{"k":"{data}"}}}}{}"#,
+                    if last { "]}" } else { "," }
+                ));
+            }
+            let len = text.len() as u64;
+            let total = sent.fetch_add(len, Ordering::Relaxed) + len;
+            streamed.total.fetch_add(len, Ordering::Relaxed);
+            streamed.most.fetch_max(total, Ordering::Relaxed);
+            Ok(bytes::Bytes::from(text))
+        }))
 }
 
 /// Peak resident memory of this process (VmHWM), in MiB.

@@ -11,6 +11,7 @@ mod vc_manager_support;
 
 mod api;
 mod chart;
+mod crash_backoff;
 mod custom_resources;
 mod disruption;
 mod dns;

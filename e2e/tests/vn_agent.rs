@@ -1328,3 +1328,348 @@ subjects:
     drop(tenant);
     Ok(())
 }
+
+/// One node, vn-agent with `limits` in front of the simulated kubelet, and tenants with a running pod
+/// `team/web` each: issue 32 item 11's setting.
+struct Limited {
+    // Drop order: vn-agent before the clusters.
+    agent: Agent,
+    metrics: Metrics,
+    tenants: Vec<Tenant>,
+    pki: AgentPki,
+    _bundle_keeper: AbortOnDrop,
+    _simulator: NodeSimulator,
+    _super: ControlPlane,
+}
+
+impl Limited {
+    async fn start(limits: vn_agent::limits::Limits, names: &[&str]) -> anyhow::Result<Self> {
+        let etcd = Arc::new(Etcd::start().await?);
+        let super_cluster = ControlPlane::start_on(etcd.clone(), ControlPlaneOptions::bare("super")).await?;
+        let super_client = super_cluster.client();
+        local_cluster::install_crds(&super_client).await?;
+        let pki = AgentPki::new()?;
+        let simulator = NodeSimulator::start(
+            &super_cluster,
+            NodeSimulatorOptions {
+                node_count: 1,
+                extra_client_cas: vec![pki.client_ca.cert_pem().to_owned()],
+                ..Default::default()
+            },
+        )
+        .await?;
+        simulator.wait_ready(&super_client).await?;
+        let node = simulator.nodes()[0].clone();
+        let mut kubelet = pki.kubelet_client(super_cluster.apiserver().ca().cert_pem())?;
+        kubelet.url = simulator.kubelet().context("kubelet API")?.url().parse()?;
+        let (serving_cert, serving_key) = pki.serving_files()?;
+        let (ca_bundle, bundle_keeper) = keep_ca_bundle(&super_client);
+        let metrics = Metrics::default();
+        let agent = Agent::start(
+            Settings {
+                listen_address: "127.0.0.1:0".parse()?,
+                serving_certificate: ServingCertificate::Files {
+                    cert: serving_cert,
+                    key: serving_key,
+                },
+                nodes: NodeScope::All,
+                backend: BackendSettings::Kubelet(kubelet),
+                shutdown_grace_period: Duration::from_secs(2),
+                limits,
+                ca_bundle,
+            },
+            super_client.clone(),
+            metrics.clone(),
+        )
+        .await?;
+        let mut tenants = Vec::new();
+        for name in names {
+            let (vc, key, ca, client) = create_virtual_cluster(&super_client, name).await?;
+            tenants.push(
+                start_tenant(
+                    &etcd,
+                    &format!("tenant-{name}"),
+                    vc,
+                    key,
+                    ca,
+                    client,
+                    pki.serving_ca.cert_pem(),
+                )
+                .await?,
+            );
+        }
+        tokio::time::timeout(Duration::from_secs(30), agent.wait_ready()).await??;
+        wait::until_true(Duration::from_secs(30), "every tenant trusted", || {
+            let trusted = agent.trusted_tenants();
+            async move { trusted.len() == names.len() }
+        })
+        .await?;
+        let port = agent.local_addr().port();
+        for tenant in &tenants {
+            create_vnode(&tenant.client(), &node, port).await?;
+            let (_, super_pod) =
+                create_pod(&super_client, tenant, TENANT_NAMESPACE, "web", &["app"], &node).await?;
+            wait_running(&super_client, &super_pod).await?;
+        }
+        Ok(Self {
+            agent,
+            metrics,
+            tenants,
+            pki,
+            _bundle_keeper: bundle_keeper,
+            _simulator: simulator,
+            _super: super_cluster,
+        })
+    }
+
+    fn limited(&self, limit: &'static str) -> u64 {
+        self.metrics
+            .limited
+            .get_or_create(&vn_agent::metrics::LimitLabels { limit })
+            .get()
+    }
+}
+
+/// Whether the server closed a connection it accepted (refused it) within `patience`; one it keeps waits
+/// for the TLS handshake and sends nothing.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream, patience: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(patience, stream.read(&mut byte)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) | Err(_) => false,
+    }
+}
+
+/// Issue 32, item 11: one source holds connections to vn-agent without ever finishing a handshake, as
+/// many as it can. It gets `--max-connections-per-source` of them (the rest are closed at once), and a
+/// tenant's `kubectl logs` through its apiserver, from another address, still reaches its pod. With the
+/// per-source cap off, the flood holds every connection (`--max-connections`) and the tenant's request is
+/// refused.
+#[tokio::test]
+async fn one_source_cannot_hold_every_connection_of_vn_agent() -> anyhow::Result<()> {
+    const TEST: &str = "one_source_cannot_hold_every_connection_of_vn_agent";
+    if !local_cluster::require(TEST, &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl]) {
+        return Ok(());
+    }
+    const CONNECTIONS: usize = 8;
+    const PER_SOURCE: usize = 4;
+    const FLOOD: usize = 20;
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            connections_per_source: PER_SOURCE,
+            streams_per_tenant: 128,
+        },
+        &["beta"],
+    )
+    .await?;
+    let agent = std::net::SocketAddr::from(([127, 0, 0, 1], setup.agent.local_addr().port()));
+    // The flood, from 127.0.0.2 (the tenant apiservers connect from 127.0.0.1): connections held open,
+    // never a ClientHello.
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0)))?;
+        flood.push(socket.connect(agent).await?);
+    }
+    let mut refused = 0;
+    for stream in &mut flood {
+        if closed_by_server(stream, Duration::from_millis(300)).await {
+            refused += 1;
+        }
+    }
+    // Within the handshake timeout (10 s) of the held ones: they still hold their slots.
+    let tenant = &setup.tenants[0];
+    let out = tenant
+        .kubectl
+        .run(&["-n", TENANT_NAMESPACE, "logs", "web", "--tail=1"], None)
+        .await?;
+    let super_ns = tenant.super_namespace(TENANT_NAMESPACE);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "the tenant's kubectl logs while one source floods vn-agent: {out:?}"
+    );
+    assert_eq!(out.stdout, format!("{super_ns}/web/app line 10\n"));
+    assert_eq!(
+        refused,
+        FLOOD - PER_SOURCE,
+        "connections of the flooding source closed at once"
+    );
+    assert_eq!(
+        setup.limited("connections_per_source"),
+        (FLOOD - PER_SOURCE) as u64
+    );
+    assert_eq!(setup.limited("connections"), 0);
+    drop(flood);
+    drop(setup);
+
+    // The control: the per-source cap off (as large as the connection cap, as before item 11). The flood
+    // holds every connection and the tenant's logs are refused.
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            connections_per_source: CONNECTIONS,
+            streams_per_tenant: 128,
+        },
+        &["beta"],
+    )
+    .await?;
+    let agent = std::net::SocketAddr::from(([127, 0, 0, 1], setup.agent.local_addr().port()));
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0)))?;
+        flood.push(socket.connect(agent).await?);
+    }
+    let mut uncapped_refused = 0;
+    for stream in &mut flood {
+        if closed_by_server(stream, Duration::from_millis(300)).await {
+            uncapped_refused += 1;
+        }
+    }
+    let tenant = &setup.tenants[0];
+    let control = tenant
+        .kubectl
+        .run(&["-n", TENANT_NAMESPACE, "logs", "web", "--tail=1"], None)
+        .await?;
+    assert_eq!(
+        uncapped_refused,
+        FLOOD - CONNECTIONS,
+        "without the per-source cap the flood holds every connection"
+    );
+    assert_ne!(
+        control.code,
+        Some(0),
+        "without the per-source cap the tenant's kubectl logs is refused: {control:?}"
+    );
+    println!(
+        "{FLOOD} connections from one source (--max-connections {CONNECTIONS}): with --max-connections-per-source {PER_SOURCE} {} held, {refused} closed at once and the tenant's kubectl logs got its lines; without it {} held and the tenant's kubectl logs failed ({})",
+        FLOOD - refused,
+        FLOOD - uncapped_refused,
+        control.stderr.lines().last().unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Issue 32, item 11: a tenant user opens as many port-forwards as they can, each one stream through
+/// their apiserver to vn-agent, to hold every connection of the node's vn-agent. The tenant gets
+/// `--max-streams-per-tenant` of them; vn-agent answers the rest 429 naming the flag, and another tenant's
+/// `kubectl exec` still runs. With the per-tenant cap off, the port-forwards hold every connection
+/// (`--max-connections`) and the other tenant's exec is refused.
+#[tokio::test]
+async fn one_tenant_cannot_hold_every_stream_of_vn_agent() -> anyhow::Result<()> {
+    const TEST: &str = "one_tenant_cannot_hold_every_stream_of_vn_agent";
+    if !local_cluster::require(TEST, &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl]) {
+        return Ok(());
+    }
+    const CONNECTIONS: usize = 8;
+    const STREAMS: usize = 2;
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            // Every tenant apiserver connects from 127.0.0.1 here: the per-source cap stays out of the way.
+            connections_per_source: 10_000,
+            streams_per_tenant: STREAMS,
+        },
+        &["alpha", "beta"],
+    )
+    .await?;
+    let (attacker, other) = (&setup.tenants[0], &setup.tenants[1]);
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for _ in 0..CONNECTIONS {
+        match attacker
+            .kubectl
+            .port_forward(&["-n", TENANT_NAMESPACE, "pod/web"], 9090)
+            .await
+        {
+            Ok(forward) => held.push(forward),
+            Err(error) => refusals.push(error.to_string()),
+        }
+    }
+    let out = other
+        .kubectl
+        .run(&exec_args(&["--", "echo", "still", "here"]), None)
+        .await?;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "still here\n"),
+        "the other tenant's exec while {} port-forwards of the attacker are open: {out:?}",
+        held.len()
+    );
+    assert_eq!(
+        held.len(),
+        STREAMS,
+        "port-forwards the attacker holds: {refusals:?}"
+    );
+    for forward in &mut held {
+        assert!(forward.is_running());
+    }
+    assert!(setup.limited("streams_per_tenant") >= (CONNECTIONS - STREAMS) as u64);
+    // What the attacker's apiserver is told, asked the way it asks.
+    let client = agent_client(&setup.pki, Some(&attacker.client))?;
+    let request = http::Request::post(format!(
+        "https://127.0.0.1:{}/portForward/{TENANT_NAMESPACE}/web",
+        setup.agent.local_addr().port()
+    ))
+    .header("connection", "Upgrade")
+    .header("upgrade", "websocket")
+    .header("sec-websocket-version", "13")
+    .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+    .header("sec-websocket-protocol", "v4.channel.k8s.io")
+    .body(Full::new(Bytes::new()))?;
+    let (code, body) = client.send(request).await?;
+    assert_eq!(code, http::StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(body.contains("--max-streams-per-tenant"), "{body}");
+    let (capped_held, capped_refused) = (held.len(), refusals.len());
+    let refusal = refusals
+        .first()
+        .map(|r| r.lines().last().unwrap_or_default().to_owned());
+    drop(held);
+    drop(setup);
+
+    // The control: the per-tenant cap off (as before item 11). The attacker's port-forwards hold every
+    // connection and the other tenant's exec is refused.
+    let setup = Limited::start(
+        vn_agent::limits::Limits {
+            connections: CONNECTIONS,
+            connections_per_source: 10_000,
+            streams_per_tenant: 10_000,
+        },
+        &["alpha", "beta"],
+    )
+    .await?;
+    let (attacker, other) = (&setup.tenants[0], &setup.tenants[1]);
+    let mut held = Vec::new();
+    for _ in 0..CONNECTIONS {
+        if let Ok(forward) = attacker
+            .kubectl
+            .port_forward(&["-n", TENANT_NAMESPACE, "pod/web"], 9090)
+            .await
+        {
+            held.push(forward);
+        }
+    }
+    let control = other
+        .kubectl
+        .run(&exec_args(&["--", "echo", "still", "here"]), None)
+        .await?;
+    assert_eq!(
+        held.len(),
+        CONNECTIONS,
+        "without the per-tenant cap the attacker holds every connection"
+    );
+    assert_ne!(
+        control.code,
+        Some(0),
+        "without the per-tenant cap the other tenant's exec is refused: {control:?}"
+    );
+    println!(
+        "{CONNECTIONS} port-forwards of one tenant (--max-connections {CONNECTIONS}): with --max-streams-per-tenant {STREAMS} {capped_held} held, {capped_refused} refused (kubectl: {refusal:?}) and the other tenant's exec ran; without it {} held and the other tenant's exec failed ({})",
+        held.len(),
+        control.stderr.lines().last().unwrap_or_default()
+    );
+    Ok(())
+}

@@ -526,6 +526,7 @@ mod tests {
             observed_generation: Some(1),
             usage: None,
             snapshots: None,
+            attach_backoff: None,
         });
         vc
     }

@@ -761,55 +761,100 @@ async fn supervise_one(
             enter(&ctx, Some("waiting"));
             None
         } else {
-            let recovering = retry.failures(&Failing::Unreachable) > 0;
-            let (settings, limited) = limited_settings(&ctx, &vc);
-            // After the attempt: the first attach pins the tenant's identity with a resourceVersion-pinned
-            // patch of the VirtualCluster, which a status write just before would make conflict.
-            let attempt = attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings).await;
-            if ctx.owns(&identity.cluster_key) {
-                report_limits(&ctx, &recorder, &vc, &limited).await;
-            }
-            match attempt {
-                Ok(_)
-                    if retry.failures(&Failing::OverLimit) > 0
-                        && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
-                {
-                    // Attached again after a detach for the cache limits, still listing: the condition keeps
-                    // saying why it was detached until the tenant shows that it fits.
-                    Some(LIMIT_RECHECK)
+            // A syncer process that stopped while attaching it holds it back (for any replica).
+            let judged = match (&ctx.journal, attached.is_some()) {
+                (Some(journal), false) => Some(crate::journal::judge(&ctx, journal, &recorder, &vc).await),
+                _ => None,
+            };
+            if let Some((crate::journal::Standing::HeldBack { until }, Some(record))) = judged {
+                // A syncer process stopped while attaching it: not attached (by any replica) before `until`.
+                enter(&ctx, Some("held_back"));
+                report(
+                    &ctx,
+                    &recorder,
+                    &vc,
+                    false,
+                    crate::journal::REASON_TENANT_HELD_BACK,
+                    &crate::journal::stop_message(&record),
+                )
+                .await;
+                let wait = until.duration_since(Timestamp::now());
+                Some(
+                    Duration::try_from(wait)
+                        .unwrap_or_default()
+                        .max(Duration::from_secs(1)),
+                )
+            } else {
+                let kind = match judged {
+                    Some((crate::journal::Standing::Attach(kind), _)) => kind,
+                    _ => crate::journal::kind_of(&vc),
+                };
+                let recovering = retry.failures(&Failing::Unreachable) > 0;
+                let (settings, limited) = limited_settings(&ctx, &vc);
+                let mut ticket = None;
+                let journal = ctx.journal.as_ref().map(|journal| JournalEntry {
+                    journal,
+                    kind,
+                    interrupt: updates.clone(),
+                    ticket: &mut ticket,
+                });
+                // After the attempt: the first attach pins the tenant's identity with a resourceVersion-pinned
+                // patch of the VirtualCluster, which a status write just before would make conflict.
+                let attempt =
+                    attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings, journal).await;
+                if let (Some(ticket), Some((tenant, _))) = (ticket, attached.as_ref()) {
+                    // In the journal until it has listed and stayed attached for the probation.
+                    crate::journal::probation(ctx.clone(), tenant.clone(), ticket);
                 }
-                Ok(version) => {
-                    enter(&ctx, Some("attached"));
-                    retry.reset(&Failing::Unreachable);
-                    retry.reset(&Failing::OverLimit);
-                    report(
-                        &ctx,
-                        &recorder,
-                        &vc,
-                        true,
-                        "TenantAttached",
-                        &format!("syncing with the tenant apiserver ({version})"),
-                    )
-                    .await;
-                    Some(ctx.config.tenant_health_period)
+                if ctx.owns(&identity.cluster_key) {
+                    report_limits(&ctx, &recorder, &vc, &limited).await;
                 }
-                Err(_) if !ctx.owns(&identity.cluster_key) => {
-                    // Handed over while attaching: the new owner reports.
-                    enter(&ctx, Some("elsewhere"));
-                    None
-                }
-                Err(failed) => {
-                    let over_limit =
-                        failed.reason == REASON_LIMIT_EXCEEDED || failed.reason == REASON_RESPONSE_TOO_LARGE;
-                    enter(&ctx, Some(if over_limit { "over_limit" } else { "unreachable" }));
-                    let wait = retry.failed(&if over_limit {
-                        Failing::OverLimit
-                    } else {
-                        Failing::Unreachable
-                    });
-                    tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
-                    report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
-                    Some(wait)
+                match attempt {
+                    Err(failed) if failed.reason == REASON_QUEUED => {
+                        // The VirtualCluster changed while the tenant waited for its turn: looked at again.
+                        None
+                    }
+                    Ok(_)
+                        if retry.failures(&Failing::OverLimit) > 0
+                            && !attached.as_ref().is_some_and(|(tenant, _)| tenant.is_ready()) =>
+                    {
+                        // Attached again after a detach for the cache limits, still listing: the condition keeps
+                        // saying why it was detached until the tenant shows that it fits.
+                        Some(LIMIT_RECHECK)
+                    }
+                    Ok(version) => {
+                        enter(&ctx, Some("attached"));
+                        retry.reset(&Failing::Unreachable);
+                        retry.reset(&Failing::OverLimit);
+                        report(
+                            &ctx,
+                            &recorder,
+                            &vc,
+                            true,
+                            "TenantAttached",
+                            &format!("syncing with the tenant apiserver ({version})"),
+                        )
+                        .await;
+                        Some(ctx.config.tenant_health_period)
+                    }
+                    Err(_) if !ctx.owns(&identity.cluster_key) => {
+                        // Handed over while attaching: the new owner reports.
+                        enter(&ctx, Some("elsewhere"));
+                        None
+                    }
+                    Err(failed) => {
+                        let over_limit = failed.reason == REASON_LIMIT_EXCEEDED
+                            || failed.reason == REASON_RESPONSE_TOO_LARGE;
+                        enter(&ctx, Some(if over_limit { "over_limit" } else { "unreachable" }));
+                        let wait = retry.failed(&if over_limit {
+                            Failing::OverLimit
+                        } else {
+                            Failing::Unreachable
+                        });
+                        tracing::warn!(vc = %identity.vc_ref(), reason = failed.reason, message = %failed.message, retry_in_s = wait.as_secs(), "tenant not synced");
+                        report(&ctx, &recorder, &vc, false, failed.reason, &failed.message).await;
+                        Some(wait)
+                    }
                 }
             }
         };
@@ -862,7 +907,21 @@ async fn supervise_one(
     enter(&ctx, None);
 }
 
-/// Attaches the tenant (again, if its kubeconfig changed) or checks that it still answers.
+/// Why attaching stopped before its turn in the attach journal came: the VirtualCluster changed (never
+/// reported; the supervisor looks again).
+const REASON_QUEUED: &str = "TenantAttachQueued";
+
+/// How an attach enters the journal: as what kind, given up when the VirtualCluster changes meanwhile,
+/// and where the ticket goes once the tenant is attached.
+struct JournalEntry<'a> {
+    journal: &'a Arc<crate::journal::Journal>,
+    kind: crate::journal::Kind,
+    interrupt: watch::Receiver<Arc<VirtualCluster>>,
+    ticket: &'a mut Option<crate::journal::Ticket>,
+}
+
+/// Attaches the tenant (again, if its kubeconfig changed) or checks that it still answers. A new
+/// connection to its apiserver is made only once the tenant is in the attach journal (`journal`).
 async fn attach_or_check(
     ctx: &Context,
     vc: &VirtualCluster,
@@ -870,6 +929,7 @@ async fn attach_or_check(
     attached: &mut Option<(Arc<Tenant>, String)>,
     recovering: bool,
     settings: TenantSettings,
+    journal: Option<JournalEntry<'_>>,
 ) -> Result<String, Failure> {
     let kubeconfig = load_kubeconfig(&ctx.super_client, vc, identity).await?;
     let print = fingerprint(&kubeconfig);
@@ -917,6 +977,25 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
+    // Its place in the journal first: should the process stop from here until the tenant has stayed
+    // attached for the probation, the stop counts against it.
+    let ticket = match journal {
+        Some(JournalEntry {
+            journal,
+            kind,
+            mut interrupt,
+            ticket,
+        }) => {
+            let entered = tokio::select! {
+                entered = journal.enter(&identity.cluster_key, kind) => entered,
+                _ = interrupt.changed() => {
+                    return Err(failure(REASON_QUEUED, "waiting for its turn in the attach journal"));
+                }
+            };
+            Some((entered, ticket))
+        }
+        None => None,
+    };
     let (connection, answer) = connect(
         &kubeconfig,
         native_root,
@@ -1009,6 +1088,9 @@ async fn attach_or_check(
             .add(&tenant.id, UpItem::cluster(Kind::IngressClass, &class.name_any()));
     }
     *attached = Some((tenant, print));
+    if let Some((entered, ticket)) = ticket {
+        *ticket = Some(entered);
+    }
     Ok(version)
 }
 
@@ -1034,18 +1116,23 @@ struct Supervised {
     cluster_key: Option<String>,
 }
 
-/// Follows every VirtualCluster: one supervisor each, detaching and cleaning up when one is deleted.
-pub async fn supervise<S>(ctx: Arc<Context>, events: S)
-where
-    S: Stream<Item = Result<watcher::Event<VirtualCluster>, watcher::Error>>,
-{
-    let recorder = Arc::new(Recorder::new(
+/// The recorder of the syncer's events on VirtualClusters.
+pub fn recorder(ctx: &Context) -> Recorder {
+    Recorder::new(
         ctx.super_client.clone(),
         Reporter {
             controller: crds::wellknown::FIELD_MANAGER_SYNCER.into(),
             instance: Some(vc_runtime::leader::identity()),
         },
-    ));
+    )
+}
+
+/// Follows every VirtualCluster: one supervisor each, detaching and cleaning up when one is deleted.
+pub async fn supervise<S>(ctx: Arc<Context>, events: S)
+where
+    S: Stream<Item = Result<watcher::Event<VirtualCluster>, watcher::Error>>,
+{
+    let recorder = Arc::new(recorder(&ctx));
     let mut supervised: HashMap<String, Supervised> = HashMap::new();
     let mut listed: Vec<String> = Vec::new();
     let mut events = std::pin::pin!(events);
@@ -1296,6 +1383,7 @@ current-context: x
             &mut attached,
             false,
             TenantSettings::of(&vc),
+            None,
         )
         .await
         .expect_err("refused");
@@ -1420,7 +1508,8 @@ current-context: x
                 &identity,
                 &mut attached,
                 false,
-                TenantSettings::of(&vc)
+                TenantSettings::of(&vc),
+                None,
             ),
             async {
                 supers
@@ -1488,7 +1577,8 @@ current-context: x
                 &identity,
                 &mut attached,
                 false,
-                TenantSettings::of(&vc)
+                TenantSettings::of(&vc),
+                None,
             ),
             answer_check(&mut supers, &mut tenants)
         );
@@ -1504,7 +1594,8 @@ current-context: x
                 &identity,
                 &mut attached,
                 false,
-                TenantSettings::of(&vc)
+                TenantSettings::of(&vc),
+                None,
             ),
             answer_check(&mut supers, &mut tenants)
         );

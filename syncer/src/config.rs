@@ -492,6 +492,25 @@ pub struct SyncerArgs {
     /// tenants move after this long.
     #[arg(long, env = "SHARD_LEASE_DURATION_SECONDS", default_value_t = 6)]
     pub shard_lease_duration_seconds: u64,
+    /// Keep an attach journal (a ConfigMap per replica): a tenant being attached when a syncer process
+    /// stops without a clean shutdown (a crash, an out-of-memory kill) is held back before any replica
+    /// attaches it again, so one poisoned tenant cannot take every replica down in turn.
+    #[arg(long, env = "ATTACH_JOURNAL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub attach_journal: bool,
+    /// Namespace of the attach journals (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub attach_journal_namespace: String,
+    /// Seconds a newly attached tenant stays in the journal after its caches listed: a stop within that
+    /// time counts against it.
+    #[arg(long, env = "ATTACH_PROBATION_SECONDS", default_value_t = 60)]
+    pub attach_probation_seconds: u64,
+    /// Seconds a tenant is held back after a syncer process stopped while attaching it alone; doubled for
+    /// each further stop in a row.
+    #[arg(long, env = "CRASH_BACKOFF_SECONDS", default_value_t = 60)]
+    pub crash_backoff_seconds: u64,
+    /// The longest a tenant is held back.
+    #[arg(long, env = "CRASH_BACKOFF_MAX_SECONDS", default_value_t = 3600)]
+    pub crash_backoff_max_seconds: u64,
 }
 
 /// Taints of node conditions: the apiserver gives every pod tolerations of `not-ready` and `unreachable`,
@@ -950,6 +969,8 @@ pub struct SyncerConfig {
     pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
     /// Sharding across replicas (`--shards`); `None`: this process syncs every tenant.
     pub shards: Option<crate::shards::ShardSettings>,
+    /// The attach journal ([`crate::journal`]); `None`: none is kept.
+    pub journal: Option<crate::journal::JournalSettings>,
 }
 
 impl Default for SyncerConfig {
@@ -989,6 +1010,7 @@ impl Default for SyncerConfig {
             usage: crate::usage::UsageSettings::default(),
             custom_resources: Vec::new(),
             shards: None,
+            journal: None,
         }
     }
 }
@@ -1179,6 +1201,28 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 })
             }
         };
+        let journal = match args.attach_journal {
+            false => None,
+            true => {
+                let namespace = args.attach_journal_namespace.trim();
+                if namespace.is_empty() {
+                    return Err("--attach-journal-namespace must not be empty".into());
+                }
+                if args.crash_backoff_seconds == 0 {
+                    return Err("--crash-backoff-seconds must be at least 1".into());
+                }
+                Some(crate::journal::JournalSettings {
+                    namespace: namespace.to_owned(),
+                    probation: Duration::from_secs(args.attach_probation_seconds.max(1)),
+                    policy: crate::journal::Policy {
+                        base: Duration::from_secs(args.crash_backoff_seconds),
+                        max: Duration::from_secs(
+                            args.crash_backoff_max_seconds.max(args.crash_backoff_seconds),
+                        ),
+                    },
+                })
+            }
+        };
         Ok(Self {
             shards,
             usage,
@@ -1227,6 +1271,7 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
                 max_bytes: args.tenant_response_max_bytes.max(64 * 1024),
                 max_line_bytes: args.tenant_watch_line_max_bytes.max(64 * 1024),
             },
+            journal,
         })
     }
 }
@@ -1248,6 +1293,34 @@ mod tests {
     fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
         let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
         SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn the_attach_journal_is_on_by_default_and_its_flags_are_checked() {
+        let journal = parse(&[]).expect("defaults").journal.expect("on");
+        assert_eq!(journal.probation, Duration::from_secs(60));
+        assert_eq!(
+            journal.policy,
+            crate::journal::Policy {
+                base: Duration::from_secs(60),
+                max: Duration::from_secs(3600)
+            }
+        );
+        assert!(parse(&["--attach-journal=false"]).expect("off").journal.is_none());
+        let set = parse(&[
+            "--attach-journal-namespace=vc-system",
+            "--attach-probation-seconds=5",
+            "--crash-backoff-seconds=10",
+            "--crash-backoff-max-seconds=5",
+        ])
+        .expect("set")
+        .journal
+        .expect("on");
+        assert_eq!(set.namespace, "vc-system");
+        // A ceiling below the first wait is the first wait.
+        assert_eq!(set.policy.max, Duration::from_secs(10));
+        let refused = parse(&["--crash-backoff-seconds=0"]).expect_err("refused");
+        assert!(refused.contains("--crash-backoff-seconds"), "{refused}");
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Context {
     pub events: EventInbox,
     /// This replica's share of the tenants, when they are sharded across replicas (`--shards`).
     pub shards: Option<Arc<Shards>>,
+    /// The attach journal (`--attach-journal`).
+    pub journal: Option<Arc<crate::journal::Journal>>,
 }
 
 impl Context {

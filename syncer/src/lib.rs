@@ -7,6 +7,7 @@
 //! - [`workers`]: draining the fair queues; [`patrol`]: periodic drift repair; [`quota`]: per-tenant usage.
 //! - [`usage`]: what each tenant consumes (kubelet summaries, caches, its apiserver's request rate).
 //! - [`identity`]: the metadata that says which tenant object a super object came from.
+//! - [`journal`]: tenants being attached, so that one that made a process stop is held back.
 
 pub mod attach;
 pub mod budget;
@@ -19,6 +20,7 @@ pub mod findings;
 pub mod identity;
 pub mod interned;
 pub mod items;
+pub mod journal;
 pub mod kept;
 pub mod metrics;
 pub mod patrol;
@@ -105,6 +107,17 @@ impl Syncer {
             .shards
             .clone()
             .map(|settings| Arc::new(shards::Shards::new(settings)));
+        let journal = config.journal.clone().map(|settings| {
+            // The shards' process identity when sharded: the journal is read against their membership.
+            let (name, instance) = match &shards {
+                Some(shards) => (
+                    journal::journal_name(Some(&shards.settings.replica_id)),
+                    shards.instance().to_owned(),
+                ),
+                None => (journal::journal_name(None), journal::process_instance()),
+            };
+            journal::Journal::new(client.clone(), settings, name, instance, metrics.clone())
+        });
         let ctx = Arc::new(Context {
             super_client: client,
             config,
@@ -116,6 +129,7 @@ impl Syncer {
             metrics,
             events: Default::default(),
             shards,
+            journal,
         });
 
         let mut tasks = Vec::new();
@@ -129,6 +143,15 @@ impl Syncer {
         // (Started here rather than waiting on its own: a store wakes only the last of concurrent waiters.)
         tasks.push(tokio::spawn(attach::supervise(ctx.clone(), vc_events)));
         let _ = ctx.virtual_clusters.wait_until_ready().await;
+        if let Some(journal) = ctx.journal.clone() {
+            // Before any tenant is attached (attaching waits for it): the stop a predecessor left in the
+            // journal is counted first, on the VirtualClusters just cached.
+            tasks.push(tokio::spawn(journal::recover(
+                ctx.clone(),
+                journal,
+                Arc::new(attach::recorder(&ctx)),
+            )));
+        }
 
         ctx.queues.down.set_workers(ctx.config.downward_workers);
         ctx.queues.up.set_workers(ctx.config.upward_workers);
@@ -182,6 +205,10 @@ impl Syncer {
         if let Some(shards) = self.context.shards.clone() {
             shards::resign(&self.context, &shards).await;
         }
+        // A clean stop: the tenants being attached are not to blame for it.
+        if let Some(journal) = self.context.journal.clone() {
+            journal.close().await;
+        }
     }
 
     /// Stops every loop and detaches every tenant.
@@ -193,6 +220,15 @@ impl Syncer {
         }
         for tenant in self.context.tenants.all() {
             attach::detach(&self.context, &tenant.identity.cluster_key);
+        }
+        // Dropped without `resign` (an embedding that stops it, a test): emptied the same, best effort.
+        if let Some(journal) = self.context.journal.clone() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) if !journal.closed() => {
+                    runtime.spawn(async move { journal.close().await });
+                }
+                _ => journal.abort(),
+            }
         }
     }
 }

@@ -5,8 +5,9 @@ use clap::Parser;
 use syncer::{Args, LEASE_NAME, SyncerConfig};
 use vc_runtime::Runtime;
 
+// `pub`: the e2e package runs this same `main` as a process of its own (e2e/src/bin/syncer_process.rs).
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+pub async fn main() -> anyhow::Result<()> {
     vc_runtime::clients::identify("syncer");
     let args = Args::parse();
     let super_http2 = args.syncer.super_http2;

@@ -111,8 +111,8 @@ pub struct RefusalLabels {
 /// Labels of the tenant-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// `attached`, `unreachable`, `over_limit` (detached for its cache limits), `paused` (`spec.paused`) or
-    /// `waiting`.
+    /// `attached`, `unreachable`, `over_limit` (detached for its cache limits), `paused` (`spec.paused`),
+    /// `held_back` (a syncer process stopped while attaching it, [`crate::journal`]) or `waiting`.
     pub state: &'static str,
 }
 
@@ -168,6 +168,10 @@ pub struct Metrics {
     pub usage: crate::usage::metrics::UsageMetrics,
     /// The bound on in-flight super writes ([`crate::write_gate`]).
     pub write_slots: crate::write_gate::GateMetrics,
+    /// Writes of this replica's attach journal ([`crate::journal`]).
+    pub journal_writes: Counter,
+    /// Syncer stops counted against tenants (one per tenant a stopped process was attaching).
+    pub attach_stops: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -201,6 +205,8 @@ impl Default for Metrics {
             shard_handovers: Family::default(),
             usage: Default::default(),
             write_slots: crate::write_gate::GateMetrics::default(),
+            journal_writes: Counter::default(),
+            attach_stops: Counter::default(),
         }
     }
 }
@@ -290,6 +296,16 @@ impl Metrics {
             self.spec_limited.clone(),
         );
         registry.register("tenants", "Tenants by state", self.tenants.clone());
+        registry.register(
+            "attach_journal_writes",
+            "Writes of this replica's attach journal (a few per attach wave, none in steady state)",
+            self.journal_writes.clone(),
+        );
+        registry.register(
+            "attach_stops",
+            "Syncer processes' unclean stops counted against tenants they were attaching",
+            self.attach_stops.clone(),
+        );
         registry.register(
             "events_dropped",
             "Super events not copied up because their tenant had too many waiting",

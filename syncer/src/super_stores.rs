@@ -511,6 +511,8 @@ pub(crate) struct Writers {
     pub role_bindings: kube::runtime::reflector::store::Writer<RoleBinding>,
     /// Metadata of pod token Secrets.
     pub tokens: kube::runtime::reflector::store::Writer<PartialObjectMeta<Secret>>,
+    /// Super nodes.
+    pub nodes: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Node>,
 }
 
 #[cfg(test)]
@@ -527,7 +529,9 @@ impl SuperStores {
         let (apiservers, apiservers_writer) = store();
         let (role_bindings, role_bindings_writer) = store();
         let (tokens, tokens_writer) = store();
+        let (nodes, nodes_writer) = store();
         let mut stores = Self::empty();
+        stores.nodes = nodes;
         stores.tokens = tokens;
         stores.namespaces = namespaces;
         stores.pods = pods;
@@ -547,6 +551,7 @@ impl SuperStores {
             apiservers: apiservers_writer,
             role_bindings: role_bindings_writer,
             tokens: tokens_writer,
+            nodes: nodes_writer,
         };
         (stores, writers)
     }

@@ -230,7 +230,9 @@ pub struct Tenant {
     /// Workers' reconciles of this tenant in progress (waited for before its Lease is handed over).
     pub in_flight: crate::shards::InFlight,
     settings: RwLock<Arc<TenantSettings>>,
-    ready: std::sync::atomic::AtomicBool,
+    /// Whether every cache has listed once (set by [`Tenant::become_ready`], waited for by
+    /// [`Tenant::listed`]).
+    ready: tokio::sync::watch::Sender<bool>,
     check: Arc<IdentityCheck>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -500,7 +502,7 @@ impl Tenant {
             recent_bindings: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
-            ready: std::sync::atomic::AtomicBool::new(false),
+            ready: tokio::sync::watch::Sender::new(false),
             check,
             tasks,
         })
@@ -511,16 +513,22 @@ impl Tenant {
     /// tenant's items wait: an empty cache, one filled from another cluster, or one missing what did not
     /// fit, would read as "deleted in the tenant".
     pub fn is_ready(&self) -> bool {
-        self.ready.load(std::sync::atomic::Ordering::Acquire)
-            && self.check.holds()
-            && self.budget.exceeded().is_none()
+        *self.ready.borrow() && self.check.holds() && self.budget.exceeded().is_none()
     }
 
     /// Waits for the caches, then marks the tenant ready.
     pub async fn become_ready(&self) {
         self.wait_ready().await;
-        self.ready.store(true, std::sync::atomic::Ordering::Release);
+        self.ready.send_replace(true);
         tracing::info!(tenant = %self.identity.vc_ref(), "tenant caches synced");
+    }
+
+    /// Waits until [`Tenant::become_ready`] saw every cache listed. For anyone but `become_ready`: a cache
+    /// wakes only the last of concurrent waiters on it, so a second waiter on the caches themselves could
+    /// leave the tenant never ready.
+    pub async fn listed(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|listed| *listed).await;
     }
 
     /// Whether the missing super pod of this scheduled tenant pod was removed by a pause, so that it is
@@ -557,7 +565,8 @@ impl Tenant {
         true
     }
 
-    /// Waits until every cache has listed the tenant once.
+    /// Waits until every cache has listed the tenant once. One waiter only ([`Tenant::become_ready`]);
+    /// others wait with [`Tenant::listed`].
     pub async fn wait_ready(&self) {
         self.stores.wait_ready().await;
     }
@@ -686,7 +695,7 @@ impl Tenant {
             recent_bindings: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
-            ready: std::sync::atomic::AtomicBool::new(true),
+            ready: tokio::sync::watch::Sender::new(true),
             check: Arc::new(IdentityCheck::default()),
             tasks: Vec::new(),
         });

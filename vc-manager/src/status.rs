@@ -871,6 +871,7 @@ mod tests {
             mode: Some(crds::ControlPlaneMode::Provisioned),
             usage: None,
             snapshots: None,
+            attach_backoff: None,
         });
         assert!(!status.differs_from(&vc));
     }

@@ -64,6 +64,10 @@ pub struct Peer {
     addr: SocketAddr,
     chain: Vec<CertificateDer<'static>>,
     cached: Mutex<Option<CachedAuth>>,
+    /// The connection's slot ([`crate::limits`]): held while the connection, or a stream upgraded from it,
+    /// is open. hyper's connection future ends when a request upgrades, while the stream goes on holding
+    /// the socket (and this peer).
+    _slot: Option<crate::limits::ConnectionSlot>,
 }
 
 impl Peer {
@@ -73,7 +77,14 @@ impl Peer {
             addr,
             chain,
             cached: Mutex::new(None),
+            _slot: None,
         }
+    }
+
+    /// This peer's connection holds `slot` for as long as the peer lives.
+    pub fn holding(mut self, slot: crate::limits::ConnectionSlot) -> Self {
+        self._slot = Some(slot);
+        self
     }
 
     fn authenticate(&self, caches: &Caches) -> Result<Arc<TenantIdentity>, AuthFailure> {

@@ -71,7 +71,9 @@ pub async fn serve(
         let builder = builder.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            let _slot = slot;
+            // Held through the handshake, then by the peer: past the connection, by any stream upgraded
+            // from it.
+            let slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
@@ -89,7 +91,7 @@ pub async fn serve(
                 .peer_certificates()
                 .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
                 .unwrap_or_default();
-            let peer = Arc::new(Peer::new(addr, chain));
+            let peer = Arc::new(Peer::new(addr, chain).holding(slot));
             let service = service_fn(move |request| {
                 let ctx = ctx.clone();
                 let peer = peer.clone();

@@ -8,6 +8,7 @@ pub use cluster_version::{
     ClusterVersion, ClusterVersionSpec, ClusterVersionStatus, StatefulSetSvcBundle, VirtualClusterRef,
 };
 pub use virtual_cluster::{
-    Adoption, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit, SnapshotSchedule,
-    SnapshotStatus, TenantQuota, TenantUsage, VirtualCluster, VirtualClusterSpec, VirtualClusterStatus,
+    Adoption, AttachBackoff, ClusterPhase, ControlPlaneMode, KubeconfigSecretRef, PodPolicy, RateLimit,
+    SnapshotSchedule, SnapshotStatus, TenantQuota, TenantUsage, VirtualCluster, VirtualClusterSpec,
+    VirtualClusterStatus,
 };

@@ -371,6 +371,35 @@ pub struct VirtualClusterStatus {
     /// `vc-snapshots`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotStatus>,
+    /// Set by the syncer (its own field manager, `vc-syncer-backoff`) when a syncer process stopped
+    /// without a clean shutdown while it was attaching this tenant (a crash or an out-of-memory kill the
+    /// tenant may have caused): the tenant is held back, or attached again in a smaller group, before any
+    /// replica attaches it again. Removed once the tenant has stayed attached for the probation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach_backoff: Option<AttachBackoff>,
+}
+
+/// Syncer stops counted against a tenant (see [`VirtualClusterStatus::attach_backoff`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachBackoff {
+    /// Syncer processes that stopped in a row, without a clean shutdown, while attaching this tenant.
+    #[serde(default)]
+    pub stops: i64,
+    /// How many tenants the last of them was attaching, this one included (1: this tenant alone).
+    #[serde(default)]
+    pub attached_with: i64,
+    /// When this tenant entered the attach the last stop interrupted (the stopped process's clock): each
+    /// stop is counted once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attach_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The syncer process that stopped last (`<replica>/<nonce>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// The tenant is not attached before this time (absent: it is attached again at once, in a smaller
+    /// group of tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// The last scheduled (or requested) snapshot of a tenant and the last failure.

@@ -67,6 +67,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         metrics,
         events: Default::default(),
         shards: None,
+        journal: None,
     };
     (ctx, writers)
 }

@@ -902,6 +902,9 @@ async fn balance_once(ctx: &Context, leases: &Leases) {
     }
     if shards.runs_duties() {
         collect_stale_leases(leases, &observed, &owners, &instances).await;
+        if let Some(journal) = ctx.journal.as_ref() {
+            crate::journal::collect(ctx, journal).await;
+        }
     }
     publish(ctx, shards, live.len());
 }

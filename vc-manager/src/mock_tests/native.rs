@@ -336,6 +336,7 @@ async fn an_unchanged_running_status_is_not_written() {
         mode: Some(crds::ControlPlaneMode::Provisioned),
         usage: None,
         snapshots: None,
+        attach_backoff: None,
     });
     let result = run(
         async move {

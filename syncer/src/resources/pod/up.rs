@@ -1,7 +1,7 @@
 //! Tenant pods synced up: binding to a vNode once the super pod is scheduled, status, and the completed
 //! deletion of a pod whose super pod is gone.
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::{
     Api,
     api::PostParams,
@@ -173,6 +173,15 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let mut writes = 0;
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), namespace);
 
+    let node = super_pod
+        .spec
+        .node_name
+        .as_deref()
+        .and_then(|node| ctx.supers.nodes.get(&ObjectRef::new(node)));
+    if let Some(lost) = evicted_from_lost_node(&tenant_pod, &super_pod, node.as_deref()) {
+        return delete_evicted(ctx, tenant, &tenant_pod, &api, &lost).await;
+    }
+
     let mut bound = false;
     let tenant_node = &tenant_pod.spec.node_name;
     let super_node = &super_pod.spec.node_name;
@@ -293,9 +302,130 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     writes += status?;
     writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;
     Ok(match writes {
+        // A copy being deleted from a node the cache still shows Ready: looked at again, in case the
+        // node's change arrives after the pod's (see `evicted_from_lost_node`).
+        0 if super_pod.meta().deletion_timestamp.is_some()
+            && tenant_pod.meta().deletion_timestamp.is_none()
+            && !has_ended(&tenant_pod) =>
+        {
+            Outcome::Waiting {
+                reason: "the super pod is being deleted; its node answers".into(),
+                retry_after: Some(NODE_RECHECK),
+            }
+        }
         0 => Outcome::InSync,
         writes => Outcome::Updated { writes },
     })
+}
+
+/// How soon a tenant pod whose copy is being deleted from a node that answers is looked at again.
+const NODE_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reason of the event on a tenant pod deleted because its node was lost.
+pub const REASON_NODE_LOST: &str = "NodeLost";
+
+/// Why the super cluster is deleting a pod's copy from a node that stopped answering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LostNode {
+    /// The node.
+    node: String,
+    /// What says it is lost: its `Ready` condition or a condition taint.
+    why: String,
+    /// The grace period the copy is deleted with.
+    grace_period_seconds: Option<i64>,
+}
+
+/// Whether the super cluster is deleting the copy of a live tenant pod from a node that no longer answers
+/// (the node lifecycle controller's taints evict it, or someone deletes it there): `Some` with the node and
+/// why it counts as lost (its `Ready` condition is not `True`, or it has none and carries a condition taint).
+///
+/// On a plain cluster the tenant would see its pod terminating at that moment, and its controller would
+/// replace it at once; the kubelet of a dead node never confirms the deletion, so waiting for the copy to
+/// be gone (as for any other deletion) can wait for ever (v1.25 keeps such pods Terminating until the node
+/// comes back or is deleted). Only a node that is not Ready counts: a pause
+/// (which removes copies from live nodes and detaches the tenant first), a deletion by the tenant, a pod
+/// that ended or a copy of another pod of the same name never get here.
+fn evicted_from_lost_node(tenant_pod: &TenantPod, super_pod: &SuperPod, node: Option<&Node>) -> Option<LostNode> {
+    super_pod.meta().deletion_timestamp.as_ref()?;
+    if tenant_pod.meta().deletion_timestamp.is_some() || has_ended(tenant_pod) {
+        return None;
+    }
+    let node = node?;
+    let name = super_pod.spec.node_name.clone()?;
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"));
+    let taint = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .and_then(|taints| {
+            taints.iter().find(|t| {
+                t.effect == "NoExecute"
+                    && matches!(
+                        t.key.as_str(),
+                        "node.kubernetes.io/unreachable" | "node.kubernetes.io/not-ready"
+                    )
+            })
+        });
+    let why = match (ready, taint) {
+        (Some(ready), _) if ready.status != "True" => format!(
+            "its Ready condition is {}{}",
+            ready.status,
+            ready.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+        ),
+        // Ready: its kubelet confirms the deletion, as for any other.
+        (Some(_), _) | (None, None) => return None,
+        (None, Some(taint)) => format!("it is tainted {}:{}", taint.key, taint.effect),
+    };
+    Some(LostNode {
+        node: name,
+        why,
+        grace_period_seconds: super_pod.meta().deletion_grace_period_seconds,
+    })
+}
+
+/// Deletes a tenant pod whose copy the super cluster is evicting from a lost node (see
+/// [`evicted_from_lost_node`]), with the copy's grace period and pinned to the pod's uid: the pod turns
+/// Terminating and its controller replaces it, as on a plain cluster. Its deletion completes once the copy
+/// is gone (the node came back, or was deleted).
+async fn delete_evicted(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    api: &Api<Pod>,
+    lost: &LostNode,
+) -> Result<Outcome> {
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let name = tenant_pod.name_any();
+    let message = format!(
+        "node {} stopped answering ({}) and the super cluster is deleting the pod's copy there; deleting the pod so that its controller replaces it",
+        lost.node, lost.why
+    );
+    tracing::info!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, node = %lost.node, reason = REASON_NODE_LOST, "{message}");
+    events::warn(tenant, &tenant_pod.object_ref(&()), REASON_NODE_LOST, &message).await;
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: lost
+            .grace_period_seconds
+            .and_then(|g| u32::try_from(g).ok()),
+        preconditions: Some(kube::api::Preconditions {
+            uid: tenant_pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    ctx.metrics.tenant_write("pod", "delete");
+    match api.delete(&name, &params).await {
+        Ok(_) => Ok(Outcome::Updated { writes: 1 }),
+        // Gone, or another pod of the name now: the next event shows which.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Outcome::InSync),
+        Err(e) => Err(on_tenant(
+            &tenant.identity.cluster_key,
+            format!("deleting pod {namespace}/{name}, whose node was lost"),
+        )(e)),
+    }
 }
 
 /// Applies `status` to the tenant pod; the number of writes made (0: the pod is gone).
@@ -595,6 +725,111 @@ mod tests {
         assert!(!status_matches(&started, &written));
         // A pod without ephemeral containers reports none.
         assert_eq!(status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses, None);
+    }
+
+    /// The super cluster deletes a copy: the tenant pod is deleted with it only when the copy's node no
+    /// longer answers, the tenant pod lives on, and the copy is its own.
+    #[test]
+    fn a_copy_evicted_from_a_lost_node_deletes_the_tenant_pod() {
+        let copy = |deleting: bool| -> SuperPod {
+            let mut copy = super_copy_json(json!({"phase": "Running"}));
+            if deleting {
+                copy["metadata"]["deletionTimestamp"] = json!("2026-11-29T10:00:00Z");
+                copy["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+            }
+            from_json(copy)
+        };
+        let tenant_pod = |extra_meta: serde_json::Value, phase: &str| -> TenantPod {
+            let mut meta = json!({"name": "web", "namespace": "shop", "uid": "pod-uid"});
+            for (k, v) in extra_meta.as_object().into_iter().flatten() {
+                meta[k] = v.clone();
+            }
+            from_json(json!({"metadata": meta, "spec": {"nodeName": "node-1",
+                "containers": [{"name": "app", "image": "nginx"}]}, "status": {"phase": phase}}))
+        };
+        let node = |ready: Option<&str>, taint: Option<&str>| -> Node {
+            from_json(json!({"metadata": {"name": "node-1"},
+                "spec": {"taints": taint.map(|key| vec![json!({"key": key, "effect": "NoExecute"})])},
+                "status": {"conditions": ready.map(|status| vec![json!({"type": "Ready", "status": status, "reason": "NodeStatusUnknown"})])}}))
+        };
+        let live = tenant_pod(json!({}), "Running");
+        let unknown = node(Some("Unknown"), Some("node.kubernetes.io/unreachable"));
+        let lost = evicted_from_lost_node(&live, &copy(true), Some(&unknown)).expect("lost");
+        assert_eq!(lost.node, "node-1");
+        assert_eq!(lost.grace_period_seconds, Some(30));
+        assert_eq!(lost.why, "its Ready condition is Unknown (NodeStatusUnknown)");
+        let not_ready = node(Some("False"), None);
+        assert!(evicted_from_lost_node(&live, &copy(true), Some(&not_ready)).is_some());
+        // No Ready condition, but the node lifecycle controller's taint.
+        let tainted = node(None, Some("node.kubernetes.io/not-ready"));
+        assert!(evicted_from_lost_node(&live, &copy(true), Some(&tainted)).is_some());
+
+        let cases: [(&str, TenantPod, SuperPod, Option<Node>); 7] = [
+            ("the copy is not being deleted", live.clone(), copy(false), Some(unknown.clone())),
+            ("a node that answers (a pause, a drain, a platform admin)", live.clone(), copy(true), Some(node(Some("True"), None))),
+            ("a node that answers while a taint lags", live.clone(), copy(true), Some(node(Some("True"), Some("node.kubernetes.io/unreachable")))),
+            ("a node just registered", live.clone(), copy(true), Some(node(None, None))),
+            ("a node the cache does not hold", live.clone(), copy(true), None),
+            ("the tenant deleted the pod itself", tenant_pod(json!({"deletionTimestamp": "2026-11-29T09:59:00Z"}), "Running"), copy(true), Some(unknown.clone())),
+            ("the pod ended", tenant_pod(json!({}), "Succeeded"), copy(true), Some(unknown.clone())),
+        ];
+        for (case, tenant_pod, copy, node) in cases {
+            assert_eq!(evicted_from_lost_node(&tenant_pod, &copy, node.as_ref()), None, "{case}");
+        }
+    }
+
+    /// The copy is evicted from a node that stopped answering: the tenant is told, and its pod is deleted
+    /// with the copy's grace period, pinned to its uid. From a node that answers, nothing is written and
+    /// the pod is looked at again soon.
+    #[tokio::test]
+    async fn a_pod_whose_copy_is_evicted_from_a_lost_node_is_deleted() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        put(
+            &mut caches.pods,
+            from_json(json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "nginx"}]},
+                "status": {"phase": "Running", "podIP": "10.244.1.9", "qosClass": "BestEffort",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            })),
+        );
+        let mut copy = super_copy_json(json!({"phase": "Running", "podIP": "10.244.1.9", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]}));
+        copy["metadata"]["deletionTimestamp"] = json!("2026-11-29T10:00:00Z");
+        copy["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+        put(&mut super_caches.pods, from_json(copy));
+        let node = |ready: &str| -> Node {
+            from_json(json!({"metadata": {"name": "node-1"},
+                "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "NodeStatusUnknown"}]}}))
+        };
+
+        // The node answers (a drain, a platform admin's deletion): the kubelet confirms, nothing written.
+        put(&mut super_caches.nodes, node("True"));
+        match sync_pod(&ctx, &tenant).await.expect("synced") {
+            Outcome::Waiting { retry_after, .. } => assert_eq!(retry_after, Some(NODE_RECHECK)),
+            other => panic!("{other:?}"),
+        }
+
+        put(&mut super_caches.nodes, node("Unknown"));
+        let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
+            let event = tenants
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .await;
+            assert_eq!(event.body["reason"], REASON_NODE_LOST);
+            let note = event.body["note"].as_str().unwrap_or_default().to_owned();
+            assert!(note.contains("node node-1 stopped answering (its Ready condition is Unknown"), "{note}");
+            event.echo();
+            let delete = tenants.expect("DELETE", "/api/v1/namespaces/shop/pods/web?").await;
+            assert_eq!(delete.body["gracePeriodSeconds"], 30);
+            assert_eq!(delete.body["preconditions"]["uid"], "pod-uid");
+            delete.ok(json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "web", "namespace": "shop"}}));
+        });
+        assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
+        supers.idle().await;
+        tenants.idle().await;
     }
 
     #[test]
