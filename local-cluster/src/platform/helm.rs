@@ -134,6 +134,24 @@ impl Release {
         ];
         let output = self.helm(&args, timeout + Duration::from_secs(30)).await?;
         self.installed = false;
+        // Helm waits for the objects it deleted, not for their pods: until those have stopped, a node's
+        // kubelet still counts their requests and refuses the next release's pods (OutOfcpu).
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("app.kubernetes.io/instance={}", self.name);
+        crate::wait::until_true(
+            timeout,
+            &format!("the pods of release {} gone", self.name),
+            || {
+                let pods = pods.clone();
+                let selector = selector.clone();
+                async move {
+                    pods.list(&ListParams::default().labels(&selector))
+                        .await
+                        .is_ok_and(|l| l.items.is_empty())
+                }
+            },
+        )
+        .await?;
         Ok(output)
     }
 
@@ -275,14 +293,24 @@ pub async fn diagnose_namespace(client: &Client, namespace: &str, log_lines: Opt
                     )
                 })
                 .collect();
+            let why = [status.reason.clone(), status.message.clone()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
             text.push_str(&format!(
-                "pod {} on {}: {} [{}]; ",
+                "pod {} on {}: {}{} [{}]; ",
                 pod.name_any(),
                 pod.spec
                     .as_ref()
                     .and_then(|s| s.node_name.clone())
                     .unwrap_or_default(),
                 status.phase.unwrap_or_default(),
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                },
                 containers.join(", ")
             ));
         }
