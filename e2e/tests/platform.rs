@@ -1074,7 +1074,28 @@ async fn uninstall_as_documented(
     );
     components_run_as_pods(platform).await?;
 
+    // The refused uninstall left the release `uninstalling`, which `helm upgrade` does not take: the
+    // README's procedure rolls back to that same revision first (the same objects, nothing restarts).
     let release = platform.release();
+    let status: serde_json::Value = serde_json::from_str(
+        &release
+            .helm(
+                &[
+                    "status".to_owned(),
+                    release.name().to_owned(),
+                    "-o".to_owned(),
+                    "json".to_owned(),
+                ],
+                Duration::from_secs(30),
+            )
+            .await?,
+    )?;
+    assert_eq!(status["info"]["status"], "uninstalling", "{status}");
+    let revision = status["version"].as_u64().context("the release's revision")?;
+    release
+        .rollback(Some(revision as u32), Duration::from_secs(120))
+        .await?;
+    components_run_as_pods(platform).await?;
     release
         .helm(
             &[
