@@ -259,6 +259,14 @@ impl Release {
             args.push(format!("--values={}", file.display()));
         }
         args.push(format!("--values={}", own_file.display()));
+        // Values may name other registries and tags (as `ci/*.yaml` do): the nodes' registry serves the
+        // built images under every reference the release will pull.
+        let mut render = args.clone();
+        render[0] = "template".to_owned();
+        render.retain(|a| a != "--wait" && !a.starts_with("--timeout="));
+        render.push("--api-versions=admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy".to_owned());
+        let rendered = self.helm(&render, Duration::from_secs(60)).await?;
+        super::images::serve_as(&image_references(&rendered))?;
         self.helm(&args, options.timeout + Duration::from_secs(60)).await
     }
 
