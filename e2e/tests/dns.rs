@@ -133,6 +133,9 @@ async fn start() -> anyhow::Result<Setup> {
         "--downward-workers=4",
         "--upward-workers=4",
         "--tenant-dns-service=default/vc-dns",
+        // The simulated nodes give pods with this label loopback addresses, which the test can send from;
+        // the syncer copies only allowed label keys as they are.
+        &format!("--copied-meta-keys={LOOPBACK_LABEL}"),
     ])?;
     let syncer = Syncer::start(
         super_client,
