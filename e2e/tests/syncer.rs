@@ -44,9 +44,17 @@ pub(crate) fn config() -> SyncerConfig {
         sync_ingresses: true,
         // The external database the tenants' selector-less `database` Service leads to.
         tenant_allowed_cidrs: vec!["10.20.30.0/24".parse().expect("CIDR")],
+        limits: syncer::settings::PlatformLimits {
+            // Each tenant's Ingress hosts, under a suffix naming it.
+            ingress_host_suffix: Some(INGRESS_HOST_SUFFIX.to_owned()),
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
+
+/// The platform's `--ingress-host-suffix` in these tests.
+const INGRESS_HOST_SUFFIX: &str = "{key}.apps.example.com";
 
 pub(crate) async fn start_syncer(tenancy: &Tenancy, config: SyncerConfig) -> anyhow::Result<Syncer> {
     // Shown with --nocapture; RUST_LOG=syncer=debug for detail.
@@ -708,7 +716,10 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
     create::<Ingress>(
         &a.client(),
         Some("shop"),
-        json!({"metadata": {"name": "site"}, "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}}),
+        json!({"metadata": {"name": "site"}, "spec": {"rules": [{
+            "host": format!("site.{}", INGRESS_HOST_SUFFIX.replace("{key}", &a.cluster_key)),
+            "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}),
     )
     .await?;
     let super_ingresses = super_api::<Ingress>(&tenancy, a, "shop");
