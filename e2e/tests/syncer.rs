@@ -1005,7 +1005,9 @@ async fn tenant_policies_are_enforced() -> anyhow::Result<()> {
     create::<k8s_openapi::api::node::v1::RuntimeClass>(
         &tenancy.super_client(),
         None,
-        json!({"metadata": {"name": "kata"}, "handler": "kata"}),
+        // Published: a class a VirtualCluster forces must be (issue 32 item 7).
+        json!({"metadata": {"name": "kata", "labels": {"tenancy.x-k8s.io/super.public": "true"}},
+            "handler": "kata"}),
     )
     .await?;
     let spec: crds::VirtualClusterSpec = serde_json::from_value(json!({
