@@ -920,8 +920,8 @@ struct JournalEntry<'a> {
     ticket: &'a mut Option<crate::journal::Ticket>,
 }
 
-/// Attaches the tenant (again, if its kubeconfig changed) or checks that it still answers. A new
-/// connection to its apiserver is made only once the tenant is in the attach journal (`journal`).
+/// Attaches the tenant (again, if its kubeconfig changed) or checks that it still answers. Its caches
+/// start listing only once the tenant is in the attach journal (`journal`).
 async fn attach_or_check(
     ctx: &Context,
     vc: &VirtualCluster,
@@ -977,8 +977,25 @@ async fn attach_or_check(
         .adoption()
         .is_none()
         .then_some((&ctx.super_client, identity.cluster_key.as_str()));
-    // Its place in the journal first: should the process stop from here until the tenant has stayed
-    // attached for the probation, the stop counts against it.
+    let (connection, answer) = connect(
+        &kubeconfig,
+        native_root,
+        ctx.config.tenant_http2,
+        ctx.config.tenant_response_limits,
+    )
+    .await?;
+    if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
+        // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
+        // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.
+        if failed.reason == REASON_IDENTITY_CHANGED && attached.take().is_some() {
+            detach(ctx, &identity.cluster_key);
+        }
+        return Err(failed);
+    }
+    // Its place in the journal before anything large is read: should the process stop from here until the
+    // tenant has stayed attached for the probation, the stop counts against it. Not before the connection:
+    // its replies are small and bounded, and an apiserver that never answers would write the journal at
+    // every retry.
     let ticket = match journal {
         Some(JournalEntry {
             journal,
@@ -996,21 +1013,6 @@ async fn attach_or_check(
         }
         None => None,
     };
-    let (connection, answer) = connect(
-        &kubeconfig,
-        native_root,
-        ctx.config.tenant_http2,
-        ctx.config.tenant_response_limits,
-    )
-    .await?;
-    if let Err(failed) = pin_identity(ctx, vc, &answer.kube_system_uid).await {
-        // A kubeconfig that now leads elsewhere: whatever was attached (the earlier cluster, through the
-        // earlier kubeconfig) stops too, so that the tenant is not synced from two places in turn.
-        if failed.reason == REASON_IDENTITY_CHANGED && attached.take().is_some() {
-            detach(ctx, &identity.cluster_key);
-        }
-        return Err(failed);
-    }
     let version = answer.version.clone();
     if attached.take().is_some() {
         detach(ctx, &identity.cluster_key);
