@@ -492,9 +492,11 @@ fn chart_renders_narrow_rbac_and_flags_the_binaries_take() -> anyhow::Result<()>
                 // watch only of the component's own Lease or the bundle, and vn-agent only reads it.
                 let resources = rule.resources.clone().unwrap_or_default();
                 if role_name.ends_with("-uninstall-pods") {
-                    // The post-delete hook waits until vc-manager's pods are gone, and reads nothing else.
+                    // The post-delete hook waits until vc-manager's and the syncer's pods are gone, then
+                    // deletes the ConfigMaps they made at run time; nothing else.
                     assert!(
-                        resources == ["pods"] && rule.verbs == ["list"],
+                        (resources == ["pods"] && rule.verbs == ["list"])
+                            || (resources == ["configmaps"] && rule.verbs == ["list", "delete"]),
                         "{what}: {role_name} {rule:?}"
                     );
                     continue;
@@ -898,8 +900,8 @@ fn check_uninstall_hooks(what: &str, objects: &[DynamicObject]) -> anyhow::Resul
                         && release
                             .controllers_selector
                             .as_deref()
-                            .is_some_and(|s| s.contains("app.kubernetes.io/component=vc-manager")),
-                    "{what}: {name} does not wait for vc-manager: {args:?}"
+                            .is_some_and(|s| s.contains("app.kubernetes.io/component in (vc-manager,syncer)")),
+                    "{what}: {name} does not wait for vc-manager and the syncer: {args:?}"
                 );
             }
         }

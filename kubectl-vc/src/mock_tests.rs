@@ -1544,6 +1544,37 @@ async fn uninstall_release_waits_for_vc_manager_then_removes_only_its_finalizers
         api.expect("GET", "/api/v1/namespaces/vc-system/pods?").await.ok(
             json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "2"}, "items": []}),
         );
+        // The ConfigMaps the controllers made at run time go, each pinned to its uid.
+        for (selector, name) in [
+            (
+                "labelSelector=tenancy.x-k8s.io%2Fsyncer-journal",
+                "vc-syncer-journal",
+            ),
+            (
+                "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dvc-manager",
+                "vc-kubelet-client-cas",
+            ),
+        ] {
+            let list = api
+                .expect("GET", "/api/v1/namespaces/vc-system/configmaps?")
+                .await;
+            assert!(list.uri.contains(selector), "{}", list.uri);
+            list.ok(
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "3"}, "items": [
+                    {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                     "metadata": {"name": name, "namespace": "vc-system", "uid": format!("uid-{name}")}},
+                ]}),
+            );
+            let delete = api
+                .expect(
+                    "DELETE",
+                    &format!("/api/v1/namespaces/vc-system/configmaps/{name}"),
+                )
+                .await;
+            assert_eq!(delete.body["preconditions"]["uid"], format!("uid-{name}"));
+            delete.ok(json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+        }
         let mut held = running_vc();
         held["metadata"]["finalizers"] = json!(["example.com/backup", "tenancy.x-k8s.io/virtualcluster"]);
         held["metadata"]["resourceVersion"] = json!("7");

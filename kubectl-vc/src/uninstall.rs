@@ -164,6 +164,9 @@ async fn delete_all(
 pub async fn release(client: &Client, args: &UninstallReleaseArgs, io: &mut Streams<'_>) -> Result<()> {
     if let (Some(namespace), Some(selector)) = (&args.controllers_namespace, &args.controllers_selector) {
         wait_for_no_pods(client, namespace, selector, args.timeout, io).await?;
+        // What the controllers made there at run time, which Helm does not know of: vc-manager's kubelet
+        // client CA bundle and the syncer's attach journals.
+        remove_runtime_config_maps(client, namespace, io).await?;
     }
     let vcs: Api<VirtualCluster> = Api::all(client.clone());
     let mut released = 0;
@@ -184,6 +187,39 @@ pub async fn release(client: &Client, args: &UninstallReleaseArgs, io: &mut Stre
     io.result(&format!(
         "released {released} finalizer(s): VirtualClusters and ClusterVersions can be deleted without vc-manager (a VirtualCluster deleted now leaves its namespaces and pods behind)"
     ))?;
+    Ok(())
+}
+
+/// Deletes the ConfigMaps the controllers created in `namespace` while they ran (by their labels).
+async fn remove_runtime_config_maps(client: &Client, namespace: &str, io: &mut Streams<'_>) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for selector in [
+        crds::wellknown::LABEL_SYNCER_JOURNAL.to_owned(),
+        format!(
+            "app.kubernetes.io/managed-by={}",
+            crds::wellknown::FIELD_MANAGER_VC_MANAGER
+        ),
+    ] {
+        let found = api
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| Error::api(format!("listing ConfigMaps {selector} in {namespace}"), e))?;
+        for map in found.items {
+            let name = map.name_any();
+            let params = kube::api::DeleteParams {
+                preconditions: map.metadata.uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => io.result(&format!("deleted ConfigMap {namespace}/{name}"))?,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(Error::api(format!("deleting ConfigMap {namespace}/{name}"), e)),
+            }
+        }
+    }
     Ok(())
 }
 
