@@ -418,7 +418,8 @@ impl Sandbox {
                 name: CA_BUNDLE_NAME.to_owned(),
             },
         };
-        let agents = start_vn_agents(&tenancy, clients.vn_agent, &pki, &private, &ca_bundle).await?;
+        let (agents, vn_agent_port) =
+            start_vn_agents(&tenancy, clients.vn_agent, &pki, &private, &ca_bundle).await?;
         let (manager, vc_manager_admin) = start_vc_manager(
             clients.vc_manager,
             real_nodes,
@@ -434,7 +435,7 @@ impl Sandbox {
                     DNS_SERVICE_NAMESPACE,
                     DNS_SERVICE_NAME,
                 )),
-                vn_agent_port: agents[0].local_addr().port(),
+                vn_agent_port,
                 vnode_grace: Duration::from_secs(30),
                 patrol_interval: Duration::from_secs(15),
                 tenant_health_period: Duration::from_secs(2),
@@ -768,12 +769,15 @@ async fn start_vn_agents(
     pki: &AgentPki,
     files: &WorkDir,
     ca_bundle: &vc_manager::ca_bundle::BundleRef,
-) -> Result<Vec<vn_agent::Agent>> {
+) -> Result<(Vec<vn_agent::Agent>, u16)> {
     use vn_agent::settings::NodeScope;
+    // The port vNodes name: on real nodes the one each node forwards to its agent on the host.
+    let mut advertised = None;
     let mut names: Vec<String> = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
     let targets: Vec<(String, String, NodeScope)> = match tenancy.nodes.real() {
         Some(real) => {
             let port = free_port()?;
+            advertised = Some(port);
             let mut targets = Vec::new();
             for node in real.nodes() {
                 names.push(node.ip());
@@ -816,7 +820,17 @@ async fn start_vn_agents(
             .await?,
         );
     }
-    Ok(agents)
+    let port = match advertised {
+        Some(port) => port,
+        None => agents
+            .first()
+            .map(|a| a.local_addr().port())
+            .ok_or_else(|| Error::Component {
+                component: "vn-agent",
+                source: "no agent started".into(),
+            })?,
+    };
+    Ok((agents, port))
 }
 
 #[allow(clippy::too_many_arguments)]
