@@ -170,7 +170,9 @@ impl Platform {
             .map_err(Error::kube(format!("reading VirtualCluster {name}")))?;
         self.tenancy.push_tenant(name, control_plane, virtual_cluster)?;
         hand_over_kubelet_client(&client, self.tenancy.tenant_mut(name)).await?;
-        wait_tenant_ready(&client, name, TENANT_PATIENCE).await?;
+        if let Err(error) = wait_tenant_ready(&client, name, TENANT_PATIENCE).await {
+            return Err(self.explain(name, error).await);
+        }
         let kubeconfig = self
             .tenancy
             .tenant(name)
@@ -220,8 +222,8 @@ impl Platform {
         Ok(path)
     }
 
-    /// `error` with what VirtualCluster `name`'s status, its control plane's pods and the release's pods
-    /// (with their last log lines) say.
+    /// `error` with what VirtualCluster `name`'s status, its control plane's pods (native tenants) and the
+    /// release's pods (with their last log lines) say.
     async fn explain(&self, name: &str, error: Error) -> Error {
         let Error::Timeout { what, seconds } = error else {
             return error;
