@@ -426,14 +426,23 @@ impl SuperStores {
                 },
             )
         };
-        let role_bindings = {
-            let queue = queues.down.clone();
-            supers.watch(ours(), move |binding: &RoleBinding| {
-                // A binding is part of its namespace: repairing it means syncing that.
-                if let Some((tenant, namespace)) = kept::grants(binding.meta()) {
-                    queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
-                }
-            })
+        // Only kept when vn-agent reads pods through the super apiserver (`--vn-agent-service-account`);
+        // otherwise the platform grants no access to RoleBindings, and an empty store stands in.
+        let role_bindings = match config.vn_agent_access {
+            Some(_) => {
+                let queue = queues.down.clone();
+                supers.watch(ours(), move |binding: &RoleBinding| {
+                    // A binding is part of its namespace: repairing it means syncing that.
+                    if let Some((tenant, namespace)) = kept::grants(binding.meta()) {
+                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
+                    }
+                })
+            }
+            None => {
+                let (store, mut writer) = kube::runtime::reflector::store();
+                writer.apply_watcher_event(&watcher::Event::InitDone);
+                store
+            }
         };
         let platform_dns = match platform_dns {
             None => PlatformDns::none(),
