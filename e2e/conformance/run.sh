@@ -92,8 +92,9 @@ stop_sandbox() {
   fi
 }
 trap stop_sandbox EXIT
-for _ in $(seq 1 900); do
-  grep -q "sandbox is up" "$out/sandbox.log" && break
+for _ in $(seq 1 1800); do
+  # "virtualcluster-rs is up" (the Helm-installed platform on real nodes) or "... sandbox is up" (in process).
+  grep -q " is up (" "$out/sandbox.log" && break
   if ! kill -0 "$sandbox_pid" 2>/dev/null; then
     echo "run.sh: the sandbox stopped before it was up:" >&2
     tail -20 "$out/sandbox.log" >&2
@@ -101,7 +102,7 @@ for _ in $(seq 1 900); do
   fi
   sleep 1
 done
-grep -q "sandbox is up" "$out/sandbox.log" || { echo "run.sh: the sandbox was not up in 900 s" >&2; exit 1; }
+grep -q " is up (" "$out/sandbox.log" || { echo "run.sh: the sandbox was not up in 1800 s" >&2; exit 1; }
 grep "not serving" "$out/sandbox.log" || true
 if [ "$pod_policy" = open ] && [ "$only" != plain ]; then
   echo "==> the tenant's pods may do what the plain cluster's may (spec.podPolicy)"
