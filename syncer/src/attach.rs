@@ -763,7 +763,9 @@ async fn supervise_one(
         } else {
             // A syncer process that stopped while attaching it holds it back (for any replica).
             let judged = match (&ctx.journal, attached.is_some()) {
-                (Some(journal), false) => Some(crate::journal::judge(&ctx, journal, &recorder, &vc).await),
+                (Some(journal), false) => {
+                    Some(crate::journal::stops::judge(&ctx, journal, &recorder, &vc).await)
+                }
                 _ => None,
             };
             if let Some((crate::journal::Standing::HeldBack { until }, Some(record))) = judged {
@@ -804,7 +806,7 @@ async fn supervise_one(
                     attach_or_check(&ctx, &vc, &identity, &mut attached, recovering, settings, journal).await;
                 if let (Some(ticket), Some((tenant, _))) = (ticket, attached.as_ref()) {
                     // In the journal until it has listed and stayed attached for the probation.
-                    crate::journal::probation(ctx.clone(), tenant.clone(), ticket);
+                    crate::journal::stops::probation(ctx.clone(), tenant.clone(), ticket);
                 }
                 if ctx.owns(&identity.cluster_key) {
                     report_limits(&ctx, &recorder, &vc, &limited).await;

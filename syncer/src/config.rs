@@ -1,5 +1,7 @@
 //! Flags of the syncer.
 
+pub mod custom_kinds;
+
 use std::time::Duration;
 use vc_runtime::limits::ResponseLimits;
 
@@ -964,9 +966,9 @@ pub struct SyncerConfig {
     /// vn-agent's rights on tenant pods, bound per super namespace; `None` binds nothing.
     pub vn_agent_access: Option<VnAgentAccess>,
     /// How tenants' usage is measured.
-    pub usage: crate::usage::UsageSettings,
+    pub usage: crate::usage::settings::UsageSettings,
     /// The custom resource kinds synced.
-    pub custom_resources: Vec<crate::resources::custom_resource::CustomKind>,
+    pub custom_resources: Vec<custom_kinds::CustomKind>,
     /// Sharding across replicas (`--shards`); `None`: this process syncs every tenant.
     pub shards: Option<crate::shards::ShardSettings>,
     /// The attach journal ([`crate::journal`]); `None`: none is kept.
@@ -1007,7 +1009,7 @@ impl Default for SyncerConfig {
             limits: crate::settings::PlatformLimits::default(),
             network_isolation: NetworkIsolation::default(),
             vn_agent_access: None,
-            usage: crate::usage::UsageSettings::default(),
+            usage: crate::usage::settings::UsageSettings::default(),
             custom_resources: Vec::new(),
             shards: None,
             journal: None,
@@ -1161,14 +1163,14 @@ impl TryFrom<SyncerArgs> for SyncerConfig {
             args.vn_agent_service_account.as_deref(),
             args.vn_agent_cluster_role.as_deref(),
         )?;
-        let usage = crate::usage::UsageSettings {
+        let usage = crate::usage::settings::UsageSettings {
             interval: (args.usage_interval_seconds > 0)
                 .then(|| Duration::from_secs(args.usage_interval_seconds)),
             node_stats: args.usage_node_stats,
             concurrency: args.usage_concurrency.max(1),
             status_interval: Duration::from_secs(args.usage_status_interval_seconds),
         };
-        let custom_resources = crate::resources::custom_resource::kinds::parse_all(&args.custom_resources)?;
+        let custom_resources = custom_kinds::parse_all(&args.custom_resources)?;
         let shards = match args.shards {
             false => None,
             true => {

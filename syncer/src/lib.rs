@@ -34,6 +34,7 @@ pub mod stores;
 pub mod super_stores;
 pub mod tags;
 pub mod tenant;
+pub mod token_shards;
 pub mod usage;
 pub mod workers;
 pub mod write_gate;
@@ -146,7 +147,7 @@ impl Syncer {
         if let Some(journal) = ctx.journal.clone() {
             // Before any tenant is attached (attaching waits for it): the stop a predecessor left in the
             // journal is counted first, on the VirtualClusters just cached.
-            tasks.push(tokio::spawn(journal::recover(
+            tasks.push(tokio::spawn(journal::stops::recover(
                 ctx.clone(),
                 journal,
                 Arc::new(attach::recorder(&ctx)),
@@ -179,11 +180,14 @@ impl Syncer {
                 ctx.super_client.clone(),
                 shards.clone(),
             )));
-            shard_tasks.push(tokio::spawn(shards::guard_membership(
+            shard_tasks.push(tokio::spawn(shards::handover::guard_membership(
                 ctx.clone(),
                 shards.clone(),
             )));
-            shard_tasks.push(tokio::spawn(shards::balance(ctx.clone(), shards.clone())));
+            shard_tasks.push(tokio::spawn(shards::handover::balance(
+                ctx.clone(),
+                shards.clone(),
+            )));
             tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
         }
         health.set_ready(true);
@@ -203,7 +207,7 @@ impl Syncer {
             task.abort();
         }
         if let Some(shards) = self.context.shards.clone() {
-            shards::resign(&self.context, &shards).await;
+            shards::handover::resign(&self.context, &shards).await;
         }
         // A clean stop: the tenants being attached are not to blame for it.
         if let Some(journal) = self.context.journal.clone() {

@@ -24,11 +24,11 @@ use crate::{
     items::{DownItem, Kind, UpItem, kinds, with_kinds},
     kept,
     quota::{ObjectUsage, Quota},
-    resources::pod::token_secrets::TokenShards,
     slim_store::SlimStore,
     stores::{Cache, Change, reflect, reflect_slim, reflect_with, trim},
     tags::{HasTags, Tagged},
     tenant::{Queues, Tenants},
+    token_shards::{TokenShards, member_items},
 };
 
 /// What a kind caches of the super cluster, and how the cache's changes reach the queues. Implemented by
@@ -177,7 +177,7 @@ pub struct SuperWatch<'a> {
     /// Which super nodes tenants see.
     pub vnode_mode: &'a crate::config::VNodeMode,
     /// The custom resource kinds synced.
-    pub custom_resources: &'a [crate::resources::custom_resource::CustomKind],
+    pub custom_resources: &'a [crate::config::custom_kinds::CustomKind],
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -416,8 +416,7 @@ impl SuperStores {
                     // deleted, the pods it served write their keys again. Our own writes queue nothing.
                     token_shards.observe(secret.meta(), change);
                     if change == Change::Deleted
-                        && let Some((tenant, items)) =
-                            crate::resources::pod::token_secrets::member_items(secret.meta())
+                        && let Some((tenant, items)) = member_items(secret.meta())
                     {
                         for item in items {
                             queue.add(&tenant, item);

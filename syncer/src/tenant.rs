@@ -1,6 +1,9 @@
 //! An attached tenant: its client, settings and watch-fed caches.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{
+    Arc, RwLock,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -12,7 +15,7 @@ use kube::{
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
-use tokio::task::JoinHandle;
+use tokio::{sync::Notify, task::JoinHandle};
 
 use crate::{
     budget::{CacheBudget, CacheLimits},
@@ -82,7 +85,7 @@ pub struct TenantWatch<'a> {
     /// Whether Ingresses are synced.
     pub sync_ingresses: bool,
     /// The custom resource kinds synced.
-    pub custom_resources: &'a [crate::resources::custom_resource::CustomKind],
+    pub custom_resources: &'a [crate::config::custom_kinds::CustomKind],
     budget: &'a Arc<CacheBudget>,
     check: &'a Arc<IdentityCheck>,
     tasks: &'a mut Vec<JoinHandle<()>>,
@@ -228,13 +231,58 @@ pub struct Tenant {
     /// Bindings made that the pod cache may not show yet.
     pub recent_bindings: RecentBindings,
     /// Workers' reconciles of this tenant in progress (waited for before its Lease is handed over).
-    pub in_flight: crate::shards::InFlight,
+    pub in_flight: InFlight,
     settings: RwLock<Arc<TenantSettings>>,
     /// Whether every cache has listed once (set by [`Tenant::become_ready`], waited for by
     /// [`Tenant::listed`]).
     ready: tokio::sync::watch::Sender<bool>,
     check: Arc<IdentityCheck>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Work on a tenant in progress (a worker's reconcile): a tenant handed over is released only once none
+/// is left, so the new owner never writes beside the old one.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One piece of work in progress; dropping it ends it.
+pub struct InFlightGuard<'a>(&'a InFlight);
+
+impl InFlight {
+    /// Marks work as started until the guard is dropped.
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        InFlightGuard(self)
+    }
+
+    /// Work in progress now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Resolves once no work is in progress.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// Tenant pods this syncer bound to a vNode, by uid, until the pod cache shows the node name.
@@ -448,7 +496,7 @@ impl Tenant {
         settings: TenantSettings,
         queues: &Queues,
         sync_ingresses: bool,
-        custom_resources: &[crate::resources::custom_resource::CustomKind],
+        custom_resources: &[crate::config::custom_kinds::CustomKind],
         limits: CacheLimits,
     ) -> Arc<Self> {
         let id: TenantId = Arc::from(identity.cluster_key.as_str());
@@ -771,5 +819,23 @@ mod tests {
         apiserver.idle().await;
         assert!(!check.holds(), "another cluster: held");
         task.abort();
+    }
+
+    #[tokio::test]
+    async fn in_flight_work_is_waited_for() {
+        let in_flight = std::sync::Arc::new(super::InFlight::default());
+        in_flight.idle().await;
+        let guard = in_flight.enter();
+        let waiter = tokio::spawn({
+            let in_flight = in_flight.clone();
+            async move { in_flight.idle().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "idle while work is in flight");
+        drop(guard);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .expect("idle once the work is done")
+            .expect("task");
     }
 }

@@ -121,7 +121,7 @@ fn awaits_first_tokens(event: &CoreEvent) -> bool {
         return false;
     };
     // `secret "shard-0.vc-tokens" not found`, or `references non-existent secret key: <pod prefix>.token`.
-    message.contains(&format!("{}\"", super::pod::token_secrets::SHARD_SUFFIX))
+    message.contains(&format!("{}\"", crate::token_shards::SHARD_SUFFIX))
         || message.contains(&format!(
             "non-existent secret key: {}.",
             super::pod::token_secrets::key_prefix(pod)

@@ -3,8 +3,14 @@ use std::sync::Arc;
 use crds::VirtualCluster;
 use serde_json::{Value, json};
 
-use super::*;
-use crate::context::testing::{self, from_json, put};
+use super::{
+    handover::{balance_once, drop_everything},
+    *,
+};
+use crate::context::{
+    Context,
+    testing::{self, from_json, put},
+};
 
 const NS: &str = "vc-system";
 
@@ -171,24 +177,6 @@ fn an_older_version_of_a_lease_never_replaces_a_newer_one() {
         start + Duration::from_secs(3),
     );
     assert_eq!(shards.snapshot()["l"].since, start + Duration::from_secs(3));
-}
-
-#[tokio::test]
-async fn in_flight_work_is_waited_for() {
-    let in_flight = Arc::new(InFlight::default());
-    in_flight.idle().await;
-    let guard = in_flight.enter();
-    let waiter = tokio::spawn({
-        let in_flight = in_flight.clone();
-        async move { in_flight.idle().await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiter.is_finished(), "idle while work is in flight");
-    drop(guard);
-    tokio::time::timeout(Duration::from_secs(1), waiter)
-        .await
-        .expect("idle once the work is done")
-        .expect("task");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@
 
 pub mod figures;
 pub mod metrics;
+pub mod settings;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -37,37 +38,13 @@ use crate::{
 };
 use figures::{Consumption, Holdings, MetricsText, RequestCounter, Summary};
 use metrics::UsageLabels;
+pub use settings::UsageSettings;
 
 /// How long one node's summary or one tenant's `/metrics` may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most bytes of a tenant apiserver's `/metrics` read (they are a few MiB; more is not an apiserver's).
 const MAX_METRICS_BYTES: usize = 64 << 20;
-
-/// How usage is measured (flags `--usage-*`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageSettings {
-    /// Time between measurements; `None` measures nothing.
-    pub interval: Option<Duration>,
-    /// Read CPU and memory from the nodes' stats summaries (needs `get` on `nodes/proxy`).
-    pub node_stats: bool,
-    /// Nodes and tenant apiservers read at once.
-    pub concurrency: usize,
-    /// Least time between two writes of one VirtualCluster's `status.usage`: every write is a change its
-    /// watchers (vc-manager, vn-agent on every node, vc-dns, the syncer) process.
-    pub status_interval: Duration,
-}
-
-impl Default for UsageSettings {
-    fn default() -> Self {
-        Self {
-            interval: Some(Duration::from_secs(30)),
-            node_stats: true,
-            concurrency: 8,
-            status_interval: Duration::from_secs(120),
-        }
-    }
-}
 
 /// One tenant's figures of one measurement.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -21,7 +21,8 @@ use kube::{
 };
 use tokio::task::JoinHandle;
 
-use super::{convert, item, kinds::CustomKind};
+use super::{convert, item};
+use crate::config::custom_kinds::CustomKind;
 use crate::{
     budget::CacheBudget,
     items::{Kind, UpItem},

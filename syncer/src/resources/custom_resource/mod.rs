@@ -12,7 +12,6 @@ pub mod convert;
 pub mod definition;
 pub mod instance;
 pub mod item;
-pub mod kinds;
 
 use crate::{
     context::Context,
@@ -23,8 +22,6 @@ use crate::{
     super_stores::{SuperCache, SuperWatch},
     tenant::{Tenant, TenantCache, TenantWatch},
 };
-
-pub use kinds::CustomKind;
 
 impl TenantCache for typed::CustomResource {
     type Cache = caches::TenantCustomResources;

@@ -444,7 +444,7 @@ fn env_secret_names<'s>(
 }
 
 fn reserved_refusals(mut names: Vec<&str>) -> Vec<String> {
-    names.retain(|name| super::token::is_reserved_secret_name(name));
+    names.retain(|name| crate::token_shards::is_reserved_secret_name(name));
     names.sort_unstable();
     names.dedup();
     names

@@ -48,13 +48,6 @@ pub fn secret_of(super_pod: &impl Tagged) -> Option<&str> {
     super_pod.annotation(ANNOTATION_TOKEN_SECRET)
 }
 
-/// Whether a Secret name is the syncer's, for pods' tokens: shards (`*.vc-tokens`) and the per-pod Secrets
-/// of earlier versions (`*.vc-token`). Tenant Secrets of such names are not synced and tenant pods may not
-/// name them, so no tenant object can stand in for, or read, another pod's tokens.
-pub fn is_reserved_secret_name(name: &str) -> bool {
-    name.ends_with(".vc-token") || name.ends_with(super::token_secrets::SHARD_SUFFIX)
-}
-
 /// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
 /// requests get the syncer's own short lifetime instead.
 const EXTENDABLE_EXPIRATION: i64 = 3607;

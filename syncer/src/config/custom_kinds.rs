@@ -238,7 +238,10 @@ mod tests {
             ("widgets.example.com;owner=me", "unknown setting"),
             ("widgets.example.com;tenants=", "at least one"),
             ("widgets.example.com;tenants=gold", "key=value"),
-            ("widgets.example.com;secrets=metadata.name", "not in the object's spec"),
+            (
+                "widgets.example.com;secrets=metadata.name",
+                "not in the object's spec",
+            ),
             ("widgets.example.com;secrets=spec..x", "not a field path"),
             ("widgets.example.com;nonsense", "is not tenants="),
         ] {
@@ -253,7 +256,10 @@ mod tests {
     fn the_selector_needs_every_label() {
         let kind = parse("widgets.example.com;tenants=tier=gold,team=a").expect("valid");
         let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         assert!(kind.selects(Some(&labels(&[("tier", "gold"), ("team", "a"), ("x", "y")]))));
         assert!(!kind.selects(Some(&labels(&[("tier", "gold")]))));
