@@ -36,7 +36,7 @@ use local_cluster::{
     wait,
 };
 use serde_json::{Value, json};
-use syncer::{Metrics, Syncer, SyncerConfig, config::custom_kinds};
+use syncer::{Metrics, Syncer, SyncerConfig, engine::config::custom_kinds};
 use vc_runtime::admin::Health;
 
 use crate::object_support::create;

@@ -11,11 +11,11 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::Result,
-    items::{Item, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    engine::items::{Item, kinds},
+    cache::super_stores::{SuperCache, SuperWatch},
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
 
 /// Syncs a public super IngressClass into the tenant.

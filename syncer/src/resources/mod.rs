@@ -1,8 +1,8 @@
 //! Syncing each kind of object, down and up: one module per kind, registered once in
-//! [`crate::items::with_kinds`], and what the kinds share.
+//! [`crate::engine::items::with_kinds`], and what the kinds share.
 //!
-//! A kind's module implements [`SyncedKind`] (with [`crate::tenant::TenantCache`] and
-//! [`crate::super_stores::SuperCache`] for its caches) for its type in [`crate::items::kinds`]. Namespaced
+//! A kind's module implements [`SyncedKind`] (with [`crate::tenancy::tenant::TenantCache`] and
+//! [`crate::cache::super_stores::SuperCache`] for its caches) for its type in [`crate::engine::items::kinds`]. Namespaced
 //! kinds copied with little change implement [`copy::Downward`] and leave the work to [`copy`]'s engine.
 
 pub mod access;
@@ -18,11 +18,11 @@ pub use outcome::Outcome;
 pub use synced::SyncedKind;
 
 use crate::{
-    context::Context,
+    engine::context::Context,
+    engine::items::{Item, Kind, kinds, with_kinds},
+    engine::patrol::findings::Findings,
     error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds, with_kinds},
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 macro_rules! registry {

@@ -13,13 +13,13 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-    token_shards,
+    engine::patrol::findings::Findings,
+    engine::items::{Item, Kind, kinds},
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+    cache::token_shards,
 };
 
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token

@@ -27,13 +27,13 @@ use kube::{
 
 use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
 use crate::{
-    config::{VNodeAddresses, VNodeMode},
-    context::Context,
+    engine::config::{VNodeAddresses, VNodeMode},
+    engine::context::Context,
     error::{Error, Result, on_super, on_tenant},
-    findings::{Findings, found},
-    items::{Item, Kind, UpItem, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    engine::patrol::findings::{Findings, found},
+    engine::items::{Item, Kind, UpItem, kinds},
+    cache::super_stores::{SuperCache, SuperWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 fn params() -> PatchParams {

@@ -17,12 +17,12 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::Result,
-    identity,
-    items::{Item, Kind, UpItem, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    tenancy::identity,
+    engine::items::{Item, Kind, UpItem, kinds},
+    cache::super_stores::{SuperCache, SuperWatch},
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
 
 /// Syncs a super PersistentVolume bound to one of the tenant's claims into the tenant, bound to the

@@ -15,11 +15,12 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
-    context::Context,
+    engine::context::Context,
+    engine::events,
+    engine::items::Kind,
     error::{Error, Result, on_super},
-    events, identity,
-    items::Kind,
-    tenant::Tenant,
+    tenancy::identity,
+    tenancy::tenant::Tenant,
 };
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.

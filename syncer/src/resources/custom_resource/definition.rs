@@ -10,12 +10,12 @@ use kube::{
 
 use super::convert::{self, REASON_DEFINITION_RESTORED};
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::{Result, on_tenant},
-    events, identity,
-    items::Kind,
+    engine::events, tenancy::identity,
+    engine::items::Kind,
     resources::{outcome::Outcome, public},
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 /// The CRD a tenant should have under this name, and the API resource of its instances: `None` when the

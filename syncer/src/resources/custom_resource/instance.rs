@@ -15,14 +15,14 @@ use super::{
     item,
 };
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::{Error, Result, on_super, on_tenant},
-    events,
-    findings::{Findings, found, super_objects},
-    identity,
-    items::Kind,
+    engine::events,
+    engine::patrol::findings::{Findings, found, super_objects},
+    tenancy::identity,
+    engine::items::Kind,
     resources::{namespace, outcome::Outcome, upward},
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 /// How long an item waits for a cache of its kind that has not listed yet.

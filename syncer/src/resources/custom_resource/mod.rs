@@ -2,7 +2,7 @@
 //! super cluster's CRD is published into the tenants it admits, the tenants' instances are copied down
 //! into their super namespaces and their status comes back up.
 //!
-//! Every listed kind shares the one queue kind [`crate::items::Kind::CustomResource`] (one metric label,
+//! Every listed kind shares the one queue kind [`crate::engine::items::Kind::CustomResource`] (one metric label,
 //! the same fairness, backoff and rate limits as the typed kinds); an item's name says which CRD and
 //! object it is about ([`item`]). The caches are dynamic objects, started when the CRDs show
 //! ([`caches`]).
@@ -14,13 +14,13 @@ pub mod instance;
 pub mod item;
 
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::Result,
-    findings::{Findings, found},
-    items::{Item, kinds as typed},
+    engine::patrol::findings::{Findings, found},
+    engine::items::{Item, kinds as typed},
     resources::{Outcome, SyncedKind},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    cache::super_stores::{SuperCache, SuperWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 impl TenantCache for typed::CustomResource {

@@ -25,13 +25,13 @@ use super::{
     token, token_secrets,
 };
 use crate::{
-    tags::Tagged,
-    cached::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
-    context::Context,
+    cache::meta::Tagged,
+    cache::pods::{CachedPodSpec, POD_SCHEDULED, SuperPod, TenantPod},
+    engine::context::Context,
     error::{Result, on_super, on_tenant},
-    events, identity,
-    items::{DownItem, Kind},
-    quota::REASON_QUOTA_EXCEEDED,
+    engine::events, tenancy::identity,
+    engine::items::{DownItem, Kind},
+    accounting::quota::REASON_QUOTA_EXCEEDED,
     resources::{
         claim, namespace,
         outcome::Outcome,
@@ -40,7 +40,7 @@ use crate::{
         vnode,
         write::{self, apply, delete},
     },
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 /// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
@@ -78,7 +78,7 @@ pub(super) fn was_scheduled(pod: &TenantPod) -> bool {
 
 /// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
 /// with a reason while it cannot be read.
-async fn tenant_dns_ip(ctx: &Context, service: &crate::config::TenantDnsService) -> Result<String, String> {
+async fn tenant_dns_ip(ctx: &Context, service: &crate::engine::config::TenantDnsService) -> Result<String, String> {
     let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
     if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
         && fresh(at)
@@ -152,7 +152,7 @@ async fn node_selection(
     let Some(spec) = spec.filter(|spec| placement::selects(spec)) else {
         return Ok(None);
     };
-    if ctx.config.vnode_mode == crate::config::VNodeMode::Pods {
+    if ctx.config.vnode_mode == crate::engine::config::VNodeMode::Pods {
         return Ok(None);
     }
     let cached = tenant.stores.nodes.state();
@@ -368,7 +368,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     // A pod waiting for quota is queued again whenever room may have appeared (a pod ended, the quota
     // changed, the patrol): while it still does not fit, the cache says so without reading the pod.
     if ctx.quota.is_waiting(&tenant.id, &namespace, &name) {
-        let usage = crate::quota::pod_usage(&cached.spec);
+        let usage = crate::accounting::quota::pod_usage(&cached.spec);
         let settings = tenant.settings();
         if let Err(exceeded) = ctx
             .quota
@@ -460,7 +460,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
     };
     let settings = tenant.settings();
     // A container that leaves out a resource the quota limits would not count against it.
-    let unstated = crate::quota::unstated_resources(settings.quota.as_ref(), &tenant_pod);
+    let unstated = crate::accounting::quota::unstated_resources(settings.quota.as_ref(), &tenant_pod);
     if !unstated.is_empty() {
         let message = format!(
             "the VirtualCluster's quota limits {}, so every container must state it; missing: {}; the pod is not synced",
@@ -481,7 +481,7 @@ async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Po
             retry_after: None,
         });
     }
-    let usage = crate::quota::pod_usage(&convert::cached_spec(&tenant_pod));
+    let usage = crate::accounting::quota::pod_usage(&convert::cached_spec(&tenant_pod));
     if let Err(exceeded) = ctx
         .quota
         .admit(&tenant.id, settings.quota.as_ref(), &namespace, &name, usage)
@@ -920,7 +920,7 @@ fn updated_pod(super_pod: &Pod, metadata: ObjectMeta, tenant: &CachedPodSpec, ad
             .get_or_insert_with(Vec::new)
             .extend(added.iter().cloned());
     }
-    let image_of = |containers: &[crate::cached::ContainerImage], name: &str| {
+    let image_of = |containers: &[crate::cache::pods::ContainerImage], name: &str| {
         containers
             .iter()
             .find(|c| c.name == name)
@@ -1071,9 +1071,9 @@ mod tests {
     use std::sync::Arc;
 
     use crate::{
-        context::testing::{self, from_json, put},
-        quota::Usage,
-        settings::TenantSettings,
+        engine::context::testing::{self, from_json, put},
+        accounting::quota::Usage,
+        tenancy::settings::TenantSettings,
     };
 
     const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
@@ -1134,7 +1134,7 @@ mod tests {
 
         // The quota is raised: the pod is queued and created from the cached spec of the unbound pod,
         // with no read of the tenant.
-        assert!(crate::attach::update_settings(&ctx, &tenant, quota("2")));
+        assert!(crate::tenancy::attach::update_settings(&ctx, &tenant, quota("2")));
         assert_eq!(testing::drain_down(&ctx).await, std::slice::from_ref(&item));
         let (outcome, ()) = tokio::join!(sync(&ctx, &tenant, &item), async {
             let created = supers
@@ -1259,7 +1259,7 @@ mod tests {
         tenant: Arc<Tenant>,
         supers: testing::ApiServer,
         tenants: testing::ApiServer,
-        super_caches: crate::super_stores::Writers,
+        super_caches: crate::cache::super_stores::Writers,
     }
 
     fn running_pod(tenant_pod: serde_json::Value, super_annotations: serde_json::Value) -> Running {
@@ -1324,14 +1324,14 @@ mod tests {
         let now = token::now();
 
         // In sync (a restart): nothing is asked or written.
-        crate::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 10, now + 3590));
+        crate::engine::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 10, now + 3590));
         let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
         assert_eq!(kept.expect("kept"), 0);
         supers.idle().await;
         tenants.idle().await;
 
         // Due: minted again and applied to the pod's own Secret, not to a shared one.
-        crate::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 3000, now + 500));
+        crate::engine::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 3000, now + 500));
         let (refreshed, ()) = tokio::join!(refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs), async {
             let call = tenants
                 .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")

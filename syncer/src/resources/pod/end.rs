@@ -17,12 +17,12 @@ use kube::{
 };
 
 use crate::{
-    cached::TenantPod,
-    context::Context,
+    cache::pods::TenantPod,
+    engine::context::Context,
     error::{Result, on_tenant},
     resources::{outcome::Outcome, upward::params},
-    tags::Tagged,
-    tenant::Tenant,
+    cache::meta::Tagged,
+    tenancy::tenant::Tenant,
 };
 
 /// The kubelet's reason for a container whose end it did not see.
@@ -253,8 +253,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        context::testing::{self, from_json, put},
-        settings::TenantSettings,
+        engine::context::testing::{self, from_json, put},
+        tenancy::settings::TenantSettings,
     };
 
     fn at(time: &str) -> Time {

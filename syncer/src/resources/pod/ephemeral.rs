@@ -19,12 +19,12 @@ use super::{
     tenant_endpoints::tenant_apiserver,
 };
 use crate::{
-    tags::Tagged,
-    cached::{ContainerImage, SuperPod, TenantPod},
-    context::Context,
+    cache::meta::Tagged,
+    cache::pods::{ContainerImage, SuperPod, TenantPod},
+    engine::context::Context,
     error::{Result, on_super, on_tenant},
-    events, identity,
-    tenant::Tenant,
+    engine::events, tenancy::identity,
+    tenancy::tenant::Tenant,
 };
 
 /// Annotation on a super pod: comma-separated keys of the ephemeral containers whose refusal the tenant

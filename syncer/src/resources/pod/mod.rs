@@ -19,17 +19,17 @@ pub mod up;
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    cached::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
-    context::Context,
+    cache::pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
+    engine::context::Context,
     error::Result,
-    findings::{Findings, found, super_objects},
-    identity,
-    items::{DownItem, Item, Kind, UpItem, kinds},
-    slim_store::SlimStore,
-    stores::Change,
-    super_stores::{SuperCache, SuperWatch, ours, tenant_key},
-    tags::Tagged,
-    tenant::{Tenant, TenantCache, TenantWatch},
+    engine::patrol::findings::{Findings, found, super_objects},
+    tenancy::identity,
+    engine::items::{DownItem, Item, Kind, UpItem, kinds},
+    cache::slim_store::SlimStore,
+    cache::stores::Change,
+    cache::super_stores::{SuperCache, SuperWatch, ours, tenant_key},
+    cache::meta::Tagged,
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 impl TenantCache for kinds::Pod {

@@ -25,10 +25,10 @@ use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
 use crate::{
-    tags::Tagged,
+    cache::meta::Tagged,
     error::{Result, on_tenant},
-    identity::{self, TenantIdentity},
-    tenant::Tenant,
+    tenancy::identity::{self, TenantIdentity},
+    tenancy::tenant::Tenant,
 };
 
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).

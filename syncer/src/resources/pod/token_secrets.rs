@@ -48,16 +48,16 @@ use super::{
     convert::{self, KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed},
     token,
 };
-use crate::token_shards::{
+use crate::cache::token_shards::{
     ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, TokenShards, members_of,
     shard_index,
 };
 use crate::{
-    cached::{SuperPod, TenantPod},
-    context::Context,
+    cache::pods::{SuperPod, TenantPod},
+    engine::context::Context,
     error::{Error, Result, on_super},
-    identity,
-    tenant::Tenant,
+    tenancy::identity,
+    tenancy::tenant::Tenant,
 };
 
 /// How long a pod assigned to a shard counts as a member before its super pod shows in the cache (the pod
@@ -707,7 +707,7 @@ pub async fn sweep(ctx: &Context) -> usize {
         if !stale {
             continue;
         }
-        crate::findings::found(ctx, "secret", "stale-token-keys");
+        crate::engine::patrol::findings::found(ctx, "secret", "stale-token-keys");
         match shard.submit(ctx, &tenant, Entry::Sweep).await {
             Ok(true) => swept += 1,
             Ok(false) => {}
@@ -725,9 +725,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        items::Kind,
-        queue::TenantId,
-        token_shards::{DataKeys, GroupCommit, shard_name},
+        engine::items::Kind,
+        engine::queue::TenantId,
+        cache::token_shards::{DataKeys, GroupCommit, shard_name},
     };
 
     #[test]
@@ -737,9 +737,9 @@ mod tests {
         assert_eq!(shard_index("shard-012.vc-tokens"), None);
         assert_eq!(shard_index("web-1.vc-token"), None);
         assert_eq!(shard_index("shard-x.vc-tokens"), None);
-        assert!(crate::token_shards::is_reserved_secret_name(&shard_name(7)));
-        assert!(crate::token_shards::is_reserved_secret_name(&token::secret_name("web-1")));
-        assert!(!crate::token_shards::is_reserved_secret_name("vc-tokens"));
+        assert!(crate::cache::token_shards::is_reserved_secret_name(&shard_name(7)));
+        assert!(crate::cache::token_shards::is_reserved_secret_name(&token::secret_name("web-1")));
+        assert!(!crate::cache::token_shards::is_reserved_secret_name("vc-tokens"));
     }
 
     #[test]
@@ -862,10 +862,10 @@ mod tests {
     // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
 
     use crate::{
-        context::testing::{self, from_json, put as cache},
-        items::Item,
+        engine::context::testing::{self, from_json, put as cache},
+        engine::items::Item,
         resources::Outcome,
-        settings::TenantSettings,
+        tenancy::settings::TenantSettings,
     };
     use k8s_openapi::api::core::v1::Namespace;
 

@@ -14,19 +14,19 @@ use super::{
     token_secrets,
 };
 use crate::{
-    cached::{
+    cache::pods::{
         CachedCondition, ContainerImage, POD_SCHEDULED, SuperPod, TenantPod, TenantPodStatus,
         container_statuses_hash,
     },
-    context::Context,
+    engine::context::Context,
     error::{Result, on_tenant},
-    events,
+    engine::events,
     resources::{
         outcome::Outcome,
         upward::{matching_super, transparent},
         vnode,
     },
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
@@ -437,12 +437,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        context::testing::{self, from_json, put},
-        settings::TenantSettings,
+        engine::context::testing::{self, from_json, put},
+        tenancy::settings::TenantSettings,
     };
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
-    fn super_copy(status: serde_json::Value) -> crate::cached::SuperPod {
+    fn super_copy(status: serde_json::Value) -> crate::cache::pods::SuperPod {
         from_json(super_copy_json(status))
     }
 
@@ -457,7 +457,7 @@ mod tests {
     }
 
     /// [`super_copy`] naming a token its pod needs and the shard that holds it.
-    fn with_tokens(status: serde_json::Value) -> crate::cached::SuperPod {
+    fn with_tokens(status: serde_json::Value) -> crate::cache::pods::SuperPod {
         let mut copy = super_copy_json(status);
         let annotations = &mut copy["metadata"]["annotations"];
         annotations["tenancy.x-k8s.io/tokens"] = json!(r#"[{"key":"token"}]"#);
@@ -482,7 +482,7 @@ mod tests {
         Arc<Tenant>,
         testing::ApiServer,
         testing::ApiServer,
-        crate::super_stores::Writers,
+        crate::cache::super_stores::Writers,
     ) {
         let (super_client, supers) = testing::mock();
         let (tenant_client, tenants) = testing::mock();
