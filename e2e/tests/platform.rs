@@ -1178,6 +1178,62 @@ async fn uninstall_as_documented(
 /// Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), the StorageClass and claim the snapshot
 /// scheduler writes into, the Secrets the kubelet backend reads, and an image pull Secret. Returns values
 /// that point the files' host paths at files of this run (the nodes share this machine's file system).
+/// What the tenant and the super cluster say about a tenant pod that does not run: the tenant's events, the
+/// super pods copied from the tenant's `default` namespace with their conditions and events, and the
+/// release's pods with their last log lines.
+async fn explain_tenant_pod(platform: &Platform, tenant: &kube::Client, name: &str) -> String {
+    use k8s_openapi::api::core::v1::Event;
+    let mut text = String::new();
+    let events = Api::<Event>::namespaced(tenant.clone(), "default")
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for event in events {
+        text.push_str(&format!(
+            "tenant event {}: {} {}\n",
+            event.involved_object.name.unwrap_or_default(),
+            event.reason.unwrap_or_default(),
+            event.message.unwrap_or_default()
+        ));
+    }
+    let client = platform.super_client();
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&kube::api::ListParams::default().fields(&format!("metadata.name={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for pod in &pods {
+        let namespace = pod.namespace().unwrap_or_default();
+        text.push_str(&format!(
+            "super pod {namespace}/{name}: node {:?}, status {:?}\n",
+            pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            pod.status.as_ref().map(|s| (&s.phase, &s.conditions))
+        ));
+        let events = Api::<Event>::namespaced(client.clone(), &namespace)
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for event in events {
+            text.push_str(&format!(
+                "  super event {}: {} {}\n",
+                event.involved_object.name.unwrap_or_default(),
+                event.reason.unwrap_or_default(),
+                event.message.unwrap_or_default()
+            ));
+        }
+    }
+    if pods.is_empty() {
+        text.push_str(&format!("no super pod named {name}\n"));
+    }
+    text.push_str(
+        &local_cluster::platform::helm::diagnose_namespace(&client, platform.release().namespace(), Some(30))
+            .await,
+    );
+    text
+}
+
 async fn prepare_for_ci_values(platform: &Platform, folder: &Path) -> anyhow::Result<serde_json::Value> {
     use local_cluster::apply::apply_yaml;
     let client = platform.super_client();
@@ -1334,14 +1390,16 @@ async fn the_chart_installs_with_each_ci_values_file() -> anyhow::Result<()> {
                 &json!({"vcManager": {"image": {"digest": ""}},
                         "uninstall": {"image": {"digest": ""}}}),
             );
-            // Its client certificate comes from the Secret it names (made above), not from host files: the
-            // chart refuses both at once.
-            if let Some(kubelet) = values
-                .pointer_mut("/vnAgent/kubelet")
-                .and_then(|k| k.as_object_mut())
-            {
-                kubelet.remove("clientCertificate");
-            }
+        }
+        // The host files made above stand in for those a file names (`hostPath`); where it names a Secret
+        // instead (made above too), the chart refuses both at once, so the stand-in is left out.
+        let own: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(file)?)
+            .with_context(|| format!("reading {name}"))?;
+        if let Some(kubelet) = values
+            .pointer_mut("/vnAgent/kubelet")
+            .and_then(|k| k.as_object_mut())
+        {
+            kubelet.retain(|key, _| own.pointer(&format!("/vnAgent/kubelet/{key}/hostPath")).is_some());
         }
         let options = local_cluster::platform::ReleaseOptions {
             values_files: vec![file.clone()],
@@ -1373,21 +1431,24 @@ async fn the_chart_installs_with_each_ci_values_file() -> anyhow::Result<()> {
             },
         )
         .await?;
-        // A pod the strictest Pod Security level (all-options enforces `restricted`) admits.
+        // A pod the strictest Pod Security level (all-options enforces `restricted`) admits, stating the
+        // requests a quota on them (all-options' `limits.defaultQuota`) asks every container for.
         let hello: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"},
             "spec": {"terminationGracePeriodSeconds": 1,
                 "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [{"name": "main", "image": "busybox",
                     "command": ["sh", "-c", "echo hello from $(hostname); exec sleep 3600"],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
                     "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]},
         }))?;
         Api::<Pod>::namespaced(client.clone(), "default")
             .create(&Default::default(), &hello)
             .await?;
-        wait_running(&client, "default", "hello")
-            .await
-            .with_context(|| format!("a tenant pod with {name}"))?;
+        if let Err(error) = wait_running(&client, "default", "hello").await {
+            let why = explain_tenant_pod(&platform, &client, "hello").await;
+            return Err(error.context(format!("a tenant pod with {name}\n{why}")));
+        }
         let logs = wait::until(
             Duration::from_secs(60),
             &format!("kubectl logs with {name}"),
