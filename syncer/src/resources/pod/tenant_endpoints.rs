@@ -1,6 +1,6 @@
 //! Where super pods reach their tenant's apiserver and DNS: the super copies of the tenant's
 //! `default/kubernetes` and `kube-system/kube-dns` Services, read from the caches. Used by the pod's
-//! conversion ([`super::down`]) and by ephemeral containers added later ([`super::ephemeral`]).
+//! conversion ([`super::create`]) and by ephemeral containers added later ([`super::ephemeral`]).
 
 use kube::{Resource, runtime::reflector::ObjectRef};
 

@@ -9,7 +9,7 @@ use kube::{
 };
 
 use super::{
-    down::was_scheduled,
+    plan::was_scheduled,
     end::{finalize_tenant_pod, has_ended, write_status},
     token_secrets,
 };
