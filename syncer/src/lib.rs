@@ -37,14 +37,13 @@ pub use error::{Error, Result};
 pub use metrics::Metrics;
 
 use crate::{
-    accounting::quota::Quota,
-    accounting::usage,
-    cache::stores,
-    cache::super_stores::SuperStores,
-    engine::queue::FairQueue,
-    engine::{patrol, workers, write_gate},
-    tenancy::tenant::{Queues, Tenants},
-    tenancy::{attach, journal, shards},
+    accounting::{quota::Quota, usage},
+    cache::{stores, super_stores::SuperStores},
+    engine::{patrol, queue::FairQueue, workers, write_gate},
+    tenancy::{
+        attach, journal, shards,
+        tenant::{Queues, Tenants},
+    },
 };
 
 /// A running syncer. Dropping it (or calling [`Syncer::stop`]) stops every loop.

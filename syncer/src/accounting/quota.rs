@@ -17,11 +17,15 @@ use k8s_openapi::{
 };
 
 use crate::{
-    cache::meta::Tagged,
-    cache::pods::{CachedPodSpec, SuperPod},
-    cache::stores::Change,
-    engine::items::{DownItem, Kind, ObjectKey},
-    engine::queue::{FairQueue, TenantId},
+    cache::{
+        meta::Tagged,
+        pods::{CachedPodSpec, SuperPod},
+        stores::Change,
+    },
+    engine::{
+        items::{DownItem, Kind, ObjectKey},
+        queue::{FairQueue, TenantId},
+    },
     metrics::{Metrics, UsageLabels},
     tenancy::identity,
 };

@@ -20,9 +20,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::{
-    cache::interned::{Interned, Pooled},
-    cache::meta::{HasTags, PackedMeta, Tagged},
+use crate::cache::{
+    interned::{Interned, Pooled},
+    meta::{HasTags, PackedMeta, Tagged},
 };
 
 /// Quantities by resource name (requests, limits or a pod's overhead) as written, sorted by name.

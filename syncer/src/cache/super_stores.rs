@@ -21,13 +21,17 @@ use tokio::task::JoinHandle;
 
 use crate::{
     accounting::quota::{ObjectUsage, Quota},
-    cache::meta::{HasTags, Tagged},
-    cache::slim_store::SlimStore,
-    cache::stores::{Cache, Change, reflect, reflect_slim, reflect_with, trim},
-    cache::token_shards::{TokenShards, member_items},
+    cache::{
+        meta::{HasTags, Tagged},
+        slim_store::SlimStore,
+        stores::{Cache, Change, reflect, reflect_slim, reflect_with, trim},
+        token_shards::{TokenShards, member_items},
+    },
     engine::items::{DownItem, Kind, UpItem, kinds, with_kinds},
-    tenancy::identity,
-    tenancy::tenant::{Queues, Tenants},
+    tenancy::{
+        identity,
+        tenant::{Queues, Tenants},
+    },
 };
 
 /// What a kind caches of the super cluster, and how the cache's changes reach the queues. Implemented by

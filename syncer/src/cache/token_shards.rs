@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cache::stores::Change,
-    engine::items::{DownItem, Kind},
-    engine::queue::TenantId,
+    engine::{
+        items::{DownItem, Kind},
+        queue::TenantId,
+    },
     error::Error,
     tenancy::identity,
 };

@@ -8,12 +8,13 @@ use kube::{Client, runtime::reflector::Store};
 use crate::{
     accounting::quota::Quota,
     cache::super_stores::SuperStores,
-    engine::config::SyncerConfig,
-    engine::events::EventInbox,
+    engine::{config::SyncerConfig, events::EventInbox},
     metrics::Metrics,
-    tenancy::identity::MetaPolicy,
-    tenancy::shards::Shards,
-    tenancy::tenant::{Queues, Tenants},
+    tenancy::{
+        identity::MetaPolicy,
+        shards::Shards,
+        tenant::{Queues, Tenants},
+    },
 };
 
 /// Clients, caches, queues and metrics shared by the syncer's loops.

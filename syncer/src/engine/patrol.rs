@@ -7,7 +7,11 @@ pub mod findings;
 use std::{sync::Arc, time::Instant};
 
 use crate::engine::patrol::findings::Findings;
-use crate::{engine::context::Context, engine::patrol::findings::found, resources, tenancy::attach};
+use crate::{
+    engine::{context::Context, patrol::findings::found},
+    resources,
+    tenancy::attach,
+};
 
 /// Runs a scan every `config.patrol_interval`.
 pub async fn run(ctx: Arc<Context>) {
@@ -73,11 +77,12 @@ mod tests {
     use crate::{
         accounting::quota::Usage,
         cache::pods::TenantPod,
-        engine::context::testing::{self, from_json, put},
-        engine::items::{DownItem, Kind, UpItem},
+        engine::{
+            context::testing::{self, from_json, put},
+            items::{DownItem, Kind, UpItem},
+        },
         resources::copy::{Conversion, Downward},
-        tenancy::identity,
-        tenancy::settings::TenantSettings,
+        tenancy::{identity, settings::TenantSettings},
     };
 
     fn tenant_pod(name: &str) -> TenantPod {

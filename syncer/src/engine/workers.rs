@@ -6,10 +6,12 @@ use std::{
 };
 
 use crate::{
-    engine::context::Context,
-    engine::items::Item,
-    engine::queue::{FairQueue, TenantId, Work},
-    engine::write_gate::{Share, on_behalf},
+    engine::{
+        context::Context,
+        items::Item,
+        queue::{FairQueue, TenantId, Work},
+        write_gate::{Share, on_behalf},
+    },
     error::Result,
     metrics::{Direction, Operation, OperationLabels, ResourceLabels, TenantLabels},
     resources::{self, Outcome},

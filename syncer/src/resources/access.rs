@@ -19,8 +19,12 @@ use kube::{Api, Resource, runtime::reflector::ObjectRef};
 
 use super::write::{Kept, keep};
 use crate::{
-    engine::context::Context, error::Result, tenancy::identity, tenancy::identity::grants,
-    tenancy::tenant::Tenant,
+    engine::context::Context,
+    error::Result,
+    tenancy::{
+        identity::{self, grants},
+        tenant::Tenant,
+    },
 };
 
 /// Name of the RoleBinding in every super namespace of a tenant.
@@ -104,8 +108,10 @@ fn in_sync(desired: &RoleBinding, existing: &RoleBinding) -> bool {
 mod tests {
     use super::*;
     use crate::{
-        engine::config::VnAgentAccess,
-        engine::context::testing::{self, put},
+        engine::{
+            config::VnAgentAccess,
+            context::testing::{self, put},
+        },
         tenancy::settings::TenantSettings,
     };
 

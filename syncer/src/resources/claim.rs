@@ -17,15 +17,7 @@ use super::{
     synced::SyncedKind,
     upward::{matching_super, params, transparent},
 };
-use crate::{
-    engine::context::Context,
-    error::{Result, on_tenant},
-    engine::patrol::findings::Findings,
-    engine::items::{Item, Kind, kinds},
-    accounting::quota::{ObjectUsage, claim_usage},
-    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-};
+use crate::{accounting::{quota::{ObjectUsage, claim_usage}}, cache::{super_stores::{SuperCache, SuperStores, SuperWatch}}, engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings}, error::{Result, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch}}};
 
 impl Downward for PersistentVolumeClaim {
     const KIND: Kind = Kind::PersistentVolumeClaim;
@@ -292,12 +284,7 @@ mod tests {
         use k8s_openapi::api::storage::v1::StorageClass;
 
         use super::*;
-        use crate::{
-            engine::context::testing::{self, from_json, put},
-            engine::items::{DownItem, Kind},
-            resources::copy::sync_down,
-            tenancy::settings::TenantSettings,
-        };
+        use crate::{engine::{context::{testing::{self, from_json, put}}, items::{DownItem, Kind}}, resources::copy::sync_down, tenancy::settings::TenantSettings};
 
         fn claim(name: &str, class: Value) -> PersistentVolumeClaim {
             let mut claim = json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("{name}-uid")},

@@ -20,13 +20,17 @@ use super::{
 use crate::{
     accounting::quota::{ObjectUsage, REASON_QUOTA_EXCEEDED},
     cache::super_stores::SuperStores,
-    engine::context::Context,
-    engine::events,
-    engine::items::{DownItem, Kind, UpItem},
-    engine::patrol::findings::{Findings, found, super_objects},
+    engine::{
+        context::Context,
+        events,
+        items::{DownItem, Kind, UpItem},
+        patrol::findings::{Findings, found, super_objects},
+    },
     error::{Error, Result},
-    tenancy::identity::{self, TenantIdentity},
-    tenancy::tenant::{Tenant, TenantStores},
+    tenancy::{
+        identity::{self, TenantIdentity},
+        tenant::{Tenant, TenantStores},
+    },
 };
 
 /// What conversions may consult.

@@ -35,7 +35,11 @@ use kube::{Api, Resource, runtime::reflector::ObjectRef};
 use serde_json::Value;
 
 use super::write::{Kept, keep};
-use crate::{engine::context::Context, error::Result, tenancy::identity, tenancy::tenant::Tenant};
+use crate::{
+    engine::context::Context,
+    error::Result,
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Name of the isolating NetworkPolicy in every super namespace of a tenant. A tenant NetworkPolicy of
 /// this name is not synced.

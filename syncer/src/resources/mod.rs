@@ -18,9 +18,11 @@ pub use outcome::Outcome;
 pub use synced::SyncedKind;
 
 use crate::{
-    engine::context::Context,
-    engine::items::{Item, Kind, kinds, with_kinds},
-    engine::patrol::findings::Findings,
+    engine::{
+        context::Context,
+        items::{Item, Kind, kinds, with_kinds},
+        patrol::findings::Findings,
+    },
     error::Result,
     tenancy::tenant::Tenant,
 };

@@ -16,8 +16,10 @@ use super::{outcome::Outcome, write::kind_label};
 use crate::{
     engine::context::Context,
     error::{Result, on_tenant},
-    tenancy::identity,
-    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant},
+    tenancy::{
+        identity,
+        tenant::{LABEL_SYNCED_FROM_SUPER, Tenant},
+    },
 };
 
 /// Whether a super StorageClass or PriorityClass is published to tenants: labelled

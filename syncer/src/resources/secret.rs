@@ -12,15 +12,7 @@ use super::{
     outcome::Outcome,
     synced::SyncedKind,
 };
-use crate::{
-    engine::context::Context,
-    error::Result,
-    engine::patrol::findings::Findings,
-    engine::items::{Item, Kind, kinds},
-    cache::super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key},
-    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
-    cache::token_shards,
-};
+use crate::{cache::{super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key}, token_shards}, engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings}, error::Result, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch}}};
 
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
 /// controller would otherwise rewrite them).

@@ -5,9 +5,7 @@ use std::future::Future;
 use super::outcome::Outcome;
 use crate::{
     cache::super_stores::SuperCache,
-    engine::context::Context,
-    engine::items::Item,
-    engine::patrol::findings::Findings,
+    engine::{context::Context, items::Item, patrol::findings::Findings},
     error::Result,
     tenancy::tenant::{Tenant, TenantCache},
 };

@@ -12,8 +12,7 @@ use crate::{
     cache::meta::Tagged,
     engine::context::Context,
     error::{Result, on_tenant},
-    tenancy::identity,
-    tenancy::tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// Force-applied under the syncer's field manager: the fields it writes into tenants are its own.

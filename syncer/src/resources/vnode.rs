@@ -26,15 +26,7 @@ use kube::{
 };
 
 use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
-use crate::{
-    engine::config::{VNodeAddresses, VNodeMode},
-    engine::context::Context,
-    error::{Error, Result, on_super, on_tenant},
-    engine::patrol::findings::{Findings, found},
-    engine::items::{Item, Kind, UpItem, kinds},
-    cache::super_stores::{SuperCache, SuperWatch},
-    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
-};
+use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{config::{VNodeAddresses, VNodeMode}, context::Context, items::{Item, Kind, UpItem, kinds}, patrol::{findings::{Findings, found}}}, error::{Error, Result, on_super, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantWatch}}};
 
 fn params() -> PatchParams {
     crate::resources::write::apply_params().force()

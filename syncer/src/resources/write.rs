@@ -15,12 +15,9 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
-    engine::context::Context,
-    engine::events,
-    engine::items::Kind,
+    engine::{context::Context, events, items::Kind},
     error::{Error, Result, on_super},
-    tenancy::identity,
-    tenancy::tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.

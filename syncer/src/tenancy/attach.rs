@@ -35,13 +35,17 @@ use vc_runtime::{
 };
 
 use crate::{
-    engine::budget::REASON_LIMIT_EXCEEDED,
-    engine::context::Context,
-    engine::items::{Kind, UpItem},
+    engine::{
+        budget::REASON_LIMIT_EXCEEDED,
+        context::Context,
+        items::{Kind, UpItem},
+    },
     metrics::StateLabels,
-    tenancy::identity::TenantIdentity,
-    tenancy::settings::TenantSettings,
-    tenancy::tenant::{Connection, Tenant},
+    tenancy::{
+        identity::TenantIdentity,
+        settings::TenantSettings,
+        tenant::{Connection, Tenant},
+    },
 };
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -1257,8 +1261,10 @@ mod tests {
     use super::*;
     use crate::{
         accounting::quota::Usage,
-        engine::context::testing::{self, from_json},
-        engine::items::{DownItem, Kind},
+        engine::{
+            context::testing::{self, from_json},
+            items::{DownItem, Kind},
+        },
     };
 
     fn provisioned(phase: Option<&str>, synced: Option<&str>) -> VirtualCluster {

@@ -18,14 +18,17 @@ use serde::{Serialize, de::DeserializeOwned};
 use tokio::{sync::Notify, task::JoinHandle};
 
 use crate::{
-    cache::meta::PackedMeta,
-    cache::slim_store::SlimStore,
-    cache::stores::{Cache, Change, reflect_budgeted, reflect_budgeted_slim},
-    engine::budget::{CacheBudget, CacheLimits},
-    engine::items::{DownItem, Kind, UpItem, kinds, with_kinds},
-    engine::queue::{FairQueue, TenantId},
-    tenancy::identity::TenantIdentity,
-    tenancy::settings::TenantSettings,
+    cache::{
+        meta::PackedMeta,
+        slim_store::SlimStore,
+        stores::{Cache, Change, reflect_budgeted, reflect_budgeted_slim},
+    },
+    engine::{
+        budget::{CacheBudget, CacheLimits},
+        items::{DownItem, Kind, UpItem, kinds, with_kinds},
+        queue::{FairQueue, TenantId},
+    },
+    tenancy::{identity::TenantIdentity, settings::TenantSettings},
 };
 
 /// Objects per page when a tenant cache lists.

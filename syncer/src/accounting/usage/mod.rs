@@ -31,8 +31,7 @@ use kube::{
 };
 
 use crate::{
-    engine::context::Context,
-    engine::queue::TenantId,
+    engine::{context::Context, queue::TenantId},
     error::{Error, Result, on_super, on_tenant},
     tenancy::tenant::Tenant,
 };

@@ -16,14 +16,18 @@ use super::Context;
 use crate::{
     accounting::quota::Quota,
     cache::super_stores::{self, SuperStores},
-    engine::config::SyncerConfig,
-    engine::items::{DownItem, UpItem},
-    engine::queue::FairQueue,
+    engine::{
+        config::SyncerConfig,
+        items::{DownItem, UpItem},
+        queue::FairQueue,
+    },
     metrics::Metrics,
     resources::Outcome,
-    tenancy::identity::TenantIdentity,
-    tenancy::settings::TenantSettings,
-    tenancy::tenant::{self, Queues, Tenant, Tenants},
+    tenancy::{
+        identity::TenantIdentity,
+        settings::TenantSettings,
+        tenant::{self, Queues, Tenant, Tenants},
+    },
 };
 
 /// The test tenant's identity.

@@ -23,14 +23,7 @@ use tokio::task::JoinHandle;
 
 use super::{convert, item};
 use crate::engine::config::custom_kinds::CustomKind;
-use crate::{
-    engine::budget::CacheBudget,
-    engine::items::{Kind, UpItem},
-    engine::queue::{FairQueue, TenantId},
-    cache::stores::{Cache, Change, OnRelist, trim},
-    cache::super_stores::{SuperWatch, ours, tenant_key},
-    tenancy::tenant::{Queues, TenantWatch, Tenants},
-};
+use crate::{cache::{stores::{Cache, Change, OnRelist, trim}, super_stores::{SuperWatch, ours, tenant_key}}, engine::{budget::CacheBudget, items::{Kind, UpItem}, queue::{FairQueue, TenantId}}, tenancy::{tenant::{Queues, TenantWatch, Tenants}}};
 
 /// Objects per page when a tenant's instances are listed (as for the typed kinds).
 const LIST_PAGE_SIZE: u32 = 100;

@@ -12,7 +12,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::engine::config::custom_kinds::{CustomKind, RefPath, Step};
-use crate::{tenancy::identity, tenancy::tenant::LABEL_SYNCED_FROM_SUPER};
+use crate::{tenancy::{identity, tenant::LABEL_SYNCED_FROM_SUPER}};
 
 /// Reason of the Warning event on a tenant CRD the syncer put back as the platform publishes it.
 pub const REASON_DEFINITION_RESTORED: &str = "CustomResourceDefinitionRestored";

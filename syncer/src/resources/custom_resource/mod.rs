@@ -13,15 +13,7 @@ pub mod definition;
 pub mod instance;
 pub mod item;
 
-use crate::{
-    engine::context::Context,
-    error::Result,
-    engine::patrol::findings::{Findings, found},
-    engine::items::{Item, kinds as typed},
-    resources::{Outcome, SyncedKind},
-    cache::super_stores::{SuperCache, SuperWatch},
-    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
-};
+use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, kinds as typed}, patrol::{findings::{Findings, found}}}, error::Result, resources::{Outcome, SyncedKind}, tenancy::{tenant::{Tenant, TenantCache, TenantWatch}}};
 
 impl TenantCache for typed::CustomResource {
     type Cache = caches::TenantCustomResources;

@@ -16,12 +16,7 @@ use k8s_openapi::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{
-    cache::pods::{CachedPodSpec, ContainerImage},
-    engine::config::PlatformPodPolicy,
-    tenancy::identity::{self, TenantIdentity},
-    resources::runtime_class::RuntimeClassChoice,
-};
+use crate::{cache::{pods::{CachedPodSpec, ContainerImage}}, engine::config::PlatformPodPolicy, resources::runtime_class::RuntimeClassChoice, tenancy::{identity::{self, TenantIdentity}}};
 
 use super::placement::Resolved;
 

@@ -23,20 +23,7 @@ use super::{
     tenant_endpoints::tenant_endpoints,
     token, token_secrets,
 };
-use crate::{
-    accounting::quota::REASON_QUOTA_EXCEEDED,
-    cache::pods::{POD_SCHEDULED, TenantPod},
-    engine::{context::Context, events},
-    error::{Result, on_tenant},
-    resources::{
-        claim, namespace,
-        outcome::Outcome,
-        public,
-        runtime_class::{self, RuntimeClassChoice},
-        vnode, write,
-    },
-    tenancy::{identity, tenant::Tenant},
-};
+use crate::{accounting::quota::REASON_QUOTA_EXCEEDED, cache::{pods::{POD_SCHEDULED, TenantPod}}, engine::{context::Context, events}, error::{Result, on_tenant}, resources::{claim, namespace, outcome::Outcome, public, runtime_class::{self, RuntimeClassChoice}, vnode, write}, tenancy::{identity, tenant::Tenant}};
 
 /// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
 pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";

@@ -11,13 +11,7 @@ use super::{
     plan::{DownStep, DownView, plan_down},
     update,
 };
-use crate::{
-    cache::pods::{SuperPod, TenantPod},
-    engine::{context::Context, events, items::DownItem},
-    error::{Result, on_super},
-    resources::{namespace, outcome::Outcome, write::delete},
-    tenancy::{identity, tenant::Tenant},
-};
+use crate::{cache::{pods::{SuperPod, TenantPod}}, engine::{context::Context, events, items::DownItem}, error::{Result, on_super}, resources::{namespace, outcome::Outcome, write::delete}, tenancy::{identity, tenant::Tenant}};
 
 /// Syncs one tenant pod down: the step [`plan_down`] decides from the caches, and its executor.
 pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {

@@ -24,19 +24,7 @@ pub mod up;
 pub mod update;
 
 use super::{outcome::Outcome, synced::SyncedKind};
-use crate::{
-    cache::pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
-    engine::context::Context,
-    error::Result,
-    engine::patrol::findings::{Findings, found, super_objects},
-    tenancy::identity,
-    engine::items::{DownItem, Item, Kind, UpItem, kinds},
-    cache::slim_store::SlimStore,
-    cache::stores::Change,
-    cache::super_stores::{SuperCache, SuperWatch, ours, tenant_key},
-    cache::meta::Tagged,
-    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
-};
+use crate::{cache::{meta::Tagged, pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod}, slim_store::SlimStore, stores::Change, super_stores::{SuperCache, SuperWatch, ours, tenant_key}}, engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::{findings::{Findings, found, super_objects}}}, error::Result, tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}}};
 
 impl TenantCache for kinds::Pod {
     type Cache = SlimStore<TenantPod>;

@@ -3,10 +3,7 @@
 //! [`super::create`], [`super::update`]) do the writes.
 
 use super::end::has_ended;
-use crate::{
-    cache::pods::{POD_SCHEDULED, SuperPod, TenantPod},
-    tenancy::identity,
-};
+use crate::{cache::{pods::{POD_SCHEDULED, SuperPod, TenantPod}}, tenancy::identity};
 
 /// The next step of a tenant pod's down sync, naming the cached pods it acts on.
 #[derive(Clone, Copy, Debug)]

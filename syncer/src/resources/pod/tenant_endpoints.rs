@@ -5,7 +5,7 @@
 use kube::{Resource, runtime::reflector::ObjectRef};
 
 use super::convert::TenantEndpoints;
-use crate::{engine::context::Context, tenancy::identity, tenancy::tenant::Tenant};
+use crate::{engine::context::Context, tenancy::{identity, tenant::Tenant}};
 
 /// The super cluster IP and first port of the tenant Service `namespace/name`: `None` when the tenant has
 /// no such Service, `Err` with a reason while it has one that is not yet in the super cluster.

@@ -21,19 +21,7 @@ use super::{
     refusal::{REASON_POLICY_VIOLATION, is_refusal},
     token, token_secrets,
 };
-use crate::{
-    cache::{
-        meta::Tagged,
-        pods::{CachedPodSpec, SuperPod, TenantPod},
-    },
-    engine::{context::Context, events},
-    error::{Result, on_super},
-    resources::{
-        outcome::Outcome,
-        write::{self, apply},
-    },
-    tenancy::{identity, tenant::Tenant},
-};
+use crate::{cache::{meta::Tagged, pods::{CachedPodSpec, SuperPod, TenantPod}}, engine::{context::Context, events}, error::{Result, on_super}, resources::{outcome::Outcome, write::{self, apply}}, tenancy::{identity, tenant::Tenant}};
 
 /// Annotation on a super pod: hash of the resize the super cluster refused. The tenant was told; the
 /// resize is not asked again until the tenant's resources change.

@@ -18,13 +18,7 @@ use super::super::{
     update::{ANNOTATION_REFUSED_RESIZE, ANNOTATION_REFUSED_TOLERATIONS, REASON_RESIZE_REFUSED, REASON_UPDATE_REFUSED},
 };
 
-use crate::{
-    accounting::quota::REASON_QUOTA_EXCEEDED,
-    engine::items::Kind,
-    engine::context::testing::{self, from_json, put},
-    accounting::quota::Usage,
-    tenancy::settings::TenantSettings,
-};
+use crate::{accounting::{quota::{REASON_QUOTA_EXCEEDED, Usage}}, engine::{context::{testing::{self, from_json, put}}, items::Kind}, tenancy::settings::TenantSettings};
 
 const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
 
