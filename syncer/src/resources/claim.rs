@@ -17,7 +17,13 @@ use super::{
     synced::SyncedKind,
     upward::{matching_super, params, transparent},
 };
-use crate::{accounting::{quota::{ObjectUsage, claim_usage}}, cache::{super_stores::{SuperCache, SuperStores, SuperWatch}}, engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings}, error::{Result, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch}}};
+use crate::{
+    accounting::quota::{ObjectUsage, claim_usage},
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    error::{Result, on_tenant},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+};
 
 impl Downward for PersistentVolumeClaim {
     const KIND: Kind = Kind::PersistentVolumeClaim;
@@ -284,7 +290,11 @@ mod tests {
         use k8s_openapi::api::storage::v1::StorageClass;
 
         use super::*;
-        use crate::{engine::{context::{testing::{self, from_json, put}}, items::{DownItem, Kind}}, resources::copy::sync_down, tenancy::settings::TenantSettings};
+        use crate::{
+            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
+            resources::copy::sync_down,
+            tenancy::settings::TenantSettings,
+        };
 
         fn claim(name: &str, class: Value) -> PersistentVolumeClaim {
             let mut claim = json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("{name}-uid")},

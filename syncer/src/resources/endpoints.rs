@@ -17,7 +17,12 @@ use kube::{
 use serde_json::{Value, json};
 
 use super::copy::{Conversion, Downward, copied_kind};
-use crate::{cache::super_stores::SuperStores, engine::{items::{DownItem, Kind}}, error::Result, tenancy::{tenant::{Tenant, TenantStores}}};
+use crate::{
+    cache::super_stores::SuperStores,
+    engine::items::{DownItem, Kind},
+    error::Result,
+    tenancy::tenant::{Tenant, TenantStores},
+};
 
 /// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
 pub const REASON_ENDPOINTS_REFUSED: &str = "EndpointsRefused";
@@ -289,7 +294,7 @@ mod tests {
     /// ends or goes has the Endpoints leading to it judged again.
     #[tokio::test]
     async fn endpoints_lead_only_to_the_tenants_own_live_pods_and_apiserver() {
-        use crate::{engine::{context::{testing::{self, from_json, put}}}, tenancy::settings::TenantSettings};
+        use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (ctx, mut super_writers) = testing::context(super_client);

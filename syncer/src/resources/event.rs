@@ -17,7 +17,12 @@ use kube::{
 };
 
 use super::{outcome::Outcome, synced::SyncedKind};
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, Kind, UpItem, kinds}}, error::{Result, on_tenant}, tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, UpItem, kinds}},
+    error::{Result, on_tenant},
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
+};
 
 /// Queues new super-cluster events about synced objects for their tenants, with names and
 /// namespaces translated back. Events that existed before the syncer started are not copied again.
@@ -203,7 +208,11 @@ mod tests {
 
     use super::*;
     use crate::engine::events::PENDING_EVENTS_PER_TENANT;
-    use crate::{cache::pods::SuperPod, engine::context::testing, tenancy::{identity::TenantIdentity, settings::TenantSettings, tenant::Tenant}};
+    use crate::{
+        cache::pods::SuperPod,
+        engine::context::testing,
+        tenancy::{identity::TenantIdentity, settings::TenantSettings, tenant::Tenant},
+    };
 
     fn identity(cluster_key: &str) -> TenantIdentity {
         TenantIdentity {

@@ -22,7 +22,12 @@ use super::{
     synced::SyncedKind,
     upward::{matching_super, params, transparent},
 };
-use crate::{cache::{super_stores::{self, SuperCache, SuperStores, SuperWatch}}, engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::findings::Findings}, error::{Result, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced}}};
+use crate::{
+    cache::super_stores::{self, SuperCache, SuperStores, SuperWatch},
+    engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::findings::Findings},
+    error::{Result, on_tenant},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
+};
 
 impl Downward for Ingress {
     const KIND: Kind = Kind::Ingress;

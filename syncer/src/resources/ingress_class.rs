@@ -10,7 +10,12 @@ use super::{
     public::{copy_metadata, get, reconcile_copy},
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, kinds}}, error::Result, tenancy::{tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds}},
+    error::Result,
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+};
 
 /// Syncs a public super IngressClass into the tenant.
 pub async fn ingress_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {

@@ -32,7 +32,18 @@ use super::{
     synced::SyncedKind,
     write::{apply_copy, delete},
 };
-use crate::{cache::{stores::Change, super_stores::{SuperCache, SuperWatch}}, engine::{config::POD_SECURITY_PREFIX, context::Context, events, items::{DownItem, Item, kinds}, patrol::{findings::{Findings, found}}}, error::{Result, on_super}, tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::{stores::Change, super_stores::{SuperCache, SuperWatch}},
+    engine::{
+        config::POD_SECURITY_PREFIX,
+        context::Context,
+        events,
+        items::{DownItem, Item, kinds},
+        patrol::findings::{Findings, found},
+    },
+    error::{Result, on_super},
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
+};
 
 /// The super namespace for a tenant namespace object.
 fn desired(ctx: &Context, tenant: &Tenant, namespace: &Namespace) -> Namespace {
@@ -473,7 +484,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{engine::{context::{testing::{self, from_json, put}}, items::Kind}, tenancy::settings::TenantSettings};
+    use crate::{
+        engine::{context::testing::{self, from_json, put}, items::Kind},
+        tenancy::settings::TenantSettings,
+    };
 
     const KEY: &str = "team-abc123-vc";
 

@@ -24,7 +24,12 @@ use super::{
     outcome::Outcome,
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key}}, engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings}, error::Result, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    error::Result,
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+};
 
 /// Reason of the event on a tenant NetworkPolicy some of whose rules are not synced.
 pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
@@ -242,7 +247,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{engine::{context::{testing::{self, from_json}}}, resources::endpoints::within, tenancy::settings::TenantSettings};
+    use crate::{
+        engine::context::testing::{self, from_json},
+        resources::endpoints::within,
+        tenancy::settings::TenantSettings,
+    };
 
     fn convert(ctx: &Context, tenant: &Tenant, policy: Value) -> (Option<NetworkPolicy>, Option<String>) {
         let policy: NetworkPolicy = from_json(policy);

@@ -9,7 +9,12 @@ use super::{
     public::{copy_metadata, get, reconcile_copy},
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, kinds}}, error::Result, tenancy::{tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds}},
+    error::Result,
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+};
 
 /// Syncs a public super PriorityClass into the tenant.
 pub async fn priority_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {

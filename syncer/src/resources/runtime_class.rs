@@ -17,7 +17,12 @@ use super::{
     public::{copy_metadata, get, is_published, reconcile_copy},
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, kinds}}, error::{Result, on_tenant}, tenancy::{tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds}},
+    error::{Result, on_tenant},
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+};
 
 /// Syncs a public super RuntimeClass into the tenant.
 pub async fn runtime_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {

@@ -12,7 +12,12 @@ use super::{
     outcome::Outcome,
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key}, token_shards}, engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings}, error::Result, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch}}};
+use crate::{
+    cache::{super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key}, token_shards},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    error::Result,
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+};
 
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
 /// controller would otherwise rewrite them).

@@ -19,7 +19,19 @@ use super::{
     synced::SyncedKind,
     upward::{matching_super, params, transparent},
 };
-use crate::{accounting::{quota::{ObjectUsage, needs_node_ports, service_usage}}, cache::{super_stores::{SuperCache, SuperStores, SuperWatch}}, engine::{config::ExternalNameServices, context::Context, events, items::{Item, Kind, UpItem, kinds}, patrol::findings::Findings}, error::{Result, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced}}};
+use crate::{
+    accounting::quota::{ObjectUsage, needs_node_ports, service_usage},
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
+    engine::{
+        config::ExternalNameServices,
+        context::Context,
+        events,
+        items::{Item, Kind, UpItem, kinds},
+        patrol::findings::Findings,
+    },
+    error::{Result, on_tenant},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
+};
 
 fn normalized_ports(ports: &Option<Vec<ServicePort>>) -> Value {
     let ports: Vec<Value> = ports
@@ -548,7 +560,11 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;
-    use crate::{engine::{context::{testing::{self, from_json, put}}, items::DownItem}, resources::copy::sync_down, tenancy::settings::TenantSettings};
+    use crate::{
+        engine::{context::testing::{self, from_json, put}, items::DownItem},
+        resources::copy::sync_down,
+        tenancy::settings::TenantSettings,
+    };
 
     const SUPER_IP: &str = "10.96.0.9";
 
@@ -846,7 +862,11 @@ mod tests {
         use k8s_openapi::api::core::v1::Namespace;
 
         use super::*;
-        use crate::{engine::{context::{testing::{self, from_json, put}}, items::{DownItem, Kind}}, resources::copy::sync_down, tenancy::{identity, settings::TenantSettings}};
+        use crate::{
+            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
+            resources::copy::sync_down,
+            tenancy::{identity, settings::TenantSettings},
+        };
 
         const APPLY: &str = "/api/v1/namespaces/team-abc123-vc-shop/services/web?&fieldManager=vc-syncer";
 

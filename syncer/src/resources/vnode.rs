@@ -26,7 +26,17 @@ use kube::{
 };
 
 use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{config::{VNodeAddresses, VNodeMode}, context::Context, items::{Item, Kind, UpItem, kinds}, patrol::{findings::{Findings, found}}}, error::{Error, Result, on_super, on_tenant}, tenancy::{tenant::{Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{
+        config::{VNodeAddresses, VNodeMode},
+        context::Context,
+        items::{Item, Kind, UpItem, kinds},
+        patrol::findings::{Findings, found},
+    },
+    error::{Error, Result, on_super, on_tenant},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
+};
 
 fn params() -> PatchParams {
     crate::resources::write::apply_params().force()

@@ -16,7 +16,12 @@ use super::{
     public::{get, reconcile_copy},
     synced::SyncedKind,
 };
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, Kind, UpItem, kinds}}, error::Result, tenancy::{identity, tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, UpItem, kinds}},
+    error::Result,
+    tenancy::{identity, tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}},
+};
 
 /// Syncs a super PersistentVolume bound to one of the tenant's claims into the tenant, bound to the
 /// tenant claim (see [`tenant_volume`] for what the copy carries).

@@ -23,7 +23,11 @@ use tokio::task::JoinHandle;
 
 use super::{convert, item};
 use crate::engine::config::custom_kinds::CustomKind;
-use crate::{cache::{stores::{Cache, Change, OnRelist, trim}, super_stores::{SuperWatch, ours, tenant_key}}, engine::{budget::CacheBudget, items::{Kind, UpItem}, queue::{FairQueue, TenantId}}, tenancy::{tenant::{Queues, TenantWatch, Tenants}}};
+use crate::{
+    cache::{stores::{Cache, Change, OnRelist, trim}, super_stores::{SuperWatch, ours, tenant_key}},
+    engine::{budget::CacheBudget, items::{Kind, UpItem}, queue::{FairQueue, TenantId}},
+    tenancy::tenant::{Queues, TenantWatch, Tenants},
+};
 
 /// Objects per page when a tenant's instances are listed (as for the typed kinds).
 const LIST_PAGE_SIZE: u32 = 100;

@@ -9,7 +9,12 @@ use kube::{
 };
 
 use super::convert::{self, REASON_DEFINITION_RESTORED};
-use crate::{engine::{context::Context, events, items::Kind}, error::{Result, on_tenant}, resources::{outcome::Outcome, public}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    engine::{context::Context, events, items::Kind},
+    error::{Result, on_tenant},
+    resources::{outcome::Outcome, public},
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// The CRD a tenant should have under this name, and the API resource of its instances: `None` when the
 /// kind is not configured, its CRD is not in the super cluster (or not namespaced), or the tenant may not

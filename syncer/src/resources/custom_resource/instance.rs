@@ -14,7 +14,12 @@ use super::{
     convert::{self, REASON_CONFLICT, REASON_INVALID, REASON_REFUSED, References},
     item,
 };
-use crate::{engine::{context::Context, events, items::Kind, patrol::{findings::{Findings, found, super_objects}}}, error::{Error, Result, on_super, on_tenant}, resources::{namespace, outcome::Outcome, upward}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    engine::{context::Context, events, items::Kind, patrol::findings::{Findings, found, super_objects}},
+    error::{Error, Result, on_super, on_tenant},
+    resources::{namespace, outcome::Outcome, upward},
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// How long an item waits for a cache of its kind that has not listed yet.
 const NOT_LISTED_DELAY: Duration = Duration::from_millis(500);

@@ -13,7 +13,13 @@ pub mod definition;
 pub mod instance;
 pub mod item;
 
-use crate::{cache::{super_stores::{SuperCache, SuperWatch}}, engine::{context::Context, items::{Item, kinds as typed}, patrol::{findings::{Findings, found}}}, error::Result, resources::{Outcome, SyncedKind}, tenancy::{tenant::{Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds as typed}, patrol::findings::{Findings, found}},
+    error::Result,
+    resources::{Outcome, SyncedKind},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
+};
 
 impl TenantCache for typed::CustomResource {
     type Cache = caches::TenantCustomResources;

@@ -16,7 +16,12 @@ use k8s_openapi::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{cache::{pods::{CachedPodSpec, ContainerImage}}, engine::config::PlatformPodPolicy, resources::runtime_class::RuntimeClassChoice, tenancy::{identity::{self, TenantIdentity}}};
+use crate::{
+    cache::pods::{CachedPodSpec, ContainerImage},
+    engine::config::PlatformPodPolicy,
+    resources::runtime_class::RuntimeClassChoice,
+    tenancy::identity::{self, TenantIdentity},
+};
 
 use super::placement::Resolved;
 

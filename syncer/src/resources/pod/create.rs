@@ -23,7 +23,20 @@ use super::{
     tenant_endpoints::tenant_endpoints,
     token, token_secrets,
 };
-use crate::{accounting::quota::REASON_QUOTA_EXCEEDED, cache::{pods::{POD_SCHEDULED, TenantPod}}, engine::{context::Context, events}, error::{Result, on_tenant}, resources::{claim, namespace, outcome::Outcome, public, runtime_class::{self, RuntimeClassChoice}, vnode, write}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    accounting::quota::REASON_QUOTA_EXCEEDED,
+    cache::pods::{POD_SCHEDULED, TenantPod},
+    engine::{context::Context, events},
+    error::{Result, on_tenant},
+    resources::{
+        claim, namespace,
+        outcome::Outcome,
+        public,
+        runtime_class::{self, RuntimeClassChoice},
+        vnode, write,
+    },
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Reason of the event on a tenant pod that leaves out a resource its tenant's quota limits.
 pub const REASON_RESOURCES_REQUIRED: &str = "ResourcesRequired";
@@ -48,7 +61,12 @@ fn limited_dimensions(quota: Option<&crds::TenantQuota>) -> String {
 
 /// Creates the copy of a tenant pod that has none: admitted by the pod policy and the quota, converted,
 /// placed in the tenant's node selection, written by one POST.
-pub(super) async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
+pub(super) async fn create(
+    ctx: &Context,
+    tenant: &Tenant,
+    cached: &TenantPod,
+    api: &Api<Pod>,
+) -> Result<Outcome> {
     let namespace = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
     // A pod waiting for quota is queued again whenever room may have appeared (a pod ended, the quota
@@ -113,7 +131,10 @@ pub(super) async fn create(ctx: &Context, tenant: &Tenant, cached: &TenantPod, a
         Some(spec) if was_scheduled(cached) => spec.node_name.take(),
         _ => None,
     };
-    let asked_runtime_class = tenant_pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref());
+    let asked_runtime_class = tenant_pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref());
     let runtime_class = runtime_class::choose(ctx, tenant, asked_runtime_class).await?;
     let node_selection = node_selection(ctx, tenant, tenant_pod.spec.as_ref()).await?;
     let converted = match convert(
@@ -267,7 +288,10 @@ async fn create_admitted(
 
 /// The cluster IP of the tenant DNS Service (vc-dns), read from the super cluster once a minute; `Err`
 /// with a reason while it cannot be read.
-async fn tenant_dns_ip(ctx: &Context, service: &crate::engine::config::TenantDnsService) -> Result<String, String> {
+async fn tenant_dns_ip(
+    ctx: &Context,
+    service: &crate::engine::config::TenantDnsService,
+) -> Result<String, String> {
     let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
     if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
         && fresh(at)
@@ -475,8 +499,8 @@ mod tests {
                 {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}}])
         );
         assert_eq!(
-            affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-                ["matchExpressions"][0]["key"],
+            affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                [0]["matchExpressions"][0]["key"],
             "zone"
         );
     }

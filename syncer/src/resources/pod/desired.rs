@@ -4,7 +4,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::convert;
-use crate::{cache::pods::CachedPodSpec, engine::context::Context, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    cache::pods::CachedPodSpec,
+    engine::context::Context,
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// The super metadata a tenant pod calls for, and the sync hash over everything of a pod that may change
 /// after creation (labels, annotations, images, deadline): the rest of a pod is fixed when it is created.

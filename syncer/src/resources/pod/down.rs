@@ -11,7 +11,13 @@ use super::{
     plan::{DownStep, DownView, plan_down},
     update,
 };
-use crate::{cache::{pods::{SuperPod, TenantPod}}, engine::{context::Context, events, items::DownItem}, error::{Result, on_super}, resources::{namespace, outcome::Outcome, write::delete}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    cache::pods::{SuperPod, TenantPod},
+    engine::{context::Context, events, items::DownItem},
+    error::{Result, on_super},
+    resources::{namespace, outcome::Outcome, write::delete},
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Syncs one tenant pod down: the step [`plan_down`] decides from the caches, and its executor.
 pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {
@@ -70,7 +76,9 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
         }
         DownStep::ReplaceLost(tenant_pod) => replace_lost(ctx, tenant, tenant_pod, &api).await,
         DownStep::Create(tenant_pod) => create::create(ctx, tenant, tenant_pod, &api).await,
-        DownStep::Update(tenant_pod, existing) => update::update(ctx, tenant, tenant_pod, existing, &api).await,
+        DownStep::Update(tenant_pod, existing) => {
+            update::update(ctx, tenant, tenant_pod, existing, &api).await
+        }
     }
 }
 
@@ -106,15 +114,20 @@ async fn terminate(
 
 /// The super pod of a scheduled tenant pod disappeared behind the syncer's back: the tenant pod is deleted
 /// so that its controller replaces it, as when a node is lost.
-async fn replace_lost(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, api: &Api<Pod>) -> Result<Outcome> {
+async fn replace_lost(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    api: &Api<Pod>,
+) -> Result<Outcome> {
     // The cache may not show yet a copy made a moment ago (a pod recreated after a pause and synced again
     // before the copy's watch event arrived): deleting a pod is final, so the apiserver says whether its
     // copy is really gone.
     let name = tenant_pod.name_any();
-    let copy = api
-        .get_opt(&name)
-        .await
-        .map_err(on_super(format!("reading pod {}/{name}", api.namespace().unwrap_or_default())))?;
+    let copy = api.get_opt(&name).await.map_err(on_super(format!(
+        "reading pod {}/{name}",
+        api.namespace().unwrap_or_default()
+    )))?;
     if copy.is_some_and(|copy| identity::tenant_uid(copy.meta()) == tenant_pod.uid().as_deref()) {
         return Ok(Outcome::InSync);
     }

@@ -16,7 +16,13 @@ use kube::{
     api::{DeleteParams, Patch, Preconditions},
 };
 
-use crate::{cache::{meta::Tagged, pods::TenantPod}, engine::context::Context, error::{Result, on_tenant}, resources::{outcome::Outcome, upward::params}, tenancy::tenant::Tenant};
+use crate::{
+    cache::{meta::Tagged, pods::TenantPod},
+    engine::context::Context,
+    error::{Result, on_tenant},
+    resources::{outcome::Outcome, upward::params},
+    tenancy::tenant::Tenant,
+};
 
 /// The kubelet's reason for a container whose end it did not see.
 pub const REASON_CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
@@ -245,7 +251,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::{engine::{context::{testing::{self, from_json, put}}}, tenancy::settings::TenantSettings};
+    use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
 
     fn at(time: &str) -> Time {
         from_json(json!(time))

@@ -18,7 +18,12 @@ use super::{
     refusal::{REASON_POLICY_VIOLATION, is_refusal},
     tenant_endpoints::tenant_apiserver,
 };
-use crate::{cache::{meta::Tagged, pods::{ContainerImage, SuperPod, TenantPod}}, engine::{context::Context, events}, error::{Result, on_super, on_tenant}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    cache::{meta::Tagged, pods::{ContainerImage, SuperPod, TenantPod}},
+    engine::{context::Context, events},
+    error::{Result, on_super, on_tenant},
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Annotation on a super pod: comma-separated keys of the ephemeral containers whose refusal the tenant
 /// was told (each a hash of the container's name and image and of the pod policy).

@@ -24,7 +24,22 @@ pub mod up;
 pub mod update;
 
 use super::{outcome::Outcome, synced::SyncedKind};
-use crate::{cache::{meta::Tagged, pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod}, slim_store::SlimStore, stores::Change, super_stores::{SuperCache, SuperWatch, ours, tenant_key}}, engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::{findings::{Findings, found, super_objects}}}, error::Result, tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}}};
+use crate::{
+    cache::{
+        meta::Tagged,
+        pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
+        slim_store::SlimStore,
+        stores::Change,
+        super_stores::{SuperCache, SuperWatch, ours, tenant_key},
+    },
+    engine::{
+        context::Context,
+        items::{DownItem, Item, Kind, UpItem, kinds},
+        patrol::findings::{Findings, found, super_objects},
+    },
+    error::Result,
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
+};
 
 impl TenantCache for kinds::Pod {
     type Cache = SlimStore<TenantPod>;

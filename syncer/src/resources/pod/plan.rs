@@ -3,7 +3,10 @@
 //! [`super::create`], [`super::update`]) do the writes.
 
 use super::end::has_ended;
-use crate::{cache::{pods::{POD_SCHEDULED, SuperPod, TenantPod}}, tenancy::identity};
+use crate::{
+    cache::pods::{POD_SCHEDULED, SuperPod, TenantPod},
+    tenancy::identity,
+};
 
 /// The next step of a tenant pod's down sync, naming the cached pods it acts on.
 #[derive(Clone, Copy, Debug)]
@@ -158,7 +161,11 @@ mod tests {
         }))
     }
 
-    fn step<'a>(tenant: Option<&'a TenantPod>, copy: Option<&'a SuperPod>, paused_away: bool) -> DownStep<'a> {
+    fn step<'a>(
+        tenant: Option<&'a TenantPod>,
+        copy: Option<&'a SuperPod>,
+        paused_away: bool,
+    ) -> DownStep<'a> {
         plan_down(&DownView {
             cluster_key: KEY,
             namespace: "ns",
@@ -182,21 +189,93 @@ mod tests {
         let other_namespace = super_pod(KEY, "ns2", "u1", Some("node-1"), false);
         let (t, c) = (Some, Some);
         for (tenant, copy, paused_away, want, case) in [
-            (t(&running), c(&other_tenant), false, DownStep::Foreign, "another tenant's copy"),
-            (None, c(&other_namespace), false, DownStep::Foreign, "another namespace's copy"),
+            (
+                t(&running),
+                c(&other_tenant),
+                false,
+                DownStep::Foreign,
+                "another tenant's copy",
+            ),
+            (
+                None,
+                c(&other_namespace),
+                false,
+                DownStep::Foreign,
+                "another namespace's copy",
+            ),
             (None, None, false, DownStep::Gone, "nothing on either side"),
-            (None, c(&placed), false, DownStep::Orphaned(&placed), "the tenant pod deleted"),
-            (t(&running), c(&other_uid), false, DownStep::Stale(&other_uid), "a new pod of that name"),
-            (t(&deleting), c(&placed), false, DownStep::Terminate(&deleting, c(&placed)), "the tenant deletes its pod"),
-            (t(&deleting), None, false, DownStep::Terminate(&deleting, None), "deleted, its copy gone"),
+            (
+                None,
+                c(&placed),
+                false,
+                DownStep::Orphaned(&placed),
+                "the tenant pod deleted",
+            ),
+            (
+                t(&running),
+                c(&other_uid),
+                false,
+                DownStep::Stale(&other_uid),
+                "a new pod of that name",
+            ),
+            (
+                t(&deleting),
+                c(&placed),
+                false,
+                DownStep::Terminate(&deleting, c(&placed)),
+                "the tenant deletes its pod",
+            ),
+            (
+                t(&deleting),
+                None,
+                false,
+                DownStep::Terminate(&deleting, None),
+                "deleted, its copy gone",
+            ),
             (t(&failed), None, false, DownStep::Ended, "ended, no copy"),
-            (t(&failed), c(&unplaced), false, DownStep::Unplaced(&unplaced), "ended before its copy was placed"),
-            (t(&failed), c(&unplaced_going), false, DownStep::Unplaced(&unplaced_going), "ended, its unplaced copy going"),
-            (t(&failed), c(&placed), false, DownStep::Update(&failed, &placed), "ended on a node: status flows up"),
-            (t(&running), None, false, DownStep::ReplaceLost(&running), "a scheduled pod's copy lost"),
-            (t(&running), None, true, DownStep::Create(&running), "a scheduled pod a pause removed"),
+            (
+                t(&failed),
+                c(&unplaced),
+                false,
+                DownStep::Unplaced(&unplaced),
+                "ended before its copy was placed",
+            ),
+            (
+                t(&failed),
+                c(&unplaced_going),
+                false,
+                DownStep::Unplaced(&unplaced_going),
+                "ended, its unplaced copy going",
+            ),
+            (
+                t(&failed),
+                c(&placed),
+                false,
+                DownStep::Update(&failed, &placed),
+                "ended on a node: status flows up",
+            ),
+            (
+                t(&running),
+                None,
+                false,
+                DownStep::ReplaceLost(&running),
+                "a scheduled pod's copy lost",
+            ),
+            (
+                t(&running),
+                None,
+                true,
+                DownStep::Create(&running),
+                "a scheduled pod a pause removed",
+            ),
             (t(&pending), None, false, DownStep::Create(&pending), "a new pod"),
-            (t(&running), c(&placed), false, DownStep::Update(&running, &placed), "a running pod"),
+            (
+                t(&running),
+                c(&placed),
+                false,
+                DownStep::Update(&running, &placed),
+                "a running pod",
+            ),
         ] {
             assert_eq!(step(tenant, copy, paused_away), want, "{case}");
         }

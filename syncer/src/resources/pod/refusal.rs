@@ -53,9 +53,15 @@ pub fn refused_by_admission(error: &crate::error::Error) -> bool {
     error.is_status(400)
         || error.is_status(422)
         || (error.is_status(403)
-            && ["pod rejected", "admission webhook", "exceeded quota", "maximum", "minimum"]
-                .iter()
-                .any(|m| message.contains(m)))
+            && [
+                "pod rejected",
+                "admission webhook",
+                "exceeded quota",
+                "maximum",
+                "minimum",
+            ]
+            .iter()
+            .any(|m| message.contains(m)))
 }
 
 #[cfg(test)]
@@ -71,14 +77,26 @@ mod tests {
                     .boxed(),
             ))
         };
-        assert!(refused_by_admission(&refusal(403, "pod rejected: RuntimeClass \"x\" not found")));
-        assert!(refused_by_admission(&refusal(422, "spec.containers[0].image: Required value")));
-        assert!(refused_by_admission(&refusal(403, "admission webhook \"a.example.com\" denied the request")));
+        assert!(refused_by_admission(&refusal(
+            403,
+            "pod rejected: RuntimeClass \"x\" not found"
+        )));
+        assert!(refused_by_admission(&refusal(
+            422,
+            "spec.containers[0].image: Required value"
+        )));
+        assert!(refused_by_admission(&refusal(
+            403,
+            "admission webhook \"a.example.com\" denied the request"
+        )));
         // The syncer's own rights are the platform's problem, not told to tenants.
         assert!(!refused_by_admission(&refusal(
             403,
             "pods is forbidden: User \"system:serviceaccount:vc:syncer\" cannot create resource \"pods\""
         )));
-        assert!(!refused_by_admission(&refusal(500, "etcdserver: request timed out")));
+        assert!(!refused_by_admission(&refusal(
+            500,
+            "etcdserver: request timed out"
+        )));
     }
 }

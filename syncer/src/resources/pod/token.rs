@@ -24,7 +24,13 @@ use kube::{Api, Resource, api::PostParams, runtime::reflector::ObjectRef};
 use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
-use crate::{cache::{meta::Tagged, pods::{SuperPod, TenantPod}}, engine::{context::Context, items::{DownItem, Kind}}, error::{Result, on_tenant}, resources::write::apply, tenancy::{identity::{self, TenantIdentity}, tenant::Tenant}};
+use crate::{
+    cache::{meta::Tagged, pods::{SuperPod, TenantPod}},
+    engine::{context::Context, items::{DownItem, Kind}},
+    error::{Result, on_tenant},
+    resources::write::apply,
+    tenancy::{identity::{self, TenantIdentity}, tenant::Tenant},
+};
 
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).
 pub const ANNOTATION_TOKEN_EXPIRES: &str = "tenancy.x-k8s.io/token-expires";

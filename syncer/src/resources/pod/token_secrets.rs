@@ -52,7 +52,12 @@ use crate::cache::token_shards::{
     ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, TokenShards, members_of,
     shard_index,
 };
-use crate::{cache::{pods::{SuperPod, TenantPod}}, engine::context::Context, error::{Error, Result, on_super}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    cache::pods::{SuperPod, TenantPod},
+    engine::context::Context,
+    error::{Error, Result, on_super},
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// How long a pod assigned to a shard counts as a member before its super pod shows in the cache (the pod
 /// is created within seconds; the cache follows in less). Once shown, it counts until its tokens are
@@ -718,7 +723,10 @@ mod tests {
     use k8s_openapi::jiff::{self, Timestamp};
 
     use super::*;
-    use crate::{cache::{token_shards::{DataKeys, GroupCommit, shard_name}}, engine::{items::Kind, queue::TenantId}};
+    use crate::{
+        cache::token_shards::{DataKeys, GroupCommit, shard_name},
+        engine::{items::Kind, queue::TenantId},
+    };
 
     #[test]
     fn shard_names_round_trip_and_are_reserved() {
@@ -851,7 +859,11 @@ mod tests {
 
     // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
 
-    use crate::{engine::{context::{testing::{self, from_json, put as cache}}, items::Item}, resources::Outcome, tenancy::settings::TenantSettings};
+    use crate::{
+        engine::{context::testing::{self, from_json, put as cache}, items::Item},
+        resources::Outcome,
+        tenancy::settings::TenantSettings,
+    };
     use k8s_openapi::api::core::v1::Namespace;
 
     const SUPER_NS: &str = "team-abc123-vc-ns";

@@ -13,7 +13,21 @@ use super::{
     end::{finalize_tenant_pod, has_ended, write_status},
     token_secrets,
 };
-use crate::{cache::{pods::{CachedCondition, ContainerImage, POD_SCHEDULED, SuperPod, TenantPod, TenantPodStatus, container_statuses_hash}}, engine::{context::Context, events}, error::{Result, on_tenant}, resources::{outcome::Outcome, upward::{matching_super, transparent}, vnode}, tenancy::tenant::Tenant};
+use crate::{
+    cache::pods::{
+        CachedCondition,
+        ContainerImage,
+        POD_SCHEDULED,
+        SuperPod,
+        TenantPod,
+        TenantPodStatus,
+        container_statuses_hash,
+    },
+    engine::{context::Context, events},
+    error::{Result, on_tenant},
+    resources::{outcome::Outcome, upward::{matching_super, transparent}, vnode},
+    tenancy::tenant::Tenant,
+};
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
 /// manage (readiness gates) stay theirs, and only the tenant's own ephemeral containers are reported (one
@@ -422,7 +436,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{engine::{context::{testing::{self, from_json, put}}}, tenancy::settings::TenantSettings};
+    use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
     fn super_copy(status: serde_json::Value) -> crate::cache::pods::SuperPod {

@@ -21,7 +21,19 @@ use super::{
     refusal::{REASON_POLICY_VIOLATION, is_refusal},
     token, token_secrets,
 };
-use crate::{cache::{meta::Tagged, pods::{CachedPodSpec, SuperPod, TenantPod}}, engine::{context::Context, events}, error::{Result, on_super}, resources::{outcome::Outcome, write::{self, apply}}, tenancy::{identity, tenant::Tenant}};
+use crate::{
+    cache::{
+        meta::Tagged,
+        pods::{CachedPodSpec, SuperPod, TenantPod},
+    },
+    engine::{context::Context, events},
+    error::{Result, on_super},
+    resources::{
+        outcome::Outcome,
+        write::{self, apply},
+    },
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Annotation on a super pod: hash of the resize the super cluster refused. The tenant was told; the
 /// resize is not asked again until the tenant's resources change.
@@ -48,7 +60,12 @@ pub(super) async fn update(
 ) -> Result<Outcome> {
     let mut writes = 0;
     let name = super_pod.name_any();
-    let (desired_meta, hash) = desired_state(ctx, tenant, &tenant_pod.metadata.to_object_meta(), &tenant_pod.spec);
+    let (desired_meta, hash) = desired_state(
+        ctx,
+        tenant,
+        &tenant_pod.metadata.to_object_meta(),
+        &tenant_pod.spec,
+    );
     let reference = tenant_pod.object_ref(&());
 
     let missing = convert::missing_tolerations(&tenant_pod.spec, &super_pod.spec);
@@ -62,8 +79,8 @@ pub(super) async fn update(
         .filter(|t| !refused.iter().any(|(r, _)| r == *t))
         .map(|t| (*t).clone())
         .collect();
-    let refused_tolerations =
-        (!refused.is_empty()).then(|| identity::sync_hash(&refused.iter().map(|(t, _)| t).collect::<Vec<_>>()));
+    let refused_tolerations = (!refused.is_empty())
+        .then(|| identity::sync_hash(&refused.iter().map(|(t, _)| t).collect::<Vec<_>>()));
     if let Some(refusal) = &refused_tolerations
         && super_pod.meta().annotation(ANNOTATION_REFUSED_TOLERATIONS) != Some(refusal.as_str())
     {
@@ -169,7 +186,12 @@ pub(super) async fn update(
             Err(error) if is_refusal(&error) => {
                 let message = format!(
                     "the super cluster refused the pod's change of {}: {}; the running pod keeps its previous settings",
-                    changed_fields(&tenant_pod.spec, &super_pod.spec, !metadata_in_sync, !added.is_empty()),
+                    changed_fields(
+                        &tenant_pod.spec,
+                        &super_pod.spec,
+                        !metadata_in_sync,
+                        !added.is_empty()
+                    ),
                     error.status_message().unwrap_or_default()
                 );
                 tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_UPDATE_REFUSED, "{message}");
@@ -205,17 +227,29 @@ pub(super) async fn update(
 }
 
 /// The fields of the tenant pod's change, for messages.
-fn changed_fields(tenant: &CachedPodSpec, super_spec: &CachedPodSpec, metadata: bool, tolerations: bool) -> String {
+fn changed_fields(
+    tenant: &CachedPodSpec,
+    super_spec: &CachedPodSpec,
+    metadata: bool,
+    tolerations: bool,
+) -> String {
     let mut fields = Vec::new();
     if metadata {
         fields.push("metadata.labels/annotations".to_owned());
     }
     for (list, wanted, have) in [
         ("containers", &tenant.containers, &super_spec.containers),
-        ("initContainers", &tenant.init_containers, &super_spec.init_containers),
+        (
+            "initContainers",
+            &tenant.init_containers,
+            &super_spec.init_containers,
+        ),
     ] {
         for container in wanted {
-            if have.iter().any(|h| h.name == container.name && h.image != container.image) {
+            if have
+                .iter()
+                .any(|h| h.name == container.name && h.image != container.image)
+            {
                 fields.push(format!("spec.{list}[{}].image", container.name));
             }
         }

@@ -15,10 +15,20 @@ use super::super::{
     ephemeral,
     refusal::{REASON_POLICY_VIOLATION, REASON_REFUSED_BY_SUPER_CLUSTER, REFUSED_RETRY},
     token::{self, refresh_token},
-    update::{ANNOTATION_REFUSED_RESIZE, ANNOTATION_REFUSED_TOLERATIONS, REASON_RESIZE_REFUSED, REASON_UPDATE_REFUSED},
+    update::{
+        ANNOTATION_REFUSED_RESIZE, ANNOTATION_REFUSED_TOLERATIONS, REASON_RESIZE_REFUSED,
+        REASON_UPDATE_REFUSED,
+    },
 };
 
-use crate::{accounting::{quota::{REASON_QUOTA_EXCEEDED, Usage}}, engine::{context::{testing::{self, from_json, put}}, items::Kind}, tenancy::settings::TenantSettings};
+use crate::{
+    accounting::quota::{REASON_QUOTA_EXCEEDED, Usage},
+    engine::{
+        context::testing::{self, from_json, put},
+        items::Kind,
+    },
+    tenancy::settings::TenantSettings,
+};
 
 const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
 
@@ -112,7 +122,11 @@ async fn a_pod_the_super_cluster_refuses_is_told_to_the_tenant_and_retried_later
         supers
             .expect("POST", "/api/v1/namespaces/team-abc123-vc-ns/pods?")
             .await
-            .fail(403, "Forbidden", "pods \"second\" is forbidden: maximum cpu usage per Container is 2, but limit is 4");
+            .fail(
+                403,
+                "Forbidden",
+                "pods \"second\" is forbidden: maximum cpu usage per Container is 2, but limit is 4",
+            );
         let event = tenants
             .expect("POST", "/apis/events.k8s.io/v1/namespaces/ns/events")
             .await;
@@ -173,8 +187,10 @@ fn running_pod(tenant_pod: serde_json::Value, super_annotations: serde_json::Val
     put(&mut super_caches.pods, from_json(super_pod(super_annotations)));
     put(
         &mut super_caches.namespaces,
-        from_json::<Namespace>(json!({"metadata": {"name": "team-abc123-vc-shop", "annotations": {
-            "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop"}}})),
+        from_json::<Namespace>(
+            json!({"metadata": {"name": "team-abc123-vc-shop", "annotations": {
+            "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop"}}}),
+        ),
     );
     Running {
         ctx,
@@ -226,28 +242,42 @@ async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
     let now = token::now();
 
     // In sync (a restart): nothing is asked or written.
-    crate::engine::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 10, now + 3590));
+    crate::engine::context::testing::put(
+        &mut super_caches.tokens,
+        legacy_token_secret(now - 10, now + 3590),
+    );
     let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
     assert_eq!(kept.expect("kept"), 0);
     supers.idle().await;
     tenants.idle().await;
 
     // Due: minted again and applied to the pod's own Secret, not to a shared one.
-    crate::engine::context::testing::put(&mut super_caches.tokens, legacy_token_secret(now - 3000, now + 500));
-    let (refreshed, ()) = tokio::join!(refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs), async {
-        let call = tenants
-            .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
-            .await;
-        assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
-        let spec = call.body["spec"].clone();
-        call.ok(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
-            "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}));
-        let applied = supers
-            .expect("PATCH", "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?")
-            .await;
-        assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
-        applied.echo();
-    });
+    crate::engine::context::testing::put(
+        &mut super_caches.tokens,
+        legacy_token_secret(now - 3000, now + 500),
+    );
+    let (refreshed, ()) = tokio::join!(
+        refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs),
+        async {
+            let call = tenants
+                .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
+                .await;
+            assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
+            let spec = call.body["spec"].clone();
+            call.ok(
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
+            "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}),
+            );
+            let applied = supers
+                .expect(
+                    "PATCH",
+                    "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?",
+                )
+                .await;
+            assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
+            applied.echo();
+        }
+    );
     assert_eq!(refreshed.expect("refreshed"), 1);
     supers.idle().await;
     tenants.idle().await;
@@ -297,7 +327,11 @@ async fn image_allowed_tolerations_and_resources_of_a_running_pod_reach_the_supe
         ]);
         read.ok(resized);
         let adopted = supers.expect("PATCH", &format!("{POD}?")).await;
-        assert_eq!(adopted.body["metadata"]["resourceVersion"], "3", "{}", adopted.body);
+        assert_eq!(
+            adopted.body["metadata"]["resourceVersion"], "3",
+            "{}",
+            adopted.body
+        );
         assert_eq!(
             adopted.body["metadata"]["managedFields"],
             json!([
@@ -342,10 +376,11 @@ async fn a_resize_the_super_cluster_does_not_serve_is_told_once() {
     } = running_pod(running("busybox:1", "200m", json!([])), identity_annotations());
     let item = DownItem::new(Kind::Pod, "shop", "web");
     let (outcome, recorded) = tokio::join!(sync(&ctx, &tenant, &item), async {
-        supers
-            .expect("PATCH", &format!("{POD}/resize?"))
-            .await
-            .fail(404, "NotFound", "the server could not find the requested resource");
+        supers.expect("PATCH", &format!("{POD}/resize?")).await.fail(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
         let event = tenants
             .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
             .await;
@@ -360,7 +395,10 @@ async fn a_resize_the_super_cluster_does_not_serve_is_told_once() {
         let read = supers.expect("GET", POD).await;
         read.ok(super_pod(identity_annotations()));
         let applied = supers.expect("PATCH", &format!("{POD}?")).await;
-        assert_eq!(applied.body["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m");
+        assert_eq!(
+            applied.body["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "100m"
+        );
         applied.echo()["metadata"].clone()
     });
     assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
@@ -444,9 +482,14 @@ async fn ephemeral_containers_reach_the_running_super_pod_and_a_refused_one_is_t
             .expect("GET", "/api/v1/namespaces/shop/pods/web?")
             .await
             .ok(debugged());
-        let added = supers.expect("PATCH", &format!("{POD}/ephemeralcontainers?")).await;
+        let added = supers
+            .expect("PATCH", &format!("{POD}/ephemeralcontainers?"))
+            .await;
         assert_eq!(added.body["metadata"]["uid"], "super-uid");
-        let containers = added.body["spec"]["ephemeralContainers"].as_array().cloned().unwrap_or_default();
+        let containers = added.body["spec"]["ephemeralContainers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(containers.len(), 1, "{}", added.body);
         assert_eq!(containers[0]["name"], "dbg");
         assert_eq!(containers[0]["targetContainerName"], "c");
@@ -467,7 +510,11 @@ async fn ephemeral_containers_reach_the_running_super_pod_and_a_refused_one_is_t
         now["spec"]["ephemeralContainers"] = json!([{"name": "dbg", "image": "busybox"}]);
         read.ok(now);
         let applied = supers.expect("PATCH", &format!("{POD}?")).await;
-        assert!(applied.body["spec"].get("ephemeralContainers").is_none(), "{}", applied.body);
+        assert!(
+            applied.body["spec"].get("ephemeralContainers").is_none(),
+            "{}",
+            applied.body
+        );
         assert!(
             applied.body["metadata"]["annotations"][ephemeral::ANNOTATION_REFUSED].is_string(),
             "{}",
@@ -514,15 +561,25 @@ async fn an_ephemeral_container_the_super_cluster_refuses_or_has_otherwise_is_to
         supers
             .expect("PATCH", &format!("{POD}/ephemeralcontainers?"))
             .await
-            .fail(422, "Invalid", "pods \"web\" is forbidden: violates PodSecurity \"baseline:latest\"");
+            .fail(
+                422,
+                "Invalid",
+                "pods \"web\" is forbidden: violates PodSecurity \"baseline:latest\"",
+            );
         // Both in one event, each container named.
         let event = tenants
             .expect("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
             .await;
         assert_eq!(event.body["reason"], ephemeral::REASON_EPHEMERAL_REFUSED);
         let note = event.body["note"].as_str().unwrap_or_default().to_owned();
-        assert!(note.contains("\"old\"") && note.contains("never changed"), "{note}");
-        assert!(note.contains("\"dbg\"") && note.contains("violates PodSecurity"), "{note}");
+        assert!(
+            note.contains("\"old\"") && note.contains("never changed"),
+            "{note}"
+        );
+        assert!(
+            note.contains("\"dbg\"") && note.contains("violates PodSecurity"),
+            "{note}"
+        );
         event.echo();
         supers.expect("GET", POD).await.ok(below.clone());
         let applied = supers.expect("PATCH", &format!("{POD}?")).await;
