@@ -1,13 +1,13 @@
 //! What the syncer knows of the shared token Secrets (shards of a super namespace's pod tokens), ahead of
 //! the super cache: each shard's members, reservations, tokens being minted and renewal timers, and the
-//! group commit its writes go through. Kept beside the super caches ([`crate::cache::super_stores::SuperStores`]),
-//! whose watch of the token Secrets follows changes into it; the writes themselves, and the choices that
-//! need the syncer's context, are [`crate::resources::pod::token_secrets`]'.
+//! group commit its writes go through ([`crate::engine::group_commit`]). Kept beside the super caches
+//! ([`crate::cache::super_stores::SuperStores`]), whose watch of the token Secrets follows changes into
+//! it; the writes themselves, and the choices that need the syncer's context, are
+//! [`crate::resources::pod::token_secrets`]'.
 
 use std::{
     cmp::Reverse,
     collections::{BTreeMap, BinaryHeap, HashMap},
-    future::Future,
     sync::{Arc, Mutex},
     time::Instant,
 };
@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cache::stores::Change,
     engine::{
+        group_commit::GroupCommit,
         items::{DownItem, Kind},
         queue::TenantId,
     },
@@ -149,73 +150,6 @@ pub fn members_of(meta: &ObjectMeta) -> Members {
         .and_then(|a| a.get(ANNOTATION_TOKEN_MEMBERS))
         .and_then(|json| serde_json::from_str(json).ok())
         .unwrap_or_default()
-}
-
-/// Group commit: callers [`GroupCommit::submit`] items; one write runs at a time, and the items that
-/// arrived while it ran are written together by the next. Each caller gets the result of the write that
-/// carried its item.
-pub struct GroupCommit<T, R> {
-    queue: Mutex<Batches<T, R>>,
-    writer: tokio::sync::Mutex<()>,
-}
-
-struct Batches<T, R> {
-    next: u64,
-    waiting: Vec<(u64, T)>,
-    results: HashMap<u64, R>,
-}
-
-impl<T, R> Default for GroupCommit<T, R> {
-    fn default() -> Self {
-        Self {
-            queue: Mutex::new(Batches {
-                next: 0,
-                waiting: Vec::new(),
-                results: HashMap::new(),
-            }),
-            writer: tokio::sync::Mutex::new(()),
-        }
-    }
-}
-
-impl<T, R: Clone> GroupCommit<T, R> {
-    fn batches(&self) -> std::sync::MutexGuard<'_, Batches<T, R>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Writes `item` with whatever else is waiting, unless a write already carried it. `abandoned` is the
-    /// result when the write that took the item never finished (its caller was cancelled).
-    pub async fn submit<F, Fut>(&self, item: T, write: F, abandoned: impl FnOnce() -> R) -> R
-    where
-        F: FnOnce(Vec<T>) -> Fut,
-        Fut: Future<Output = R>,
-    {
-        let id = {
-            let mut batches = self.batches();
-            let id = batches.next;
-            batches.next += 1;
-            batches.waiting.push((id, item));
-            id
-        };
-        let _writing = self.writer.lock().await;
-        let batch = {
-            let mut batches = self.batches();
-            if let Some(result) = batches.results.remove(&id) {
-                return result;
-            }
-            if !batches.waiting.iter().any(|(waiting, _)| *waiting == id) {
-                return abandoned();
-            }
-            std::mem::take(&mut batches.waiting)
-        };
-        let (ids, items): (Vec<u64>, Vec<T>) = batch.into_iter().unzip();
-        let result = write(items).await;
-        let mut batches = self.batches();
-        for other in ids.into_iter().filter(|other| *other != id) {
-            batches.results.insert(other, result.clone());
-        }
-        result
-    }
 }
 
 /// What a write to a shard is asked for.

@@ -718,13 +718,11 @@ pub async fn sweep(ctx: &Context) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use k8s_openapi::jiff::{self, Timestamp};
 
     use super::*;
     use crate::{
-        cache::token_shards::{DataKeys, GroupCommit, shard_name},
+        cache::token_shards::{DataKeys, shard_name},
         engine::{items::Kind, queue::TenantId},
     };
 
@@ -1192,46 +1190,5 @@ mod tests {
         assert_eq!(due_at(now + 2875), ["ns/p4"]);
         // p4 again with them: nothing renewed it meanwhile.
         assert_eq!(due_at(now + 2890), ["ns/p1", "ns/p2", "ns/p4"]);
-    }
-
-    #[tokio::test]
-    async fn group_commit_writes_at_once_and_batches_what_arrives_meanwhile() {
-        let commit: Arc<GroupCommit<u32, Vec<u32>>> = Arc::default();
-        let writes = Arc::new(AtomicUsize::new(0));
-        let (release, gate) = tokio::sync::watch::channel(false);
-        let write = |writes: Arc<AtomicUsize>, mut gate: tokio::sync::watch::Receiver<bool>| {
-            move |batch: Vec<u32>| async move {
-                writes.fetch_add(1, Ordering::SeqCst);
-                let _ = gate.wait_for(|open| *open).await;
-                batch
-            }
-        };
-        // The first item is written at once.
-        let first = tokio::spawn({
-            let (commit, writes, gate) = (commit.clone(), writes.clone(), gate.clone());
-            async move { commit.submit(1, write(writes, gate), Vec::new).await }
-        });
-        while writes.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
-        // Five arrive while it is in flight.
-        let mut later = Vec::new();
-        for item in 2..=6 {
-            let (commit, writes, gate) = (commit.clone(), writes.clone(), gate.clone());
-            later.push(tokio::spawn(async move {
-                commit.submit(item, write(writes, gate), Vec::new).await
-            }));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(writes.load(Ordering::SeqCst), 1);
-        release.send(true).expect("open");
-        assert_eq!(first.await.expect("first"), vec![1]);
-        for task in later {
-            let mut batch = task.await.expect("later");
-            batch.sort_unstable();
-            assert_eq!(batch, vec![2, 3, 4, 5, 6]);
-        }
-        // One write for the first item, one for the five together.
-        assert_eq!(writes.load(Ordering::SeqCst), 2);
     }
 }
