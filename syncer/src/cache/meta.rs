@@ -161,8 +161,8 @@ impl fmt::Debug for PackedPairs {
 /// The metadata a cached record keeps: what identifies the object, its owners, when it was created and
 /// whether it is being deleted, and its labels and annotations packed. Managed fields, finalizers and the
 /// generation are left out: nothing reads them from the cache. The namespace and the labels, which the
-/// objects of one namespace or one template have alike, are kept once for all ([`crate::cache::interned`]); the
-/// annotations are the syncer's per-object identity, and differ.
+/// objects of one namespace or one template have alike, are kept once for all ([`crate::cache::interned`]);
+/// the annotations are the syncer's per-object identity, and differ.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackedMeta {
     /// Name.

@@ -360,8 +360,8 @@ impl<'de> Deserialize<'de> for WatchedTenantPod {
     }
 }
 
-/// A pod in a tenant, as cached: its metadata packed ([`crate::cache::meta`]), a few spec and status fields, and
-/// its whole spec while it is unbound. Not a kube `Resource`, as [`SuperPod`] is not.
+/// A pod in a tenant, as cached: its metadata packed ([`crate::cache::meta`]), a few spec and status fields,
+/// and its whole spec while it is unbound. Not a kube `Resource`, as [`SuperPod`] is not.
 #[derive(Clone, Debug, Default)]
 pub struct TenantPod {
     /// Metadata, packed.
@@ -501,12 +501,12 @@ impl fmt::Debug for PackedStatus {
     }
 }
 
-/// A pod in the super cluster, as cached: its metadata packed ([`crate::cache::meta`]), a few spec fields, and its
-/// status as compressed JSON (it is only read to be copied up).
+/// A pod in the super cluster, as cached: its metadata packed ([`crate::cache::meta`]), a few spec fields,
+/// and its status as compressed JSON (it is only read to be copied up).
 ///
 /// Not a kube `Resource` (that would hand out `ObjectMeta`): the cache finds it by kube's `Lookup`, and
-/// identity is read through [`crate::cache::meta::Tagged`], so no code can read its labels or annotations from
-/// a map that is not there.
+/// identity is read through [`crate::cache::meta::Tagged`], so no code can read its labels or annotations
+/// from a map that is not there.
 #[derive(Clone, Debug, Default)]
 pub struct SuperPod {
     /// Metadata, packed.

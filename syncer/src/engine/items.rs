@@ -7,8 +7,9 @@ use std::fmt;
 /// [`crate::resources`] that syncs it, and the field of the caches that holds its objects.
 ///
 /// The list is handed to the macro `$then`, which makes of it what it needs: [`Kind`] and
-/// [`kinds`] here, the caches in [`crate::tenancy::tenant::TenantStores`] and [`crate::cache::super_stores::SuperStores`],
-/// the modules and the dispatch in [`crate::resources`]. Adding a kind is one module and one line here.
+/// [`kinds`] here, the caches in [`crate::tenancy::tenant::TenantStores`] and
+/// [`crate::cache::super_stores::SuperStores`], the modules and the dispatch in [`crate::resources`]. Adding
+/// a kind is one module and one line here.
 macro_rules! with_kinds {
     ($then:ident) => {
         $then! {

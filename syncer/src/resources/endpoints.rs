@@ -34,8 +34,8 @@ pub fn within(ip: &str, cidrs: &[ipnet::IpNet]) -> bool {
 }
 
 /// Who holds each of `candidates`: the cluster key of every live super pod that has it as its own
-/// address ([`crate::cache::pods::SuperPod::own_addresses`]; `None` for a pod that names no tenant). Read from
-/// the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
+/// address ([`crate::cache::pods::SuperPod::own_addresses`]; `None` for a pod that names no tenant). Read
+/// from the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
 fn holders(cx: &Conversion<'_>, candidates: &HashSet<IpAddr>) -> HashMap<IpAddr, Vec<Option<String>>> {
     let mut holders: HashMap<IpAddr, Vec<Option<String>>> = HashMap::new();
     for pod in cx.ctx.supers.pods.state() {

@@ -2,8 +2,9 @@
 //! [`crate::engine::items::with_kinds`], and what the kinds share.
 //!
 //! A kind's module implements [`SyncedKind`] (with [`crate::tenancy::tenant::TenantCache`] and
-//! [`crate::cache::super_stores::SuperCache`] for its caches) for its type in [`crate::engine::items::kinds`]. Namespaced
-//! kinds copied with little change implement [`copy::Downward`] and leave the work to [`copy`]'s engine.
+//! [`crate::cache::super_stores::SuperCache`] for its caches) for its type in
+//! [`crate::engine::items::kinds`]. Namespaced kinds copied with little change implement [`copy::Downward`]
+//! and leave the work to [`copy`]'s engine.
 
 pub mod access;
 pub mod copy;

@@ -2,10 +2,9 @@
 //! super cluster's CRD is published into the tenants it admits, the tenants' instances are copied down
 //! into their super namespaces and their status comes back up.
 //!
-//! Every listed kind shares the one queue kind [`crate::engine::items::Kind::CustomResource`] (one metric label,
-//! the same fairness, backoff and rate limits as the typed kinds); an item's name says which CRD and
-//! object it is about ([`item`]). The caches are dynamic objects, started when the CRDs show
-//! ([`caches`]).
+//! Every listed kind shares the one queue kind [`crate::engine::items::Kind::CustomResource`] (one metric
+//! label, the same fairness, backoff and rate limits as the typed kinds); an item's name says which CRD and
+//! object it is about ([`item`]). The caches are dynamic objects, started when the CRDs show ([`caches`]).
 
 pub mod caches;
 pub mod convert;
