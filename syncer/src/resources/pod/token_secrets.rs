@@ -721,10 +721,7 @@ mod tests {
     use k8s_openapi::jiff::{self, Timestamp};
 
     use super::*;
-    use crate::{
-        cache::token_shards::{DataKeys, shard_name},
-        engine::{items::Kind, queue::TenantId},
-    };
+    use crate::{cache::token_shards::shard_name, engine::items::Kind};
 
     #[test]
     fn shard_names_round_trip_and_are_reserved() {
@@ -754,66 +751,6 @@ mod tests {
             issued,
             expires,
         }
-    }
-
-    #[test]
-    fn one_timer_per_shard_queues_the_members_due_and_is_set_again_for_the_next() {
-        let shards = TokenShards::default();
-        let tenant: TenantId = Arc::from("tenant-a");
-        let shard = shards.shard("tenant-a-default", "default", 0);
-        {
-            let mut state = shard.lock();
-            state.loaded = true;
-            // Renewal times: 1800 (web-0, web-1), 3600 (web-2); web-3 has no token.
-            state.members.insert("web-0".into(), member(1000, 2000));
-            state.members.insert("web-1".into(), member(1000, 2000));
-            state.members.insert("web-2".into(), member(2000, 4000));
-            state.members.insert("web-3".into(), member(0, 0));
-        }
-        // Every member asks; the shard keeps one timer, at the earliest.
-        for at in [3600, 1800, 1800, 3600] {
-            shards.schedule_renewal(&shard, &tenant, at);
-        }
-        assert_eq!(shards.renewals.timers.lock().unwrap().len(), 2, "a later time adds no timer");
-        assert_eq!(shards.fire_renewals(1799), (vec![], Some(1800)));
-
-        let (due, next) = shards.fire_renewals(1800);
-        let pods: Vec<(&str, &str, &str)> = due
-            .iter()
-            .map(|(t, item)| (&**t, item.namespace.as_str(), item.name.as_str()))
-            .collect();
-        assert_eq!(pods, [("tenant-a", "default", "web-0"), ("tenant-a", "default", "web-1")]);
-        assert_eq!(next, Some(3600), "set again for web-2");
-        // The stale timer at 3600 and the new one fire once together.
-        let (due, next) = shards.fire_renewals(3600);
-        let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
-        assert_eq!(pods, ["web-0", "web-1", "web-2"], "members not renewed meanwhile are due still");
-        assert_eq!(next, None);
-
-        // A pod gone from the shard takes no other member's renewal with it.
-        {
-            let mut state = shard.lock();
-            state.members.remove("web-0");
-            state.members.insert("web-1".into(), member(3600, 5600));
-            state.members.insert("web-2".into(), member(3600, 5600));
-        }
-        shards.schedule_renewal(&shard, &tenant, 5200);
-        let (due, _) = shards.fire_renewals(5200);
-        let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
-        assert_eq!(pods, ["web-1", "web-2"]);
-    }
-
-    #[test]
-    fn members_read_and_write_the_recorded_json_and_drop_keys_that_are_not_ours() {
-        let recorded = r#"{"web-1":{"uid":"u1","keys":["web-1.token-abc","web-1.uid"],"issued":10,"expires":20}}"#;
-        let members: Members = serde_json::from_str(recorded).expect("members");
-        let member = &members["web-1"];
-        assert_eq!(&*member.uid, "u1");
-        assert!(member.keys.contains("web-1.uid") && !member.keys.contains("web-1"));
-        assert_eq!(serde_json::to_string(&members).expect("json"), recorded);
-        let odd: Member = serde_json::from_str(r#"{"uid":"u","keys":["a\nb","","c"]}"#).expect("member");
-        assert_eq!(odd.keys.iter().collect::<Vec<_>>(), ["c"]);
-        assert_eq!(DataKeys::default().iter().count(), 0);
     }
 
     #[test]
