@@ -60,16 +60,16 @@ pub(crate) async fn require(test: &str) -> bool {
 /// host network, the others Ready.
 async fn components_run_as_pods(platform: &Platform) -> anyhow::Result<()> {
     // `helm --wait` counts a DaemonSet ready with maxUnavailable pods still starting, so this waits a
-    // little for the rest.
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        match components_run_as_pods_now(platform).await {
-            Err(error) if std::time::Instant::now() < deadline => {
-                eprintln!("not yet: {error:#}");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            done => return done,
-        }
+    // little for the rest; after that, the check once more says what is still missing.
+    let settled = wait::until(
+        Duration::from_secs(90),
+        "every component's pods Ready",
+        || async { components_run_as_pods_now(platform).await.ok() },
+    )
+    .await;
+    match settled {
+        Ok(()) => Ok(()),
+        Err(_) => components_run_as_pods_now(platform).await,
     }
 }
 
@@ -810,17 +810,23 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     Ok(files)
 }
 
-/// The images the release's pods run, by pod.
 /// The images the release's pods run, once every one of them ends with `tag` (or after 90 s, for the
 /// caller's assertion to show).
 async fn images_of(platform: &Platform, tag: &str) -> anyhow::Result<Vec<String>> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let images = images_now(platform).await?;
-        if images.iter().all(|i| i.ends_with(tag)) || std::time::Instant::now() > deadline {
-            return Ok(images);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled = wait::until(
+        Duration::from_secs(90),
+        &format!("every image tagged {tag}"),
+        || async {
+            images_now(platform)
+                .await
+                .ok()
+                .filter(|images| images.iter().all(|i| i.ends_with(tag)))
+        },
+    )
+    .await;
+    match settled {
+        Ok(images) => Ok(images),
+        Err(_) => images_now(platform).await,
     }
 }
 
