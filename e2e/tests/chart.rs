@@ -2284,7 +2284,7 @@ fn chart_alerts_read_only_series_the_components_export() -> anyhow::Result<()> {
     syncer_metrics
         .usage
         .failures
-        .get_or_create(&syncer::usage::metrics::SourceLabels { source: "node" })
+        .get_or_create(&syncer::accounting::usage::metrics::SourceLabels { source: "node" })
         .inc();
     let agent = vn_agent::metrics::Metrics::register(&mut registry);
     agent

@@ -36,7 +36,7 @@ use local_cluster::{
     wait,
 };
 use serde_json::{Value, json};
-use syncer::{Metrics, Syncer, SyncerConfig, resources::custom_resource::kinds};
+use syncer::{Metrics, Syncer, SyncerConfig, engine::config::custom_kinds};
 use vc_runtime::admin::Health;
 
 use crate::object_support::create;
@@ -255,7 +255,7 @@ async fn listed_custom_resources_are_published_synced_and_reported() -> anyhow::
         patrol_interval: Duration::from_secs(3),
         downward_workers: 4,
         upward_workers: 4,
-        custom_resources: kinds::parse_all(&[
+        custom_resources: custom_kinds::parse_all(&[
             "widgets.example.com;tenants=widgets=yes;secrets=spec.credentials;configmaps=spec.config".into(),
             "gadgets.example.com;tenants=nobody=ever".into(),
         ])

@@ -52,7 +52,7 @@ use local_cluster::{
     wait,
 };
 use serde_json::json;
-use syncer::{Metrics, Syncer, SyncerConfig, budget::CacheLimits};
+use syncer::{Metrics, Syncer, SyncerConfig, engine::budget::CacheLimits};
 use vc_runtime::admin::Health;
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver];
@@ -358,7 +358,7 @@ async fn an_event_storm_waits_behind_its_own_tenant() -> anyhow::Result<()> {
     // The storm is held in a bounded inbox (plus the few events the attacker's share of the upward
     // workers is trying to copy): what does not fit is dropped and counted.
     let dropped = metrics.events_dropped.get();
-    let held = syncer::events::PENDING_EVENTS_PER_TENANT + syncer_config().upward_workers;
+    let held = syncer::engine::events::PENDING_EVENTS_PER_TENANT + syncer_config().upward_workers;
     assert!(
         dropped >= (storm - held) as u64,
         "only {dropped} of {storm} events were dropped while the attacker's apiserver did not answer"
@@ -492,7 +492,7 @@ async fn vn_agent_may_act_on_tenant_pods_only() -> anyhow::Result<()> {
     tenant_namespace(a, "app").await?;
     tenant_namespace(b, "web").await?;
     let config = SyncerConfig {
-        vn_agent_access: Some(syncer::config::VnAgentAccess {
+        vn_agent_access: Some(syncer::engine::config::VnAgentAccess {
             namespace: "vc-system".into(),
             service_account: "vn-agent".into(),
             cluster_role: "vn-agent-tenant-pods".into(),

@@ -28,7 +28,7 @@ use local_cluster::{
 use serde_json::json;
 use syncer::{
     Metrics, Syncer, SyncerConfig,
-    shards::{LABEL_SYNCER_LEASE, ShardSettings, replica_of},
+    tenancy::shards::{LABEL_SYNCER_LEASE, ShardSettings, replica_of},
 };
 use vc_runtime::admin::Health;
 
@@ -52,7 +52,7 @@ fn replica_config(replica: &str) -> SyncerConfig {
             lease_duration: Duration::from_secs(6),
         }),
         // The test measures its own tenants' usage nowhere.
-        usage: syncer::usage::UsageSettings {
+        usage: syncer::accounting::usage::UsageSettings {
             interval: None,
             ..Default::default()
         },
@@ -384,7 +384,7 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
     let members: Api<Lease> = Api::namespaced(tenancy.super_client(), LEASE_NAMESPACE);
     assert!(
         members
-            .get_opt(&syncer::shards::member_lease_name(&leaving))
+            .get_opt(&syncer::tenancy::shards::member_lease_name(&leaving))
             .await?
             .is_none(),
         "the resigned replica's membership Lease is deleted"

@@ -44,7 +44,7 @@ pub(crate) fn config() -> SyncerConfig {
         sync_ingresses: true,
         // The external database the tenants' selector-less `database` Service leads to.
         tenant_allowed_cidrs: vec!["10.20.30.0/24".parse().expect("CIDR")],
-        limits: syncer::settings::PlatformLimits {
+        limits: syncer::tenancy::settings::PlatformLimits {
             // Each tenant's Ingress hosts, under a suffix naming it.
             ingress_host_suffix: Some(INGRESS_HOST_SUFFIX.to_owned()),
             ..Default::default()
@@ -455,7 +455,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         // A shared Secret belongs to no pod: it records its members (the tenant pod's uid, which the tokens
         // are bound to), and the patrol removes the keys of gone pods.
         assert!(token_secret.owner_references().is_empty());
-        let members = syncer::resources::pod::token_secrets::members_of(&token_secret.metadata);
+        let members = syncer::cache::token_shards::members_of(&token_secret.metadata);
         assert_eq!(
             members.get("web-1").map(|m| &*m.uid),
             annotation(&super_pod, wellknown::ANNOTATION_UID),

@@ -35,7 +35,7 @@ use local_cluster::{
     wait,
 };
 use serde_json::json;
-use syncer::{Metrics, Syncer, SyncerConfig, config::VNodeMode};
+use syncer::{Metrics, Syncer, SyncerConfig, engine::config::VNodeMode};
 use vc_runtime::admin::Health;
 
 const NEEDS: &[Binary] = &[Binary::Etcd, Binary::KubeApiserver, Binary::KubeControllerManager];

@@ -82,7 +82,7 @@ pub struct SandboxOptions {
     /// vc-manager's `--max-certificate-lifetime-seconds`: how long tenants' leaf certificates live.
     pub max_certificate_lifetime: Option<Duration>,
     /// The syncer's `--vnode-mode`: which super nodes tenants see.
-    pub vnode_mode: syncer::config::VNodeMode,
+    pub vnode_mode: syncer::engine::config::VNodeMode,
     /// The syncer's `--pod-security-enforce`: the Pod Security level of tenants' super namespaces
     /// (`None`: the syncer's default, `baseline`).
     pub pod_security_enforce: Option<PodSecurityLevel>,
@@ -121,7 +121,7 @@ impl Default for SandboxOptions {
             setup: Vec::new(),
             accounts: None,
             max_certificate_lifetime: None,
-            vnode_mode: syncer::config::VNodeMode::Pods,
+            vnode_mode: syncer::engine::config::VNodeMode::Pods,
             pod_security_enforce: None,
         }
     }
@@ -431,7 +431,7 @@ impl Sandbox {
         let syncer = syncer::Syncer::start(
             clients.syncer,
             syncer::SyncerConfig {
-                tenant_dns: Some(syncer::config::TenantDnsService::new(
+                tenant_dns: Some(syncer::engine::config::TenantDnsService::new(
                     DNS_SERVICE_NAMESPACE,
                     DNS_SERVICE_NAME,
                 )),
@@ -443,14 +443,14 @@ impl Sandbox {
                 upward_workers: 8,
                 vnode_mode: options.vnode_mode.clone(),
                 pod_security: match options.pod_security_enforce {
-                    Some(level) => syncer::config::PodSecurityLabels {
+                    Some(level) => syncer::engine::config::PodSecurityLabels {
                         enforce: Some(level.as_str().to_owned()),
-                        ..syncer::config::PodSecurityLabels::default()
+                        ..syncer::engine::config::PodSecurityLabels::default()
                     },
-                    None => syncer::config::PodSecurityLabels::default(),
+                    None => syncer::engine::config::PodSecurityLabels::default(),
                 },
                 vn_agent_access: options.accounts.as_ref().and_then(|accounts| {
-                    Some(syncer::config::VnAgentAccess {
+                    Some(syncer::engine::config::VnAgentAccess {
                         namespace: accounts.namespace.clone(),
                         service_account: accounts.vn_agent.clone(),
                         cluster_role: accounts.vn_agent_tenant_pods.clone()?,

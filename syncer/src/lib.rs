@@ -1,42 +1,22 @@
 //! The syncer: one controller that keeps every tenant master and the super cluster in step.
 //!
-//! - [`attach`]: one supervisor per VirtualCluster attaches and detaches tenants.
-//! - [`tenant`] and [`super_stores`]: watch-fed caches on both sides, feeding the [`queue`]s.
-//! - [`items`]: the one list of kinds; [`resources`]: one module per kind, syncing it down (tenant →
-//!   super) and up (super → tenant).
-//! - [`workers`]: draining the fair queues; [`patrol`]: periodic drift repair; [`quota`]: per-tenant usage.
-//! - [`usage`]: what each tenant consumes (kubelet summaries, caches, its apiserver's request rate).
-//! - [`identity`]: the metadata that says which tenant object a super object came from.
-//! - [`journal`]: tenants being attached, so that one that made a process stop is held back.
+//! Its modules, by concern:
+//! - [`cache`]: watch-fed caches of both sides, kept small, and the super cluster's caches.
+//! - [`tenancy`]: which tenant owns a super object, attached tenants and their settings, attaching and
+//!   detaching them ([`tenancy::attach`]), the attach journal and the shards across replicas.
+//! - [`accounting`]: the per-tenant quota ledger and what each tenant consumes.
+//! - [`engine`]: the fair queues and the one list of kinds, the flags, the [`Context`], the workers
+//!   that drain the queues and the patrol that repairs drift.
+//! - [`resources`]: one module per kind, syncing it down (tenant → super) and up (super → tenant).
+//! - [`metrics`]: the syncer's series; [`error`]: its one error type.
 
-pub mod attach;
-pub mod budget;
-pub mod cached;
-pub mod config;
-pub mod context;
+pub mod accounting;
+pub mod cache;
+pub mod engine;
 pub mod error;
-pub mod events;
-pub mod findings;
-pub mod identity;
-pub mod interned;
-pub mod items;
-pub mod journal;
-pub mod kept;
 pub mod metrics;
-pub mod patrol;
-pub mod queue;
-pub mod quota;
 pub mod resources;
-pub mod settings;
-pub mod shards;
-pub mod slim_store;
-pub mod stores;
-pub mod super_stores;
-pub mod tags;
-pub mod tenant;
-pub mod usage;
-pub mod workers;
-pub mod write_gate;
+pub mod tenancy;
 
 use std::sync::Arc;
 
@@ -49,16 +29,21 @@ use kube::{
 use tokio::task::JoinHandle;
 use vc_runtime::{Runtime, admin::Health};
 
-pub use config::{Args, SyncerArgs, SyncerConfig};
-pub use context::Context;
+pub use engine::{
+    config::{Args, SyncerArgs, SyncerConfig},
+    context::Context,
+};
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 
 use crate::{
-    queue::FairQueue,
-    quota::Quota,
-    super_stores::SuperStores,
-    tenant::{Queues, Tenants},
+    accounting::{quota::Quota, usage},
+    cache::{stores, super_stores::SuperStores},
+    engine::{patrol, queue::FairQueue, workers, write_gate},
+    tenancy::{
+        attach, journal, shards,
+        tenant::{Queues, Tenants},
+    },
 };
 
 /// A running syncer. Dropping it (or calling [`Syncer::stop`]) stops every loop.
@@ -146,7 +131,7 @@ impl Syncer {
         if let Some(journal) = ctx.journal.clone() {
             // Before any tenant is attached (attaching waits for it): the stop a predecessor left in the
             // journal is counted first, on the VirtualClusters just cached.
-            tasks.push(tokio::spawn(journal::recover(
+            tasks.push(tokio::spawn(journal::stops::recover(
                 ctx.clone(),
                 journal,
                 Arc::new(attach::recorder(&ctx)),
@@ -179,11 +164,14 @@ impl Syncer {
                 ctx.super_client.clone(),
                 shards.clone(),
             )));
-            shard_tasks.push(tokio::spawn(shards::guard_membership(
+            shard_tasks.push(tokio::spawn(shards::handover::guard_membership(
                 ctx.clone(),
                 shards.clone(),
             )));
-            shard_tasks.push(tokio::spawn(shards::balance(ctx.clone(), shards.clone())));
+            shard_tasks.push(tokio::spawn(shards::handover::balance(
+                ctx.clone(),
+                shards.clone(),
+            )));
             tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
         }
         health.set_ready(true);
@@ -203,7 +191,7 @@ impl Syncer {
             task.abort();
         }
         if let Some(shards) = self.context.shards.clone() {
-            shards::resign(&self.context, &shards).await;
+            shards::handover::resign(&self.context, &shards).await;
         }
         // A clean stop: the tenants being attached are not to blame for it.
         if let Some(journal) = self.context.journal.clone() {

@@ -87,7 +87,7 @@ pub struct TenantLabels {
 }
 
 /// Labels of per-tenant usage gauges: defined beside the usage series, which own them.
-pub use crate::usage::metrics::UsageLabels;
+pub use crate::accounting::usage::metrics::UsageLabels;
 
 /// Labels of patrol counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,7 +112,7 @@ pub struct RefusalLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
     /// `attached`, `unreachable`, `over_limit` (detached for its cache limits), `paused` (`spec.paused`),
-    /// `held_back` (a syncer process stopped while attaching it, [`crate::journal`]) or `waiting`.
+    /// `held_back` (a syncer process stopped while attaching it, [`crate::tenancy::journal`]) or `waiting`.
     pub state: &'static str,
 }
 
@@ -164,11 +164,11 @@ pub struct Metrics {
     pub shard_duties: Gauge,
     /// Tenant Leases this replica acquired, took over, released or lost.
     pub shard_handovers: Family<HandoverLabels, Counter>,
-    /// What tenants consume ([`crate::usage`]).
-    pub usage: crate::usage::metrics::UsageMetrics,
-    /// The bound on in-flight super writes ([`crate::write_gate`]).
-    pub write_slots: crate::write_gate::GateMetrics,
-    /// Writes of this replica's attach journal ([`crate::journal`]).
+    /// What tenants consume ([`crate::accounting::usage`]).
+    pub usage: crate::accounting::usage::metrics::UsageMetrics,
+    /// The bound on in-flight super writes ([`crate::engine::write_gate`]).
+    pub write_slots: crate::engine::write_gate::GateMetrics,
+    /// Writes of this replica's attach journal ([`crate::tenancy::journal`]).
     pub journal_writes: Counter,
     /// Syncer stops counted against tenants (one per tenant a stopped process was attaching).
     pub attach_stops: Counter,
@@ -204,7 +204,7 @@ impl Default for Metrics {
             shard_duties: Gauge::default(),
             shard_handovers: Family::default(),
             usage: Default::default(),
-            write_slots: crate::write_gate::GateMetrics::default(),
+            write_slots: crate::engine::write_gate::GateMetrics::default(),
             journal_writes: Counter::default(),
             attach_stops: Counter::default(),
         }

@@ -18,8 +18,8 @@ use clap::Parser;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use syncer::{
-    cached::{CachedPodSpec, PackedStatus, SharedSpec, SuperPod, TenantPod, TenantPodStatus},
-    tags::PackedMeta,
+    cache::meta::PackedMeta,
+    cache::pods::{CachedPodSpec, PackedStatus, SharedSpec, SuperPod, TenantPod, TenantPodStatus},
 };
 
 #[global_allocator]
@@ -140,7 +140,7 @@ fn main() -> anyhow::Result<()> {
         let text = pod["metadata"].to_string();
         move || -> anyhow::Result<ObjectMeta> {
             let mut meta: ObjectMeta = serde_json::from_str(&text)?;
-            syncer::stores::trim_meta(&mut meta);
+            syncer::cache::stores::trim_meta(&mut meta);
             Ok(meta)
         }
     };

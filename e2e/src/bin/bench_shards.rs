@@ -168,7 +168,7 @@ async fn start_replica(
     let wrapper = dir.write(
         &format!("{name}.sh"),
         format!(
-            "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn,syncer::shards=info\nexec {} \"$@\"\n",
+            "#!/bin/sh\nexport KUBECONFIG={}\nexport RUST_LOG=warn,syncer::tenancy::shards=info\nexec {} \"$@\"\n",
             kubeconfig.display(),
             binary.display()
         ),

@@ -58,7 +58,7 @@ struct Args {
     /// may use, from the start, schedulable: what DaemonSets and conformance tests expect, at the cost of
     /// showing every tenant those nodes' names, addresses and capacity) or `selected:key=value[,...]`.
     #[arg(long, default_value = "pods")]
-    vnode_mode: syncer::config::VNodeMode,
+    vnode_mode: syncer::engine::config::VNodeMode,
     /// The Pod Security level enforced on tenants' super namespaces (the syncer's
     /// --pod-security-enforce; default its own, baseline). `privileged` lets tenants' pods do what a
     /// cluster without Pod Security admission allows, as far as their VirtualCluster's podPolicy does.

@@ -18,7 +18,14 @@ use k8s_openapi::{
 use kube::{Api, Resource, runtime::reflector::ObjectRef};
 
 use super::write::{Kept, keep};
-use crate::{context::Context, error::Result, identity, kept::grants, tenant::Tenant};
+use crate::{
+    engine::context::Context,
+    error::Result,
+    tenancy::{
+        identity::{self, grants},
+        tenant::Tenant,
+    },
+};
 
 /// Name of the RoleBinding in every super namespace of a tenant.
 pub const VN_AGENT_BINDING_NAME: &str = "vc-vn-agent";
@@ -101,9 +108,11 @@ fn in_sync(desired: &RoleBinding, existing: &RoleBinding) -> bool {
 mod tests {
     use super::*;
     use crate::{
-        config::VnAgentAccess,
-        context::testing::{self, put},
-        settings::TenantSettings,
+        engine::{
+            config::VnAgentAccess,
+            context::testing::{self, put},
+        },
+        tenancy::settings::TenantSettings,
     };
 
     fn access() -> VnAgentAccess {

@@ -18,13 +18,11 @@ use super::{
     upward::{matching_super, params, transparent},
 };
 use crate::{
-    context::Context,
+    accounting::quota::{ObjectUsage, claim_usage},
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
     error::{Result, on_tenant},
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    quota::{ObjectUsage, claim_usage},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
 
 impl Downward for PersistentVolumeClaim {
@@ -293,10 +291,9 @@ mod tests {
 
         use super::*;
         use crate::{
-            context::testing::{self, from_json, put},
-            items::{DownItem, Kind},
+            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
             resources::copy::sync_down,
-            settings::TenantSettings,
+            tenancy::settings::TenantSettings,
         };
 
         fn claim(name: &str, class: Value) -> PersistentVolumeClaim {

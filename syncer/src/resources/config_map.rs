@@ -7,7 +7,12 @@ use kube::{ResourceExt, runtime::reflector::Store};
 use serde_json::{Value, json};
 
 use super::copy::{Conversion, Downward, copied_kind};
-use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
+use crate::{
+    cache::super_stores::SuperStores,
+    engine::items::Kind,
+    error::Result,
+    tenancy::tenant::TenantStores,
+};
 
 impl Downward for ConfigMap {
     const KIND: Kind = Kind::ConfigMap;

@@ -18,15 +18,19 @@ use super::{
     write::{apply_copy, delete, kind_label},
 };
 use crate::{
-    context::Context,
+    accounting::quota::{ObjectUsage, REASON_QUOTA_EXCEEDED},
+    cache::super_stores::SuperStores,
+    engine::{
+        context::Context,
+        events,
+        items::{DownItem, Kind, UpItem},
+        patrol::findings::{Findings, found, super_objects},
+    },
     error::{Error, Result},
-    events,
-    findings::{Findings, found, super_objects},
-    identity::{self, TenantIdentity},
-    items::{DownItem, Kind, UpItem},
-    quota::{ObjectUsage, REASON_QUOTA_EXCEEDED},
-    super_stores::SuperStores,
-    tenant::{Tenant, TenantStores},
+    tenancy::{
+        identity::{self, TenantIdentity},
+        tenant::{Tenant, TenantStores},
+    },
 };
 
 /// What conversions may consult.
@@ -460,35 +464,35 @@ pub fn patrol<K: Downward>(ctx: &Context, tenant: &Tenant) -> Findings {
 /// are `ConfigMap`s; the kind's module implements [`Downward`] for those.
 macro_rules! copied_kind {
     ($kind:ident) => {
-        impl $crate::tenant::TenantCache for $crate::items::kinds::$kind {
+        impl $crate::tenancy::tenant::TenantCache for $crate::engine::items::kinds::$kind {
             type Cache = ::kube::runtime::reflector::Store<$kind>;
 
-            fn watch(tenant: &mut $crate::tenant::TenantWatch<'_>) -> Self::Cache {
+            fn watch(tenant: &mut $crate::tenancy::tenant::TenantWatch<'_>) -> Self::Cache {
                 tenant.down(Self::KIND)
             }
         }
 
-        impl $crate::super_stores::SuperCache for $crate::items::kinds::$kind {
+        impl $crate::cache::super_stores::SuperCache for $crate::engine::items::kinds::$kind {
             type Cache = ::kube::runtime::reflector::Store<$kind>;
 
-            fn watch(supers: &mut $crate::super_stores::SuperWatch<'_>) -> Self::Cache {
+            fn watch(supers: &mut $crate::cache::super_stores::SuperWatch<'_>) -> Self::Cache {
                 supers.down(Self::KIND)
             }
         }
 
-        impl $crate::resources::SyncedKind for $crate::items::kinds::$kind {
+        impl $crate::resources::SyncedKind for $crate::engine::items::kinds::$kind {
             async fn sync_down(
-                ctx: &$crate::context::Context,
-                tenant: &$crate::tenant::Tenant,
-                item: &$crate::items::Item,
+                ctx: &$crate::engine::context::Context,
+                tenant: &$crate::tenancy::tenant::Tenant,
+                item: &$crate::engine::items::Item,
             ) -> $crate::error::Result<$crate::resources::Outcome> {
                 $crate::resources::copy::sync_down::<$kind>(ctx, tenant, item).await
             }
 
             fn patrol(
-                ctx: &$crate::context::Context,
-                tenant: &$crate::tenant::Tenant,
-            ) -> $crate::findings::Findings {
+                ctx: &$crate::engine::context::Context,
+                tenant: &$crate::tenancy::tenant::Tenant,
+            ) -> $crate::engine::patrol::findings::Findings {
                 $crate::resources::copy::patrol::<$kind>(ctx, tenant)
             }
         }

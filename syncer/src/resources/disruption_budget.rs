@@ -6,7 +6,12 @@ use kube::runtime::reflector::Store;
 use serde_json::Value;
 
 use super::copy::{Conversion, Downward, copied_kind};
-use crate::{error::Result, items::Kind, super_stores::SuperStores, tenant::TenantStores};
+use crate::{
+    cache::super_stores::SuperStores,
+    engine::items::Kind,
+    error::Result,
+    tenancy::tenant::TenantStores,
+};
 
 impl Downward for PodDisruptionBudget {
     const KIND: Kind = Kind::PodDisruptionBudget;
@@ -29,7 +34,7 @@ impl Downward for PodDisruptionBudget {
         }
         let mut spec = tenant.spec.clone();
         if let Some(selector) = spec.as_mut().and_then(|s| s.selector.as_mut()) {
-            *selector = crate::identity::map_selector(selector, cx.meta, false);
+            *selector = crate::tenancy::identity::map_selector(selector, cx.meta, false);
         }
         Ok(Some(PodDisruptionBudget {
             metadata: cx.metadata(&tenant.metadata),

@@ -18,10 +18,10 @@ use serde_json::{Value, json};
 
 use super::copy::{Conversion, Downward, copied_kind};
 use crate::{
+    cache::super_stores::SuperStores,
+    engine::items::{DownItem, Kind},
     error::Result,
-    items::{DownItem, Kind},
-    super_stores::SuperStores,
-    tenant::{Tenant, TenantStores},
+    tenancy::tenant::{Tenant, TenantStores},
 };
 
 /// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
@@ -34,14 +34,14 @@ pub fn within(ip: &str, cidrs: &[ipnet::IpNet]) -> bool {
 }
 
 /// Who holds each of `candidates`: the cluster key of every live super pod that has it as its own
-/// address ([`crate::cached::SuperPod::own_addresses`]; `None` for a pod that names no tenant). Read from
-/// the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
+/// address ([`crate::cache::pods::SuperPod::own_addresses`]; `None` for a pod that names no tenant). Read
+/// from the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
 fn holders(cx: &Conversion<'_>, candidates: &HashSet<IpAddr>) -> HashMap<IpAddr, Vec<Option<String>>> {
     let mut holders: HashMap<IpAddr, Vec<Option<String>>> = HashMap::new();
     for pod in cx.ctx.supers.pods.state() {
         for ip in pod.own_addresses() {
             if candidates.contains(&ip) {
-                let owner = crate::identity::owner_cluster(&pod.metadata).map(str::to_owned);
+                let owner = crate::tenancy::identity::owner_cluster(&pod.metadata).map(str::to_owned);
                 holders.entry(ip).or_default().push(owner);
             }
         }
@@ -294,14 +294,11 @@ mod tests {
     /// ends or goes has the Endpoints leading to it judged again.
     #[tokio::test]
     async fn endpoints_lead_only_to_the_tenants_own_live_pods_and_apiserver() {
-        use crate::{
-            context::testing::{self, from_json, put},
-            settings::TenantSettings,
-        };
+        use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (ctx, mut super_writers) = testing::context(super_client);
-        let (mut tenant, mut tenant_writers) = crate::tenant::Tenant::for_tests(
+        let (mut tenant, mut tenant_writers) = crate::tenancy::tenant::Tenant::for_tests(
             testing::identity(),
             tenant_client,
             TenantSettings::default(),
@@ -326,7 +323,7 @@ mod tests {
             &mut super_writers.apiservers,
             apiserver_endpoints("other-tenant-root", "10.244.2.9"),
         );
-        let pod = |name: &str, key: &str, ip: &str, phase: &str, host_network: bool| -> crate::cached::SuperPod {
+        let pod = |name: &str, key: &str, ip: &str, phase: &str, host_network: bool| -> crate::cache::pods::SuperPod {
             from_json(json!({
                 "metadata": {"name": name, "namespace": format!("{key}-shop"), "uid": format!("uid-{name}"),
                     "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key, crds::wellknown::ANNOTATION_NAMESPACE: "shop"}},
@@ -356,7 +353,7 @@ mod tests {
                     "spec": {"ports": [{"port": 443}]}})),
             );
         }
-        let meta = crate::identity::MetaPolicy::default();
+        let meta = crate::tenancy::identity::MetaPolicy::default();
         let cx = Conversion {
             ctx: &ctx,
             tenant: &tenant,

@@ -1,5 +1,5 @@
 //! Events: super-cluster events about synced objects of every namespaced kind, copied up to their tenants with names and
-//! namespaces translated back. They wait in the [`crate::events::EventInbox`] until an upward worker
+//! namespaces translated back. They wait in the [`crate::engine::events::EventInbox`] until an upward worker
 //! copies them; the syncer caches no events on either side.
 
 use std::sync::Arc;
@@ -18,12 +18,10 @@ use kube::{
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, UpItem, kinds}},
     error::{Result, on_tenant},
-    identity,
-    items::{Item, Kind, UpItem, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
 };
 
 /// Queues new super-cluster events about synced objects for their tenants, with names and
@@ -121,7 +119,7 @@ fn awaits_first_tokens(event: &CoreEvent) -> bool {
         return false;
     };
     // `secret "shard-0.vc-tokens" not found`, or `references non-existent secret key: <pod prefix>.token`.
-    message.contains(&format!("{}\"", super::pod::token_secrets::SHARD_SUFFIX))
+    message.contains(&format!("{}\"", crate::cache::token_shards::SHARD_SUFFIX))
         || message.contains(&format!(
             "non-existent secret key: {}.",
             super::pod::token_secrets::key_prefix(pod)
@@ -209,10 +207,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::events::PENDING_EVENTS_PER_TENANT;
+    use crate::engine::events::PENDING_EVENTS_PER_TENANT;
     use crate::{
-        cached::SuperPod, context::testing, identity::TenantIdentity, settings::TenantSettings,
-        tenant::Tenant,
+        cache::pods::SuperPod,
+        engine::context::testing,
+        tenancy::{identity::TenantIdentity, settings::TenantSettings, tenant::Tenant},
     };
 
     fn identity(cluster_key: &str) -> TenantIdentity {

@@ -4,9 +4,9 @@
 //! The super cluster's ingress controllers serve what the copies say with the platform's authority, so a
 //! copy names only a published IngressClass (one without a class gets the published default by name,
 //! never the super cluster's default), and only hosts within the suffixes the platform assigns the tenant
-//! ([`crate::settings`]); a rule without a host and a default backend, which would catch every other
+//! ([`crate::tenancy::settings`]); a rule without a host and a default backend, which would catch every other
 //! host, are refused. Annotations that make super-cluster controllers issue certificates or publish DNS
-//! records are not copied ([`crate::identity::DEFAULT_OPAQUE_PREFIXES`]).
+//! records are not copied ([`crate::tenancy::identity::DEFAULT_OPAQUE_PREFIXES`]).
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressSpec, IngressStatus};
 use kube::{
@@ -23,12 +23,10 @@ use super::{
     upward::{matching_super, params, transparent},
 };
 use crate::{
-    context::Context,
+    cache::super_stores::{self, SuperCache, SuperStores, SuperWatch},
+    engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::findings::Findings},
     error::{Result, on_tenant},
-    findings::Findings,
-    items::{DownItem, Item, Kind, UpItem, kinds},
-    super_stores::{self, SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
 };
 
 impl Downward for Ingress {
@@ -138,7 +136,7 @@ fn published_default_class(ctx: &Context) -> Option<String> {
 pub fn host_allowed(host: &str, suffixes: &[String]) -> bool {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host.strip_prefix("*.").unwrap_or(&host);
-    suffixes.iter().any(|suffix| crate::settings::within_domain(host, suffix))
+    suffixes.iter().any(|suffix| crate::tenancy::settings::within_domain(host, suffix))
 }
 
 /// What of a tenant Ingress the platform does not allow, each naming the field: a class that is not

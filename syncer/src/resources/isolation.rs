@@ -35,7 +35,11 @@ use kube::{Api, Resource, runtime::reflector::ObjectRef};
 use serde_json::Value;
 
 use super::write::{Kept, keep};
-use crate::{context::Context, error::Result, identity, tenant::Tenant};
+use crate::{
+    engine::context::Context,
+    error::Result,
+    tenancy::{identity, tenant::Tenant},
+};
 
 /// Name of the isolating NetworkPolicy in every super namespace of a tenant. A tenant NetworkPolicy of
 /// this name is not synced.
@@ -295,7 +299,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{context::testing, settings::TenantSettings};
+    use crate::{engine::context::testing, tenancy::settings::TenantSettings};
 
     #[test]
     fn egress_keeps_everything_but_the_platform_dns_and_the_denied_addresses() {

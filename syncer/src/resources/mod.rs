@@ -1,9 +1,10 @@
 //! Syncing each kind of object, down and up: one module per kind, registered once in
-//! [`crate::items::with_kinds`], and what the kinds share.
+//! [`crate::engine::items::with_kinds`], and what the kinds share.
 //!
-//! A kind's module implements [`SyncedKind`] (with [`crate::tenant::TenantCache`] and
-//! [`crate::super_stores::SuperCache`] for its caches) for its type in [`crate::items::kinds`]. Namespaced
-//! kinds copied with little change implement [`copy::Downward`] and leave the work to [`copy`]'s engine.
+//! A kind's module implements [`SyncedKind`] (with [`crate::tenancy::tenant::TenantCache`] and
+//! [`crate::cache::super_stores::SuperCache`] for its caches) for its type in
+//! [`crate::engine::items::kinds`]. Namespaced kinds copied with little change implement [`copy::Downward`]
+//! and leave the work to [`copy`]'s engine.
 
 pub mod access;
 pub mod copy;
@@ -18,11 +19,13 @@ pub use outcome::Outcome;
 pub use synced::SyncedKind;
 
 use crate::{
-    context::Context,
+    engine::{
+        context::Context,
+        items::{Item, Kind, kinds, with_kinds},
+        patrol::findings::Findings,
+    },
     error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds, with_kinds},
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 macro_rules! registry {

@@ -33,16 +33,16 @@ use super::{
     write::{apply_copy, delete},
 };
 use crate::{
-    config::POD_SECURITY_PREFIX,
-    context::Context,
+    cache::{stores::Change, super_stores::{SuperCache, SuperWatch}},
+    engine::{
+        config::POD_SECURITY_PREFIX,
+        context::Context,
+        events,
+        items::{DownItem, Item, kinds},
+        patrol::findings::{Findings, found},
+    },
     error::{Result, on_super},
-    events,
-    findings::{Findings, found},
-    identity,
-    items::{DownItem, Item, kinds},
-    stores::Change,
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
 };
 
 /// The super namespace for a tenant namespace object.
@@ -399,7 +399,7 @@ impl SuperCache for kinds::Namespace {
     type Cache = Store<Namespace>;
 
     /// The super namespaces are watched before every kind, which consult them (see
-    /// [`crate::super_stores::SuperStores::start`]).
+    /// [`crate::cache::super_stores::SuperStores::start`]).
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
         supers.namespaces.clone()
     }
@@ -485,9 +485,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        context::testing::{self, from_json, put},
-        items::Kind,
-        settings::TenantSettings,
+        engine::{context::testing::{self, from_json, put}, items::Kind},
+        tenancy::settings::TenantSettings,
     };
 
     const KEY: &str = "team-abc123-vc";

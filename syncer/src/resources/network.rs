@@ -25,12 +25,10 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
     error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
 
 /// Reason of the event on a tenant NetworkPolicy some of whose rules are not synced.
@@ -40,7 +38,7 @@ pub const REASON_NETWORK_POLICY_REFUSED: &str = "NetworkPolicyRefused";
 fn confine(selector: &LabelSelector, cx: &Conversion<'_>) -> LabelSelector {
     let identity = cx.identity();
     // By the keys the super namespaces carry: a tenant's namespace labels are copied encoded.
-    let mut confined = crate::identity::map_selector(selector, cx.meta, true);
+    let mut confined = crate::tenancy::identity::map_selector(selector, cx.meta, true);
     let labels = confined.match_labels.get_or_insert_with(BTreeMap::new);
     if let Some(name) = labels.get_mut(LABEL_NAMESPACE_NAME) {
         *name = identity.super_namespace(name);
@@ -78,7 +76,7 @@ fn peer(peer: &NetworkPolicyPeer, cx: &Conversion<'_>) -> std::result::Result<Ne
         pod_selector: peer
             .pod_selector
             .as_ref()
-            .map(|s| crate::identity::map_selector(s, cx.meta, false)),
+            .map(|s| crate::tenancy::identity::map_selector(s, cx.meta, false)),
     })
 }
 
@@ -148,7 +146,7 @@ fn translate(spec: &NetworkPolicySpec, cx: &Conversion<'_>) -> (NetworkPolicySpe
     });
     (
         NetworkPolicySpec {
-            pod_selector: Some(crate::identity::map_selector(
+            pod_selector: Some(crate::tenancy::identity::map_selector(
                 &spec.pod_selector.clone().unwrap_or_default(),
                 cx.meta,
                 false,
@@ -250,9 +248,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        context::testing::{self, from_json},
+        engine::context::testing::{self, from_json},
         resources::endpoints::within,
-        settings::TenantSettings,
+        tenancy::settings::TenantSettings,
     };
 
     fn convert(ctx: &Context, tenant: &Tenant, policy: Value) -> (Option<NetworkPolicy>, Option<String>) {

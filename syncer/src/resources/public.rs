@@ -14,10 +14,12 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{outcome::Outcome, write::kind_label};
 use crate::{
-    context::Context,
+    engine::context::Context,
     error::{Result, on_tenant},
-    identity,
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant},
+    tenancy::{
+        identity,
+        tenant::{LABEL_SYNCED_FROM_SUPER, Tenant},
+    },
 };
 
 /// Whether a super StorageClass or PriorityClass is published to tenants: labelled

@@ -18,11 +18,10 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds}},
     error::{Result, on_tenant},
-    items::{Item, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
 
 /// Syncs a public super RuntimeClass into the tenant.
@@ -203,7 +202,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::context::testing::{from_json, put};
+    use crate::engine::context::testing::{from_json, put};
 
     fn class(name: &str, handler: &str, public: bool) -> RuntimeClass {
         let labels = match public {

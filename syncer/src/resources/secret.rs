@@ -10,16 +10,13 @@ use serde_json::{Value, json};
 use super::{
     copy::{self, Conversion, Downward},
     outcome::Outcome,
-    pod::token,
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    cache::{super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key}, token_shards},
+    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
     error::Result,
-    findings::Findings,
-    items::{Item, Kind, kinds},
-    super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
 
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
@@ -56,7 +53,7 @@ impl Downward for Secret {
 
     fn creation_refusal(tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
         let name = tenant.metadata.name.as_deref().unwrap_or_default();
-        token::is_reserved_secret_name(name).then(|| {
+        token_shards::is_reserved_secret_name(name).then(|| {
             (
                 REASON_RESERVED_NAME,
                 format!(

@@ -20,15 +20,17 @@ use super::{
     upward::{matching_super, params, transparent},
 };
 use crate::{
-    config::ExternalNameServices,
-    context::Context,
+    accounting::quota::{ObjectUsage, needs_node_ports, service_usage},
+    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
+    engine::{
+        config::ExternalNameServices,
+        context::Context,
+        events,
+        items::{Item, Kind, UpItem, kinds},
+        patrol::findings::Findings,
+    },
     error::{Result, on_tenant},
-    events,
-    findings::Findings,
-    items::{Item, Kind, UpItem, kinds},
-    quota::{ObjectUsage, needs_node_ports, service_usage},
-    super_stores::{SuperCache, SuperStores, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
 };
 
 fn normalized_ports(ports: &Option<Vec<ServicePort>>) -> Value {
@@ -104,7 +106,7 @@ impl Downward for Service {
             // By the keys the super pods carry (a label not copied as it is is copied encoded).
             selector: spec
                 .selector
-                .map(|selector| crate::identity::map_labels(&selector, cx.meta, false)),
+                .map(|selector| crate::tenancy::identity::map_labels(&selector, cx.meta, false)),
             ports,
             cluster_ip: headless.then(|| "None".to_owned()),
             external_name: spec.external_name,
@@ -559,10 +561,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        context::testing::{self, from_json, put},
-        items::DownItem,
+        engine::{context::testing::{self, from_json, put}, items::DownItem},
         resources::copy::sync_down,
-        settings::TenantSettings,
+        tenancy::settings::TenantSettings,
     };
 
     const SUPER_IP: &str = "10.96.0.9";
@@ -765,11 +766,11 @@ mod tests {
     /// gets no copy in either mode, and says why.
     #[tokio::test]
     async fn external_name_services_become_inert_stubs_unless_synced() {
-        use crate::context::testing::{self, from_json};
+        use crate::engine::context::testing::{self, from_json};
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (mut ctx, _) = testing::context(super_client);
-        let (tenant, _) = testing::tenant(&ctx, tenant_client, crate::settings::TenantSettings::default());
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, crate::tenancy::settings::TenantSettings::default());
         let service = |spec: Value| -> Service {
             from_json(
                 json!({"metadata": {"name": "ext", "namespace": "shop", "uid": "ext-uid",
@@ -778,7 +779,7 @@ mod tests {
         };
         let external = service(json!({"type": "ExternalName", "externalName": "DB.Example.com.",
             "selector": {"app": "x"}, "ports": [{"name": "pg", "port": 5432}]}));
-        let convert = |ctx: &crate::context::Context, tenant_service: &Service| {
+        let convert = |ctx: &crate::engine::context::Context, tenant_service: &Service| {
             let cx = Conversion {
                 ctx,
                 tenant: &tenant,
@@ -862,11 +863,9 @@ mod tests {
 
         use super::*;
         use crate::{
-            context::testing::{self, from_json, put},
-            identity,
-            items::{DownItem, Kind},
+            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
             resources::copy::sync_down,
-            settings::TenantSettings,
+            tenancy::{identity, settings::TenantSettings},
         };
 
         const APPLY: &str = "/api/v1/namespaces/team-abc123-vc-shop/services/web?&fieldManager=vc-syncer";
@@ -1093,7 +1092,7 @@ mod tests {
         testing::refused_with_event(
             sync_down::<Service>(&ctx, &tenant, &item),
             &mut tenants,
-            crate::quota::REASON_QUOTA_EXCEEDED,
+            crate::accounting::quota::REASON_QUOTA_EXCEEDED,
             "tenant quota services.loadbalancers exceeded: 0 in use, 1 asked for, limit 0",
         )
         .await;

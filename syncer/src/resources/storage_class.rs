@@ -10,11 +10,10 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds}},
     error::Result,
-    items::{Item, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
 
 /// Syncs a public super StorageClass into the tenant.

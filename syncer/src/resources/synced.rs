@@ -4,17 +4,15 @@ use std::future::Future;
 
 use super::outcome::Outcome;
 use crate::{
-    context::Context,
+    cache::super_stores::SuperCache,
+    engine::{context::Context, items::Item, patrol::findings::Findings},
     error::Result,
-    findings::Findings,
-    items::Item,
-    super_stores::SuperCache,
-    tenant::{Tenant, TenantCache},
+    tenancy::tenant::{Tenant, TenantCache},
 };
 
 /// A kind the syncer syncs: its caches on both sides (and the watches that feed the queues from them),
 /// its sync in either direction, and its part of the patrol. Each kind's module implements it for the
-/// kind's type in [`crate::items::kinds`]; the registry in [`crate::resources`] dispatches to it.
+/// kind's type in [`crate::engine::items::kinds`]; the registry in [`crate::resources`] dispatches to it.
 pub trait SyncedKind: TenantCache + SuperCache {
     /// Syncs one tenant object into the super cluster. Kinds that only flow up never get items here.
     fn sync_down(

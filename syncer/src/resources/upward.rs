@@ -9,11 +9,10 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::write::kind_label;
 use crate::{
-    context::Context,
+    cache::meta::Tagged,
+    engine::context::Context,
     error::{Result, on_tenant},
-    identity,
-    tags::Tagged,
-    tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// Force-applied under the syncer's field manager: the fields it writes into tenants are its own.
@@ -22,7 +21,7 @@ pub fn params() -> PatchParams {
 }
 
 /// The super copy of a tenant object, if it exists and was made from this very tenant object.
-pub fn matching_super<K: crate::tags::HasTags>(
+pub fn matching_super<K: crate::cache::meta::HasTags>(
     super_object: Option<std::sync::Arc<K>>,
     tenant: &Tenant,
     tenant_uid: Option<String>,

@@ -27,13 +27,15 @@ use kube::{
 
 use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
 use crate::{
-    config::{VNodeAddresses, VNodeMode},
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{
+        config::{VNodeAddresses, VNodeMode},
+        context::Context,
+        items::{Item, Kind, UpItem, kinds},
+        patrol::findings::{Findings, found},
+    },
     error::{Error, Result, on_super, on_tenant},
-    findings::{Findings, found},
-    items::{Item, Kind, UpItem, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
 };
 
 fn params() -> PatchParams {

@@ -17,12 +17,10 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, Kind, UpItem, kinds}},
     error::Result,
-    identity,
-    items::{Item, Kind, UpItem, kinds},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    tenancy::{identity, tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}},
 };
 
 /// Syncs a super PersistentVolume bound to one of the tenant's claims into the tenant, bound to the

@@ -15,11 +15,9 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
-    context::Context,
+    engine::{context::Context, events, items::Kind},
     error::{Error, Result, on_super},
-    events, identity,
-    items::Kind,
-    tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// Server-side applies `desired`; with `uid`, only onto the object with that uid.

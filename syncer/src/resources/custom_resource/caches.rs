@@ -21,14 +21,12 @@ use kube::{
 };
 use tokio::task::JoinHandle;
 
-use super::{convert, item, kinds::CustomKind};
+use super::{convert, item};
+use crate::engine::config::custom_kinds::CustomKind;
 use crate::{
-    budget::CacheBudget,
-    items::{Kind, UpItem},
-    queue::{FairQueue, TenantId},
-    stores::{Cache, Change, OnRelist, trim},
-    super_stores::{SuperWatch, ours, tenant_key},
-    tenant::{Queues, TenantWatch, Tenants},
+    cache::{stores::{Cache, Change, OnRelist, trim}, super_stores::{SuperWatch, ours, tenant_key}},
+    engine::{budget::CacheBudget, items::{Kind, UpItem}, queue::{FairQueue, TenantId}},
+    tenancy::tenant::{Queues, TenantWatch, Tenants},
 };
 
 /// Objects per page when a tenant's instances are listed (as for the typed kinds).
@@ -68,7 +66,7 @@ fn watch_instances(
     resource: ApiResource,
     config: watcher::Config,
     on_relist: Option<OnRelist>,
-    admit: Option<Arc<Mutex<crate::budget::Ledger<DynamicObject>>>>,
+    admit: Option<Arc<Mutex<crate::engine::budget::Ledger<DynamicObject>>>>,
     on_change: impl Fn(&DynamicObject, Change) + Send + 'static,
 ) -> Instances {
     let writer = Writer::new(resource.clone());
@@ -236,7 +234,7 @@ pub struct TenantCustomResources {
 /// What a tenant's instance watches are started with.
 struct InstanceWatch {
     client: Client,
-    down: Arc<FairQueue<crate::items::DownItem>>,
+    down: Arc<FairQueue<crate::engine::items::DownItem>>,
     id: TenantId,
     budget: Arc<CacheBudget>,
     on_relist: OnRelist,
@@ -245,7 +243,7 @@ struct InstanceWatch {
 /// A tenant's instances of one kind, and what they are charged.
 struct TenantInstances {
     instances: Arc<Instances>,
-    ledger: Arc<Mutex<crate::budget::Ledger<DynamicObject>>>,
+    ledger: Arc<Mutex<crate::engine::budget::Ledger<DynamicObject>>>,
 }
 
 impl Drop for TenantInstances {

@@ -11,8 +11,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::kinds::{CustomKind, RefPath, Step};
-use crate::{identity, tenant::LABEL_SYNCED_FROM_SUPER};
+use crate::engine::config::custom_kinds::{CustomKind, RefPath, Step};
+use crate::{tenancy::{identity, tenant::LABEL_SYNCED_FROM_SUPER}};
 
 /// Reason of the Warning event on a tenant CRD the syncer put back as the platform publishes it.
 pub const REASON_DEFINITION_RESTORED: &str = "CustomResourceDefinitionRestored";
@@ -251,7 +251,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::resources::custom_resource::kinds::parse;
+    use crate::engine::config::custom_kinds::parse;
 
     fn crd(scope: &str) -> CustomResourceDefinition {
         CustomResourceDefinition {

@@ -10,12 +10,10 @@ use kube::{
 
 use super::convert::{self, REASON_DEFINITION_RESTORED};
 use crate::{
-    context::Context,
+    engine::{context::Context, events, items::Kind},
     error::{Result, on_tenant},
-    events, identity,
-    items::Kind,
     resources::{outcome::Outcome, public},
-    tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// The CRD a tenant should have under this name, and the API resource of its instances: `None` when the

@@ -15,14 +15,10 @@ use super::{
     item,
 };
 use crate::{
-    context::Context,
+    engine::{context::Context, events, items::Kind, patrol::findings::{Findings, found, super_objects}},
     error::{Error, Result, on_super, on_tenant},
-    events,
-    findings::{Findings, found, super_objects},
-    identity,
-    items::Kind,
     resources::{namespace, outcome::Outcome, upward},
-    tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// How long an item waits for a cache of its kind that has not listed yet.

@@ -2,7 +2,7 @@
 //! CRD's name. A CRD to publish is the item `<crd>` (no namespace); an instance is `<crd>/<name>` in its
 //! namespace. Neither CRD nor object names can hold a `/`, so the two never mix up.
 
-use crate::items::{Item, Kind};
+use crate::engine::items::{Item, Kind};
 
 /// The item of a CRD to publish into (or remove from) a tenant.
 pub fn definition(crd: &str) -> Item {

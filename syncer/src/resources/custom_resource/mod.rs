@@ -2,29 +2,23 @@
 //! super cluster's CRD is published into the tenants it admits, the tenants' instances are copied down
 //! into their super namespaces and their status comes back up.
 //!
-//! Every listed kind shares the one queue kind [`crate::items::Kind::CustomResource`] (one metric label,
-//! the same fairness, backoff and rate limits as the typed kinds); an item's name says which CRD and
-//! object it is about ([`item`]). The caches are dynamic objects, started when the CRDs show
-//! ([`caches`]).
+//! Every listed kind shares the one queue kind [`crate::engine::items::Kind::CustomResource`] (one metric
+//! label, the same fairness, backoff and rate limits as the typed kinds); an item's name says which CRD and
+//! object it is about ([`item`]). The caches are dynamic objects, started when the CRDs show ([`caches`]).
 
 pub mod caches;
 pub mod convert;
 pub mod definition;
 pub mod instance;
 pub mod item;
-pub mod kinds;
 
 use crate::{
-    context::Context,
+    cache::super_stores::{SuperCache, SuperWatch},
+    engine::{context::Context, items::{Item, kinds as typed}, patrol::findings::{Findings, found}},
     error::Result,
-    findings::{Findings, found},
-    items::{Item, kinds as typed},
     resources::{Outcome, SyncedKind},
-    super_stores::{SuperCache, SuperWatch},
-    tenant::{Tenant, TenantCache, TenantWatch},
+    tenancy::tenant::{Tenant, TenantCache, TenantWatch},
 };
-
-pub use kinds::CustomKind;
 
 impl TenantCache for typed::CustomResource {
     type Cache = caches::TenantCustomResources;

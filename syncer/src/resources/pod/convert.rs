@@ -17,10 +17,10 @@ use k8s_openapi::{
 use sha2::{Digest, Sha256};
 
 use crate::{
-    cached::{CachedPodSpec, ContainerImage},
-    config::PlatformPodPolicy,
-    identity::{self, TenantIdentity},
+    cache::pods::{CachedPodSpec, ContainerImage},
+    engine::config::PlatformPodPolicy,
     resources::runtime_class::RuntimeClassChoice,
+    tenancy::identity::{self, TenantIdentity},
 };
 
 use super::placement::Resolved;
@@ -343,7 +343,7 @@ pub struct Hardening {
 
 impl Hardening {
     /// The hardening the syncer's flags ask for.
-    pub fn of(config: &crate::config::SyncerConfig) -> Self {
+    pub fn of(config: &crate::engine::config::SyncerConfig) -> Self {
         Self {
             always_pull: !config.super_enforces_image_credentials,
             drop_net_raw: !config.pod_policy.allow_net_raw,
@@ -444,7 +444,7 @@ fn env_secret_names<'s>(
 }
 
 fn reserved_refusals(mut names: Vec<&str>) -> Vec<String> {
-    names.retain(|name| super::token::is_reserved_secret_name(name));
+    names.retain(|name| crate::cache::token_shards::is_reserved_secret_name(name));
     names.sort_unstable();
     names.dedup();
     names
@@ -788,7 +788,7 @@ fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity, meta: &ide
     }
     for term in terms {
         if let Some(selector) = &mut term.label_selector {
-            *selector = crate::identity::map_selector(selector, meta, false);
+            *selector = crate::tenancy::identity::map_selector(selector, meta, false);
             require_cluster(selector, identity);
         }
         map_keys(&mut term.match_label_keys, meta);
@@ -799,7 +799,7 @@ fn scope_affinity(affinity: &mut Affinity, identity: &TenantIdentity, meta: &ide
             }
         }
         if let Some(selector) = &mut term.namespace_selector {
-            *selector = crate::identity::map_selector(selector, meta, true);
+            *selector = crate::tenancy::identity::map_selector(selector, meta, true);
             require_cluster(selector, identity);
         }
     }

@@ -17,12 +17,11 @@ use kube::{
 };
 
 use crate::{
-    cached::TenantPod,
-    context::Context,
+    cache::{meta::Tagged, pods::TenantPod},
+    engine::context::Context,
     error::{Result, on_tenant},
     resources::{outcome::Outcome, upward::params},
-    tags::Tagged,
-    tenant::Tenant,
+    tenancy::tenant::Tenant,
 };
 
 /// The kubelet's reason for a container whose end it did not see.
@@ -252,10 +251,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::{
-        context::testing::{self, from_json, put},
-        settings::TenantSettings,
-    };
+    use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
 
     fn at(time: &str) -> Time {
         from_json(json!(time))

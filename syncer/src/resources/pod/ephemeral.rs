@@ -19,12 +19,10 @@ use super::{
     tenant_endpoints::tenant_apiserver,
 };
 use crate::{
-    tags::Tagged,
-    cached::{ContainerImage, SuperPod, TenantPod},
-    context::Context,
+    cache::{meta::Tagged, pods::{ContainerImage, SuperPod, TenantPod}},
+    engine::{context::Context, events},
     error::{Result, on_super, on_tenant},
-    events, identity,
-    tenant::Tenant,
+    tenancy::{identity, tenant::Tenant},
 };
 
 /// Annotation on a super pod: comma-separated keys of the ephemeral containers whose refusal the tenant

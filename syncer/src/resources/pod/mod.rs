@@ -1,35 +1,44 @@
-//! Tenant pods: synced down ([`down`]) with their conversion ([`convert`]), admission ([`policy`]), node
-//! selection in the tenant's view ([`placement`]),
-//! service-account tokens ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later ([`ephemeral`]), and up ([`up`]);
-//! their end ([`end`]): the deletion completed, and the terminal status of a deleted pod a finalizer holds.
-//! [`refusal`] and [`tenant_endpoints`] serve both [`down`] and [`ephemeral`], which import them rather
-//! than each other.
+//! Tenant pods. Down: [`plan`] decides from the caches what a pod and its copy need next (a pure function),
+//! and [`down`] does it, with the executors of creation ([`create`]) and of a running pod's changes
+//! ([`update`]); the copy is converted by [`convert`] (what it carries besides: [`desired`]), admitted by
+//! [`policy`], placed in the tenant's view of its nodes ([`placement`]); service-account tokens
+//! ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later
+//! ([`ephemeral`]). Up: [`up`]. Their end ([`end`]): the deletion completed, and the terminal status of a
+//! deleted pod a finalizer holds. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
+//! [`ephemeral`], which import them rather than each other.
 
 pub mod convert;
+pub mod create;
+pub mod desired;
 pub mod down;
 pub mod end;
 pub mod ephemeral;
 pub mod placement;
+pub mod plan;
 pub mod policy;
 pub mod refusal;
 pub mod tenant_endpoints;
 pub mod token_secrets;
 pub mod token;
 pub mod up;
+pub mod update;
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
-    cached::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
-    context::Context,
+    cache::{
+        meta::Tagged,
+        pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
+        slim_store::SlimStore,
+        stores::Change,
+        super_stores::{SuperCache, SuperWatch, ours, tenant_key},
+    },
+    engine::{
+        context::Context,
+        items::{DownItem, Item, Kind, UpItem, kinds},
+        patrol::findings::{Findings, found, super_objects},
+    },
     error::Result,
-    findings::{Findings, found, super_objects},
-    identity,
-    items::{DownItem, Item, Kind, UpItem, kinds},
-    slim_store::SlimStore,
-    stores::Change,
-    super_stores::{SuperCache, SuperWatch, ours, tenant_key},
-    tags::Tagged,
-    tenant::{Tenant, TenantCache, TenantWatch},
+    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
 };
 
 impl TenantCache for kinds::Pod {

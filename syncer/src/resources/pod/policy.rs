@@ -4,8 +4,8 @@
 //! Two layers decide. The platform's flags ([`PlatformPodPolicy`]) hold for every tenant; a
 //! VirtualCluster's `podPolicy` widens host access and security profiles for its tenant, and placement
 //! (tolerations, node labels) only by keys the platform lets VirtualClusters grant. Whatever podPolicy
-//! allows, the Pod Security level of the super namespaces (see [`crate::config::PodSecurityLabels`]) still
-//! applies in the super apiserver: a VirtualCluster editor cannot lift the platform's backstop.
+//! allows, the Pod Security level of the super namespaces (see [`crate::engine::config::PodSecurityLabels`])
+//! still applies in the super apiserver: a VirtualCluster editor cannot lift the platform's backstop.
 //!
 //! Everything is checked before anything is written; a pod asking for more is not synced, and every
 //! violation is named in one event on the tenant pod.
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{
     Taint, Toleration, Volume,
 };
 
-use crate::{config::PlatformPodPolicy, resources::claim};
+use crate::{engine::config::PlatformPodPolicy, resources::claim};
 
 /// Annotation prefix of the AppArmor profile of a container (before the `appArmorProfile` field).
 const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";

@@ -1,11 +1,11 @@
 //! Where super pods reach their tenant's apiserver and DNS: the super copies of the tenant's
 //! `default/kubernetes` and `kube-system/kube-dns` Services, read from the caches. Used by the pod's
-//! conversion ([`super::down`]) and by ephemeral containers added later ([`super::ephemeral`]).
+//! conversion ([`super::create`]) and by ephemeral containers added later ([`super::ephemeral`]).
 
 use kube::{Resource, runtime::reflector::ObjectRef};
 
 use super::convert::TenantEndpoints;
-use crate::{context::Context, identity, tenant::Tenant};
+use crate::{engine::context::Context, tenancy::{identity, tenant::Tenant}};
 
 /// The super cluster IP and first port of the tenant Service `namespace/name`: `None` when the tenant has
 /// no such Service, `Err` with a reason while it has one that is not yet in the super cluster.

@@ -9,7 +9,7 @@
 //! The syncer caches only the metadata of token Secrets: the annotations say what they hold and until
 //! when, so the token values never sit in the syncer's memory.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use crds::wellknown::{ANNOTATION_TOKEN_FOR_POD, LABEL_POD_TOKEN, ROOT_CA_CONFIG_MAP};
 use k8s_openapi::{
@@ -20,15 +20,16 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
-use kube::{Api, api::PostParams, runtime::reflector::ObjectRef};
+use kube::{Api, Resource, api::PostParams, runtime::reflector::ObjectRef};
 use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
 use crate::{
-    tags::Tagged,
+    cache::{meta::Tagged, pods::{SuperPod, TenantPod}},
+    engine::{context::Context, items::{DownItem, Kind}},
     error::{Result, on_tenant},
-    identity::{self, TenantIdentity},
-    tenant::Tenant,
+    resources::write::apply,
+    tenancy::{identity::{self, TenantIdentity}, tenant::Tenant},
 };
 
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).
@@ -46,13 +47,6 @@ pub const ANNOTATION_TOKEN_SECRET: &str = "tenancy.x-k8s.io/token-secret";
 /// The shared token Secret a super pod's volumes read, if it is not a pod of an earlier version.
 pub fn secret_of(super_pod: &impl Tagged) -> Option<&str> {
     super_pod.annotation(ANNOTATION_TOKEN_SECRET)
-}
-
-/// Whether a Secret name is the syncer's, for pods' tokens: shards (`*.vc-tokens`) and the per-pod Secrets
-/// of earlier versions (`*.vc-token`). Tenant Secrets of such names are not synced and tenant pods may not
-/// name them, so no tenant object can stand in for, or read, another pod's tokens.
-pub fn is_reserved_secret_name(name: &str) -> bool {
-    name.ends_with(".vc-token") || name.ends_with(super::token_secrets::SHARD_SUFFIX)
 }
 
 /// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
@@ -261,6 +255,92 @@ pub fn secret(
 
 /// Seconds since the epoch.
 pub use vc_runtime::clock::now;
+
+// The per-pod token Secrets of earlier versions: still renewed for the pods that read them.
+
+/// Keeps the token Secret of its own that a pod of an earlier version reads (`<pod>.vc-token`): minted
+/// again when due, and a wake-up scheduled for the next renewal. Returns the writes made.
+pub(super) async fn refresh_token(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    needs: &[TokenNeed],
+) -> Result<u32> {
+    let namespace = tenant_pod.namespace().unwrap_or_default();
+    let name = tenant_pod.name_any();
+    let super_namespace = super_pod.namespace().unwrap_or_default();
+    let existing = ctx
+        .supers
+        .tokens
+        .get(&ObjectRef::new(&secret_name(&name)).within(&super_namespace));
+    let tenant_uid = tenant_pod.uid().unwrap_or_default();
+    if !needs_refresh(
+        existing.as_ref().map(|s| s.meta()),
+        &tenant_uid,
+        needs,
+        now(),
+    ) {
+        if let Some(at) = existing.as_ref().and_then(|s| refresh_at(s.meta())) {
+            // Keep a wake-up scheduled across restarts.
+            schedule_refresh(ctx, tenant, &namespace, &name, at);
+        }
+        return Ok(0);
+    }
+    let subject = Subject {
+        namespace: &namespace,
+        name: &name,
+        uid: &tenant_uid,
+        service_account: tenant_pod.spec.service_account_name.as_deref(),
+    };
+    let minted = mint(tenant, &subject, needs, ctx.config.token_ttl_seconds).await?;
+    write_token_secret(
+        ctx,
+        tenant,
+        &subject,
+        &super_namespace,
+        &super_pod.uid().unwrap_or_default(),
+        minted,
+    )
+    .await?;
+    Ok(1)
+}
+
+async fn write_token_secret(
+    ctx: &Context,
+    tenant: &Tenant,
+    subject: &Subject<'_>,
+    super_namespace: &str,
+    super_pod_uid: &str,
+    minted: Minted,
+) -> Result<()> {
+    let now = now();
+    let has_tokens = !minted.tokens.is_empty();
+    let ca = tenant_ca(tenant, subject.namespace);
+    let secret = secret(
+        &tenant.identity,
+        subject,
+        super_namespace,
+        super_pod_uid,
+        ca,
+        minted,
+        now,
+    );
+    let refresh = refresh_at(&secret.metadata);
+    let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), super_namespace);
+    apply(ctx, &api, secret, None).await?;
+    if let (true, Some(at)) = (has_tokens, refresh) {
+        schedule_refresh(ctx, tenant, subject.namespace, subject.name, at);
+    }
+    Ok(())
+}
+
+fn schedule_refresh(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str, at: i64) {
+    let delay = Duration::from_secs(u64::try_from(at - now()).unwrap_or(0));
+    ctx.queues
+        .down
+        .add_after(&tenant.id, DownItem::new(Kind::Pod, namespace, name), delay);
+}
 
 #[cfg(test)]
 mod tests {

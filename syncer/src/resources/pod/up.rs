@@ -9,24 +9,24 @@ use kube::{
 };
 
 use super::{
-    down::was_scheduled,
+    plan::was_scheduled,
     end::{finalize_tenant_pod, has_ended, write_status},
     token_secrets,
 };
 use crate::{
-    cached::{
-        CachedCondition, ContainerImage, POD_SCHEDULED, SuperPod, TenantPod, TenantPodStatus,
+    cache::pods::{
+        CachedCondition,
+        ContainerImage,
+        POD_SCHEDULED,
+        SuperPod,
+        TenantPod,
+        TenantPodStatus,
         container_statuses_hash,
     },
-    context::Context,
+    engine::{context::Context, events},
     error::{Result, on_tenant},
-    events,
-    resources::{
-        outcome::Outcome,
-        upward::{matching_super, transparent},
-        vnode,
-    },
-    tenant::Tenant,
+    resources::{outcome::Outcome, upward::{matching_super, transparent}, vnode},
+    tenancy::tenant::Tenant,
 };
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
@@ -436,13 +436,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{
-        context::testing::{self, from_json, put},
-        settings::TenantSettings,
-    };
+    use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
-    fn super_copy(status: serde_json::Value) -> crate::cached::SuperPod {
+    fn super_copy(status: serde_json::Value) -> crate::cache::pods::SuperPod {
         from_json(super_copy_json(status))
     }
 
@@ -457,7 +454,7 @@ mod tests {
     }
 
     /// [`super_copy`] naming a token its pod needs and the shard that holds it.
-    fn with_tokens(status: serde_json::Value) -> crate::cached::SuperPod {
+    fn with_tokens(status: serde_json::Value) -> crate::cache::pods::SuperPod {
         let mut copy = super_copy_json(status);
         let annotations = &mut copy["metadata"]["annotations"];
         annotations["tenancy.x-k8s.io/tokens"] = json!(r#"[{"key":"token"}]"#);
@@ -482,7 +479,7 @@ mod tests {
         Arc<Tenant>,
         testing::ApiServer,
         testing::ApiServer,
-        crate::super_stores::Writers,
+        crate::cache::super_stores::Writers,
     ) {
         let (super_client, supers) = testing::mock();
         let (tenant_client, tenants) = testing::mock();

@@ -1,0 +1,295 @@
+//! What a tenant pod and its super copy need next on the way down, decided from the caches alone: a pure
+//! function of the two cached pods, tested with plain tables. The executors ([`super::down`],
+//! [`super::create`], [`super::update`]) do the writes.
+
+use super::end::has_ended;
+use crate::{
+    cache::pods::{POD_SCHEDULED, SuperPod, TenantPod},
+    tenancy::identity,
+};
+
+/// The next step of a tenant pod's down sync, naming the cached pods it acts on.
+#[derive(Clone, Copy, Debug)]
+pub enum DownStep<'a> {
+    /// The super pod of that name is another tenant's, or another tenant namespace's: nothing of it is
+    /// read, written or deleted.
+    Foreign,
+    /// The tenant pod is gone and so is its copy; the quota stops holding it.
+    Gone,
+    /// The tenant pod is gone: the quota stops holding it and its copy is deleted.
+    Orphaned(&'a SuperPod),
+    /// A new tenant pod of the same name: the old copy is deleted first.
+    Stale(&'a SuperPod),
+    /// The tenant deletes its pod: the copy goes with the same grace period, then the deletion completes.
+    Terminate(&'a TenantPod, Option<&'a SuperPod>),
+    /// The pod ended and needs no copy (one the super cluster collected stays as it ended).
+    Ended,
+    /// The pod ended before the super scheduler placed its copy (its node refused it): the copy is deleted,
+    /// unless it is going already, so that it never starts later.
+    Unplaced(&'a SuperPod),
+    /// The copy of a scheduled pod disappeared behind the syncer's back: the tenant pod is replaced.
+    ReplaceLost(&'a TenantPod),
+    /// No copy yet: admit the pod and create it.
+    Create(&'a TenantPod),
+    /// A copy runs: bring the tenant's changes to it.
+    Update(&'a TenantPod, &'a SuperPod),
+}
+
+/// Steps are equal when they are the same step of the same cached pods.
+impl PartialEq for DownStep<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        use std::ptr::eq;
+        let same_copy = |a: Option<&SuperPod>, b: Option<&SuperPod>| match (a, b) {
+            (Some(a), Some(b)) => eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        match (self, other) {
+            (Self::Foreign, Self::Foreign) | (Self::Gone, Self::Gone) | (Self::Ended, Self::Ended) => true,
+            (Self::Orphaned(a), Self::Orphaned(b))
+            | (Self::Stale(a), Self::Stale(b))
+            | (Self::Unplaced(a), Self::Unplaced(b)) => eq(*a, *b),
+            (Self::Terminate(a, x), Self::Terminate(b, y)) => eq(*a, *b) && same_copy(*x, *y),
+            (Self::ReplaceLost(a), Self::ReplaceLost(b)) | (Self::Create(a), Self::Create(b)) => eq(*a, *b),
+            (Self::Update(a, x), Self::Update(b, y)) => eq(*a, *b) && eq(*x, *y),
+            _ => false,
+        }
+    }
+}
+
+/// What the down sync of one pod decides on.
+#[derive(Clone, Copy, Debug)]
+pub struct DownView<'a> {
+    /// The tenant's cluster key.
+    pub cluster_key: &'a str,
+    /// The tenant namespace of the item.
+    pub namespace: &'a str,
+    /// The tenant pod, as cached.
+    pub tenant_pod: Option<&'a TenantPod>,
+    /// The super pod of that name in the tenant namespace's super namespace, as cached.
+    pub super_pod: Option<&'a SuperPod>,
+    /// Whether a pause removed the super pod ([`crate::tenancy::tenant::Tenant::paused_away`]).
+    pub paused_away: bool,
+}
+
+/// Whether a tenant pod was placed by the syncer (bound after its super pod was scheduled), as opposed to
+/// a pod the tenant created with a node name.
+pub fn was_scheduled(pod: &TenantPod) -> bool {
+    let status = &pod.status;
+    status.pod_ip.is_some()
+        || status.phase.as_deref().is_some_and(|p| p != "Pending")
+        || status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+}
+
+/// The next step for one tenant pod and its copy.
+pub fn plan_down<'a>(view: &DownView<'a>) -> DownStep<'a> {
+    if let Some(existing) = view.super_pod
+        && (!identity::belongs_to(existing.meta(), view.cluster_key)
+            || identity::tenant_namespace(existing.meta()) != Some(view.namespace))
+    {
+        return DownStep::Foreign;
+    }
+    let Some(tenant_pod) = view.tenant_pod else {
+        return match view.super_pod {
+            Some(existing) => DownStep::Orphaned(existing),
+            None => DownStep::Gone,
+        };
+    };
+    if let Some(existing) = view.super_pod
+        && identity::tenant_uid(existing.meta()) != tenant_pod.uid().as_deref()
+    {
+        return DownStep::Stale(existing);
+    }
+    if tenant_pod.meta().deletion_timestamp.is_some() {
+        return DownStep::Terminate(tenant_pod, view.super_pod);
+    }
+    match view.super_pod {
+        None if has_ended(tenant_pod) => DownStep::Ended,
+        Some(existing) if has_ended(tenant_pod) && existing.spec.node_name.is_none() => {
+            DownStep::Unplaced(existing)
+        }
+        None if was_scheduled(tenant_pod) && !view.paused_away => DownStep::ReplaceLost(tenant_pod),
+        None => DownStep::Create(tenant_pod),
+        Some(existing) => DownStep::Update(tenant_pod, existing),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::engine::context::testing::from_json;
+
+    const KEY: &str = "team-abc123-vc";
+
+    fn tenant_pod(uid: &str, phase: &str, deleting: bool, scheduled: bool) -> TenantPod {
+        let mut metadata = json!({"name": "p", "namespace": "ns", "uid": uid, "resourceVersion": "1"});
+        if deleting {
+            metadata["deletionTimestamp"] = json!("2026-11-29T00:00:00Z");
+        }
+        let conditions: Vec<Value> = match scheduled {
+            true => vec![json!({"type": "PodScheduled", "status": "True"})],
+            false => vec![],
+        };
+        from_json(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": phase, "conditions": conditions},
+        }))
+    }
+
+    fn super_pod(cluster: &str, namespace: &str, uid: &str, node: Option<&str>, deleting: bool) -> SuperPod {
+        let mut metadata = json!({
+            "name": "p", "namespace": format!("{KEY}-ns"), "uid": format!("super-{uid}"), "resourceVersion": "1",
+            "labels": {"tenancy.x-k8s.io/vcname": "vc"},
+            "annotations": {
+                "tenancy.x-k8s.io/cluster": cluster,
+                "tenancy.x-k8s.io/namespace": namespace,
+                "tenancy.x-k8s.io/uid": uid,
+            },
+        });
+        if deleting {
+            metadata["deletionTimestamp"] = json!("2026-11-29T00:00:00Z");
+        }
+        from_json(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": node},
+            "status": {"phase": "Pending"},
+        }))
+    }
+
+    fn step<'a>(
+        tenant: Option<&'a TenantPod>,
+        copy: Option<&'a SuperPod>,
+        paused_away: bool,
+    ) -> DownStep<'a> {
+        plan_down(&DownView {
+            cluster_key: KEY,
+            namespace: "ns",
+            tenant_pod: tenant,
+            super_pod: copy,
+            paused_away,
+        })
+    }
+
+    #[test]
+    fn each_pair_of_tenant_pod_and_copy_has_its_step() {
+        let pending = tenant_pod("u1", "Pending", false, false);
+        let running = tenant_pod("u1", "Running", false, true);
+        let deleting = tenant_pod("u1", "Running", true, true);
+        let failed = tenant_pod("u1", "Failed", false, false);
+        let placed = super_pod(KEY, "ns", "u1", Some("node-1"), false);
+        let unplaced = super_pod(KEY, "ns", "u1", None, false);
+        let unplaced_going = super_pod(KEY, "ns", "u1", None, true);
+        let other_uid = super_pod(KEY, "ns", "u0", Some("node-1"), false);
+        let other_tenant = super_pod("other-tenant", "ns", "u1", Some("node-1"), false);
+        let other_namespace = super_pod(KEY, "ns2", "u1", Some("node-1"), false);
+        let (t, c) = (Some, Some);
+        for (tenant, copy, paused_away, want, case) in [
+            (
+                t(&running),
+                c(&other_tenant),
+                false,
+                DownStep::Foreign,
+                "another tenant's copy",
+            ),
+            (
+                None,
+                c(&other_namespace),
+                false,
+                DownStep::Foreign,
+                "another namespace's copy",
+            ),
+            (None, None, false, DownStep::Gone, "nothing on either side"),
+            (
+                None,
+                c(&placed),
+                false,
+                DownStep::Orphaned(&placed),
+                "the tenant pod deleted",
+            ),
+            (
+                t(&running),
+                c(&other_uid),
+                false,
+                DownStep::Stale(&other_uid),
+                "a new pod of that name",
+            ),
+            (
+                t(&deleting),
+                c(&placed),
+                false,
+                DownStep::Terminate(&deleting, c(&placed)),
+                "the tenant deletes its pod",
+            ),
+            (
+                t(&deleting),
+                None,
+                false,
+                DownStep::Terminate(&deleting, None),
+                "deleted, its copy gone",
+            ),
+            (t(&failed), None, false, DownStep::Ended, "ended, no copy"),
+            (
+                t(&failed),
+                c(&unplaced),
+                false,
+                DownStep::Unplaced(&unplaced),
+                "ended before its copy was placed",
+            ),
+            (
+                t(&failed),
+                c(&unplaced_going),
+                false,
+                DownStep::Unplaced(&unplaced_going),
+                "ended, its unplaced copy going",
+            ),
+            (
+                t(&failed),
+                c(&placed),
+                false,
+                DownStep::Update(&failed, &placed),
+                "ended on a node: status flows up",
+            ),
+            (
+                t(&running),
+                None,
+                false,
+                DownStep::ReplaceLost(&running),
+                "a scheduled pod's copy lost",
+            ),
+            (
+                t(&running),
+                None,
+                true,
+                DownStep::Create(&running),
+                "a scheduled pod a pause removed",
+            ),
+            (t(&pending), None, false, DownStep::Create(&pending), "a new pod"),
+            (
+                t(&running),
+                c(&placed),
+                false,
+                DownStep::Update(&running, &placed),
+                "a running pod",
+            ),
+        ] {
+            assert_eq!(step(tenant, copy, paused_away), want, "{case}");
+        }
+        assert_ne!(
+            DownStep::Create(&pending),
+            DownStep::Create(&running),
+            "the same step of another pod"
+        );
+    }
+
+    #[test]
+    fn a_pod_is_scheduled_once_it_has_an_address_a_phase_past_pending_or_the_condition() {
+        assert!(!was_scheduled(&tenant_pod("u", "Pending", false, false)));
+        assert!(was_scheduled(&tenant_pod("u", "Pending", false, true)));
+        assert!(was_scheduled(&tenant_pod("u", "Running", false, false)));
+    }
+}
