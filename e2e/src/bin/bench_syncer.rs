@@ -726,6 +726,55 @@ fn requests_per_pod(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64
 }
 
 /// Deletes namespaces and waits until they are gone.
+/// How large the pods of a run are, as JSON: the mean of the whole object and of its `managedFields`.
+#[derive(Debug, Default)]
+struct PodBytes {
+    pods: usize,
+    bytes: f64,
+    managed_fields: f64,
+}
+
+impl PodBytes {
+    async fn of(client: &Client, namespace: Option<&str>, labels: Option<&str>) -> anyhow::Result<Self> {
+        let api: Api<Pod> = match namespace {
+            Some(namespace) => Api::namespaced(client.clone(), namespace),
+            None => Api::all(client.clone()),
+        };
+        let mut params = kube::api::ListParams::default();
+        if let Some(labels) = labels {
+            params = params.labels(labels);
+        }
+        let pods = api
+            .list(&params)
+            .await
+            .context("listing pods to size them")?
+            .items;
+        let mut sizes = Self::default();
+        for pod in &pods {
+            sizes.pods += 1;
+            sizes.bytes += serde_json::to_vec(pod)?.len() as f64;
+            sizes.managed_fields += serde_json::to_vec(&pod.metadata.managed_fields)?.len() as f64;
+        }
+        Ok(sizes)
+    }
+
+    fn add(&mut self, other: Self) {
+        self.pods += other.pods;
+        self.bytes += other.bytes;
+        self.managed_fields += other.managed_fields;
+    }
+
+    fn report(&self) -> String {
+        let n = self.pods.max(1) as f64;
+        format!(
+            "{:.0} bytes, of which managedFields {:.0} (mean of {} pods)",
+            self.bytes / n,
+            self.managed_fields / n,
+            self.pods
+        )
+    }
+}
+
 async fn delete_namespaces(client: &Client, names: &[String]) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     for name in names {
@@ -999,6 +1048,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
         total,
     );
     direct_watch.abort();
+    let mut direct_bytes = PodBytes::default();
+    for namespace in &namespaces {
+        direct_bytes.add(PodBytes::of(&super_client, Some(namespace), None).await?);
+    }
     delete_namespaces(&super_client, &namespaces).await?;
 
     // 2. Through the syncer.
@@ -1185,6 +1238,11 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
             .collect();
         (to_super, up)
     };
+    let synced_bytes = PodBytes::of(&super_client, None, Some(crds::wellknown::LABEL_VC_NAME)).await?;
+    let mut tenant_bytes = PodBytes::default();
+    for client in &tenant_clients {
+        tenant_bytes.add(PodBytes::of(client, Some("bench"), None).await?);
+    }
     tokio::time::sleep(Duration::from_secs(5)).await;
     syncer.ensure_alive("the figures of the synced run")?;
     let synced_rss = syncer.memory_kib("VmRSS:").unwrap_or(0);
@@ -1341,6 +1399,10 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     println!("direct requests, super apiserver: {direct_requests}");
     println!("synced requests, super apiserver: {synced_super_requests}");
     println!("synced requests, tenant apiservers: {synced_tenant_requests}");
+    println!("== pod size (JSON, Running) ==");
+    println!("direct pod, super cluster: {}", direct_bytes.report());
+    println!("synced pod, super cluster: {}", synced_bytes.report());
+    println!("synced pod, its tenant:    {}", tenant_bytes.report());
     println!("== latency (seconds) ==");
     println!(
         "direct create->Running:          p50 {:6.2}  p99 {:6.2}",
