@@ -77,7 +77,7 @@ impl Stand {
         match self {
             Self::Agnhost => "agnhost with curl, dig, nc, ip",
             Self::DnsUtils => "the agnhost image: dig, nslookup, getent",
-            Self::Busybox => "busybox, every applet in /bin, bash as sh",
+            Self::Busybox => "busybox, every applet in /bin, bash as sh on PATH",
             Self::Pause => "pause",
             Self::WebServer { .. } => "busybox httpd on :80",
             Self::UpdateDemo { .. } => "agnhost test-webserver with data.json",
@@ -434,10 +434,13 @@ pub fn web_server_image(reference: &str, root: &str) -> LocalImage {
 }
 
 /// The upstream busybox image's layout over the nodes' busybox layer: every applet also in `/bin` (tests
-/// run `/bin/sysctl`, which Debian puts in `/sbin`), and `sh` is bash (`bash`: [`BASH`]'s files from
-/// [`tool_files`]): Debian's busybox `sh` drops environment variables whose names are not shell names
-/// (`data-1`, which the ConfigMap and Secret tests read through `sh -c env`), and the upstream image's
-/// keeps them, as bash does.
+/// run `/bin/sysctl`, which Debian puts in `/sbin`). The upstream image's `sh` does two things Debian's
+/// busybox `sh` does not do both of: it keeps environment variables whose names are not shell names
+/// (`data-1`, which the ConfigMap and Secret tests read through `sh -c env`; Debian's drops them, bash keeps
+/// them), and it says `/bin/sh: can't create /file: …` (the read-only root file system test runs
+/// `/bin/sh -c 'echo test > /file'` and compares that line; bash words it otherwise). So `sh` found on
+/// PATH is bash (`/usr/bin/sh`, before `/bin`; `bash`: [`BASH`]'s files from [`tool_files`]) and `/bin/sh`
+/// named by its path is busybox.
 pub fn busybox_image(reference: &str, busybox: &Path, bash: &[(PathBuf, String)]) -> Result<LocalImage> {
     let output = Command::new(busybox)
         .arg("--list")
@@ -451,15 +454,16 @@ pub fn busybox_image(reference: &str, busybox: &Path, bash: &[(PathBuf, String)]
     })
 }
 
-/// `/bin/<applet>` for every applet of `busybox --list` (but busybox itself), `sh` being bash.
+/// `/bin/<applet>` for every applet of `busybox --list` (but busybox itself and bash), and `sh` on PATH
+/// (`/usr/bin/sh`) being bash: see [`busybox_image`].
 pub fn busybox_links(applets: &str) -> Vec<(String, String)> {
     let mut links: Vec<(String, String)> = applets
         .lines()
         .map(str::trim)
-        .filter(|a| !a.is_empty() && *a != "busybox" && *a != "sh" && *a != "bash")
+        .filter(|a| !a.is_empty() && *a != "busybox" && *a != "bash")
         .map(|a| (format!("/bin/{a}"), "/bin/busybox".to_owned()))
         .collect();
-    links.push(("/bin/sh".into(), "/bin/bash".into()));
+    links.push(("/usr/bin/sh".into(), "/bin/bash".into()));
     links.sort();
     links.dedup();
     links
@@ -819,14 +823,15 @@ mod tests {
     }
 
     #[test]
-    fn busybox_puts_every_applet_in_bin_and_sh_is_bash() {
+    fn busybox_puts_every_applet_in_bin_and_sh_on_path_is_bash() {
         let links = busybox_links("sh\nsysctl\nbusybox\nenv\n\nenv\n");
         assert_eq!(
             links,
             vec![
                 ("/bin/env".to_owned(), "/bin/busybox".to_owned()),
-                ("/bin/sh".to_owned(), "/bin/bash".to_owned()),
+                ("/bin/sh".to_owned(), "/bin/busybox".to_owned()),
                 ("/bin/sysctl".to_owned(), "/bin/busybox".to_owned()),
+                ("/usr/bin/sh".to_owned(), "/bin/bash".to_owned()),
             ]
         );
     }
