@@ -64,10 +64,12 @@ impl SuperCache for kinds::Pod {
             supers.quota.clone(),
             supers.tenants.clone(),
         );
-        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, move |pod: &SuperPod, change| {
+        let on_change = move |pod: &SuperPod, change, previous: Option<&SuperPod>| {
             quota.observe(pod, change);
             if let Some((tenant, namespace, name)) = tenant_key(pod) {
-                down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                if change == Change::Deleted || plan::needs_down_sync(previous, pod) {
+                    down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                }
                 up.add(&tenant, UpItem::new(Kind::Pod, &namespace, &name));
                 // An address the pod gave up may be another pod's next: whatever of the tenant's
                 // Endpoints led to it is judged again now, not at the next patrol.
@@ -83,7 +85,8 @@ impl SuperCache for kinds::Pod {
                     }
                 }
             }
-        })
+        };
+        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, on_change)
     }
 }
 

@@ -4,7 +4,10 @@
 
 use super::end::has_ended;
 use crate::{
-    cache::pods::{POD_SCHEDULED, SuperPod, TenantPod},
+    cache::{
+        meta::PackedMeta,
+        pods::{POD_SCHEDULED, SuperPod, TenantPod},
+    },
     tenancy::identity,
 };
 
@@ -81,6 +84,43 @@ pub fn was_scheduled(pod: &TenantPod) -> bool {
             .conditions
             .iter()
             .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+}
+
+/// Whether a change of a super pod may call for a down sync of its tenant pod: [`plan_down`] and the
+/// executors read of a copy its metadata (identity, deletion, labels and annotations), its spec, whether it
+/// exists, and, of a pod with readiness gates, the conditions in its status. A change of nothing else (the
+/// kubelet's status writes, most of a pod's events) is left to the up sync alone.
+pub fn needs_down_sync(previous: Option<&SuperPod>, now: &SuperPod) -> bool {
+    let Some(previous) = previous else {
+        return true;
+    };
+    // Every field named, so that one added to the cache is compared too.
+    let PackedMeta {
+        name,
+        namespace,
+        uid,
+        resource_version: _,
+        creation_timestamp,
+        deletion_timestamp,
+        deletion_grace_period_seconds,
+        owner_references,
+        labels,
+        annotations,
+    } = &previous.metadata;
+    let m = &now.metadata;
+    let same_meta = || {
+        *name == m.name
+            && *namespace == m.namespace
+            && *uid == m.uid
+            && *creation_timestamp == m.creation_timestamp
+            && *deletion_timestamp == m.deletion_timestamp
+            && *deletion_grace_period_seconds == m.deletion_grace_period_seconds
+            && *owner_references == m.owner_references
+            && *labels == m.labels
+            && *annotations == m.annotations
+    };
+    let gated_status_same = || now.spec.readiness_gates.is_empty() || previous.status == now.status;
+    previous.spec != now.spec || !same_meta() || !gated_status_same()
 }
 
 /// The next step for one tenant pod and its copy.
@@ -284,6 +324,90 @@ mod tests {
             DownStep::Create(&running),
             "the same step of another pod"
         );
+    }
+
+    /// A running super pod as the kubelet leaves it, changed by `change`.
+    fn copy_changed(change: impl FnOnce(&mut Value)) -> SuperPod {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": format!("{KEY}-ns"), "uid": "super-u1", "resourceVersion": "7",
+                "labels": {"tenancy.x-k8s.io/vcname": "vc", "app": "web"},
+                "annotations": {"tenancy.x-k8s.io/cluster": KEY, "tenancy.x-k8s.io/namespace": "ns",
+                    "tenancy.x-k8s.io/uid": "u1"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "node-1"},
+            "status": {"phase": "Running", "podIP": "10.244.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        change(&mut pod);
+        from_json(pod)
+    }
+
+    #[test]
+    fn only_a_change_the_down_sync_reads_queues_one() {
+        let before = copy_changed(|_| {});
+        let gated = |pod: &mut Value| pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb"}]);
+        let gated_before = copy_changed(gated);
+        for (previous, now, want, case) in [
+            (None, copy_changed(|_| {}), true, "first seen (created, or listed anew)"),
+            (Some(&before), copy_changed(|p| p["metadata"]["resourceVersion"] = json!("8")), false, "nothing but the version"),
+            (
+                Some(&before),
+                copy_changed(|p| {
+                    p["metadata"]["resourceVersion"] = json!("8");
+                    p["status"]["conditions"][0]["status"] = json!("False");
+                    p["status"]["phase"] = json!("Succeeded");
+                }),
+                false,
+                "the kubelet's status write",
+            ),
+            (Some(&before), copy_changed(|p| p["spec"]["nodeName"] = json!(null)), true, "the node"),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z")),
+                true,
+                "deleted",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["labels"].as_object_mut().unwrap().clear()),
+                true,
+                "a label removed behind the syncer's back",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["annotations"]["tenancy.x-k8s.io/uid"] = json!("u2")),
+                true,
+                "another tenant pod's copy",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["spec"]["containers"][0]["image"] = json!("nginx")),
+                true,
+                "an image",
+            ),
+            (
+                Some(&gated_before),
+                copy_changed(|p| {
+                    gated(p);
+                    p["status"]["conditions"] = json!([]);
+                }),
+                true,
+                "the status of a pod with readiness gates",
+            ),
+            (
+                Some(&gated_before),
+                copy_changed(|p| {
+                    gated(p);
+                    p["metadata"]["resourceVersion"] = json!("8");
+                }),
+                false,
+                "a pod with readiness gates, its status as it was",
+            ),
+        ] {
+            assert_eq!(needs_down_sync(previous, &now), want, "{case}");
+        }
     }
 
     #[test]
