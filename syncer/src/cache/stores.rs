@@ -177,7 +177,7 @@ where
 }
 
 /// Like [`reflect_budgeted`], caching each watched object `W` (weighed as read) as what `convert` makes
-/// of it, in a [`SlimStore`].
+/// of it, in a [`SlimStore`]; `on_change` also hears the record an added or modified one replaced.
 pub fn reflect_budgeted_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
@@ -191,11 +191,11 @@ where
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
     C: FnMut(W) -> K + Send + 'static,
-    F: Fn(&K, Change) + Send + 'static,
+    F: Fn(&K, Change, Option<&K>) + Send + 'static,
 {
     let (reader, apply) = slim();
     let hooks = Hooks::budgeted(on_relist, ledger);
-    let task = reflect_inner(api, config, convert, hooks, apply, ignoring_previous(on_change));
+    let task = reflect_inner(api, config, convert, hooks, apply, on_change);
     (reader, task)
 }
 
