@@ -11,7 +11,8 @@
 # and --nodes real nodes, 2 by default, each in its own network namespace: kubelet, containerd, kube-proxy);
 # the tenant is a native tenant of it (its etcd, apiserver and controller-manager run as pods on those
 # nodes; --tenant adopted: an apiserver process the sandbox starts and hands over) whose pods the syncer
-# runs on those nodes. Both see the same nodes and images.
+# runs on those nodes. The platform is installed as it ships (helm install of the chart, every component a pod
+# on those nodes). Both see the same nodes and images.
 # --passed-in PLAIN.json: run the tenant alone on the tests that passed in that earlier plain run, and
 # compare against it (the tests failing on the plain cluster take most of a full run's time).
 # --tenant-pod-policy open (the default) lets the tenant's pods do what the plain cluster's may (privileged

@@ -1180,29 +1180,11 @@ async fn uninstall_as_documented(
     Ok(())
 }
 
-/// What the chart's `ci/*.yaml` values files name that a platform team would have made first: the
-/// Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), the StorageClass and claim the snapshot
-/// scheduler writes into, the Secrets the kubelet backend reads, and an image pull Secret. Returns values
-/// that point the files' host paths at files of this run (the nodes share this machine's file system).
 /// What the tenant and the super cluster say about a tenant pod that does not run: the tenant's events, the
 /// super pods copied from the tenant's `default` namespace with their conditions and events, and the
 /// release's pods with their last log lines.
 async fn explain_tenant_pod(platform: &Platform, tenant: &kube::Client, name: &str) -> String {
-    use k8s_openapi::api::core::v1::Event;
-    let mut text = String::new();
-    let events = Api::<Event>::namespaced(tenant.clone(), "default")
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    for event in events {
-        text.push_str(&format!(
-            "tenant event {}: {} {}\n",
-            event.involved_object.name.unwrap_or_default(),
-            event.reason.unwrap_or_default(),
-            event.message.unwrap_or_default()
-        ));
-    }
+    let mut text = events_of(tenant, "default", "tenant event").await;
     let client = platform.super_client();
     let pods = Api::<Pod>::all(client.clone())
         .list(&kube::api::ListParams::default().fields(&format!("metadata.name={name}")))
@@ -1216,19 +1198,7 @@ async fn explain_tenant_pod(platform: &Platform, tenant: &kube::Client, name: &s
             pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             pod.status.as_ref().map(|s| (&s.phase, &s.conditions))
         ));
-        let events = Api::<Event>::namespaced(client.clone(), &namespace)
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default();
-        for event in events {
-            text.push_str(&format!(
-                "  super event {}: {} {}\n",
-                event.involved_object.name.unwrap_or_default(),
-                event.reason.unwrap_or_default(),
-                event.message.unwrap_or_default()
-            ));
-        }
+        text.push_str(&events_of(&client, &namespace, "  super event").await);
     }
     if pods.is_empty() {
         text.push_str(&format!("no super pod named {name}\n"));
@@ -1240,6 +1210,30 @@ async fn explain_tenant_pod(platform: &Platform, tenant: &kube::Client, name: &s
     text
 }
 
+/// The events of `namespace`, one line each after `prefix`.
+async fn events_of(client: &kube::Client, namespace: &str, prefix: &str) -> String {
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    events
+        .into_iter()
+        .map(|event| {
+            format!(
+                "{prefix} {}: {} {}\n",
+                event.involved_object.name.unwrap_or_default(),
+                event.reason.unwrap_or_default(),
+                event.message.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// What the chart's `ci/*.yaml` values files name that a platform team would have made first: the
+/// Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), the StorageClass and claim the snapshot
+/// scheduler writes into, the Secrets the kubelet backend reads, and an image pull Secret. Returns values
+/// that point the files' host paths at files of this run (the nodes share this machine's file system).
 async fn prepare_for_ci_values(platform: &Platform, folder: &Path) -> anyhow::Result<serde_json::Value> {
     use local_cluster::apply::apply_yaml;
     let client = platform.super_client();
