@@ -88,14 +88,19 @@ pub fn was_scheduled(pod: &TenantPod) -> bool {
 
 /// Whether a change of a super pod may call for a down sync of its tenant pod: [`plan_down`] and the
 /// executors read of a copy its metadata (identity, deletion, labels and annotations), its spec, whether it
-/// exists, and, of a pod with readiness gates, the conditions in its status. A change of nothing else (the
-/// kubelet's status writes, most of a pod's events) is left to the up sync alone.
+/// exists, and, of a pod with readiness gates, the conditions in its status. Of its node they read only
+/// whether it has none (a pod that ended before its copy was placed), which the scheduler's binding never
+/// makes true. A change of nothing else (the binding, the kubelet's status writes: most of a pod's events)
+/// is left to the up sync alone.
 pub fn copy_change_needs_down_sync(previous: Option<&SuperPod>, now: &SuperPod) -> bool {
     let Some(previous) = previous else {
         return true;
     };
+    // The spec but its node (`CachedPodSpec` dereferences to the rest).
+    let spec_changed = *previous.spec != *now.spec;
+    let node_lost = previous.spec.node_name.is_some() && now.spec.node_name.is_none();
     let gated_status_same = || now.spec.readiness_gates.is_empty() || previous.status == now.status;
-    previous.spec != now.spec || !same_but_version(&previous.metadata, &now.metadata) || !gated_status_same()
+    spec_changed || node_lost || !same_but_version(&previous.metadata, &now.metadata) || !gated_status_same()
 }
 
 /// Whether a change of a tenant pod may call for its down sync. Its metadata and spec are read throughout;
@@ -376,6 +381,10 @@ mod tests {
     #[test]
     fn only_a_change_the_down_sync_reads_queues_one() {
         let before = copy_changed(|_| {});
+        let unplaced = copy_changed(|p| {
+            p["spec"]["nodeName"] = json!(null);
+            p["status"] = json!({"phase": "Pending"});
+        });
         let gated = |pod: &mut Value| pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb"}]);
         let gated_before = copy_changed(gated);
         for (previous, now, want, case) in [
@@ -391,7 +400,13 @@ mod tests {
                 false,
                 "the kubelet's status write",
             ),
-            (Some(&before), copy_changed(|p| p["spec"]["nodeName"] = json!(null)), true, "the node"),
+            (Some(&before), copy_changed(|p| p["spec"]["nodeName"] = json!(null)), true, "no node any more"),
+            (
+                Some(&unplaced),
+                copy_changed(|p| p["metadata"]["resourceVersion"] = json!("8")),
+                false,
+                "placed by the super scheduler",
+            ),
             (
                 Some(&before),
                 copy_changed(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z")),
