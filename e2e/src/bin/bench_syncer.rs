@@ -99,6 +99,11 @@ struct Args {
     /// pid printed: time to look into its heap (`gdb -p PID -batch -ex 'call (void) malloc_stats()'`).
     #[arg(long, default_value_t = 0)]
     pause_synced: u64,
+    /// Write one Running pod of each kind (direct, synced in the super cluster, its tenant's), as read from
+    /// its apiserver, into this folder (`direct.json`, `synced-super.json`, `synced-tenant.json`): what each
+    /// byte of a pod is.
+    #[arg(long)]
+    dump_pod: Option<PathBuf>,
 }
 
 /// Records a CPU profile of the apiserver behind `client` over `seconds`, into `path`; a failure is
@@ -732,6 +737,8 @@ struct PodBytes {
     pods: usize,
     bytes: f64,
     managed_fields: f64,
+    /// The first pod listed, as read: what `--dump-pod` writes.
+    sample: Option<Pod>,
 }
 
 impl PodBytes {
@@ -755,6 +762,7 @@ impl PodBytes {
             sizes.bytes += serde_json::to_vec(pod)?.len() as f64;
             sizes.managed_fields += serde_json::to_vec(&pod.metadata.managed_fields)?.len() as f64;
         }
+        sizes.sample = pods.into_iter().next();
         Ok(sizes)
     }
 
@@ -762,6 +770,23 @@ impl PodBytes {
         self.pods += other.pods;
         self.bytes += other.bytes;
         self.managed_fields += other.managed_fields;
+        if self.sample.is_none() {
+            self.sample = other.sample;
+        }
+    }
+
+    /// Writes the sample pod, pretty-printed, to `dir/name.json`.
+    fn dump(&self, dir: &std::path::Path, name: &str) -> anyhow::Result<()> {
+        let Some(pod) = &self.sample else {
+            println!("no {name} pod to dump");
+            return Ok(());
+        };
+        let path = dir.join(format!("{name}.json"));
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(&path, serde_json::to_vec_pretty(pod)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("{name} pod written to {}", path.display());
+        Ok(())
     }
 
     fn report(&self) -> String {
@@ -1403,6 +1428,11 @@ async fn run(args: &Args, placement: &Placement, syncer_binary: &Path, last: boo
     println!("direct pod, super cluster: {}", direct_bytes.report());
     println!("synced pod, super cluster: {}", synced_bytes.report());
     println!("synced pod, its tenant:    {}", tenant_bytes.report());
+    if let Some(dir) = &args.dump_pod {
+        direct_bytes.dump(dir, "direct")?;
+        synced_bytes.dump(dir, "synced-super")?;
+        tenant_bytes.dump(dir, "synced-tenant")?;
+    }
     println!("== latency (seconds) ==");
     println!(
         "direct create->Running:          p50 {:6.2}  p99 {:6.2}",

@@ -37,7 +37,8 @@ impl<K: Lookup> Table<K> {
             .find(hash(hasher, namespace, name), |r| is(&**r, namespace, name))
     }
 
-    fn put(&mut self, hasher: &RandomState, record: Arc<K>) {
+    /// Puts `record` in, returning the record it replaces.
+    fn put(&mut self, hasher: &RandomState, record: Arc<K>) -> Option<Arc<K>> {
         let (namespace, name) = key(&*record);
         let entry = self.records.entry(
             hash(hasher, namespace.as_deref(), &name),
@@ -49,20 +50,22 @@ impl<K: Lookup> Table<K> {
         );
         drop((namespace, name));
         match entry {
-            hashbrown::hash_table::Entry::Occupied(mut occupied) => *occupied.get_mut() = record,
+            hashbrown::hash_table::Entry::Occupied(mut occupied) => {
+                Some(std::mem::replace(occupied.get_mut(), record))
+            }
             hashbrown::hash_table::Entry::Vacant(vacant) => {
                 vacant.insert(record);
+                None
             }
         }
     }
 
-    fn take(&mut self, hasher: &RandomState, namespace: Option<&str>, name: &str) {
-        if let Ok(found) = self
+    fn take(&mut self, hasher: &RandomState, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        let found = self
             .records
             .find_entry(hash(hasher, namespace, name), |r| is(&**r, namespace, name))
-        {
-            found.remove();
-        }
+            .ok()?;
+        Some(found.remove().0)
     }
 }
 
@@ -165,11 +168,30 @@ impl<K: Lookup> SlimStore<K> {
 impl<K: Lookup + Clone> SlimWriter<K> {
     /// Applies a watch event, as kube's `Writer::apply_watcher_event` does.
     pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) {
+        self.apply_returning_previous(event);
+    }
+
+    /// Applies a watch event, returning the record an added or modified one replaces (while the watch
+    /// lists anew: the record the cache shows until the new list is swapped in), so that a watcher can
+    /// tell what changed.
+    pub fn apply_returning_previous(&mut self, event: &watcher::Event<K>) -> Option<Arc<K>> {
         let hasher = &self.shared.hasher;
         match event {
-            watcher::Event::Init => self.listing = Some(Table::new()),
+            watcher::Event::Init => {
+                self.listing = Some(Table::new());
+                None
+            }
             watcher::Event::InitApply(record) => match self.listing.as_mut() {
-                Some(listing) => listing.put(hasher, Arc::new(record.clone())),
+                Some(listing) => {
+                    listing.put(hasher, Arc::new(record.clone()));
+                    let (namespace, name) = key(record);
+                    let shown = self
+                        .shared
+                        .table
+                        .read()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    shown.find(hasher, namespace.as_deref(), &name).cloned()
+                }
                 None => self.write().put(hasher, Arc::new(record.clone())),
             },
             watcher::Event::InitDone => {
@@ -177,11 +199,12 @@ impl<K: Lookup + Clone> SlimWriter<K> {
                     *self.write() = listing;
                 }
                 self.shared.ready.send_replace(true);
+                None
             }
             watcher::Event::Apply(record) => self.write().put(hasher, Arc::new(record.clone())),
             watcher::Event::Delete(record) => {
                 let (namespace, name) = key(record);
-                self.write().take(hasher, namespace.as_deref(), &name);
+                self.write().take(hasher, namespace.as_deref(), &name)
             }
         }
     }
@@ -257,6 +280,50 @@ mod tests {
         assert!(store.get(&at("a", "web")).is_none());
         assert_eq!(version(&store, "d", "db").as_deref(), Some("9"));
         store.wait_until_ready().await;
+    }
+
+    #[test]
+    fn each_change_returns_the_record_it_replaced() {
+        let (_store, mut writer) = slim_store::<TenantPod>();
+        let mut replaced = |event| {
+            writer
+                .apply_returning_previous(&event)
+                .and_then(|p| p.meta().resource_version.clone())
+        };
+        assert_eq!(replaced(watcher::Event::Apply(pod("a", "web", "1"))), None, "new");
+        assert_eq!(
+            replaced(watcher::Event::Apply(pod("a", "web", "2"))).as_deref(),
+            Some("1"),
+            "changed"
+        );
+        assert_eq!(
+            replaced(watcher::Event::Apply(pod("b", "web", "5"))),
+            None,
+            "another namespace"
+        );
+        // While listing anew, what the cache shows until the list is done.
+        assert_eq!(replaced(watcher::Event::Init), None);
+        assert_eq!(
+            replaced(watcher::Event::InitApply(pod("a", "web", "3"))).as_deref(),
+            Some("2"),
+            "relisted"
+        );
+        assert_eq!(
+            replaced(watcher::Event::InitApply(pod("c", "db", "4"))),
+            None,
+            "new in the list"
+        );
+        assert_eq!(replaced(watcher::Event::InitDone), None);
+        assert_eq!(
+            replaced(watcher::Event::Apply(pod("a", "web", "6"))).as_deref(),
+            Some("3"),
+            "after the list"
+        );
+        assert_eq!(
+            replaced(watcher::Event::Delete(pod("a", "web", "6"))).as_deref(),
+            Some("6"),
+            "deleted"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Watch-fed caches holding only what sync needs.
 
-use std::{fmt::Debug, future::Future, hash::Hash};
+use std::{fmt::Debug, future::Future, hash::Hash, sync::Arc};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::{
@@ -144,7 +144,7 @@ where
         std::convert::identity,
         Hooks::relisting(on_relist),
         apply,
-        on_change,
+        ignoring_previous(on_change),
     );
     (reader, task)
 }
@@ -165,12 +165,19 @@ where
 {
     let (reader, apply) = kube_store();
     let hooks = Hooks::budgeted(on_relist, ledger);
-    let task = reflect_inner(api, config, std::convert::identity, hooks, apply, on_change);
+    let task = reflect_inner(
+        api,
+        config,
+        std::convert::identity,
+        hooks,
+        apply,
+        ignoring_previous(on_change),
+    );
     (reader, task)
 }
 
 /// Like [`reflect_budgeted`], caching each watched object `W` (weighed as read) as what `convert` makes
-/// of it, in a [`SlimStore`].
+/// of it, in a [`SlimStore`]; `on_change` also hears the record an added or modified one replaced.
 pub fn reflect_budgeted_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
@@ -184,7 +191,7 @@ where
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
     C: FnMut(W) -> K + Send + 'static,
-    F: Fn(&K, Change) + Send + 'static,
+    F: Fn(&K, Change, Option<&K>) + Send + 'static,
 {
     let (reader, apply) = slim();
     let hooks = Hooks::budgeted(on_relist, ledger);
@@ -214,12 +221,20 @@ where
         object
     };
     let (reader, apply) = kube_store();
-    let task = reflect_inner(api, config, convert, Hooks::none(), apply, on_change);
+    let task = reflect_inner(
+        api,
+        config,
+        convert,
+        Hooks::none(),
+        apply,
+        ignoring_previous(on_change),
+    );
     (reader, task)
 }
 
 /// Like [`reflect_with`], caching each watched object `W` as what `convert` makes of it (a record that
-/// keeps less than the type the apiserver's JSON is read into), in a [`SlimStore`].
+/// keeps less than the type the apiserver's JSON is read into), in a [`SlimStore`]; `on_change` also
+/// hears the record an added or modified one replaced, so that it can tell what changed.
 pub fn reflect_slim<W, K, C, F>(
     api: Api<W>,
     config: watcher::Config,
@@ -231,15 +246,23 @@ where
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
     C: FnMut(W) -> K + Send + 'static,
-    F: Fn(&K, Change) + Send + 'static,
+    F: Fn(&K, Change, Option<&K>) + Send + 'static,
 {
     let (reader, apply) = slim();
     let task = reflect_inner(api, config, convert, Hooks::none(), apply, on_change);
     (reader, task)
 }
 
-/// Applies a watch event to a cache: kube's `Writer`, or a [`SlimWriter`].
-type Apply<K> = Box<dyn FnMut(&watcher::Event<K>) + Send>;
+/// `on_change` for a cache that does not say what a change replaced.
+fn ignoring_previous<K>(
+    on_change: impl Fn(&K, Change) + Send + 'static,
+) -> impl Fn(&K, Change, Option<&K>) + Send + 'static {
+    move |object, change, _| on_change(object, change)
+}
+
+/// Applies a watch event to a cache: kube's `Writer`, or a [`SlimWriter`], which also returns the record
+/// an added or modified one replaced.
+type Apply<K> = Box<dyn FnMut(&watcher::Event<K>) -> Option<Arc<K>> + Send>;
 
 /// kube's store, and how its watch applies events to it.
 fn kube_store<K>() -> (Store<K>, Apply<K>)
@@ -248,7 +271,13 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, mut writer) = reflector::store();
-    (reader, Box::new(move |event| writer.apply_watcher_event(event)))
+    (
+        reader,
+        Box::new(move |event| {
+            writer.apply_watcher_event(event);
+            None
+        }),
+    )
 }
 
 /// A [`SlimStore`], and how its watch applies events to it.
@@ -257,7 +286,10 @@ where
     K: Lookup + Clone + Send + Sync + 'static,
 {
     let (reader, mut writer) = slim_store();
-    (reader, Box::new(move |event| writer.apply_watcher_event(event)))
+    (
+        reader,
+        Box::new(move |event| writer.apply_returning_previous(event)),
+    )
 }
 
 /// What a watch calls besides its cache's writer and `on_change`.
@@ -308,7 +340,7 @@ where
     W::DynamicType: Default,
     K: Lookup + Clone + Send + Sync + 'static,
     C: FnMut(W) -> K + Send + 'static,
-    F: Fn(&K, Change) + Send + 'static,
+    F: Fn(&K, Change, Option<&K>) + Send + 'static,
 {
     let Hooks { on_relist, mut admit } = hooks;
     let resource = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object");
@@ -331,7 +363,10 @@ where
             watcher::Event::InitDone => watcher::Event::InitDone,
         });
     // The cache takes each event before `on_change` hears of it.
-    let stream = watched.inspect_ok(move |event| apply(event));
+    let stream = watched.map_ok(move |event| {
+        let previous = apply(&event);
+        (event, previous)
+    });
     // The task carries the caller's span, so its log lines say which cluster they are about.
     let span = tracing::Span::current();
     tokio::spawn(tracing::Instrument::instrument(
@@ -339,17 +374,17 @@ where
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                        on_change(&object, Change::Applied)
+                    Ok((watcher::Event::Apply(object) | watcher::Event::InitApply(object), previous)) => {
+                        on_change(&object, Change::Applied, previous.as_deref())
                     }
-                    Ok(watcher::Event::Delete(object)) => on_change(&object, Change::Deleted),
+                    Ok((watcher::Event::Delete(object), _)) => on_change(&object, Change::Deleted, None),
                     // The store swaps in the new list at InitDone, so this runs before it shows.
-                    Ok(watcher::Event::Init) => {
+                    Ok((watcher::Event::Init, _)) => {
                         if let Some(on_relist) = &on_relist {
                             on_relist();
                         }
                     }
-                    Ok(watcher::Event::InitDone) => {}
+                    Ok((watcher::Event::InitDone, _)) => {}
                     Err(error) => tracing::debug!(resource, %error, "watch interrupted; retrying"),
                 }
             }

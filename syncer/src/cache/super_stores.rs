@@ -204,7 +204,7 @@ impl SuperWatch<'_> {
     }
 
     /// Watches the super objects of `W` that `config` selects, each cached as what `convert` makes of it, and
-    /// calls `on_change` with every change.
+    /// calls `on_change` with every change and the record it replaced.
     pub fn watch_converted<W, K, F>(
         &mut self,
         config: watcher::Config,
@@ -214,7 +214,7 @@ impl SuperWatch<'_> {
     where
         W: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
         K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-        F: Fn(&K, Change) + Send + 'static,
+        F: Fn(&K, Change, Option<&K>) + Send + 'static,
     {
         let (store, task) = reflect_slim(
             Api::all(self.client.clone()),

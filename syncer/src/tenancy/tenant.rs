@@ -131,7 +131,7 @@ impl TenantWatch<'_> {
     }
 
     /// Like [`TenantWatch::watch`] (every object of `W`, weighed as read), caching each as what `convert`
-    /// makes of it.
+    /// makes of it; `on_change` also hears the record each change replaced.
     pub fn watch_converted<W, K, F>(&mut self, kind: Kind, convert: fn(W) -> K, on_change: F) -> SlimStore<K>
     where
         W: Resource<DynamicType = ()>
@@ -142,7 +142,7 @@ impl TenantWatch<'_> {
             + Send
             + 'static,
         K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-        F: Fn(&K, Change) + Send + 'static,
+        F: Fn(&K, Change, Option<&K>) + Send + 'static,
     {
         let (store, task) = reflect_budgeted_slim(
             Api::all(self.client.clone()),

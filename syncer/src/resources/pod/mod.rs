@@ -46,9 +46,11 @@ impl TenantCache for kinds::Pod {
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
-        let on_change = move |pod: &TenantPod, _| {
-            let namespace = pod.metadata.object_namespace().unwrap_or_default();
-            queue.add(&id, DownItem::new(Kind::Pod, namespace, &pod.metadata.name))
+        let on_change = move |pod: &TenantPod, change, previous: Option<&TenantPod>| {
+            if change == Change::Deleted || plan::tenant_change_needs_down_sync(previous, pod) {
+                let namespace = pod.metadata.object_namespace().unwrap_or_default();
+                queue.add(&id, DownItem::new(Kind::Pod, namespace, &pod.metadata.name))
+            }
         };
         tenant.watch_converted::<WatchedTenantPod, _, _>(Self::KIND, TenantPod::from, on_change)
     }
@@ -64,10 +66,12 @@ impl SuperCache for kinds::Pod {
             supers.quota.clone(),
             supers.tenants.clone(),
         );
-        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, move |pod: &SuperPod, change| {
+        let on_change = move |pod: &SuperPod, change, previous: Option<&SuperPod>| {
             quota.observe(pod, change);
             if let Some((tenant, namespace, name)) = tenant_key(pod) {
-                down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                if change == Change::Deleted || plan::copy_change_needs_down_sync(previous, pod) {
+                    down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                }
                 up.add(&tenant, UpItem::new(Kind::Pod, &namespace, &name));
                 // An address the pod gave up may be another pod's next: whatever of the tenant's
                 // Endpoints led to it is judged again now, not at the next patrol.
@@ -83,7 +87,8 @@ impl SuperCache for kinds::Pod {
                     }
                 }
             }
-        })
+        };
+        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, on_change)
     }
 }
 

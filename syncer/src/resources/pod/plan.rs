@@ -4,7 +4,10 @@
 
 use super::end::has_ended;
 use crate::{
-    cache::pods::{POD_SCHEDULED, SuperPod, TenantPod},
+    cache::{
+        meta::PackedMeta,
+        pods::{CachedCondition, POD_SCHEDULED, SuperPod, TenantPod},
+    },
     tenancy::identity,
 };
 
@@ -81,6 +84,77 @@ pub fn was_scheduled(pod: &TenantPod) -> bool {
             .conditions
             .iter()
             .any(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+}
+
+/// Whether a change of a super pod may call for a down sync of its tenant pod: [`plan_down`] and the
+/// executors read of a copy its metadata (identity, deletion, labels and annotations), its spec, whether it
+/// exists, and, of a pod with readiness gates, the conditions in its status. Of its node they read only
+/// whether it has none (a pod that ended before its copy was placed), which the scheduler's binding never
+/// makes true. A change of nothing else (the binding, the kubelet's status writes: most of a pod's events)
+/// is left to the up sync alone.
+pub fn copy_change_needs_down_sync(previous: Option<&SuperPod>, now: &SuperPod) -> bool {
+    let Some(previous) = previous else {
+        return true;
+    };
+    // The spec but its node (`CachedPodSpec` dereferences to the rest).
+    let spec_changed = *previous.spec != *now.spec;
+    let node_lost = previous.spec.node_name.is_some() && now.spec.node_name.is_none();
+    let gated_status_same = || now.spec.readiness_gates.is_empty() || previous.status == now.status;
+    spec_changed || node_lost || !same_but_version(&previous.metadata, &now.metadata) || !gated_status_same()
+}
+
+/// Whether a change of a tenant pod may call for its down sync. Its metadata and spec are read throughout;
+/// of its status, [`plan_down`] reads whether it ended and whether it was scheduled, creation (of an
+/// unbound pod) its conditions, and the update of a pod with readiness gates their conditions. So a status
+/// change of a bound pod that changes none of these (the syncer's own status copy) needs none.
+pub fn tenant_change_needs_down_sync(previous: Option<&TenantPod>, now: &TenantPod) -> bool {
+    let Some(previous) = previous else {
+        return true;
+    };
+    if previous.spec != now.spec
+        || !same_but_version(&previous.metadata, &now.metadata)
+        || previous.unbound_spec.as_ref().map(|raw| raw.get()) != now.unbound_spec.as_ref().map(|raw| raw.get())
+    {
+        return true;
+    }
+    if previous.status == now.status {
+        return false;
+    }
+    let gates = &now.spec.readiness_gates;
+    let gated = |pod: &TenantPod| -> Vec<CachedCondition> {
+        let conditions = pod.status.conditions.iter();
+        conditions.filter(|c| gates.contains(&c.type_)).cloned().collect()
+    };
+    now.spec.node_name.is_none()
+        || has_ended(previous) != has_ended(now)
+        || was_scheduled(previous) != was_scheduled(now)
+        || (!gates.is_empty() && gated(previous) != gated(now))
+}
+
+/// Whether two records' metadata are the same but for the resource version.
+fn same_but_version(previous: &PackedMeta, now: &PackedMeta) -> bool {
+    // Every field named, so that one added to the cache is compared too.
+    let PackedMeta {
+        name,
+        namespace,
+        uid,
+        resource_version: _,
+        creation_timestamp,
+        deletion_timestamp,
+        deletion_grace_period_seconds,
+        owner_references,
+        labels,
+        annotations,
+    } = previous;
+    *name == now.name
+        && *namespace == now.namespace
+        && *uid == now.uid
+        && *creation_timestamp == now.creation_timestamp
+        && *deletion_timestamp == now.deletion_timestamp
+        && *deletion_grace_period_seconds == now.deletion_grace_period_seconds
+        && *owner_references == now.owner_references
+        && *labels == now.labels
+        && *annotations == now.annotations
 }
 
 /// The next step for one tenant pod and its copy.
@@ -284,6 +358,198 @@ mod tests {
             DownStep::Create(&running),
             "the same step of another pod"
         );
+    }
+
+    /// A running super pod as the kubelet leaves it, changed by `change`.
+    fn copy_changed(change: impl FnOnce(&mut Value)) -> SuperPod {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": format!("{KEY}-ns"), "uid": "super-u1", "resourceVersion": "7",
+                "labels": {"tenancy.x-k8s.io/vcname": "vc", "app": "web"},
+                "annotations": {"tenancy.x-k8s.io/cluster": KEY, "tenancy.x-k8s.io/namespace": "ns",
+                    "tenancy.x-k8s.io/uid": "u1"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "node-1"},
+            "status": {"phase": "Running", "podIP": "10.244.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        change(&mut pod);
+        from_json(pod)
+    }
+
+    #[test]
+    fn only_a_change_the_down_sync_reads_queues_one() {
+        let before = copy_changed(|_| {});
+        let unplaced = copy_changed(|p| {
+            p["spec"]["nodeName"] = json!(null);
+            p["status"] = json!({"phase": "Pending"});
+        });
+        let gated = |pod: &mut Value| pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb"}]);
+        let gated_before = copy_changed(gated);
+        for (previous, now, want, case) in [
+            (None, copy_changed(|_| {}), true, "first seen (created, or listed anew)"),
+            (Some(&before), copy_changed(|p| p["metadata"]["resourceVersion"] = json!("8")), false, "nothing but the version"),
+            (
+                Some(&before),
+                copy_changed(|p| {
+                    p["metadata"]["resourceVersion"] = json!("8");
+                    p["status"]["conditions"][0]["status"] = json!("False");
+                    p["status"]["phase"] = json!("Succeeded");
+                }),
+                false,
+                "the kubelet's status write",
+            ),
+            (Some(&before), copy_changed(|p| p["spec"]["nodeName"] = json!(null)), true, "no node any more"),
+            (
+                Some(&unplaced),
+                copy_changed(|p| p["metadata"]["resourceVersion"] = json!("8")),
+                false,
+                "placed by the super scheduler",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z")),
+                true,
+                "deleted",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["labels"].as_object_mut().unwrap().clear()),
+                true,
+                "a label removed behind the syncer's back",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["metadata"]["annotations"]["tenancy.x-k8s.io/uid"] = json!("u2")),
+                true,
+                "another tenant pod's copy",
+            ),
+            (
+                Some(&before),
+                copy_changed(|p| p["spec"]["containers"][0]["image"] = json!("nginx")),
+                true,
+                "an image",
+            ),
+            (
+                Some(&gated_before),
+                copy_changed(|p| {
+                    gated(p);
+                    p["status"]["conditions"] = json!([]);
+                }),
+                true,
+                "the status of a pod with readiness gates",
+            ),
+            (
+                Some(&gated_before),
+                copy_changed(|p| {
+                    gated(p);
+                    p["metadata"]["resourceVersion"] = json!("8");
+                }),
+                false,
+                "a pod with readiness gates, its status as it was",
+            ),
+        ] {
+            assert_eq!(copy_change_needs_down_sync(previous, &now), want, "{case}");
+        }
+    }
+
+    /// A tenant pod bound to `node-1` and running, changed by `change`.
+    fn tenant_changed(change: impl FnOnce(&mut Value)) -> TenantPod {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "node-1"},
+            "status": {"phase": "Running", "podIP": "10.244.0.9",
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]},
+        });
+        change(&mut pod);
+        from_json(pod)
+    }
+
+    #[test]
+    fn only_a_tenant_pods_change_the_down_sync_reads_queues_one() {
+        let running = tenant_changed(|_| {});
+        let bound_pending = tenant_changed(|p| {
+            p["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]});
+        });
+        let unbound = tenant_changed(|p| {
+            p["spec"]["nodeName"] = json!(null);
+            p["status"] = json!({"phase": "Pending"});
+        });
+        let gated = |p: &mut Value| {
+            p["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb"}]);
+            let conditions = p["status"]["conditions"].as_array_mut().expect("conditions");
+            conditions.push(json!({"type": "example.com/lb", "status": "False"}));
+        };
+        let gated_running = tenant_changed(gated);
+        let version = |p: &mut Value| p["metadata"]["resourceVersion"] = json!("8");
+        for (previous, now, want, case) in [
+            (None, tenant_changed(|_| {}), true, "created, or listed anew"),
+            (Some(&running), tenant_changed(version), false, "nothing but the version"),
+            (Some(&bound_pending), tenant_changed(version), false, "the syncer's status copy of a bound pod"),
+            (
+                Some(&unbound),
+                tenant_changed(|p| p["status"]["phase"] = json!("Pending")),
+                true,
+                "the syncer's binding",
+            ),
+            (
+                Some(&unbound),
+                tenant_changed(|p| {
+                    p["spec"]["nodeName"] = json!(null);
+                    p["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                        "status": "False", "reason": "QuotaExceeded"}]});
+                }),
+                true,
+                "the status of an unbound pod (waiting for quota)",
+            ),
+            (
+                Some(&running),
+                tenant_changed(|p| p["status"]["phase"] = json!("Succeeded")),
+                true,
+                "ended",
+            ),
+            (
+                Some(&running),
+                tenant_changed(|p| p["metadata"]["labels"] = json!({})),
+                true,
+                "a label removed",
+            ),
+            (
+                Some(&running),
+                tenant_changed(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z")),
+                true,
+                "deleted",
+            ),
+            (
+                Some(&running),
+                tenant_changed(|p| p["spec"]["containers"][0]["image"] = json!("nginx")),
+                true,
+                "an image",
+            ),
+            (
+                Some(&gated_running),
+                tenant_changed(|p| {
+                    gated(p);
+                    p["status"]["conditions"][2] = json!({"type": "example.com/lb", "status": "True"});
+                }),
+                true,
+                "a readiness gate's condition",
+            ),
+            (
+                Some(&gated_running),
+                tenant_changed(|p| {
+                    gated(p);
+                    p["status"]["podIP"] = json!("10.244.0.10");
+                }),
+                false,
+                "a gated pod's other status",
+            ),
+        ] {
+            assert_eq!(tenant_change_needs_down_sync(previous, &now), want, "{case}");
+        }
     }
 
     #[test]
