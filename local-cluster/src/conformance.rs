@@ -348,7 +348,8 @@ fn porter_certificate() -> Result<PorterCertificate> {
 /// agnhost's upstream image: `/agnhost` and its `agnhost-2` link, `/uploads`, porter's certificate and
 /// key, the user and group some tests run as by name, and the tools (`tools`, from [`tool_files`]) with
 /// their libraries; `/etc/nsswitch.conf` so that `getent hosts` reads `/etc/hosts` before DNS, as musl's
-/// does upstream; iperf also at `/usr/local/bin/iperf`, as upstream links it.
+/// does upstream; iperf also at `/usr/local/bin/iperf`, as upstream links it; `sh` is bash, so that shell
+/// commands run the tools rather than busybox's applets of the same names.
 pub fn agnhost_image(
     names: &[String],
     agnhost: &Path,
@@ -360,6 +361,12 @@ pub fn agnhost_image(
     let mut links = vec![("/agnhost-2".to_owned(), "/agnhost".to_owned())];
     if tools.iter().any(|(_, dest)| dest == "/usr/bin/iperf") {
         links.push(("/usr/local/bin/iperf".into(), "/usr/bin/iperf".into()));
+    }
+    // Debian's busybox `sh` runs its own applets before anything on PATH (it is built to prefer them), so
+    // the tests' `sh -c 'nc -v …'` got busybox's `nc`, which has no `-v`; Alpine's, upstream, finds the
+    // tools on PATH. bash finds them too.
+    if tools.iter().any(|(_, dest)| dest == BASH.in_image) {
+        links.push(("/bin/sh".into(), BASH.in_image.into()));
     }
     LocalImage {
         names: names.to_vec(),
@@ -745,6 +752,7 @@ mod tests {
         let tools = vec![
             (PathBuf::from("/usr/bin/curl"), "/usr/bin/curl".to_owned()),
             (PathBuf::from("/usr/bin/iperf"), "/usr/bin/iperf".to_owned()),
+            (PathBuf::from("/bin/bash"), "/bin/bash".to_owned()),
             (
                 PathBuf::from("/lib/x86_64-linux-gnu/libcurl.so.4"),
                 "/lib/x86_64-linux-gnu/libcurl.so.4".to_owned(),
@@ -771,6 +779,12 @@ mod tests {
             image
                 .links
                 .contains(&("/agnhost-2".to_owned(), "/agnhost".to_owned()))
+        );
+        assert!(
+            image
+                .links
+                .contains(&("/bin/sh".to_owned(), "/bin/bash".to_owned())),
+            "sh -c runs the tools on PATH, not busybox's applets"
         );
     }
 
