@@ -2,19 +2,18 @@
 
 use std::{fmt::Debug, sync::Arc};
 
-use crds::wellknown::{
-    COMPONENT_APISERVER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POD_TOKEN, LABEL_VC_NAME,
-    MANAGED_BY_VC_MANAGER,
-};
+use crds::wellknown::LABEL_VC_NAME;
 use k8s_openapi::api::{
-    core::v1::{Endpoints, Namespace, Secret, Service},
+    core::v1::{Namespace, Service},
     discovery::v1::EndpointSlice,
-    rbac::v1::RoleBinding,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    core::PartialObjectMeta,
-    runtime::{reflector::Store, watcher},
+    api::ObjectMeta,
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
@@ -25,7 +24,6 @@ use crate::{
         meta::{HasTags, Tagged},
         slim_store::SlimStore,
         stores::{Cache, Change, reflect, reflect_slim, reflect_with, trim},
-        token_shards::{TokenShards, member_items},
     },
     engine::items::{DownItem, Kind, UpItem, kinds, with_kinds},
     tenancy::{
@@ -41,6 +39,37 @@ pub trait SuperCache {
     type Cache: Cache;
     /// Starts the watch that fills the cache.
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache;
+
+    /// The cached super object `namespace/name` of this kind that a super-cluster event is about, for
+    /// copying the event up to the object's tenant. A kind whose objects the syncer writes into super
+    /// namespaces says where they are cached; the default is for kinds whose events are not copied
+    /// (cluster-scoped, public, or not cached).
+    fn event_subject(_cache: &Self::Cache, _namespace: &str, _name: &str) -> EventSubject {
+        EventSubject::NotCopied
+    }
+}
+
+/// What a kind's cache knows of the super object an event is about.
+#[derive(Debug, PartialEq)]
+pub enum EventSubject {
+    /// The object, cached: its metadata says which tenant's object it copies.
+    Found(Box<ObjectMeta>),
+    /// The kind's events are copied, but no such object is cached (not the syncer's, or gone).
+    Missing,
+    /// Events about objects of this kind are not copied.
+    NotCopied,
+}
+
+impl EventSubject {
+    /// The subject of an event about `namespace/name`, looked up in `store`.
+    pub fn in_store<K>(store: &Store<K>, namespace: &str, name: &str) -> Self
+    where
+        K: Resource<DynamicType = ()> + Clone,
+    {
+        store
+            .get(&ObjectRef::new(name).within(namespace))
+            .map_or(Self::Missing, |o| Self::Found(Box::new(o.meta().clone())))
+    }
 }
 
 macro_rules! super_stores {
@@ -48,15 +77,6 @@ macro_rules! super_stores {
         /// The super cluster's caches: one per kind, and those several kinds consult.
         pub struct SuperStores {
             $( $(#[$doc])* pub $caches: <kinds::$kind as SuperCache>::Cache, )*
-            /// Endpoints of provisioned tenants' apiserver Services, in their root namespaces: the only
-            /// addresses besides its pods' that a tenant's `default/kubernetes` Endpoints may lead to.
-            pub apiservers: Store<Endpoints>,
-            /// Metadata of pod token Secrets.
-            pub tokens: Store<PartialObjectMeta<Secret>>,
-            /// What the syncer wrote of the shared token Secrets, ahead of `tokens`.
-            pub token_shards: Arc<TokenShards>,
-            /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access).
-            pub role_bindings: Store<RoleBinding>,
             /// The super cluster's own DNS, which tenants' pods may not reach (see [`PlatformDns`]).
             pub platform_dns: PlatformDns,
             tasks: Vec<JoinHandle<()>>,
@@ -65,18 +85,10 @@ macro_rules! super_stores {
         impl SuperStores {
             fn watch_kinds(
                 supers: &mut SuperWatch<'_>,
-                apiservers: Store<Endpoints>,
-                tokens: Store<PartialObjectMeta<Secret>>,
-                token_shards: Arc<TokenShards>,
-                role_bindings: Store<RoleBinding>,
                 platform_dns: PlatformDns,
             ) -> Self {
                 let mut stores = Self {
                     $( $caches: <kinds::$kind as SuperCache>::watch(supers), )*
-                    apiservers,
-                    tokens,
-                    token_shards,
-                    role_bindings,
                     platform_dns,
                     tasks: Vec::new(),
                 };
@@ -84,12 +96,16 @@ macro_rules! super_stores {
                 stores
             }
 
+            /// What the cache of `kind` knows of the super object `namespace/name` an event is about.
+            pub fn event_subject(&self, kind: Kind, namespace: &str, name: &str) -> EventSubject {
+                match kind {
+                    $( Kind::$kind => <kinds::$kind as SuperCache>::event_subject(&self.$caches, namespace, name), )*
+                }
+            }
+
             /// Waits until every cache has listed the super cluster once.
             pub async fn wait_ready(&self) {
                 $( self.$caches.wait_ready().await; )*
-                self.apiservers.wait_ready().await;
-                self.tokens.wait_ready().await;
-                self.role_bindings.wait_ready().await;
                 self.platform_dns.wait_ready().await;
             }
 
@@ -97,10 +113,6 @@ macro_rules! super_stores {
             fn empty() -> Self {
                 Self {
                     $( $caches: Cache::empty(), )*
-                    apiservers: Cache::empty(),
-                    tokens: Cache::empty(),
-                    token_shards: Default::default(),
-                    role_bindings: Cache::empty(),
                     platform_dns: PlatformDns::none(),
                     tasks: Vec::new(),
                 }
@@ -177,6 +189,9 @@ pub struct SuperWatch<'a> {
     pub namespaces: &'a Store<Namespace>,
     /// Whether Ingresses are synced.
     pub sync_ingresses: bool,
+    /// Whether the syncer grants vn-agent access to tenant pods namespace by namespace
+    /// (`--vn-agent-service-account`).
+    pub vn_agent_access: bool,
     /// Which super nodes tenants see.
     pub vnode_mode: &'a crate::engine::config::VNodeMode,
     /// The custom resource kinds synced.
@@ -353,7 +368,6 @@ impl SuperStores {
         let isolation = &config.network_isolation;
         let platform_dns = isolation.platform_dns.as_ref().filter(|_| isolation.enabled);
         let _span = tracing::info_span!("super").entered();
-        let token_shards = Arc::new(TokenShards::default());
         // The tenant namespaces come first: other kinds' watches consult them.
         let (namespaces, namespaces_task) = {
             let queue = queues.down.clone();
@@ -377,74 +391,10 @@ impl SuperStores {
             quota: &quota,
             namespaces: &namespaces,
             sync_ingresses,
+            vn_agent_access: config.vn_agent_access.is_some(),
             vnode_mode: &vnode_mode,
             custom_resources,
             tasks: vec![namespaces_task],
-        };
-        let apiservers = {
-            let queue = queues.down.clone();
-            let selector = watcher::Config::default().labels(&format!(
-                "{LABEL_MANAGED_BY}={MANAGED_BY_VC_MANAGER},{LABEL_COMPONENT}={COMPONENT_APISERVER}"
-            ));
-            supers.watch(selector, move |o: &Endpoints| {
-                // A tenant's root namespace is its cluster key. Its apiserver moved: the tenant's own
-                // record of where its apiserver is may have been refused a moment ago.
-                if let Some(root) = o.namespace() {
-                    queue.add(
-                        &Arc::from(root.as_str()),
-                        DownItem::new(Kind::Endpoints, "default", "kubernetes"),
-                    );
-                }
-            })
-        };
-        // Pod token Secrets are watched apart from the tenants' Secrets, metadata only: their values never
-        // need to be in memory.
-        let tokens = {
-            let queue = queues.down.clone();
-            let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
-            let token_shards = token_shards.clone();
-            supers.watch_with(
-                selector,
-                trim,
-                move |secret: &PartialObjectMeta<Secret>, change| {
-                    // A pod's token Secret (of an earlier version) is part of the pod: repairing it means
-                    // syncing the pod.
-                    if let (Some((tenant, namespace, _)), Some(pod)) =
-                        (tenant_key(secret), identity::pod_of_token_secret(secret.meta()))
-                    {
-                        queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
-                        return;
-                    }
-                    // A shared one someone else changed is read again before its next write; when it is
-                    // deleted, the pods it served write their keys again. Our own writes queue nothing.
-                    token_shards.observe(secret.meta(), change);
-                    if change == Change::Deleted
-                        && let Some((tenant, items)) = member_items(secret.meta())
-                    {
-                        for item in items {
-                            queue.add(&tenant, item);
-                        }
-                    }
-                },
-            )
-        };
-        // Only kept when vn-agent reads pods through the super apiserver (`--vn-agent-service-account`);
-        // otherwise the platform grants no access to RoleBindings, and an empty store stands in.
-        let role_bindings = match config.vn_agent_access {
-            Some(_) => {
-                let queue = queues.down.clone();
-                supers.watch(ours(), move |binding: &RoleBinding| {
-                    // A binding is part of its namespace: repairing it means syncing that.
-                    if let Some((tenant, namespace)) = identity::grants(binding.meta()) {
-                        queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
-                    }
-                })
-            }
-            None => {
-                let (store, mut writer) = kube::runtime::reflector::store();
-                writer.apply_watcher_event(&watcher::Event::InitDone);
-                store
-            }
         };
         let platform_dns = match platform_dns {
             None => PlatformDns::none(),
@@ -481,14 +431,7 @@ impl SuperStores {
                 }
             }
         };
-        Self::watch_kinds(
-            &mut supers,
-            apiservers,
-            tokens,
-            token_shards,
-            role_bindings,
-            platform_dns,
-        )
+        Self::watch_kinds(&mut supers, platform_dns)
     }
 }
 
@@ -517,11 +460,13 @@ pub(crate) struct Writers {
     pub network_policies:
         kube::runtime::reflector::store::Writer<k8s_openapi::api::networking::v1::NetworkPolicy>,
     /// Endpoints of provisioned tenants' apiservers.
-    pub apiservers: kube::runtime::reflector::store::Writer<Endpoints>,
+    pub apiservers: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Endpoints>,
     /// The syncer's RoleBindings.
-    pub role_bindings: kube::runtime::reflector::store::Writer<RoleBinding>,
+    pub role_bindings: kube::runtime::reflector::store::Writer<k8s_openapi::api::rbac::v1::RoleBinding>,
     /// Metadata of pod token Secrets.
-    pub tokens: kube::runtime::reflector::store::Writer<PartialObjectMeta<Secret>>,
+    pub tokens: kube::runtime::reflector::store::Writer<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>,
+    >,
     /// Super nodes.
     pub nodes: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Node>,
 }
@@ -543,14 +488,14 @@ impl SuperStores {
         let (nodes, nodes_writer) = store();
         let mut stores = Self::empty();
         stores.nodes = nodes;
-        stores.tokens = tokens;
-        stores.namespaces = namespaces;
-        stores.pods = pods;
+        stores.pods.token_secrets = tokens;
+        stores.namespaces.store = namespaces;
+        stores.pods.copies = pods;
         stores.claims = claims;
         stores.services = services;
-        stores.apiservers = apiservers;
+        stores.endpoints.apiservers = apiservers;
         stores.network_policies = network_policies;
-        stores.role_bindings = role_bindings;
+        stores.namespaces.role_bindings = role_bindings;
         stores.storage_classes = storage_classes;
         let writers = Writers {
             namespaces: namespaces_writer,

@@ -1,5 +1,7 @@
 //! Flags of the syncer.
 
+#[cfg(test)]
+mod command_line;
 pub mod custom_kinds;
 
 use std::time::Duration;

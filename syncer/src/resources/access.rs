@@ -80,6 +80,7 @@ pub async fn ensure_vn_agent_access(ctx: &Context, tenant: &Tenant, tenant_names
     let super_namespace = tenant.identity.super_namespace(tenant_namespace);
     let existing = ctx
         .supers
+        .namespaces
         .role_bindings
         .get(&ObjectRef::new(VN_AGENT_BINDING_NAME).within(&super_namespace));
     let api: Api<RoleBinding> = Api::namespaced(ctx.super_client.clone(), &super_namespace);

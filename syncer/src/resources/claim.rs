@@ -19,8 +19,12 @@ use super::{
 };
 use crate::{
     accounting::quota::{ObjectUsage, claim_usage},
-    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
-    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    cache::super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch},
+    engine::{
+        context::Context,
+        items::{Item, Kind, kinds},
+        patrol::findings::Findings,
+    },
     error::{Result, on_tenant},
     tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
@@ -140,7 +144,9 @@ pub fn binding_refusals(spec: &PersistentVolumeClaimSpec) -> Vec<String> {
         refused.push("selector (binds pre-made volumes)".to_owned());
     }
     if let Some(namespace) = spec.data_source_ref.as_ref().and_then(|r| r.namespace.as_deref()) {
-        refused.push(format!("dataSourceRef.namespace {namespace:?} (another namespace's data)"));
+        refused.push(format!(
+            "dataSourceRef.namespace {namespace:?} (another namespace's data)"
+        ));
     }
     refused
 }
@@ -237,6 +243,7 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
 
 impl TenantCache for kinds::PersistentVolumeClaim {
     type Cache = Store<PersistentVolumeClaim>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.down(Self::KIND)
@@ -248,7 +255,13 @@ impl SuperCache for kinds::PersistentVolumeClaim {
 
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
         // Claims count against the tenant's object quotas: the ledger follows them too.
-        supers.counted(Self::KIND, |o: &PersistentVolumeClaim| claim_usage(o.spec.as_ref()))
+        supers.counted(Self::KIND, |o: &PersistentVolumeClaim| {
+            claim_usage(o.spec.as_ref())
+        })
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        EventSubject::in_store(cache, namespace, name)
     }
 }
 
@@ -291,7 +304,10 @@ mod tests {
 
         use super::*;
         use crate::{
-            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
+            engine::{
+                context::testing::{self, from_json, put},
+                items::{DownItem, Kind},
+            },
             resources::copy::sync_down,
             tenancy::settings::TenantSettings,
         };
@@ -364,5 +380,5 @@ mod tests {
                 None
             );
         }
-}
+    }
 }

@@ -466,6 +466,7 @@ macro_rules! copied_kind {
     ($kind:ident) => {
         impl $crate::tenancy::tenant::TenantCache for $crate::engine::items::kinds::$kind {
             type Cache = ::kube::runtime::reflector::Store<$kind>;
+            type State = ();
 
             fn watch(tenant: &mut $crate::tenancy::tenant::TenantWatch<'_>) -> Self::Cache {
                 tenant.down(Self::KIND)
@@ -477,6 +478,14 @@ macro_rules! copied_kind {
 
             fn watch(supers: &mut $crate::cache::super_stores::SuperWatch<'_>) -> Self::Cache {
                 supers.down(Self::KIND)
+            }
+
+            fn event_subject(
+                cache: &Self::Cache,
+                namespace: &str,
+                name: &str,
+            ) -> $crate::cache::super_stores::EventSubject {
+                $crate::cache::super_stores::EventSubject::in_store(cache, namespace, name)
             }
         }
 

@@ -7,21 +7,37 @@
 use std::{
     collections::{HashMap, HashSet},
     net::IpAddr,
+    sync::Arc,
 };
 
+use crds::wellknown::{COMPONENT_APISERVER, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY_VC_MANAGER};
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::{
     ResourceExt,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use serde_json::{Value, json};
 
-use super::copy::{Conversion, Downward, copied_kind};
+use super::{
+    copy::{self, Conversion, Downward},
+    outcome::Outcome,
+    synced::SyncedKind,
+};
 use crate::{
-    cache::super_stores::SuperStores,
-    engine::items::{DownItem, Kind},
+    cache::{
+        stores::Cache,
+        super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch},
+    },
+    engine::{
+        context::Context,
+        items::{DownItem, Item, Kind, kinds},
+        patrol::findings::Findings,
+    },
     error::Result,
-    tenancy::tenant::{Tenant, TenantStores},
+    tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
 
 /// Reason of the event on tenant Endpoints some of whose addresses are not the tenant's.
@@ -38,7 +54,7 @@ pub fn within(ip: &str, cidrs: &[ipnet::IpNet]) -> bool {
 /// from the super cluster: a tenant writes its own pods' status, so their tenant copies prove nothing.
 fn holders(cx: &Conversion<'_>, candidates: &HashSet<IpAddr>) -> HashMap<IpAddr, Vec<Option<String>>> {
     let mut holders: HashMap<IpAddr, Vec<Option<String>>> = HashMap::new();
-    for pod in cx.ctx.supers.pods.state() {
+    for pod in cx.ctx.supers.pods.copies.state() {
         for ip in pod.own_addresses() {
             if candidates.contains(&ip) {
                 let owner = crate::tenancy::identity::owner_cluster(&pod.metadata).map(str::to_owned);
@@ -70,6 +86,7 @@ fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<IpAddr> {
     let mut addresses: Vec<IpAddr> = cx
         .ctx
         .supers
+        .endpoints
         .apiservers
         .state()
         .iter()
@@ -83,7 +100,12 @@ fn tenant_apiserver_addresses(cx: &Conversion<'_>) -> Vec<IpAddr> {
         })
         .filter_map(|a| a.ip.parse().ok())
         .collect();
-    addresses.extend(cx.tenant.apiserver_addresses.iter().filter_map(|a| a.parse::<IpAddr>().ok()));
+    addresses.extend(
+        cx.tenant
+            .apiserver_addresses
+            .iter()
+            .filter_map(|a| a.parse::<IpAddr>().ok()),
+    );
     addresses
 }
 
@@ -163,7 +185,7 @@ impl Downward for Endpoints {
     }
 
     fn super_store(stores: &SuperStores) -> Option<&Store<Self>> {
-        Some(&stores.endpoints)
+        Some(&stores.endpoints.copies)
     }
 
     fn to_super(tenant: &Self, cx: &Conversion<'_>) -> Result<Option<Self>> {
@@ -260,7 +282,76 @@ fn routable(ip: &str) -> bool {
     }
 }
 
-copied_kind!(Endpoints);
+/// The super cluster's Endpoints the syncer reads: its copies of tenants' Endpoints, and those of
+/// provisioned tenants' apiserver Services.
+pub struct SuperEndpoints {
+    /// The copies of tenants' Endpoints.
+    pub copies: Store<Endpoints>,
+    /// Endpoints of provisioned tenants' apiserver Services, in their root namespaces: the only addresses
+    /// besides its pods' that a tenant's `default/kubernetes` Endpoints may lead to.
+    pub apiservers: Store<Endpoints>,
+}
+
+impl Cache for SuperEndpoints {
+    async fn wait_ready(&self) {
+        self.copies.wait_ready().await;
+        self.apiservers.wait_ready().await;
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        Self {
+            copies: Cache::empty(),
+            apiservers: Cache::empty(),
+        }
+    }
+}
+
+impl TenantCache for kinds::Endpoints {
+    type Cache = Store<Endpoints>;
+    type State = ();
+
+    fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
+        tenant.down(Self::KIND)
+    }
+}
+
+impl SuperCache for kinds::Endpoints {
+    type Cache = SuperEndpoints;
+
+    fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
+        let copies = supers.down(Self::KIND);
+        let queue = supers.queues.down.clone();
+        let selector = watcher::Config::default().labels(&format!(
+            "{LABEL_MANAGED_BY}={MANAGED_BY_VC_MANAGER},{LABEL_COMPONENT}={COMPONENT_APISERVER}"
+        ));
+        let apiservers = supers.watch(selector, move |o: &Endpoints| {
+            // A tenant's root namespace is its cluster key. Its apiserver moved: the tenant's own record
+            // of where its apiserver is may have been refused a moment ago.
+            if let Some(root) = o.namespace() {
+                queue.add(
+                    &Arc::from(root.as_str()),
+                    DownItem::new(Kind::Endpoints, "default", "kubernetes"),
+                );
+            }
+        });
+        SuperEndpoints { copies, apiservers }
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        EventSubject::in_store(&cache.copies, namespace, name)
+    }
+}
+
+impl SyncedKind for kinds::Endpoints {
+    async fn sync_down(ctx: &Context, tenant: &Tenant, item: &Item) -> Result<Outcome> {
+        copy::sync_down::<Endpoints>(ctx, tenant, item).await
+    }
+
+    fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
+        copy::patrol::<Endpoints>(ctx, tenant)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -277,7 +368,12 @@ mod tests {
             ("10.0.0.5", vec![Some("a"), None]),
         ]
         .into_iter()
-        .map(|(address, held)| (ip(address), held.into_iter().map(|h| h.map(str::to_owned)).collect()))
+        .map(|(address, held)| {
+            (
+                ip(address),
+                held.into_iter().map(|h| h.map(str::to_owned)).collect(),
+            )
+        })
         .collect();
         let mut own: Vec<IpAddr> = held_by_tenant(&holders, "a").into_iter().collect();
         own.sort();
@@ -294,7 +390,10 @@ mod tests {
     /// ends or goes has the Endpoints leading to it judged again.
     #[tokio::test]
     async fn endpoints_lead_only_to_the_tenants_own_live_pods_and_apiserver() {
-        use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
+        use crate::{
+            engine::context::testing::{self, from_json, put},
+            tenancy::settings::TenantSettings,
+        };
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (ctx, mut super_writers) = testing::context(super_client);
@@ -323,7 +422,12 @@ mod tests {
             &mut super_writers.apiservers,
             apiserver_endpoints("other-tenant-root", "10.244.2.9"),
         );
-        let pod = |name: &str, key: &str, ip: &str, phase: &str, host_network: bool| -> crate::cache::pods::SuperPod {
+        let pod = |name: &str,
+                   key: &str,
+                   ip: &str,
+                   phase: &str,
+                   host_network: bool|
+         -> crate::cache::pods::SuperPod {
             from_json(json!({
                 "metadata": {"name": name, "namespace": format!("{key}-shop"), "uid": format!("uid-{name}"),
                     "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key, crds::wellknown::ANNOTATION_NAMESPACE: "shop"}},
@@ -396,14 +500,14 @@ mod tests {
             ]
         );
         let kubernetes = record("default", "kubernetes", &everything);
-        assert_eq!(
-            addresses(&kubernetes),
-            ["10.244.1.5", "10.244.3.1", "10.9.9.9"]
-        );
+        assert_eq!(addresses(&kubernetes), ["10.244.1.5", "10.244.3.1", "10.9.9.9"]);
 
         // A pod of the tenant that ends has the Endpoints leading to it judged again.
         put(&mut tenant_writers.endpoints, relay.clone());
-        put(&mut tenant_writers.endpoints, record("shop", "elsewhere", &["10.1.1.1"]));
+        put(
+            &mut tenant_writers.endpoints,
+            record("shop", "elsewhere", &["10.1.1.1"]),
+        );
         let queued = leading_to(&tenant, &["10.244.3.1".to_owned()]);
         assert_eq!(queued, [DownItem::new(Kind::Endpoints, "shop", "relay")]);
         assert!(leading_to(&tenant, &["10.7.7.7".to_owned()]).is_empty());

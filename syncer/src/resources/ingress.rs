@@ -23,8 +23,12 @@ use super::{
     upward::{matching_super, params, transparent},
 };
 use crate::{
-    cache::super_stores::{self, SuperCache, SuperStores, SuperWatch},
-    engine::{context::Context, items::{DownItem, Item, Kind, UpItem, kinds}, patrol::findings::Findings},
+    cache::super_stores::{self, EventSubject, SuperCache, SuperStores, SuperWatch},
+    engine::{
+        context::Context,
+        items::{DownItem, Item, Kind, UpItem, kinds},
+        patrol::findings::Findings,
+    },
     error::{Result, on_tenant},
     tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch, namespaced},
 };
@@ -136,7 +140,9 @@ fn published_default_class(ctx: &Context) -> Option<String> {
 pub fn host_allowed(host: &str, suffixes: &[String]) -> bool {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host.strip_prefix("*.").unwrap_or(&host);
-    suffixes.iter().any(|suffix| crate::tenancy::settings::within_domain(host, suffix))
+    suffixes
+        .iter()
+        .any(|suffix| crate::tenancy::settings::within_domain(host, suffix))
 }
 
 /// What of a tenant Ingress the platform does not allow, each naming the field: a class that is not
@@ -254,13 +260,18 @@ async fn ingress_status(ctx: &Context, tenant: &Tenant, namespace: &str, name: &
 
 impl TenantCache for kinds::Ingress {
     type Cache = Option<Store<Ingress>>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         if !tenant.sync_ingresses {
             return None;
         }
         // Down, and up too: the super status goes back onto the tenant ingress after it changed.
-        let (down, up, id) = (tenant.queues.down.clone(), tenant.queues.up.clone(), tenant.id.clone());
+        let (down, up, id) = (
+            tenant.queues.down.clone(),
+            tenant.queues.up.clone(),
+            tenant.id.clone(),
+        );
         Some(tenant.watch(Self::KIND, None, move |o: &Ingress, _| {
             down.add(&id, namespaced(o, Kind::Ingress));
             up.add(&id, namespaced(o, Kind::Ingress));
@@ -283,6 +294,12 @@ impl SuperCache for kinds::Ingress {
                 up.add(&tenant, UpItem::new(Kind::Ingress, &namespace, &name));
             }
         }))
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        cache.as_ref().map_or(EventSubject::Missing, |store| {
+            EventSubject::in_store(store, namespace, name)
+        })
     }
 }
 
@@ -319,10 +336,18 @@ mod tests {
         let spec = |value: Value| -> IngressSpec { serde_json::from_value(value).expect("spec") };
         let backend = json!({"service": {"name": "web", "port": {"number": 80}}});
         let rule = |host: &str| json!({"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}});
-        let ok = spec(json!({"rules": [rule("shop.apps.example.com"), rule("www.shop.apps.example.com"),
-            rule("*.shop.apps.example.com")], "tls": [{"hosts": ["shop.apps.example.com"], "secretName": "tls"}]}));
-        assert_eq!(refusals(&ok, Some("public"), &published, None, &suffixes), Vec::<String>::new());
-        assert_eq!(refusals(&ok, None, &published, Some("public"), &suffixes), Vec::<String>::new());
+        let ok = spec(
+            json!({"rules": [rule("shop.apps.example.com"), rule("www.shop.apps.example.com"),
+            rule("*.shop.apps.example.com")], "tls": [{"hosts": ["shop.apps.example.com"], "secretName": "tls"}]}),
+        );
+        assert_eq!(
+            refusals(&ok, Some("public"), &published, None, &suffixes),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            refusals(&ok, None, &published, Some("public"), &suffixes),
+            Vec::<String>::new()
+        );
 
         let hostile = spec(json!({"defaultBackend": backend,
             "rules": [rule("login.platform.example"), rule("evilshop.apps.example.com"),
@@ -338,13 +363,19 @@ mod tests {
             "spec.tls[0].hosts \"other.apps.example.com\"",
         ];
         for want in expected {
-            assert!(found.iter().any(|f| f.starts_with(want)), "{want} not in {found:#?}");
+            assert!(
+                found.iter().any(|f| f.starts_with(want)),
+                "{want} not in {found:#?}"
+            );
         }
         assert_eq!(found.len(), expected.len(), "{found:#?}");
         // No class and no published default; no suffix at all.
         let found = refusals(&ok, None, &published, None, &[]);
         assert!(found[0].contains("no published IngressClass"), "{found:#?}");
-        assert!(found[1].contains("assigns this cluster no ingress host suffix"), "{found:#?}");
+        assert!(
+            found[1].contains("assigns this cluster no ingress host suffix"),
+            "{found:#?}"
+        );
     }
 
     #[test]

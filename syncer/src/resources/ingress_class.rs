@@ -12,7 +12,10 @@ use super::{
 };
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, kinds}},
+    engine::{
+        context::Context,
+        items::{Item, kinds},
+    },
     error::Result,
     tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
@@ -38,6 +41,7 @@ pub async fn ingress_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result
 
 impl TenantCache for kinds::IngressClass {
     type Cache = Option<Store<IngressClass>>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant

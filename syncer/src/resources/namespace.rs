@@ -19,11 +19,17 @@ use crds::wellknown::{
     ANNOTATION_CLUSTER, ANNOTATION_NAMESPACE, ANNOTATION_ROOT_NAMESPACE, ANNOTATION_UID, ANNOTATION_VC_NAME,
     ANNOTATION_VC_NAMESPACE, ANNOTATION_VC_UID, LABEL_CLUSTER, LABEL_VC_NAME, LABEL_VC_NAMESPACE,
 };
-use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::{
+    api::{core::v1::Namespace, rbac::v1::RoleBinding},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 use kube::{
     Api, Resource, ResourceExt,
     api::PostParams,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use super::{
@@ -33,7 +39,10 @@ use super::{
     write::{apply_copy, delete},
 };
 use crate::{
-    cache::{stores::Change, super_stores::{SuperCache, SuperWatch}},
+    cache::{
+        stores::{Cache, Change},
+        super_stores::{SuperCache, SuperWatch, ours},
+    },
     engine::{
         config::POD_SECURITY_PREFIX,
         context::Context,
@@ -42,7 +51,10 @@ use crate::{
         patrol::findings::{Findings, found},
     },
     error::{Result, on_super},
-    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
+    tenancy::{
+        identity,
+        tenant::{Tenant, TenantCache, TenantWatch},
+    },
 };
 
 /// The super namespace for a tenant namespace object.
@@ -191,7 +203,7 @@ async fn collision(
 pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Outcome> {
     let super_name = tenant.identity.super_namespace(&item.name);
     let tenant_namespace = tenant.stores.namespaces.get(&ObjectRef::new(&item.name));
-    let super_namespace = ctx.supers.namespaces.get(&ObjectRef::new(&super_name));
+    let super_namespace = ctx.supers.namespaces.store.get(&ObjectRef::new(&super_name));
     let api: Api<Namespace> = Api::all(ctx.super_client.clone());
 
     if let Some(existing) = &super_namespace
@@ -331,7 +343,7 @@ async fn create(
 /// nothing of that tenant namespace may be written, and the namespace's own item reports the collision.
 pub fn taken(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Option<Outcome> {
     let super_name = tenant.identity.super_namespace(tenant_namespace);
-    let existing = ctx.supers.namespaces.get(&ObjectRef::new(&super_name))?;
+    let existing = ctx.supers.namespaces.store.get(&ObjectRef::new(&super_name))?;
     (!serves(existing.meta(), tenant, tenant_namespace)).then(|| Outcome::Waiting {
         reason: format!(
             "super namespace {super_name} holds {}, not tenant namespace {tenant_namespace}",
@@ -347,7 +359,7 @@ pub fn taken(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Option<O
 /// is taken.
 pub async fn ensure(ctx: &Context, tenant: &Tenant, tenant_namespace: &str) -> Result<Result<u32, Outcome>> {
     let super_name = tenant.identity.super_namespace(tenant_namespace);
-    if let Some(existing) = ctx.supers.namespaces.get(&ObjectRef::new(&super_name)) {
+    if let Some(existing) = ctx.supers.namespaces.store.get(&ObjectRef::new(&super_name)) {
         return Ok(match serves(existing.meta(), tenant, tenant_namespace) {
             true => Ok(0),
             false => Err(taken(ctx, tenant, tenant_namespace).unwrap_or(Outcome::InSync)),
@@ -374,6 +386,7 @@ pub fn waiting_for_namespace(namespace: &str) -> Outcome {
 
 impl TenantCache for kinds::Namespace {
     type Cache = Store<Namespace>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id, doubt, uid) = (
@@ -395,13 +408,55 @@ impl TenantCache for kinds::Namespace {
     }
 }
 
+/// The super cluster's namespaces the syncer made for tenants, and what it keeps in them besides the copies
+/// of tenant objects.
+pub struct SuperNamespaces {
+    /// The super namespaces.
+    pub store: Store<Namespace>,
+    /// The RoleBindings the syncer keeps in tenant super namespaces (vn-agent's access, [`access`]).
+    pub role_bindings: Store<RoleBinding>,
+}
+
+impl Cache for SuperNamespaces {
+    async fn wait_ready(&self) {
+        self.store.wait_ready().await;
+        self.role_bindings.wait_ready().await;
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        Self {
+            store: Cache::empty(),
+            role_bindings: Cache::empty(),
+        }
+    }
+}
+
 impl SuperCache for kinds::Namespace {
-    type Cache = Store<Namespace>;
+    type Cache = SuperNamespaces;
 
     /// The super namespaces are watched before every kind, which consult them (see
     /// [`crate::cache::super_stores::SuperStores::start`]).
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        supers.namespaces.clone()
+        // Only kept when vn-agent reads pods through the super apiserver (`--vn-agent-service-account`);
+        // otherwise the platform grants no access to RoleBindings, and an empty store stands in.
+        let role_bindings = if supers.vn_agent_access {
+            let queue = supers.queues.down.clone();
+            supers.watch(ours(), move |binding: &RoleBinding| {
+                // A binding is part of its namespace: repairing it means syncing that.
+                if let Some((tenant, namespace)) = identity::grants(binding.meta()) {
+                    queue.add(&Arc::from(tenant), DownItem::namespace(namespace));
+                }
+            })
+        } else {
+            let (store, mut writer) = kube::runtime::reflector::store();
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            store
+        };
+        SuperNamespaces {
+            store: supers.namespaces.clone(),
+            role_bindings,
+        }
     }
 }
 
@@ -415,13 +470,13 @@ impl SyncedKind for kinds::Namespace {
     }
 }
 
-
 /// Compares a tenant's namespaces with their super namespaces, and the isolating NetworkPolicy in each.
 fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
     let mut findings = Findings::default();
     let mut supers: HashMap<String, Arc<Namespace>> = ctx
         .supers
         .namespaces
+        .store
         .state()
         .into_iter()
         .filter(|ns| identity::belongs_to(ns.meta(), &tenant.identity.cluster_key))
@@ -485,7 +540,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        engine::{context::testing::{self, from_json, put}, items::Kind},
+        engine::{
+            context::testing::{self, from_json, put},
+            items::Kind,
+        },
         tenancy::settings::TenantSettings,
     };
 
@@ -606,7 +664,10 @@ mod tests {
                 .await;
             assert_eq!(applied.body["metadata"]["uid"], "uid-of-object");
             // The tenant's labels are copied encoded (identity::fate), out of the platform's selectors' reach.
-            assert_eq!(applied.body["metadata"]["labels"]["label.tenancy.x-k8s.io/team"], "a");
+            assert_eq!(
+                applied.body["metadata"]["labels"]["label.tenancy.x-k8s.io/team"],
+                "a"
+            );
             assert!(applied.body["metadata"]["labels"].get("team").is_none());
             assert_eq!(
                 applied.body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],

@@ -25,8 +25,12 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    cache::super_stores::{SuperCache, SuperStores, SuperWatch, ours, tenant_key},
-    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    cache::super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch, ours, tenant_key},
+    engine::{
+        context::Context,
+        items::{Item, Kind, kinds},
+        patrol::findings::Findings,
+    },
     error::Result,
     tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
@@ -207,9 +211,9 @@ impl Downward for NetworkPolicy {
     }
 }
 
-
 impl TenantCache for kinds::NetworkPolicy {
     type Cache = Store<NetworkPolicy>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.down(Self::KIND)
@@ -229,6 +233,10 @@ impl SuperCache for kinds::NetworkPolicy {
                 queue.add(&tenant, Item::new(Kind::NetworkPolicy, &namespace, &name));
             }
         })
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        EventSubject::in_store(cache, namespace, name)
     }
 }
 
@@ -346,5 +354,4 @@ mod tests {
         assert!(within("203.0.113.9", &ctx.config.tenant_allowed_cidrs));
         assert!(!within("10.0.0.1", &ctx.config.tenant_allowed_cidrs));
     }
-
 }

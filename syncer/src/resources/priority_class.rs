@@ -11,7 +11,10 @@ use super::{
 };
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, kinds}},
+    engine::{
+        context::Context,
+        items::{Item, kinds},
+    },
     error::Result,
     tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
@@ -34,6 +37,7 @@ pub async fn priority_class(ctx: &Context, tenant: &Tenant, name: &str) -> Resul
 
 impl TenantCache for kinds::PriorityClass {
     type Cache = Store<PriorityClass>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.up(Self::KIND, &format!("{LABEL_SYNCED_FROM_SUPER}=true"))

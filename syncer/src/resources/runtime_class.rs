@@ -19,7 +19,10 @@ use super::{
 };
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, kinds}},
+    engine::{
+        context::Context,
+        items::{Item, kinds},
+    },
     error::{Result, on_tenant},
     tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
@@ -100,20 +103,27 @@ pub async fn choose(ctx: &Context, tenant: &Tenant, asked: Option<&str>) -> Resu
             "runtimeClassName {asked:?} (no such RuntimeClass)"
         )));
     };
-    Ok(match published_with_handler(&ctx.supers.runtime_classes, &own.handler) {
-        Some(published) => RuntimeClassChoice::Published(published),
-        None => RuntimeClassChoice::Refused(format!(
-            "runtimeClassName {asked:?} (handler {:?}: the platform publishes no RuntimeClass with that handler; published: {})",
-            own.handler,
-            published_summary(&ctx.supers.runtime_classes)
-        )),
-    })
+    Ok(
+        match published_with_handler(&ctx.supers.runtime_classes, &own.handler) {
+            Some(published) => RuntimeClassChoice::Published(published),
+            None => RuntimeClassChoice::Refused(format!(
+                "runtimeClassName {asked:?} (handler {:?}: the platform publishes no RuntimeClass with that handler; published: {})",
+                own.handler,
+                published_summary(&ctx.supers.runtime_classes)
+            )),
+        },
+    )
 }
 
 /// Whether a VirtualCluster may force this class: published, or listed by the platform.
 pub fn forcible(ctx: &Context, name: &str) -> bool {
     get(&ctx.supers.runtime_classes, name).is_some_and(|class| is_published(class.meta()))
-        || ctx.config.pod_policy.forcible_runtime_classes.iter().any(|c| c == name)
+        || ctx
+            .config
+            .pod_policy
+            .forcible_runtime_classes
+            .iter()
+            .any(|c| c == name)
 }
 
 /// The class a VirtualCluster forces, as [`choose`] gives it. A listed class that is not published is not
@@ -176,6 +186,7 @@ fn published_summary(classes: &Store<RuntimeClass>) -> String {
 
 impl TenantCache for kinds::RuntimeClass {
     type Cache = Store<RuntimeClass>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.up(Self::KIND, &format!("{LABEL_SYNCED_FROM_SUPER}=true"))
@@ -220,7 +231,9 @@ mod tests {
         put(&mut writer, class("gvisor", "runsc", true));
         put(&mut writer, class("unlisted", "kata", false));
         assert_eq!(
-            published_with_handler(&reader, "runsc").map(|c| c.name).as_deref(),
+            published_with_handler(&reader, "runsc")
+                .map(|c| c.name)
+                .as_deref(),
             Some("gvisor")
         );
         // A class that lost its label between the list and now is not published.

@@ -13,8 +13,15 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    cache::{super_stores::{SuperCache, SuperStores, SuperWatch, tenant_key}, token_shards},
-    engine::{context::Context, items::{Item, Kind, kinds}, patrol::findings::Findings},
+    cache::{
+        super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch, tenant_key},
+        token_shards,
+    },
+    engine::{
+        context::Context,
+        items::{Item, Kind, kinds},
+        patrol::findings::Findings,
+    },
     error::Result,
     tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
 };
@@ -74,6 +81,7 @@ impl Downward for Secret {
 
 impl TenantCache for kinds::Secret {
     type Cache = Store<Secret>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.down(Self::KIND)
@@ -84,14 +92,21 @@ impl SuperCache for kinds::Secret {
     type Cache = Store<Secret>;
 
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
-        // Pod token Secrets are watched apart (see `SuperStores::tokens`), metadata only.
+        // Pod token Secrets are watched apart, metadata only (see `super::pod::SuperPods`).
         let selector = format!("{LABEL_VC_NAME},!{LABEL_POD_TOKEN}");
         let queue = supers.queues.down.clone();
-        supers.watch(watcher::Config::default().labels(&selector), move |secret: &Secret| {
-            if let Some((tenant, namespace, name)) = tenant_key(secret) {
-                queue.add(&tenant, Item::new(Kind::Secret, &namespace, &name));
-            }
-        })
+        supers.watch(
+            watcher::Config::default().labels(&selector),
+            move |secret: &Secret| {
+                if let Some((tenant, namespace, name)) = tenant_key(secret) {
+                    queue.add(&tenant, Item::new(Kind::Secret, &namespace, &name));
+                }
+            },
+        )
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        EventSubject::in_store(cache, namespace, name)
     }
 }
 

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     accounting::quota::{ObjectUsage, needs_node_ports, service_usage},
-    cache::super_stores::{SuperCache, SuperStores, SuperWatch},
+    cache::super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch},
     engine::{
         config::ExternalNameServices,
         context::Context,
@@ -230,7 +230,11 @@ impl Downward for Service {
 
     fn pending_up(tenant: &Self, super_object: &Self) -> Option<UpItem> {
         service_pending(tenant, super_object).then(|| {
-            UpItem::new(Kind::Service, &tenant.namespace().unwrap_or_default(), &tenant.name_any())
+            UpItem::new(
+                Kind::Service,
+                &tenant.namespace().unwrap_or_default(),
+                &tenant.name_any(),
+            )
         })
     }
 }
@@ -520,11 +524,16 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
 
 impl TenantCache for kinds::Service {
     type Cache = Store<Service>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         // A tenant Service is synced down, and up too: the super cluster's node ports and IP go back onto
         // it, also after the tenant changed it.
-        let (down, up, id) = (tenant.queues.down.clone(), tenant.queues.up.clone(), tenant.id.clone());
+        let (down, up, id) = (
+            tenant.queues.down.clone(),
+            tenant.queues.up.clone(),
+            tenant.id.clone(),
+        );
         tenant.watch(Self::KIND, None, move |o: &Service, _| {
             down.add(&id, namespaced(o, Kind::Service));
             up.add(&id, namespaced(o, Kind::Service));
@@ -538,6 +547,10 @@ impl SuperCache for kinds::Service {
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
         // Services count against the tenant's object quotas: the ledger follows them too.
         supers.counted(Self::KIND, |o: &Service| service_usage(o.spec.as_ref()))
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        EventSubject::in_store(cache, namespace, name)
     }
 }
 
@@ -561,7 +574,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        engine::{context::testing::{self, from_json, put}, items::DownItem},
+        engine::{
+            context::testing::{self, from_json, put},
+            items::DownItem,
+        },
         resources::copy::sync_down,
         tenancy::settings::TenantSettings,
     };
@@ -770,7 +786,11 @@ mod tests {
         let (super_client, _supers) = testing::mock();
         let (tenant_client, _tenants) = testing::mock();
         let (mut ctx, _) = testing::context(super_client);
-        let (tenant, _) = testing::tenant(&ctx, tenant_client, crate::tenancy::settings::TenantSettings::default());
+        let (tenant, _) = testing::tenant(
+            &ctx,
+            tenant_client,
+            crate::tenancy::settings::TenantSettings::default(),
+        );
         let service = |spec: Value| -> Service {
             from_json(
                 json!({"metadata": {"name": "ext", "namespace": "shop", "uid": "ext-uid",
@@ -863,7 +883,10 @@ mod tests {
 
         use super::*;
         use crate::{
-            engine::{context::testing::{self, from_json, put}, items::{DownItem, Kind}},
+            engine::{
+                context::testing::{self, from_json, put},
+                items::{DownItem, Kind},
+            },
             resources::copy::sync_down,
             tenancy::{identity, settings::TenantSettings},
         };

@@ -11,7 +11,10 @@ use super::{
 };
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, kinds}},
+    engine::{
+        context::Context,
+        items::{Item, kinds},
+    },
     error::Result,
     tenancy::tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
 };
@@ -37,6 +40,7 @@ pub async fn storage_class(ctx: &Context, tenant: &Tenant, name: &str) -> Result
 
 impl TenantCache for kinds::StorageClass {
     type Cache = Store<StorageClass>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.up(Self::KIND, &format!("{LABEL_SYNCED_FROM_SUPER}=true"))

@@ -273,6 +273,10 @@ fn has_pods(tenant: &Tenant, node: &str) -> bool {
     })
 }
 
+/// What the vNodes keep of each tenant besides their cache: when each vNode last had none of the tenant's
+/// pods (it is removed once that lasts `--vnode-grace-seconds`).
+pub type IdleSince = std::sync::Mutex<std::collections::HashMap<String, Instant>>;
+
 /// Syncs one vNode: follows the super node, and removes it when the super node is gone or the tenant's
 /// pods have been off it for the grace period.
 pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome> {
@@ -280,7 +284,8 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
     let wanted = super_node.as_ref().is_some_and(|node| wanted(ctx, tenant, node));
     let Some(vnode) = tenant.stores.nodes.get(&ObjectRef::new(name)) else {
         tenant
-            .vnode_idle_since
+            .state
+            .nodes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
@@ -294,7 +299,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
     };
     let api: Api<Node> = Api::all(tenant.client.clone());
     let idle_for = {
-        let mut idle = tenant.vnode_idle_since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = tenant.state.nodes.lock().unwrap_or_else(|e| e.into_inner());
         match wanted || has_pods(tenant, name) {
             true => {
                 idle.remove(name);
@@ -316,7 +321,8 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
             }
         }
         tenant
-            .vnode_idle_since
+            .state
+            .nodes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
@@ -377,6 +383,8 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
 
 impl TenantCache for kinds::Node {
     type Cache = Store<Node>;
+    /// When each vNode last had none of the tenant's pods.
+    type State = IdleSince;
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.up(Self::KIND, &format!("{LABEL_VIRTUAL_NODE}=true"))
@@ -437,9 +445,7 @@ fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
             .supers
             .nodes
             .get(&kube::runtime::reflector::ObjectRef::new(&name));
-        let wanted = super_node
-            .as_ref()
-            .is_some_and(|node| wanted(ctx, tenant, node));
+        let wanted = super_node.as_ref().is_some_and(|node| wanted(ctx, tenant, node));
         if super_node.is_none() || (!used.contains(&name) && !wanted) {
             findings.stale_vnodes += 1;
             found(ctx, "node", "stale-vnode");

@@ -1,7 +1,9 @@
 //! PersistentVolumes: a super volume bound to a tenant's claim is copied into the tenant, bound to the
 //! tenant claim, without anything of how or where it is stored.
 
-use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+};
 use kube::{
     Resource, ResourceExt,
     api::ObjectMeta,
@@ -18,9 +20,15 @@ use super::{
 };
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, Kind, UpItem, kinds}},
+    engine::{
+        context::Context,
+        items::{Item, Kind, UpItem, kinds},
+    },
     error::Result,
-    tenancy::{identity, tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch}},
+    tenancy::{
+        identity,
+        tenant::{LABEL_SYNCED_FROM_SUPER, Tenant, TenantCache, TenantWatch},
+    },
 };
 
 /// Syncs a super PersistentVolume bound to one of the tenant's claims into the tenant, bound to the
@@ -31,6 +39,7 @@ pub async fn volume(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcom
         let super_namespace = ctx
             .supers
             .namespaces
+            .store
             .get(&ObjectRef::new(claim.namespace.as_deref()?))?;
         if !identity::belongs_to(super_namespace.meta(), &tenant.identity.cluster_key) {
             return None;
@@ -96,6 +105,7 @@ pub fn tenant_volume(pv: &PersistentVolume, claim_ref: ObjectReference) -> Persi
 
 impl TenantCache for kinds::PersistentVolume {
     type Cache = Store<PersistentVolume>;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         tenant.up(Self::KIND, &format!("{LABEL_SYNCED_FROM_SUPER}=true"))

@@ -140,7 +140,7 @@ fn recreates_missing_copies(vc: &VirtualCluster) -> Option<&'static str> {
 /// the tenant is touched. Returns how many of its super pods are still there (terminating, or refused).
 pub async fn remove_paused_pods(ctx: &Context, cluster_key: &str) -> usize {
     let mut remaining = 0;
-    for pod in ctx.supers.pods.state() {
+    for pod in ctx.supers.pods.copies.state() {
         if !crate::tenancy::identity::belongs_to(pod.meta(), cluster_key) {
             continue;
         }
@@ -670,7 +670,7 @@ pub async fn clean_up(ctx: &Context, cluster_key: &str) {
 pub async fn delete_namespaces(ctx: &Context, doomed: impl Fn(&Namespace) -> bool) -> usize {
     let api: Api<Namespace> = Api::all(ctx.super_client.clone());
     let mut deleted = 0;
-    for namespace in ctx.supers.namespaces.state() {
+    for namespace in ctx.supers.namespaces.store.state() {
         if namespace.meta().deletion_timestamp.is_some() || !doomed(&namespace) {
             continue;
         }
@@ -1026,7 +1026,7 @@ async fn attach_or_check(
     // A detach (just now, or earlier for the tenant's cache limits) forgot the tenant's usage; its running
     // pods send no events that would count them. Counting is idempotent, so a first attach costs nothing.
     let id: crate::engine::queue::TenantId = Arc::from(identity.cluster_key.as_str());
-    let pods = ctx.supers.pods.state();
+    let pods = ctx.supers.pods.copies.state();
     ctx.quota.recount(&id, pods.iter().map(|p| &**p));
     recount_objects(ctx, &id);
     tracing::info!(vc = %identity.vc_ref(), cluster_key = %identity.cluster_key, %version, "attaching tenant");

@@ -41,6 +41,9 @@ pub use crds::wellknown::LABEL_SYNCED_FROM_SUPER;
 pub trait TenantCache {
     /// The cache: a store, `Option` of one for a kind synced by flag, `()` for none.
     type Cache: Cache;
+    /// What the kind keeps of each tenant besides its cache (`()` for nothing): it lives as long as the
+    /// tenant is attached, in [`Tenant::state`].
+    type State: Default + Send + Sync + 'static;
     /// Starts the watch that fills the cache.
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache;
 }
@@ -74,6 +77,17 @@ macro_rules! tenant_stores {
     };
 }
 with_kinds!(tenant_stores);
+
+macro_rules! tenant_state {
+    ($( $(#[$doc:meta])* $kind:ident = $label:literal => $module:ident, $caches:ident; )*) => {
+        /// What each kind keeps of the tenant besides its cache ([`TenantCache::State`]).
+        #[derive(Default)]
+        pub struct TenantState {
+            $( $(#[$doc])* pub $caches: <kinds::$kind as TenantCache>::State, )*
+        }
+    };
+}
+with_kinds!(tenant_state);
 
 /// What a kind's watch of a tenant is started with.
 pub struct TenantWatch<'a> {
@@ -218,10 +232,11 @@ pub struct Tenant {
     pub apiserver_addresses: Vec<String>,
     /// Publishes Kubernetes events in the tenant.
     pub recorder: Recorder,
-    /// When each vNode last had none of this tenant's pods.
-    pub vnode_idle_since: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Caches.
     pub stores: TenantStores,
+    /// What each kind keeps of the tenant besides its cache (the vNodes' idle times, the pods' recent
+    /// bindings).
+    pub state: TenantState,
     /// The uid of the tenant's `kube-system` namespace when it was attached: which cluster it is (the
     /// VirtualCluster's `tenancy.x-k8s.io/tenant-kube-system-uid`).
     pub kube_system_uid: String,
@@ -231,8 +246,6 @@ pub struct Tenant {
     pub responses: Arc<vc_runtime::limits::ResponseBudget>,
     /// Set when the tenant is attached again after a pause (see [`Tenant::paused_away`]).
     pub resumed: std::sync::OnceLock<Resumed>,
-    /// Bindings made that the pod cache may not show yet.
-    pub recent_bindings: RecentBindings,
     /// Workers' reconciles of this tenant in progress (waited for before its Lease is handed over).
     pub in_flight: InFlight,
     settings: RwLock<Arc<TenantSettings>>,
@@ -285,61 +298,6 @@ impl Drop for InFlightGuard<'_> {
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }
-    }
-}
-
-/// Tenant pods this syncer bound to a vNode, by uid, until the pod cache shows the node name.
-///
-/// A pod's next upward sync (its super pod starts running) often comes before the binding's own watch
-/// event: the cache still shows the pod unbound, and binding it again costs a request that the apiserver
-/// refuses (409). Entries are dropped when the cache shows the binding, and after [`RecentBindings::TTL`]
-/// (a pod deleted meanwhile), so the map holds only pods in flight.
-#[derive(Debug, Default)]
-pub struct RecentBindings {
-    bound: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
-}
-
-impl RecentBindings {
-    /// How long a binding is remembered at most.
-    pub const TTL: std::time::Duration = std::time::Duration::from_secs(60);
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>> {
-        self.bound.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records that pod `uid` was bound to `node`.
-    pub fn record(&self, uid: &str, node: &str) {
-        let now = std::time::Instant::now();
-        let mut bound = self.lock();
-        bound.retain(|_, (_, at)| now.duration_since(*at) < Self::TTL);
-        bound.insert(uid.to_owned(), (node.to_owned(), now));
-    }
-
-    /// Whether pod `uid` was bound to `node` by this syncer lately.
-    pub fn bound_to(&self, uid: &str, node: &str) -> bool {
-        self.lock()
-            .get(uid)
-            .is_some_and(|(n, at)| n == node && at.elapsed() < Self::TTL)
-    }
-
-    /// Forgets pod `uid`: the cache shows its binding.
-    pub fn forget(&self, uid: &str) {
-        let mut bound = self.lock();
-        if !bound.is_empty() {
-            bound.remove(uid);
-        }
-    }
-
-    /// How many bindings are remembered.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -544,13 +502,12 @@ impl Tenant {
             ca_pem: connection.ca_pem,
             apiserver_addresses: connection.apiserver_addresses,
             recorder,
-            vnode_idle_since: Default::default(),
             stores,
             kube_system_uid,
             budget,
             responses: connection.responses,
             resumed: std::sync::OnceLock::new(),
-            recent_bindings: Default::default(),
+            state: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: tokio::sync::watch::Sender::new(false),
@@ -729,7 +686,6 @@ impl Tenant {
             ca_pem: None,
             apiserver_addresses: Vec::new(),
             recorder,
-            vnode_idle_since: Default::default(),
             stores: TenantStores {
                 namespaces,
                 pods,
@@ -743,7 +699,7 @@ impl Tenant {
             budget: CacheBudget::new("test".into(), CacheLimits::default()),
             responses: vc_runtime::limits::ResponseBudget::new(Default::default()),
             resumed: std::sync::OnceLock::new(),
-            recent_bindings: Default::default(),
+            state: Default::default(),
             in_flight: Default::default(),
             settings: RwLock::new(Arc::new(settings)),
             ready: tokio::sync::watch::Sender::new(true),
@@ -765,20 +721,6 @@ impl Tenant {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-
-    #[test]
-    fn a_binding_is_remembered_for_its_node_until_forgotten() {
-        let bindings = super::RecentBindings::default();
-        assert!(!bindings.bound_to("uid-1", "node-1"));
-        bindings.record("uid-1", "node-1");
-        bindings.record("uid-2", "node-2");
-        assert!(bindings.bound_to("uid-1", "node-1"));
-        // Another node: the super pod was placed again (a pause); it is bound anew.
-        assert!(!bindings.bound_to("uid-1", "node-2"));
-        bindings.forget("uid-1");
-        assert!(!bindings.bound_to("uid-1", "node-1"));
-        assert_eq!(bindings.len(), 1);
-    }
 
     use super::*;
     use crate::engine::context::testing;

@@ -208,7 +208,7 @@ impl Measurer {
     pub async fn measure(&mut self, ctx: &Context) {
         let tenants = ctx.tenants.all();
         let ids: HashSet<TenantId> = tenants.iter().map(|t| t.id.clone()).collect();
-        let pods = ctx.supers.pods.state();
+        let pods = ctx.supers.pods.copies.state();
         let consumption = match ctx.config.usage.node_stats {
             true => Some(self.consumption(ctx, &ids, &pods).await),
             false => None,

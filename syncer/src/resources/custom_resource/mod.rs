@@ -14,7 +14,11 @@ pub mod item;
 
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
-    engine::{context::Context, items::{Item, kinds as typed}, patrol::findings::{Findings, found}},
+    engine::{
+        context::Context,
+        items::{Item, kinds as typed},
+        patrol::findings::{Findings, found},
+    },
     error::Result,
     resources::{Outcome, SyncedKind},
     tenancy::tenant::{Tenant, TenantCache, TenantWatch},
@@ -22,6 +26,7 @@ use crate::{
 
 impl TenantCache for typed::CustomResource {
     type Cache = caches::TenantCustomResources;
+    type State = ();
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         caches::watch_tenant(tenant)

@@ -240,7 +240,7 @@ async fn create_admitted(
     if converted.needs_secret {
         // The shard its volumes read; its tokens are minted once the tenant pod is bound (so they name the
         // node) and written there (`token_secrets::put_bound`); the kubelet retries the mount until then.
-        let shard = ctx.supers.token_shards.assign(
+        let shard = ctx.supers.pods.token_shards.assign(
             ctx,
             &api_namespace(api),
             &namespace,

@@ -29,6 +29,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, item: &DownItem) -> Result<Out
     let super_pod = ctx
         .supers
         .pods
+        .copies
         .get(&ObjectRef::new(&item.name).within(&super_namespace));
     let api: Api<Pod> = Api::namespaced(ctx.super_client.clone(), &super_namespace);
 

@@ -5,8 +5,10 @@
 //! ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later
 //! ([`ephemeral`]). Up: [`up`]. Their end ([`end`]): the deletion completed, and the terminal status of a
 //! deleted pod a finalizer holds. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
-//! [`ephemeral`], which import them rather than each other.
+//! [`ephemeral`], which import them rather than each other. [`bindings`]: what the pods keep of each tenant
+//! besides their cache.
 
+pub mod bindings;
 pub mod convert;
 pub mod create;
 pub mod desired;
@@ -18,10 +20,20 @@ pub mod plan;
 pub mod policy;
 pub mod refusal;
 pub mod tenant_endpoints;
-pub mod token_secrets;
 pub mod token;
+pub mod token_secrets;
 pub mod up;
 pub mod update;
+
+use std::sync::Arc;
+
+use crds::wellknown::LABEL_POD_TOKEN;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Resource,
+    core::PartialObjectMeta,
+    runtime::{reflector::Store, watcher},
+};
 
 use super::{outcome::Outcome, synced::SyncedKind};
 use crate::{
@@ -29,8 +41,9 @@ use crate::{
         meta::Tagged,
         pods::{SuperPod, TenantPod, WatchedSuperPod, WatchedTenantPod},
         slim_store::SlimStore,
-        stores::Change,
-        super_stores::{SuperCache, SuperWatch, ours, tenant_key},
+        stores::{Cache, Change, trim},
+        super_stores::{EventSubject, SuperCache, SuperWatch, ours, tenant_key},
+        token_shards::{TokenShards, member_items},
     },
     engine::{
         context::Context,
@@ -38,11 +51,16 @@ use crate::{
         patrol::findings::{Findings, found, super_objects},
     },
     error::Result,
-    tenancy::{identity, tenant::{Tenant, TenantCache, TenantWatch}},
+    tenancy::{
+        identity,
+        tenant::{Tenant, TenantCache, TenantWatch},
+    },
 };
 
 impl TenantCache for kinds::Pod {
     type Cache = SlimStore<TenantPod>;
+    /// Bindings made that the pod cache may not show yet.
+    type State = bindings::RecentBindings;
 
     fn watch(tenant: &mut TenantWatch<'_>) -> Self::Cache {
         let (queue, id) = (tenant.queues.down.clone(), tenant.id.clone());
@@ -56,8 +74,69 @@ impl TenantCache for kinds::Pod {
     }
 }
 
+/// The super cluster's pods the syncer reads: its copies of tenants' pods, and the Secrets that hold their
+/// service-account tokens.
+pub struct SuperPods {
+    /// The copies of tenants' pods.
+    pub copies: SlimStore<SuperPod>,
+    /// Metadata of pods' token Secrets (shared ones, and a pod's own of an earlier version).
+    pub token_secrets: Store<PartialObjectMeta<Secret>>,
+    /// What the syncer wrote of the shared token Secrets, ahead of `token_secrets`.
+    pub token_shards: Arc<TokenShards>,
+}
+
+impl Cache for SuperPods {
+    async fn wait_ready(&self) {
+        self.copies.wait_ready().await;
+        self.token_secrets.wait_ready().await;
+    }
+
+    #[cfg(test)]
+    fn empty() -> Self {
+        Self {
+            copies: Cache::empty(),
+            token_secrets: Cache::empty(),
+            token_shards: Default::default(),
+        }
+    }
+}
+
+/// Watches pods' token Secrets, apart from the tenants' Secrets and metadata only: their values never need
+/// to be in memory.
+fn watch_token_secrets(supers: &mut SuperWatch<'_>) -> (Store<PartialObjectMeta<Secret>>, Arc<TokenShards>) {
+    let token_shards = Arc::new(TokenShards::default());
+    let queue = supers.queues.down.clone();
+    let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
+    let shards = token_shards.clone();
+    let store = supers.watch_with(
+        selector,
+        trim,
+        move |secret: &PartialObjectMeta<Secret>, change| {
+            // A pod's token Secret (of an earlier version) is part of the pod: repairing it means syncing the
+            // pod.
+            if let (Some((tenant, namespace, _)), Some(pod)) =
+                (tenant_key(secret), identity::pod_of_token_secret(secret.meta()))
+            {
+                queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
+                return;
+            }
+            // A shared one someone else changed is read again before its next write; when it is deleted, the
+            // pods it served write their keys again. Our own writes queue nothing.
+            shards.observe(secret.meta(), change);
+            if change == Change::Deleted
+                && let Some((tenant, items)) = member_items(secret.meta())
+            {
+                for item in items {
+                    queue.add(&tenant, item);
+                }
+            }
+        },
+    );
+    (store, token_shards)
+}
+
 impl SuperCache for kinds::Pod {
-    type Cache = SlimStore<SuperPod>;
+    type Cache = SuperPods;
 
     fn watch(supers: &mut SuperWatch<'_>) -> Self::Cache {
         let (down, up, quota, tenants) = (
@@ -66,29 +145,47 @@ impl SuperCache for kinds::Pod {
             supers.quota.clone(),
             supers.tenants.clone(),
         );
-        let on_change = move |pod: &SuperPod, change, previous: Option<&SuperPod>| {
-            quota.observe(pod, change);
-            if let Some((tenant, namespace, name)) = tenant_key(pod) {
-                if change == Change::Deleted || plan::copy_change_needs_down_sync(previous, pod) {
-                    down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
-                }
-                up.add(&tenant, UpItem::new(Kind::Pod, &namespace, &name));
-                // An address the pod gave up may be another pod's next: whatever of the tenant's
-                // Endpoints led to it is judged again now, not at the next patrol.
-                let given_up = match change {
-                    Change::Deleted => pod.addresses(),
-                    Change::Applied => pod.given_up_addresses(),
-                };
-                if !given_up.is_empty()
-                    && let Some(attached) = tenants.get(&tenant)
-                {
-                    for item in super::endpoints::leading_to(&attached, &given_up) {
-                        down.add(&tenant, item);
+        let (token_secrets, token_shards) = watch_token_secrets(supers);
+        let copies = supers.watch_converted::<WatchedSuperPod, _, _>(
+            ours(),
+            SuperPod::from,
+            move |pod: &SuperPod, change, previous: Option<&SuperPod>| {
+                quota.observe(pod, change);
+                if let Some((tenant, namespace, name)) = tenant_key(pod) {
+                    if change == Change::Deleted || plan::copy_change_needs_down_sync(previous, pod) {
+                        down.add(&tenant, DownItem::new(Kind::Pod, &namespace, &name));
+                    }
+                    up.add(&tenant, UpItem::new(Kind::Pod, &namespace, &name));
+                    // An address the pod gave up may be another pod's next: whatever of the tenant's
+                    // Endpoints led to it is judged again now, not at the next patrol.
+                    let given_up = match change {
+                        Change::Deleted => pod.addresses(),
+                        Change::Applied => pod.given_up_addresses(),
+                    };
+                    if !given_up.is_empty()
+                        && let Some(attached) = tenants.get(&tenant)
+                    {
+                        for item in super::endpoints::leading_to(&attached, &given_up) {
+                            down.add(&tenant, item);
+                        }
                     }
                 }
-            }
-        };
-        supers.watch_converted::<WatchedSuperPod, _, _>(ours(), SuperPod::from, on_change)
+            },
+        );
+        SuperPods {
+            copies,
+            token_secrets,
+            token_shards,
+        }
+    }
+
+    fn event_subject(cache: &Self::Cache, namespace: &str, name: &str) -> EventSubject {
+        cache
+            .copies
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+            .map_or(EventSubject::Missing, |pod| {
+                EventSubject::Found(Box::new(pod.meta().to_object_meta()))
+            })
     }
 }
 
@@ -110,7 +207,7 @@ impl SyncedKind for kinds::Pod {
 /// and status that did not flow up.
 fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
     let mut findings = Findings::default();
-    let mut supers = super_objects(ctx.supers.pods.state(), &tenant.identity.cluster_key);
+    let mut supers = super_objects(ctx.supers.pods.copies.state(), &tenant.identity.cluster_key);
     for pod in tenant.stores.pods.state() {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
@@ -144,7 +241,9 @@ fn patrol(ctx: &Context, tenant: &Tenant) -> Findings {
                 if (super_node.is_some() && bound.is_none()) || super_phase != tenant_phase {
                     findings.status += 1;
                     found(ctx, "pod", "status");
-                    ctx.queues.up.add(&tenant.id, UpItem::new(Kind::Pod, &namespace, &name));
+                    ctx.queues
+                        .up
+                        .add(&tenant.id, UpItem::new(Kind::Pod, &namespace, &name));
                 }
             }
         }

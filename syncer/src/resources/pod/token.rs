@@ -25,11 +25,20 @@ use sha2::{Digest, Sha256};
 
 use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
 use crate::{
-    cache::{meta::Tagged, pods::{SuperPod, TenantPod}},
-    engine::{context::Context, items::{DownItem, Kind}},
+    cache::{
+        meta::Tagged,
+        pods::{SuperPod, TenantPod},
+    },
+    engine::{
+        context::Context,
+        items::{DownItem, Kind},
+    },
     error::{Result, on_tenant},
     resources::write::apply,
-    tenancy::{identity::{self, TenantIdentity}, tenant::Tenant},
+    tenancy::{
+        identity::{self, TenantIdentity},
+        tenant::Tenant,
+    },
 };
 
 /// Annotation on a token Secret: when its earliest token expires (unix seconds).
@@ -89,7 +98,8 @@ pub fn needs_refresh(
     if identity::tenant_uid(secret) != Some(tenant_pod_uid) {
         return true;
     }
-    let keys: Vec<&str> = secret.annotation(ANNOTATION_TOKEN_KEYS)
+    let keys: Vec<&str> = secret
+        .annotation(ANNOTATION_TOKEN_KEYS)
         .unwrap_or("")
         .split(',')
         .collect();
@@ -272,15 +282,11 @@ pub(super) async fn refresh_token(
     let super_namespace = super_pod.namespace().unwrap_or_default();
     let existing = ctx
         .supers
-        .tokens
+        .pods
+        .token_secrets
         .get(&ObjectRef::new(&secret_name(&name)).within(&super_namespace));
     let tenant_uid = tenant_pod.uid().unwrap_or_default();
-    if !needs_refresh(
-        existing.as_ref().map(|s| s.meta()),
-        &tenant_uid,
-        needs,
-        now(),
-    ) {
+    if !needs_refresh(existing.as_ref().map(|s| s.meta()), &tenant_uid, needs, now()) {
         if let Some(at) = existing.as_ref().and_then(|s| refresh_at(s.meta())) {
             // Keep a wake-up scheduled across restarts.
             schedule_refresh(ctx, tenant, &namespace, &name, at);

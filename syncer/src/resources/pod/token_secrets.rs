@@ -30,11 +30,7 @@ use std::{
 
 use crds::wellknown::LABEL_POD_TOKEN;
 use futures::{StreamExt, stream};
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::Secret,
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -179,7 +175,8 @@ impl Shard {
         if !state.loaded {
             let cached = ctx
                 .supers
-                .tokens
+                .pods
+                .token_secrets
                 .get(&ObjectRef::new(&self.name).within(&self.namespace));
             state.exists = cached.is_some();
             state.resource_version = cached.as_ref().and_then(|c| c.metadata.resource_version.clone());
@@ -201,6 +198,7 @@ impl Shard {
         }
         ctx.supers
             .pods
+            .copies
             .get(&ObjectRef::new(pod).within(&self.namespace))
             .is_some_and(|p| {
                 token::secret_of(p.meta()) == Some(self.name.as_str())
@@ -236,6 +234,7 @@ impl Shard {
                 || ctx
                     .supers
                     .pods
+                    .copies
                     .get(&ObjectRef::new(pod).within(&self.namespace))
                     .is_some_and(|p| {
                         token::secret_of(p.meta()) == Some(self.name.as_str())
@@ -288,7 +287,9 @@ impl Shard {
                     .members
                     .iter()
                     .filter(|(pod, m)| {
-                        !puts.contains_key(*pod) && m.joins_renewal(now) && self.is_live(ctx, &state, pod, &m.uid)
+                        !puts.contains_key(*pod)
+                            && m.joins_renewal(now)
+                            && self.is_live(ctx, &state, pod, &m.uid)
                     })
                     .map(|(pod, m)| (pod.clone(), m.clone()))
                     .collect()
@@ -383,6 +384,7 @@ impl Shard {
         let super_pod = ctx
             .supers
             .pods
+            .copies
             .get(&ObjectRef::new(&pod).within(&self.namespace))?;
         let namespace = identity::tenant_namespace(super_pod.meta())?.to_owned();
         let needs = token::needs_of(super_pod.meta())?;
@@ -406,7 +408,12 @@ impl Shard {
         }
     }
 
-    fn metadata(&self, tenant: &Tenant, members: &Members, resource_version: Option<String>) -> Result<Value> {
+    fn metadata(
+        &self,
+        tenant: &Tenant,
+        members: &Members,
+        resource_version: Option<String>,
+    ) -> Result<Value> {
         let mut meta = identity::super_metadata(
             &ObjectMeta {
                 name: Some(self.name.clone()),
@@ -468,10 +475,10 @@ impl Shard {
             ..Default::default()
         };
         ctx.metrics.super_write("secret", "create");
-        let created = api
-            .create(&params, &secret)
-            .await
-            .map_err(on_super(format!("creating token Secret {}/{}", self.namespace, self.name)))?;
+        let created = api.create(&params, &secret).await.map_err(on_super(format!(
+            "creating token Secret {}/{}",
+            self.namespace, self.name
+        )))?;
         Ok(created.metadata)
     }
 
@@ -509,7 +516,10 @@ impl Shard {
         let patched = api
             .patch(&self.name, &params, &Patch::Merge(&patch))
             .await
-            .map_err(on_super(format!("writing token Secret {}/{}", self.namespace, self.name)))?;
+            .map_err(on_super(format!(
+                "writing token Secret {}/{}",
+                self.namespace, self.name
+            )))?;
         Ok(patched.metadata)
     }
 
@@ -526,7 +536,10 @@ impl Shard {
         match api.delete(&self.name, &params).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(on_super(format!("deleting token Secret {}/{}", self.namespace, self.name))(e)),
+            Err(e) => Err(on_super(format!(
+                "deleting token Secret {}/{}",
+                self.namespace, self.name
+            ))(e)),
         }
     }
 
@@ -537,7 +550,10 @@ impl Shard {
             Ok(meta) => Some(meta),
             Err(kube::Error::Api(s)) if s.code == 404 => None,
             Err(e) => {
-                return Err(on_super(format!("reading token Secret {}/{}", self.namespace, self.name))(e));
+                return Err(on_super(format!(
+                    "reading token Secret {}/{}",
+                    self.namespace, self.name
+                ))(e));
             }
         };
         let mut state = self.lock();
@@ -550,7 +566,12 @@ impl Shard {
 }
 
 /// Mints a pod's tokens: its member record and data keys.
-async fn put_for(tenant: &Tenant, subject: &token::Subject<'_>, needs: &[TokenNeed], ttl: i64) -> Result<Put> {
+async fn put_for(
+    tenant: &Tenant,
+    subject: &token::Subject<'_>,
+    needs: &[TokenNeed],
+    ttl: i64,
+) -> Result<Put> {
     let prefix = key_prefix(subject.name);
     let minted = token::mint(tenant, subject, needs, ttl).await?;
     let mut data: BTreeMap<String, ByteString> = minted
@@ -578,8 +599,16 @@ async fn put_for(tenant: &Tenant, subject: &token::Subject<'_>, needs: &[TokenNe
 /// Writes a bound pod's first tokens to the shard its volumes read, once its tenant pod is bound (the
 /// tokens name its node); returns the writes made, none when the shard holds them already (the cache's
 /// word: a shard whose keys someone removed is mended by [`keep`]).
-pub async fn put_bound(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, super_pod: &SuperPod) -> Result<u32> {
-    let (Some(needs), Some(shard)) = (token::needs_of(super_pod.meta()), token::secret_of(super_pod.meta())) else {
+pub async fn put_bound(
+    ctx: &Context,
+    tenant: &Tenant,
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+) -> Result<u32> {
+    let (Some(needs), Some(shard)) = (
+        token::needs_of(super_pod.meta()),
+        token::secret_of(super_pod.meta()),
+    ) else {
         return Ok(0);
     };
     let Some(index) = shard_index(shard) else {
@@ -589,6 +618,7 @@ pub async fn put_bound(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, s
     let uid = tenant_pod.uid().unwrap_or_default();
     let held = ctx
         .supers
+        .pods
         .token_shards
         .shard(
             &super_pod.namespace().unwrap_or_default(),
@@ -624,7 +654,11 @@ pub async fn keep(
     let name = tenant_pod.name_any();
     let uid = tenant_pod.uid().unwrap_or_default();
     let super_namespace = super_pod.namespace().unwrap_or_default();
-    let shard = ctx.supers.token_shards.shard(&super_namespace, &namespace, index);
+    let shard = ctx
+        .supers
+        .pods
+        .token_shards
+        .shard(&super_namespace, &namespace, index);
     let prefix = key_prefix(&name);
     let now = token::now();
     let member = shard.load(ctx).members.get(&name).cloned();
@@ -633,7 +667,10 @@ pub async fn keep(
         Some(member) if *member.uid == *uid && member.covers(&prefix, needs) => {
             if !member.due(now) {
                 if let Some(at) = member.refresh_at() {
-                    ctx.supers.token_shards.schedule_renewal(&shard, &tenant.id, at);
+                    ctx.supers
+                        .pods
+                        .token_shards
+                        .schedule_renewal(&shard, &tenant.id, at);
                 }
                 return Ok(0);
             }
@@ -657,14 +694,17 @@ pub async fn keep(
     drop(minting);
     let member = shard.load(ctx).members.get(&name).cloned();
     if let Some(at) = member.and_then(|m| m.refresh_at()) {
-        ctx.supers.token_shards.schedule_renewal(&shard, &tenant.id, at);
+        ctx.supers
+            .pods
+            .token_shards
+            .schedule_renewal(&shard, &tenant.id, at);
     }
     Ok(u32::from(wrote))
 }
 
 /// Runs the shards' renewal timers: queues each member due for renewal on its tenant's down queue.
 pub async fn renew(ctx: Arc<Context>) {
-    let shards = &ctx.supers.token_shards;
+    let shards = &ctx.supers.pods.token_shards;
     loop {
         let woken = shards.renewals.wake.notified();
         let now = token::now();
@@ -686,7 +726,7 @@ pub async fn renew(ctx: Arc<Context>) {
 /// that serve no pod. Returns how many shards it wrote.
 pub async fn sweep(ctx: &Context) -> usize {
     let mut swept = 0;
-    for cached in ctx.supers.tokens.state() {
+    for cached in ctx.supers.pods.token_secrets.state() {
         let (Some(namespace), Some(tenant_namespace), Some(index)) = (
             cached.metadata.namespace.clone(),
             identity::tenant_namespace(&cached.metadata),
@@ -697,7 +737,11 @@ pub async fn sweep(ctx: &Context) -> usize {
         let Some(tenant) = identity::owner_cluster(&cached.metadata).and_then(|c| ctx.tenants.get(c)) else {
             continue;
         };
-        let shard = ctx.supers.token_shards.shard(&namespace, tenant_namespace, index);
+        let shard = ctx
+            .supers
+            .pods
+            .token_shards
+            .shard(&namespace, tenant_namespace, index);
         let stale = {
             let mut state = shard.load(ctx);
             shard.settle(ctx, &mut state);
@@ -710,7 +754,9 @@ pub async fn sweep(ctx: &Context) -> usize {
         match shard.submit(ctx, &tenant, Entry::Sweep).await {
             Ok(true) => swept += 1,
             Ok(false) => {}
-            Err(error) => tracing::warn!(%namespace, shard = %shard.name, %error, "removing gone pods' tokens"),
+            Err(error) => {
+                tracing::warn!(%namespace, shard = %shard.name, %error, "removing gone pods' tokens")
+            }
         }
     }
     swept
@@ -730,8 +776,12 @@ mod tests {
         assert_eq!(shard_index("shard-012.vc-tokens"), None);
         assert_eq!(shard_index("web-1.vc-token"), None);
         assert_eq!(shard_index("shard-x.vc-tokens"), None);
-        assert!(crate::cache::token_shards::is_reserved_secret_name(&shard_name(7)));
-        assert!(crate::cache::token_shards::is_reserved_secret_name(&token::secret_name("web-1")));
+        assert!(crate::cache::token_shards::is_reserved_secret_name(&shard_name(
+            7
+        )));
+        assert!(crate::cache::token_shards::is_reserved_secret_name(
+            &token::secret_name("web-1")
+        ));
         assert!(!crate::cache::token_shards::is_reserved_secret_name("vc-tokens"));
     }
 
@@ -763,8 +813,22 @@ mod tests {
         assert!(m.joins_renewal(1500));
         let no_token = member(0, 0);
         assert!(!no_token.due(i64::MAX) && !no_token.joins_renewal(i64::MAX));
-        assert!(m.covers("p", &[TokenNeed { key: "token".into(), audience: None, expiration_seconds: None }]));
-        assert!(!m.covers("p", &[TokenNeed { key: "token-x".into(), audience: None, expiration_seconds: None }]));
+        assert!(m.covers(
+            "p",
+            &[TokenNeed {
+                key: "token".into(),
+                audience: None,
+                expiration_seconds: None
+            }]
+        ));
+        assert!(!m.covers(
+            "p",
+            &[TokenNeed {
+                key: "token-x".into(),
+                audience: None,
+                expiration_seconds: None
+            }]
+        ));
     }
 
     #[test]
@@ -782,7 +846,8 @@ mod tests {
 
     #[test]
     fn a_data_patch_adds_removes_and_keeps_the_shared_keys() {
-        let added: BTreeMap<String, ByteString> = [("a.token".to_owned(), ByteString(b"jwt".to_vec()))].into();
+        let added: BTreeMap<String, ByteString> =
+            [("a.token".to_owned(), ByteString(b"jwt".to_vec()))].into();
         let gone = member(1, 2);
         let data = data_patch(&added, &[&gone], "CA", "shop");
         assert_eq!(data["a.token"], json!("and0"));
@@ -795,7 +860,10 @@ mod tests {
     // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
 
     use crate::{
-        engine::{context::testing::{self, from_json, put as cache}, items::Item},
+        engine::{
+            context::testing::{self, from_json, put as cache},
+            items::Item,
+        },
         resources::Outcome,
         tenancy::settings::TenantSettings,
     };
@@ -819,7 +887,9 @@ mod tests {
 
     /// A TokenRequest's answer, bound to the pod the request names.
     fn issued(request: &Value, expires: &str) -> Value {
-        let pod = request["spec"]["boundObjectRef"]["name"].as_str().unwrap_or_default();
+        let pod = request["spec"]["boundObjectRef"]["name"]
+            .as_str()
+            .unwrap_or_default();
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": request["spec"],
             "status": {"token": format!("jwt-{pod}"), "expirationTimestamp": expires}})
     }
@@ -840,7 +910,10 @@ mod tests {
         for name in ["p1", "p2", "p3"] {
             cache(&mut caches.pods, from_json(tenant_pod(name)));
         }
-        cache(&mut caches.vnodes, from_json(json!({"metadata": {"name": "node-1"}})));
+        cache(
+            &mut caches.vnodes,
+            from_json(json!({"metadata": {"name": "node-1"}})),
+        );
         cache(
             &mut super_caches.namespaces,
             from_json::<Namespace>(json!({"metadata": {"name": SUPER_NS, "annotations": {
@@ -858,11 +931,21 @@ mod tests {
             for _ in 0..3 {
                 let call = supers.next().await;
                 assert_eq!(call.method, "POST", "{}", call.uri);
-                assert!(call.uri.starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods?")), "{}", call.uri);
-                let pod = call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                assert!(
+                    call.uri
+                        .starts_with(&format!("/api/v1/namespaces/{SUPER_NS}/pods?")),
+                    "{}",
+                    call.uri
+                );
+                let pod = call.body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 let volume = &call.body["spec"]["volumes"][0]["projected"]["sources"];
                 assert_eq!(volume[0]["secret"]["name"], "shard-0.vc-tokens");
-                let key = volume[0]["secret"]["items"][0]["key"].as_str().unwrap_or_default();
+                let key = volume[0]["secret"]["items"][0]["key"]
+                    .as_str()
+                    .unwrap_or_default();
                 assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
                 assert_eq!(
                     call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
@@ -881,12 +964,20 @@ mod tests {
         for outcome in [o1, o2, o3] {
             assert_eq!(outcome.expect("synced"), Outcome::Created { writes: 1 });
         }
-        assert_eq!(ctx.metrics.super_write_counts().iter().filter(|(r, _, _)| *r == "secret").count(), 0);
+        assert_eq!(
+            ctx.metrics
+                .super_write_counts()
+                .iter()
+                .filter(|(r, _, _)| *r == "secret")
+                .count(),
+            0
+        );
 
         // The super scheduler places them; up: each tenant pod is bound, then its tokens are minted.
         for copy in &mut created {
             copy["spec"]["nodeName"] = json!("node-1");
-            copy["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]});
+            copy["status"] =
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]});
             cache(&mut super_caches.pods, from_json(copy.clone()));
         }
         let (minted_tx, mut minted_rx) = tokio::sync::watch::channel(0);
@@ -897,16 +988,29 @@ mod tests {
                 let path = call.uri.trim_end_matches('?').to_owned();
                 match (call.method.as_str(), path.as_str()) {
                     ("POST", "/api/v1/namespaces/ns/serviceaccounts/default/token") => {
-                        let pod = call.body["spec"]["boundObjectRef"]["name"].as_str().unwrap_or_default();
-                        assert!(bound.iter().any(|b| b == pod), "{pod}'s token was asked for before its binding");
+                        let pod = call.body["spec"]["boundObjectRef"]["name"]
+                            .as_str()
+                            .unwrap_or_default();
+                        assert!(
+                            bound.iter().any(|b| b == pod),
+                            "{pod}'s token was asked for before its binding"
+                        );
                         let answer = issued(&call.body, "2030-01-01T00:00:00Z");
                         call.ok(answer);
                         minted_tx.send_modify(|n| *n += 1);
                     }
                     ("POST", binding) if binding.ends_with("/binding") => {
                         assert_eq!(call.body["target"]["name"], "node-1");
-                        bound.push(call.body["metadata"]["name"].as_str().unwrap_or_default().to_owned());
-                        call.respond(201, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}));
+                        bound.push(
+                            call.body["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        );
+                        call.respond(
+                            201,
+                            &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                        );
                     }
                     (method, uri) => panic!("unexpected tenant request {method} {uri}"),
                 }
@@ -953,18 +1057,33 @@ mod tests {
         }
         // Three pods, two token Secret writes: the first alone, the two that waited together.
         assert_eq!(writes.len(), 2);
-        assert_eq!(writes[0]["data"].as_object().map(|d| d.len()), Some(4), "{}", writes[0]);
-        assert_eq!(writes[1]["data"].as_object().map(|d| d.len()), Some(6), "{}", writes[1]);
+        assert_eq!(
+            writes[0]["data"].as_object().map(|d| d.len()),
+            Some(4),
+            "{}",
+            writes[0]
+        );
+        assert_eq!(
+            writes[1]["data"].as_object().map(|d| d.len()),
+            Some(6),
+            "{}",
+            writes[1]
+        );
         let first = writes[0]["data"]
             .as_object()
             .and_then(|d| d.keys().find(|k| k.contains(".token-")).cloned())
             .expect("a token");
         let pod = first.split(".token-").next().unwrap_or_default();
         assert_eq!(decoded(&writes[0]["data"][&first]), format!("jwt-{pod}"));
-        assert_eq!(decoded(&writes[0]["data"][&format!("{pod}.uid")]), format!("uid-{pod}"));
+        assert_eq!(
+            decoded(&writes[0]["data"][&format!("{pod}.uid")]),
+            format!("uid-{pod}")
+        );
         assert_eq!(decoded(&writes[0]["data"]["namespace"]), "ns");
         let members: Members = serde_json::from_str(
-            writes[1]["metadata"]["annotations"][ANNOTATION_TOKEN_MEMBERS].as_str().expect("members"),
+            writes[1]["metadata"]["annotations"][ANNOTATION_TOKEN_MEMBERS]
+                .as_str()
+                .expect("members"),
         )
         .expect("members json");
         assert_eq!(members.keys().collect::<Vec<_>>(), ["p1", "p2", "p3"]);
@@ -1038,7 +1157,9 @@ mod tests {
     fn recorded(pod: &str, issued: i64, expires: i64) -> Member {
         Member {
             uid: format!("uid-{pod}").into(),
-            keys: [format!("{pod}.token"), format!("{pod}.uid")].into_iter().collect(),
+            keys: [format!("{pod}.token"), format!("{pod}.uid")]
+                .into_iter()
+                .collect(),
             issued,
             expires,
         }
@@ -1064,8 +1185,20 @@ mod tests {
             cache(&mut super_caches.pods, super_pod(name));
             cache(&mut caches.pods, from_json(tenant_pod(name)));
         }
-        let tenant_pod_of = |name: &str| tenant.stores.pods.get(&ObjectRef::new(name).within("ns")).expect("pod");
-        let super_pod_of = |name: &str| ctx.supers.pods.get(&ObjectRef::new(name).within(SUPER_NS)).expect("pod");
+        let tenant_pod_of = |name: &str| {
+            tenant
+                .stores
+                .pods
+                .get(&ObjectRef::new(name).within("ns"))
+                .expect("pod")
+        };
+        let super_pod_of = |name: &str| {
+            ctx.supers
+                .pods
+                .copies
+                .get(&ObjectRef::new(name).within(SUPER_NS))
+                .expect("pod")
+        };
         let needs = [need()];
         let (tenant_pods, super_pods): (Vec<_>, Vec<_>) = ["p1", "p2", "p4"]
             .into_iter()
@@ -1091,7 +1224,10 @@ mod tests {
                     call.ok(answer);
                 }
                 let call = supers
-                    .expect("PATCH", &format!("/api/v1/namespaces/{SUPER_NS}/secrets/shard-0.vc-tokens?"))
+                    .expect(
+                        "PATCH",
+                        &format!("/api/v1/namespaces/{SUPER_NS}/secrets/shard-0.vc-tokens?"),
+                    )
                     .await;
                 let data = call.body["data"].as_object().cloned().unwrap_or_default();
                 assert_eq!(decoded(&data["p1.token"]), "jwt-p1");
@@ -1115,7 +1251,7 @@ mod tests {
 
         // The shard's one timer fires at its earliest member's renewal (p4's, at now + 2870), queues
         // the members then due, and is set again for the renewed ones (at about now + 2880).
-        let shards = &ctx.supers.token_shards;
+        let shards = &ctx.supers.pods.token_shards;
         let due_at = |at: i64| -> Vec<String> {
             let (due, _) = shards.fire_renewals(at);
             due.into_iter()

@@ -2,30 +2,25 @@
 //! deletion of a pod whose super pod is gone.
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
-use kube::{
-    Api,
-    api::PostParams,
-    runtime::reflector::ObjectRef,
-};
+use kube::{Api, api::PostParams, runtime::reflector::ObjectRef};
 
 use super::{
-    plan::was_scheduled,
     end::{finalize_tenant_pod, has_ended, write_status},
+    plan::was_scheduled,
     token_secrets,
 };
 use crate::{
     cache::pods::{
-        CachedCondition,
-        ContainerImage,
-        POD_SCHEDULED,
-        SuperPod,
-        TenantPod,
-        TenantPodStatus,
+        CachedCondition, ContainerImage, POD_SCHEDULED, SuperPod, TenantPod, TenantPodStatus,
         container_statuses_hash,
     },
     engine::{context::Context, events},
     error::{Result, on_tenant},
-    resources::{outcome::Outcome, upward::{matching_super, transparent}, vnode},
+    resources::{
+        outcome::Outcome,
+        upward::{matching_super, transparent},
+        vnode,
+    },
     tenancy::tenant::Tenant,
 };
 
@@ -109,7 +104,11 @@ fn bound_status(before: &TenantPodStatus) -> TenantPodStatus {
 /// admits it or fails it at once (host port taken, no room); controllers rely on that (a StatefulSet makes
 /// a failed pod again). Its copy requires that node of the super scheduler, which would instead keep it
 /// Pending until the node has room, and the tenant's pod would wait for ever.
-fn rejected_by_node(tenant_pod: &TenantPod, super_pod: &SuperPod, super_status: &PodStatus) -> Option<(String, String)> {
+fn rejected_by_node(
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    super_status: &PodStatus,
+) -> Option<(String, String)> {
     let node = tenant_pod.spec.node_name.as_deref()?;
     if super_pod.spec.node_name.is_some()
         || was_scheduled(tenant_pod)
@@ -122,7 +121,10 @@ fn rejected_by_node(tenant_pod: &TenantPod, super_pod: &SuperPod, super_status: 
         c.type_ == POD_SCHEDULED && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
     })?;
     let why = unschedulable.message.clone().unwrap_or_default();
-    Some((admission_reason(&why), format!("Pod was rejected: node {node} cannot run it: {why}")))
+    Some((
+        admission_reason(&why),
+        format!("Pod was rejected: node {node} cannot run it: {why}"),
+    ))
 }
 
 /// The kubelet's admission reason for what the scheduler's message says first (`NodePorts`, `OutOfcpu`,
@@ -163,6 +165,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let super_pod = ctx
         .supers
         .pods
+        .copies
         .get(&ObjectRef::new(name).within(&super_namespace));
     let Some(super_pod) = matching_super(super_pod, tenant, tenant_pod.uid()) else {
         if tenant_pod.meta().deletion_timestamp.is_some() {
@@ -187,15 +190,16 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     let super_node = &super_pod.spec.node_name;
     let uid = tenant_pod.uid().unwrap_or_default();
     if tenant_node.is_some() {
-        tenant.recent_bindings.forget(&uid);
+        tenant.state.pods.forget(&uid);
     }
     let bound_lately = super_node
         .as_deref()
-        .is_some_and(|node| tenant_node.is_none() && tenant.recent_bindings.bound_to(&uid, node));
+        .is_some_and(|node| tenant_node.is_none() && tenant.state.pods.bound_to(&uid, node));
     if bound_lately {
         // Bound by an earlier pass whose watch event has not reached the cache yet.
         bound = true;
-    } else if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp) {
+    } else if let (None, Some(node), None) = (tenant_node, super_node, &tenant_pod.meta().deletion_timestamp)
+    {
         writes += vnode::ensure(ctx, tenant, node).await?;
         let binding = serde_json::json!({
             "apiVersion": "v1",
@@ -211,7 +215,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             Ok(_) => {
                 writes += 1;
                 bound = true;
-                tenant.recent_bindings.record(&uid, node);
+                tenant.state.pods.record(&uid, node);
             }
             // Bound meanwhile (409) or gone (404): the next event shows the current state.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
@@ -291,7 +295,13 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             );
             tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
             ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
-            events::warn(tenant, &tenant_pod.object_ref(&()), REASON_TOKEN_NOT_ISSUED, &message).await;
+            events::warn(
+                tenant,
+                &tenant_pod.object_ref(&()),
+                REASON_TOKEN_NOT_ISSUED,
+                &message,
+            )
+            .await;
             return Ok(Outcome::Waiting {
                 reason: message,
                 retry_after: Some(TOKEN_RETRY),
@@ -345,7 +355,11 @@ struct LostNode {
 /// comes back or is deleted). Only a node that is not Ready counts: a pause
 /// (which removes copies from live nodes and detaches the tenant first), a deletion by the tenant, a pod
 /// that ended or a copy of another pod of the same name never get here.
-fn evicted_from_lost_node(tenant_pod: &TenantPod, super_pod: &SuperPod, node: Option<&Node>) -> Option<LostNode> {
+fn evicted_from_lost_node(
+    tenant_pod: &TenantPod,
+    super_pod: &SuperPod,
+    node: Option<&Node>,
+) -> Option<LostNode> {
     super_pod.meta().deletion_timestamp.as_ref()?;
     if tenant_pod.meta().deletion_timestamp.is_some() || has_ended(tenant_pod) {
         return None;
@@ -374,7 +388,11 @@ fn evicted_from_lost_node(tenant_pod: &TenantPod, super_pod: &SuperPod, node: Op
         (Some(ready), _) if ready.status != "True" => format!(
             "its Ready condition is {}{}",
             ready.status,
-            ready.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+            ready
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
         ),
         // Ready: its kubelet confirms the deletion, as for any other.
         (Some(_), _) | (None, None) => return None,
@@ -407,9 +425,7 @@ async fn delete_evicted(
     tracing::info!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, node = %lost.node, reason = REASON_NODE_LOST, "{message}");
     events::warn(tenant, &tenant_pod.object_ref(&()), REASON_NODE_LOST, &message).await;
     let params = kube::api::DeleteParams {
-        grace_period_seconds: lost
-            .grace_period_seconds
-            .and_then(|g| u32::try_from(g).ok()),
+        grace_period_seconds: lost.grace_period_seconds.and_then(|g| u32::try_from(g).ok()),
         preconditions: Some(kube::api::Preconditions {
             uid: tenant_pod.uid(),
             resource_version: None,
@@ -436,7 +452,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{engine::context::testing::{self, from_json, put}, tenancy::settings::TenantSettings};
+    use crate::{
+        engine::context::testing::{self, from_json, put},
+        tenancy::settings::TenantSettings,
+    };
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.
     fn super_copy(status: serde_json::Value) -> crate::cache::pods::SuperPod {
@@ -510,7 +529,9 @@ mod tests {
         }));
         put(
             &mut super_caches.pods,
-            with_tokens(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})),
+            with_tokens(
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+            ),
         );
         let (outcome, ()) = tokio::join!(sync_pod(&ctx, &tenant), async {
             tenants.expect("POST", BINDING).await.respond(
@@ -533,7 +554,7 @@ mod tests {
             Outcome::Waiting { retry_after, .. } => assert_eq!(retry_after, Some(TOKEN_RETRY)),
             other => panic!("{other:?}"),
         }
-        assert!(tenant.recent_bindings.bound_to("pod-uid", "node-1"));
+        assert!(tenant.state.pods.bound_to("pod-uid", "node-1"));
         supers.idle().await;
         tenants.idle().await;
     }
@@ -573,7 +594,12 @@ mod tests {
                     let _ = status_seen.take().map(|seen| seen.send(()));
                     call.echo();
                 } else {
-                    assert!(call.uri.starts_with("/api/v1/namespaces/shop/serviceaccounts/default/token?"), "{}", call.uri);
+                    assert!(
+                        call.uri
+                            .starts_with("/api/v1/namespaces/shop/serviceaccounts/default/token?"),
+                        "{}",
+                        call.uri
+                    );
                     let answer = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                         "spec": call.body["spec"],
                         "status": {"token": "jwt-web", "expirationTimestamp": "2030-01-01T00:00:00Z"}});
@@ -584,10 +610,17 @@ mod tests {
         };
         let super_script = async {
             let call = supers.next().await;
-            assert!(call.uri.starts_with("/api/v1/namespaces/team-abc123-vc-shop/secrets"), "{}", call.uri);
+            assert!(
+                call.uri
+                    .starts_with("/api/v1/namespaces/team-abc123-vc-shop/secrets"),
+                "{}",
+                call.uri
+            );
             // Answered only once the status write has reached the tenant: a status that waited for the
             // tokens would never come.
-            status_seen_rx.await.expect("the status was written while the tokens were");
+            status_seen_rx
+                .await
+                .expect("the status was written while the tokens were");
             call.echo();
         };
         let (outcome, phase, ()) = tokio::join!(sync_pod(&ctx, &tenant), tenant_script, super_script);
@@ -659,7 +692,7 @@ mod tests {
             );
         });
         assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
-        assert!(tenant.recent_bindings.bound_to("pod-uid", "node-1"));
+        assert!(tenant.state.pods.bound_to("pod-uid", "node-1"));
 
         // The super pod runs before the binding's watch event arrives: only the status is written.
         put(
@@ -715,13 +748,15 @@ mod tests {
             .collect();
         assert_eq!(names, ["dbg"]);
         // The tenant pod as that status left it, then the container starts: a status write.
-        let written: TenantPodStatus =
-            from_json(serde_json::to_value(&want).expect("status"));
+        let written: TenantPodStatus = from_json(serde_json::to_value(&want).expect("status"));
         assert!(status_matches(&want, &written));
         let started = status_from_super(statuses("running"), &[], &tenant);
         assert!(!status_matches(&started, &written));
         // A pod without ephemeral containers reports none.
-        assert_eq!(status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses, None);
+        assert_eq!(
+            status_from_super(statuses("running"), &[], &[]).ephemeral_container_statuses,
+            None
+        );
     }
 
     /// The super cluster deletes a copy: the tenant pod is deleted with it only when the copy's node no
@@ -762,16 +797,50 @@ mod tests {
         assert!(evicted_from_lost_node(&live, &copy(true), Some(&tainted)).is_some());
 
         let cases: [(&str, TenantPod, SuperPod, Option<Node>); 7] = [
-            ("the copy is not being deleted", live.clone(), copy(false), Some(unknown.clone())),
-            ("a node that answers (a pause, a drain, a platform admin)", live.clone(), copy(true), Some(node(Some("True"), None))),
-            ("a node that answers while a taint lags", live.clone(), copy(true), Some(node(Some("True"), Some("node.kubernetes.io/unreachable")))),
-            ("a node just registered", live.clone(), copy(true), Some(node(None, None))),
+            (
+                "the copy is not being deleted",
+                live.clone(),
+                copy(false),
+                Some(unknown.clone()),
+            ),
+            (
+                "a node that answers (a pause, a drain, a platform admin)",
+                live.clone(),
+                copy(true),
+                Some(node(Some("True"), None)),
+            ),
+            (
+                "a node that answers while a taint lags",
+                live.clone(),
+                copy(true),
+                Some(node(Some("True"), Some("node.kubernetes.io/unreachable"))),
+            ),
+            (
+                "a node just registered",
+                live.clone(),
+                copy(true),
+                Some(node(None, None)),
+            ),
             ("a node the cache does not hold", live.clone(), copy(true), None),
-            ("the tenant deleted the pod itself", tenant_pod(json!({"deletionTimestamp": "2026-11-29T09:59:00Z"}), "Running"), copy(true), Some(unknown.clone())),
-            ("the pod ended", tenant_pod(json!({}), "Succeeded"), copy(true), Some(unknown.clone())),
+            (
+                "the tenant deleted the pod itself",
+                tenant_pod(json!({"deletionTimestamp": "2026-11-29T09:59:00Z"}), "Running"),
+                copy(true),
+                Some(unknown.clone()),
+            ),
+            (
+                "the pod ended",
+                tenant_pod(json!({}), "Succeeded"),
+                copy(true),
+                Some(unknown.clone()),
+            ),
         ];
         for (case, tenant_pod, copy, node) in cases {
-            assert_eq!(evicted_from_lost_node(&tenant_pod, &copy, node.as_ref()), None, "{case}");
+            assert_eq!(
+                evicted_from_lost_node(&tenant_pod, &copy, node.as_ref()),
+                None,
+                "{case}"
+            );
         }
     }
 
@@ -793,8 +862,10 @@ mod tests {
                     "conditions": [{"type": "PodScheduled", "status": "True"}]}
             })),
         );
-        let mut copy = super_copy_json(json!({"phase": "Running", "podIP": "10.244.1.9", "qosClass": "BestEffort",
-            "conditions": [{"type": "PodScheduled", "status": "True"}]}));
+        let mut copy = super_copy_json(
+            json!({"phase": "Running", "podIP": "10.244.1.9", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        );
         copy["metadata"]["deletionTimestamp"] = json!("2026-11-29T10:00:00Z");
         copy["metadata"]["deletionGracePeriodSeconds"] = json!(30);
         put(&mut super_caches.pods, from_json(copy));
@@ -817,12 +888,19 @@ mod tests {
                 .await;
             assert_eq!(event.body["reason"], REASON_NODE_LOST);
             let note = event.body["note"].as_str().unwrap_or_default().to_owned();
-            assert!(note.contains("node node-1 stopped answering (its Ready condition is Unknown"), "{note}");
+            assert!(
+                note.contains("node node-1 stopped answering (its Ready condition is Unknown"),
+                "{note}"
+            );
             event.echo();
-            let delete = tenants.expect("DELETE", "/api/v1/namespaces/shop/pods/web?").await;
+            let delete = tenants
+                .expect("DELETE", "/api/v1/namespaces/shop/pods/web?")
+                .await;
             assert_eq!(delete.body["gracePeriodSeconds"], 30);
             assert_eq!(delete.body["preconditions"]["uid"], "pod-uid");
-            delete.ok(json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "web", "namespace": "shop"}}));
+            delete.ok(
+                json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "web", "namespace": "shop"}}),
+            );
         });
         assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });
         supers.idle().await;
@@ -836,10 +914,19 @@ mod tests {
                 "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node(s) didn't match Pod's node affinity/selector.",
                 "NodePorts",
             ),
-            ("0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.", "OutOfcpu"),
-            ("0/1 nodes are available: 1 Insufficient example.com/gpu.", "OutOfexample.com/gpu"),
+            (
+                "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.",
+                "OutOfcpu",
+            ),
+            (
+                "0/1 nodes are available: 1 Insufficient example.com/gpu.",
+                "OutOfexample.com/gpu",
+            ),
             ("0/1 nodes are available: 1 Too many pods.", "OutOfpods"),
-            ("0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.", "Unschedulable"),
+            (
+                "0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.",
+                "Unschedulable",
+            ),
         ];
         for (message, reason) in cases {
             assert_eq!(admission_reason(message), reason, "{message}");
@@ -858,7 +945,10 @@ mod tests {
         let (tenant_client, mut tenants) = testing::mock();
         let (ctx, mut super_caches) = testing::context(super_client);
         let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
-        put(&mut caches.vnodes, from_json(json!({"metadata": {"name": "node-1"}})));
+        put(
+            &mut caches.vnodes,
+            from_json(json!({"metadata": {"name": "node-1"}})),
+        );
         let mut unplaced = super_copy(unschedulable);
         unplaced.spec.node_name = None;
         put(&mut super_caches.pods, unplaced.clone());
@@ -880,8 +970,14 @@ mod tests {
             assert!(status.uri.contains("fieldValidation=Ignore"), "{}", status.uri);
             assert_eq!(status.body["status"]["phase"], "Failed");
             assert_eq!(status.body["status"]["reason"], "NodePorts");
-            let message = status.body["status"]["message"].as_str().unwrap_or_default().to_owned();
-            assert!(message.starts_with("Pod was rejected: node node-1 cannot run it: 0/2 nodes"), "{message}");
+            let message = status.body["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                message.starts_with("Pod was rejected: node node-1 cannot run it: 0/2 nodes"),
+                "{message}"
+            );
             status.echo();
         });
         assert_eq!(outcome.expect("synced"), Outcome::Updated { writes: 1 });

@@ -237,6 +237,7 @@ async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
     let super_pod = ctx
         .supers
         .pods
+        .copies
         .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
         .expect("super pod");
     let now = token::now();
