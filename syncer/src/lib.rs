@@ -17,6 +17,7 @@ pub mod error;
 pub mod metrics;
 pub mod resources;
 pub mod tenancy;
+pub mod tokens;
 
 use std::sync::Arc;
 
@@ -86,7 +87,8 @@ impl Syncer {
         };
         let tenants = Arc::new(Tenants::default());
         let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
-        let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &config);
+        let tokens = Arc::new(tokens::Tokens::default());
+        let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &tokens, &config);
         let (vc_store, vc_writer) = reflector::store();
         let shards = config
             .shards
@@ -108,6 +110,7 @@ impl Syncer {
             config,
             tenants,
             supers,
+            tokens,
             virtual_clusters: vc_store,
             queues,
             quota,
@@ -149,7 +152,10 @@ impl Syncer {
             tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
         }
         tasks.push(tokio::spawn(patrol::run(ctx.clone())));
-        tasks.push(tokio::spawn(resources::pod::token_secrets::renew(ctx.clone())));
+        tasks.push(tokio::spawn(tokens::renewal::run(
+            ctx.tokens.clone(),
+            ctx.queues.down.clone(),
+        )));
         tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
         tasks.push(tokio::spawn(usage::run(ctx.clone())));

@@ -48,7 +48,7 @@ pub async fn scan(ctx: &Context) -> Findings {
     }
     // Gone pods' tokens leave the shared token Secrets of the tenants this replica holds (the delete path
     // writes nothing).
-    findings.drifted += resources::pod::token_secrets::sweep(ctx).await;
+    findings.drifted += ctx.tokens.sweep(ctx).await;
     ctx.metrics
         .patrol_duration
         .observe(started.elapsed().as_secs_f64());

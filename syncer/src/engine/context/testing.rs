@@ -65,6 +65,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         config: SyncerConfig::default(),
         tenants: Arc::new(Tenants::default()),
         supers,
+        tokens: Default::default(),
         virtual_clusters: kube::runtime::reflector::store().0,
         quota: Arc::new(Quota::new(queues.down.clone(), metrics.clone())),
         queues,

@@ -4,23 +4,22 @@ use std::collections::BTreeMap;
 
 use crds::{
     PodPolicy,
-    wellknown::{ANNOTATION_DISABLE_DNS_MUTATION, ROOT_CA_CONFIG_MAP},
+    wellknown::ANNOTATION_DISABLE_DNS_MUTATION,
 };
 use k8s_openapi::{
     api::core::v1::{
-        Affinity, EnvVar, EphemeralContainer, HostAlias, KeyToPath, PersistentVolumeClaimVolumeSource, Pod,
-        PodAffinityTerm, PodDNSConfig, PodDNSConfigOption, PodSpec, ProjectedVolumeSource, SecretProjection,
-        SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeProjection,
+        Affinity, EnvVar, EphemeralContainer, HostAlias, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm,
+        PodDNSConfig, PodDNSConfigOption, PodSpec, SecurityContext, Toleration,
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
-use sha2::{Digest, Sha256};
 
 use crate::{
     cache::pods::{CachedPodSpec, ContainerImage},
     engine::config::PlatformPodPolicy,
     resources::runtime_class::RuntimeClassChoice,
     tenancy::identity::{self, TenantIdentity},
+    tokens::mounts::{self, TokenNeed},
 };
 
 use super::placement::Resolved;
@@ -76,38 +75,6 @@ pub struct PodConversion<'a> {
     pub token_key_prefix: &'a str,
 }
 
-/// The token Secret a pod's volumes read, and the prefix of the pod's own keys in it.
-#[derive(Clone, Copy)]
-struct TokenTarget<'a> {
-    secret: &'a str,
-    prefix: &'a str,
-}
-
-impl TokenTarget<'_> {
-    /// The Secret key of one of the pod's own files.
-    fn key(&self, key: &str) -> String {
-        pod_data_key(self.prefix, key)
-    }
-}
-
-/// The key of a pod's own file in a shared token Secret: `<prefix>.<key>`. Keys never contain a dot, so a
-/// data key names its pod and file unambiguously, and never equals the shared `ca.crt` or `namespace`.
-pub fn pod_data_key(prefix: &str, key: &str) -> String {
-    format!("{prefix}.{key}")
-}
-
-/// A service-account token the pod needs, minted from the tenant apiserver.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenNeed {
-    /// The token's file key (`token`, `token-<hash>`); in the token Secret it follows the pod's prefix.
-    pub key: String,
-    /// Audience (`None`: the apiserver's default).
-    pub audience: Option<String>,
-    /// Requested lifetime in seconds (`None`: the syncer's default).
-    pub expiration_seconds: Option<i64>,
-}
-
 /// The converted pod and what its token Secret must hold.
 #[derive(Clone, Debug)]
 pub struct Converted {
@@ -144,15 +111,6 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// Keys of the token Secret besides tokens, shared by the pods of its super namespace.
-pub const KEY_CA: &str = "ca.crt";
-/// Tenant namespace, for downward-API files (shared: a super namespace serves one tenant namespace).
-pub const KEY_NAMESPACE: &str = "namespace";
-/// Tenant pod uid, for downward-API files (one per pod, after the pod's prefix).
-pub const KEY_UID: &str = "uid";
-/// The default token.
-pub const KEY_TOKEN: &str = "token";
-
 /// The super pod for a tenant pod.
 pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refusal> {
     let mut spec = tenant.spec.clone().unwrap_or_default();
@@ -179,7 +137,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
         published_default_storage_class: cx.published_default_storage_class,
     };
     let mut violations = super::policy::violations(&spec, tenant.metadata.annotations.as_ref(), &input);
-    violations.extend(reserved_secret_references(&spec));
+    violations.extend(mounts::reserved_secret_references(&spec));
     match cx.runtime_class {
         RuntimeClassChoice::Published(class) => {
             // The super cluster's admission adds the class's tolerations to the pod.
@@ -248,17 +206,7 @@ pub fn to_super(tenant: &Pod, cx: &PodConversion<'_>) -> Result<Converted, Refus
             .apply(&mut container.image_pull_policy, &mut container.security_context);
     }
 
-    let mut tokens = Vec::new();
-    let mut needs_secret = false;
-    let target = TokenTarget {
-        secret: cx.token_secret,
-        prefix: cx.token_key_prefix,
-    };
-    for volume in spec.volumes.iter_mut().flatten() {
-        needs_secret |= rewrite_volume(volume, target, &mut tokens);
-    }
-    tokens.sort();
-    tokens.dedup();
+    let (tokens, needs_secret) = mounts::rewrite_volumes(&mut spec, cx.token_secret, cx.token_key_prefix);
 
     let opted_out = tenant
         .metadata
@@ -377,255 +325,6 @@ impl Hardening {
             .get_or_insert_with(Vec::new)
             .push("NET_RAW".to_owned());
     }
-}
-
-/// Name the conversion gives the token Secret until the pod's shard is chosen ([`retarget_token_secret`]):
-/// a pod is assigned to a shard only once it is admitted.
-pub const UNASSIGNED_TOKEN_SECRET: &str = "unassigned.vc-tokens";
-
-/// Points the volumes that read token Secret `from` at `to`.
-pub fn retarget_token_secret(spec: &mut PodSpec, from: &str, to: &str) {
-    for volume in spec.volumes.iter_mut().flatten() {
-        if let Some(secret) = &mut volume.secret
-            && secret.secret_name.as_deref() == Some(from)
-        {
-            secret.secret_name = Some(to.to_owned());
-        }
-        for source in volume
-            .projected
-            .iter_mut()
-            .flat_map(|p| p.sources.iter_mut().flatten())
-        {
-            if let Some(secret) = &mut source.secret
-                && secret.name == from
-            {
-                secret.name = to.to_owned();
-            }
-        }
-    }
-}
-
-/// What a tenant pod names of the Secrets the syncer keeps for pods' tokens (which hold the tokens of
-/// other pods, of other service accounts): in volumes, projections, image pull secrets and container
-/// environments. The tenant apiserver does not look at them, the super kubelet would serve them.
-fn reserved_secret_references(spec: &PodSpec) -> Vec<String> {
-    let mut names: Vec<&str> = Vec::new();
-    for volume in spec.volumes.iter().flatten() {
-        names.extend(volume.secret.as_ref().and_then(|s| s.secret_name.as_deref()));
-        for source in volume.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-            names.extend(source.secret.as_ref().map(|s| s.name.as_str()));
-        }
-    }
-    names.extend(spec.image_pull_secrets.iter().flatten().map(|r| r.name.as_str()));
-    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
-        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
-    }
-    for container in spec.ephemeral_containers.iter().flatten() {
-        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
-    }
-    reserved_refusals(names)
-}
-
-fn env_secret_names<'s>(
-    env: Option<&'s [EnvVar]>,
-    env_from: Option<&'s [k8s_openapi::api::core::v1::EnvFromSource]>,
-) -> impl Iterator<Item = &'s str> {
-    let from_vars = env
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
-        .map(|r| r.name.as_str());
-    let from_sources = env_from
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.secret_ref.as_ref())
-        .map(|r| r.name.as_str());
-    from_vars.chain(from_sources)
-}
-
-fn reserved_refusals(mut names: Vec<&str>) -> Vec<String> {
-    names.retain(|name| crate::cache::token_shards::is_reserved_secret_name(name));
-    names.sort_unstable();
-    names.dedup();
-    names
-        .into_iter()
-        .map(|name| {
-            format!(
-                "a reference to Secret {name:?} (names ending in .vc-token or .vc-tokens are the syncer's, for pods' tokens)"
-            )
-        })
-        .collect()
-}
-
-/// The Secret key of a token with a non-default audience or lifetime.
-fn token_key(audience: Option<&str>, expiration: Option<i64>) -> String {
-    if audience.is_none() && expiration.is_none() {
-        return KEY_TOKEN.to_owned();
-    }
-    let digest = Sha256::digest(format!("{}|{}", audience.unwrap_or(""), expiration.unwrap_or(0)).as_bytes());
-    format!("token-{}", &hex::encode(digest)[..10])
-}
-
-/// Points a volume's token, CA and downward-API namespace/uid files at the token Secret. Returns whether
-/// the volume needs the Secret.
-fn rewrite_volume(volume: &mut Volume, target: TokenTarget<'_>, tokens: &mut Vec<TokenNeed>) -> bool {
-    let mut needs = false;
-    let secret = target.secret;
-    if let Some(projected) = &mut volume.projected {
-        let mut sources = Vec::new();
-        for source in projected.sources.take().unwrap_or_default() {
-            sources.extend(rewrite_projection(source, target, tokens, &mut needs));
-        }
-        projected.sources = Some(sources);
-    }
-    if let Some(config_map) = &volume.config_map
-        && config_map.name == ROOT_CA_CONFIG_MAP
-    {
-        let items = config_map.items.clone().map(ca_items);
-        volume.secret = Some(SecretVolumeSource {
-            secret_name: Some(secret.to_owned()),
-            items: Some(items.unwrap_or_else(|| {
-                vec![KeyToPath {
-                    key: KEY_CA.into(),
-                    path: KEY_CA.into(),
-                    mode: None,
-                }]
-            })),
-            default_mode: config_map.default_mode,
-            optional: config_map.optional,
-        });
-        volume.config_map = None;
-        needs = true;
-    }
-    if let Some(downward) = &volume.downward_api {
-        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default(), target);
-        if !moved.is_empty() {
-            let mut sources = Vec::new();
-            if !kept.is_empty() {
-                sources.push(VolumeProjection {
-                    downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
-                        items: Some(kept),
-                    }),
-                    ..Default::default()
-                });
-            }
-            sources.push(secret_projection(secret, moved));
-            volume.projected = Some(ProjectedVolumeSource {
-                default_mode: downward.default_mode,
-                sources: Some(sources),
-            });
-            volume.downward_api = None;
-            needs = true;
-        }
-    }
-    needs
-}
-
-fn ca_items(items: Vec<KeyToPath>) -> Vec<KeyToPath> {
-    items
-        .into_iter()
-        .map(|item| KeyToPath {
-            key: KEY_CA.into(),
-            ..item
-        })
-        .collect()
-}
-
-fn secret_projection(secret: &str, items: Vec<KeyToPath>) -> VolumeProjection {
-    VolumeProjection {
-        secret: Some(SecretProjection {
-            name: secret.to_owned(),
-            items: Some(items),
-            optional: None,
-        }),
-        ..Default::default()
-    }
-}
-
-/// Splits downward-API items into those that work unchanged in the super cluster and those (the
-/// namespace and uid, which differ there) served from the token Secret.
-fn split_downward(
-    items: Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
-    target: TokenTarget<'_>,
-) -> (
-    Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
-    Vec<KeyToPath>,
-) {
-    let mut kept = Vec::new();
-    let mut moved = Vec::new();
-    for item in items {
-        let key = match item.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-            Some("metadata.namespace") => Some(KEY_NAMESPACE.to_owned()),
-            Some("metadata.uid") => Some(target.key(KEY_UID)),
-            _ => None,
-        };
-        match key {
-            Some(key) => moved.push(KeyToPath {
-                key,
-                path: item.path,
-                mode: item.mode,
-            }),
-            None => kept.push(item),
-        }
-    }
-    (kept, moved)
-}
-
-fn rewrite_projection(
-    source: VolumeProjection,
-    target: TokenTarget<'_>,
-    tokens: &mut Vec<TokenNeed>,
-    needs: &mut bool,
-) -> Vec<VolumeProjection> {
-    let secret = target.secret;
-    if let Some(token) = &source.service_account_token {
-        let key = token_key(token.audience.as_deref(), token.expiration_seconds);
-        tokens.push(TokenNeed {
-            key: key.clone(),
-            audience: token.audience.clone(),
-            expiration_seconds: token.expiration_seconds,
-        });
-        *needs = true;
-        return vec![secret_projection(
-            secret,
-            vec![KeyToPath {
-                key: target.key(&key),
-                path: token.path.clone(),
-                mode: None,
-            }],
-        )];
-    }
-    if let Some(config_map) = &source.config_map
-        && config_map.name == ROOT_CA_CONFIG_MAP
-    {
-        *needs = true;
-        let items = config_map.items.clone().map(ca_items).unwrap_or_else(|| {
-            vec![KeyToPath {
-                key: KEY_CA.into(),
-                path: KEY_CA.into(),
-                mode: None,
-            }]
-        });
-        return vec![secret_projection(secret, items)];
-    }
-    if let Some(downward) = &source.downward_api {
-        let (kept, moved) = split_downward(downward.items.clone().unwrap_or_default(), target);
-        if !moved.is_empty() {
-            *needs = true;
-            let mut out = Vec::new();
-            if !kept.is_empty() {
-                out.push(VolumeProjection {
-                    downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
-                        items: Some(kept),
-                    }),
-                    ..Default::default()
-                });
-            }
-            out.push(secret_projection(secret, moved));
-            return out;
-        }
-    }
-    vec![source]
 }
 
 /// Whether the kubelet would give a pod the cluster's DNS: `ClusterFirstWithHostNet` always,
@@ -930,8 +629,9 @@ pub fn ephemeral_to_super(
         tenant.metadata.annotations.as_ref(),
         &input,
     );
-    violations.extend(reserved_refusals(
-        env_secret_names(container.env.as_deref(), container.env_from.as_deref()).collect(),
+    violations.extend(mounts::reserved_env_references(
+        container.env.as_deref(),
+        container.env_from.as_deref(),
     ));
     if !violations.is_empty() {
         return Err(violations);

@@ -21,13 +21,13 @@ use super::{
     plan::was_scheduled,
     refusal::{REASON_POLICY_VIOLATION, super_refusal},
     tenant_endpoints::tenant_endpoints,
-    token, token_secrets,
 };
 use crate::{
     accounting::quota::REASON_QUOTA_EXCEEDED,
     cache::pods::{POD_SCHEDULED, TenantPod},
     engine::{context::Context, events},
     error::{Result, on_tenant},
+    tokens::mounts::{self, ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET, UNASSIGNED_TOKEN_SECRET},
     resources::{
         claim, namespace,
         outcome::Outcome,
@@ -239,8 +239,8 @@ async fn create_admitted(
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
         // The shard its volumes read; its tokens are minted once the tenant pod is bound (so they name the
-        // node) and written there (`token_secrets::put_bound`); the kubelet retries the mount until then.
-        let shard = ctx.supers.pods.token_shards.assign(
+        // node) and written there (`Tokens::put_bound`); the kubelet retries the mount until then.
+        let shard = ctx.tokens.assign(
             ctx,
             &api_namespace(api),
             &namespace,
@@ -248,14 +248,14 @@ async fn create_admitted(
             tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
         );
         if let Some(spec) = pod.spec.as_mut() {
-            convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
+            mounts::retarget_token_secret(spec, UNASSIGNED_TOKEN_SECRET, &shard);
         }
         pod.metadata = with_annotation(
             pod.metadata,
-            token::ANNOTATION_POD_TOKENS,
-            token::needs_annotation(&converted.tokens),
+            ANNOTATION_POD_TOKENS,
+            mounts::needs_annotation(&converted.tokens),
         );
-        pod.metadata = with_annotation(pod.metadata, token::ANNOTATION_TOKEN_SECRET, shard);
+        pod.metadata = with_annotation(pod.metadata, ANNOTATION_TOKEN_SECRET, shard);
     }
     // A POST, not an apply: the super apiserver decodes it once, with no YAML parse and no structured
     // merge (about a tenth of its CPU per synced pod); the pod's first update makes the fields applied.
@@ -323,7 +323,7 @@ fn convert(
     let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
-    let token_key_prefix = token_secrets::key_prefix(&pod.name_any());
+    let token_key_prefix = mounts::key_prefix(&pod.name_any());
     let published_priority_class = |name: &str| {
         ctx.supers
             .priority_classes
@@ -349,7 +349,7 @@ fn convert(
         endpoints,
         ndots: ctx.config.dns_ndots,
         upstream_nameservers: &ctx.config.pod_upstream_nameservers,
-        token_secret: convert::UNASSIGNED_TOKEN_SECRET,
+        token_secret: UNASSIGNED_TOKEN_SECRET,
         token_key_prefix: &token_key_prefix,
     };
     convert::to_super(pod, &cx)

@@ -7,7 +7,6 @@ use kube::{Api, api::PostParams, runtime::reflector::ObjectRef};
 use super::{
     end::{finalize_tenant_pod, has_ended, write_status},
     plan::was_scheduled,
-    token_secrets,
 };
 use crate::{
     cache::pods::{
@@ -22,6 +21,7 @@ use crate::{
         vnode,
     },
     tenancy::tenant::Tenant,
+    tokens::shards::Bound,
 };
 
 /// The tenant pod's status as the super pod reports it; condition types the tenant's own controllers
@@ -150,12 +150,6 @@ fn admission_reason(scheduler_message: &str) -> String {
         .unwrap_or_else(|| "Unschedulable".to_owned())
 }
 
-/// Reason of the event on a bound tenant pod whose service account token its apiserver refused to issue.
-pub const REASON_TOKEN_NOT_ISSUED: &str = "TokenNotIssued";
-
-/// How soon a token the tenant apiserver refused is asked for again (the service account may be created).
-const TOKEN_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Syncs one tenant pod up: binding to a vNode, its first tokens, status, completed deletion.
 pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) -> Result<Outcome> {
     let Some(tenant_pod) = tenant.stores.pods.get(&ObjectRef::new(name).within(namespace)) else {
@@ -253,9 +247,9 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
     // waiting for them), the status to the tenant, so neither waits for the other.
     let tokens = async {
         if (bound || tenant_node.is_some()) && tenant_pod.meta().deletion_timestamp.is_none() {
-            token_secrets::put_bound(ctx, tenant, &tenant_pod, &super_pod).await
+            ctx.tokens.put_bound(ctx, tenant, &tenant_pod, &super_pod).await
         } else {
-            Ok(0)
+            Ok(Bound::Written(0))
         }
     };
     let status = async {
@@ -286,28 +280,18 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         write_status(ctx, tenant, &api, namespace, name, want).await
     };
     let (tokens, status) = tokio::join!(tokens, status);
-    match tokens {
-        Ok(written) => writes += written,
-        Err(error) if error.is_tenant_refusal() => {
-            let message = format!(
-                "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
-                error.status_message().unwrap_or_default()
-            );
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
-            ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
-            events::warn(
-                tenant,
-                &tenant_pod.object_ref(&()),
-                REASON_TOKEN_NOT_ISSUED,
-                &message,
-            )
-            .await;
+    match tokens? {
+        Bound::Written(written) => writes += written,
+        // The tenant was told; the pod waits for the token.
+        Bound::NotIssued {
+            message,
+            retry_after,
+        } => {
             return Ok(Outcome::Waiting {
                 reason: message,
-                retry_after: Some(TOKEN_RETRY),
+                retry_after: Some(retry_after),
             });
         }
-        Err(error) => return Err(error),
     }
     writes += status?;
     writes += transparent::<Pod>(ctx, tenant, tenant_pod.meta(), super_pod.meta()).await?;

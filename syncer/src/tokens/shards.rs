@@ -1,26 +1,7 @@
-//! Shared token Secrets: the tokens of many pods of a super namespace in a few Secrets, written in batches.
-//!
-//! A pod's tokens (TokenRequests bound to the tenant pod) are keys `<pod>.<file>` of one shard Secret
-//! `shard-<n>.vc-tokens` of its super namespace, beside the shared `ca.crt` and `namespace`; the pod's
-//! volumes select only its own keys. A shard holds at most `--pods-per-token-secret` pods, so the Secret
-//! every kubelet running one of them watches stays small. The shard is fixed when the pod is created (its
-//! volumes name it) and recorded on the super pod ([`token::ANNOTATION_TOKEN_SECRET`]).
-//!
-//! Writes to a shard are a group commit: one write at a time; what arrives while one is in flight goes in
-//! the next, together. At low load a pod's key is written at once; in a burst many pods share a write.
-//!
-//! A pod's first tokens are minted once its tenant pod is bound to its vNode ([`put_bound`]): the tenant
-//! apiserver then names the node in each token (`authentication.kubernetes.io/node-name` and `node-uid`),
-//! as it does for a kubelet's, and a token stops working when that vNode is deleted. The super pod is
-//! created first, naming keys not written yet; its kubelet retries the mount until they are there, which
-//! is the moment the syncer binds the tenant pod, a round trip after the super scheduler bound the copy.
-//!
-//! Token values are never kept: writes are merge patches naming only the keys they add or remove, and
-//! the shard's annotation [`ANNOTATION_TOKEN_MEMBERS`] says which pod (tenant uid) owns which keys and when
-//! its tokens expire. Keys of gone pods are removed by the shard's next write and by the patrol
-//! ([`sweep`]), which deletes a shard that serves no pod. A member due for renewal renews the whole shard:
-//! every member past half its tokens' life is minted again, in one write. Renewal is timed per shard, not
-//! per pod ([`renew`]): one timer at the shard's earliest member's renewal time queues the members then due.
+//! The shared token Secrets' writes: a pod's shard chosen at creation ([`Tokens::assign`]), its first tokens
+//! once its tenant pod is bound ([`Tokens::put_bound`]), kept and renewed with its shard
+//! ([`Tokens::keep`]); each shard's writes a group commit ([`crate::engine::group_commit`]) of merge
+//! patches with the shard's resourceVersion as precondition.
 
 use std::{
     collections::BTreeMap,
@@ -38,19 +19,20 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::{
-    convert::{self, KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed},
-    token,
-};
-use crate::cache::token_shards::{
-    ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, TokenShards, members_of,
-    shard_index,
+    Tokens, legacy,
+    minting::{Subject, put_for, tenant_ca},
+    mounts::{TokenNeed, key_prefix, needs_of, secret_of},
+    now,
+    records::{
+        ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, ShardView, choose,
+        data_patch, members_of, shard_index,
+    },
 };
 use crate::{
     cache::pods::{SuperPod, TenantPod},
-    engine::context::Context,
+    engine::{context::Context, events},
     error::{Error, Result, on_super},
     tenancy::{identity, tenant::Tenant},
 };
@@ -63,76 +45,7 @@ const RESERVATION: Duration = Duration::from_secs(120);
 /// Tenant TokenRequests made at once while a shard is renewed.
 const MINTS_IN_FLIGHT: usize = 8;
 
-/// The prefix of a pod's keys: its name (a DNS subdomain, so a valid key), shortened with a hash when a
-/// key would exceed the 253 characters a key may have.
-pub fn key_prefix(pod: &str) -> String {
-    if pod.len() <= 200 {
-        return pod.to_owned();
-    }
-    let digest = hex::encode(Sha256::digest(pod.as_bytes()));
-    format!("{}.{}", pod[..180].trim_end_matches('.'), &digest[..16])
-}
-
-impl Member {
-    /// Whether it holds every key `needs` asks for.
-    pub fn covers(&self, prefix: &str, needs: &[TokenNeed]) -> bool {
-        needs
-            .iter()
-            .all(|n| self.keys.contains(&convert::pod_data_key(prefix, &n.key)))
-            && self.keys.contains(&convert::pod_data_key(prefix, KEY_UID))
-    }
-}
-
-/// The shard a new pod goes to: the one it is already in, else the first with room (`occupancy` below
-/// `capacity`), else a new one after the last in use.
-pub fn choose(shards: &[ShardView], capacity: usize) -> u32 {
-    if let Some(own) = shards.iter().find(|s| s.holds_pod) {
-        return own.index;
-    }
-    shards
-        .iter()
-        .find(|s| s.occupancy < capacity)
-        .map(|s| s.index)
-        .unwrap_or_else(|| shards.iter().map(|s| s.index + 1).max().unwrap_or(0))
-}
-
-/// What [`choose`] knows of a shard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShardView {
-    /// Its index.
-    pub index: u32,
-    /// Live members and reservations.
-    pub occupancy: usize,
-    /// Whether the pod is a member or reserved there already.
-    pub holds_pod: bool,
-}
-
-/// A write's merge patch of the data: keys added with their values, keys of removed members as `null`,
-/// and the shared CA and namespace.
-pub fn data_patch(
-    added: &BTreeMap<String, ByteString>,
-    removed: &[&Member],
-    ca: &str,
-    namespace: &str,
-) -> serde_json::Map<String, Value> {
-    let mut data = serde_json::Map::new();
-    for member in removed {
-        for key in member.keys.iter() {
-            data.insert(key.to_owned(), Value::Null);
-        }
-    }
-    for (key, value) in added {
-        data.insert(key.clone(), json!(value));
-    }
-    data.insert(KEY_CA.to_owned(), json!(ByteString(ca.as_bytes().to_vec())));
-    data.insert(
-        KEY_NAMESPACE.to_owned(),
-        json!(ByteString(namespace.as_bytes().to_vec())),
-    );
-    data
-}
-
-impl TokenShards {
+impl Tokens {
     /// Assigns a pod of `tenant_namespace` to a shard of its super namespace `namespace` (reserving its
     /// place) and returns the shard's name.
     pub fn assign(
@@ -170,7 +83,7 @@ impl TokenShards {
 
 impl Shard {
     /// The state, read from the cache first if it is not known.
-    fn load(&self, ctx: &Context) -> std::sync::MutexGuard<'_, ShardState> {
+    pub(super) fn load(&self, ctx: &Context) -> std::sync::MutexGuard<'_, ShardState> {
         let mut state = self.lock();
         if !state.loaded {
             let cached = ctx
@@ -201,7 +114,7 @@ impl Shard {
             .copies
             .get(&ObjectRef::new(pod).within(&self.namespace))
             .is_some_and(|p| {
-                token::secret_of(p.meta()) == Some(self.name.as_str())
+                secret_of(p.meta()) == Some(self.name.as_str())
                     && identity::tenant_uid(p.meta()) == Some(uid)
             })
     }
@@ -224,7 +137,7 @@ impl Shard {
     /// Ends the reservations of pods whose tokens are written (members from now on, gone once their super
     /// pods are) and of pods the cache does not show once the reservation ran out (never created). A
     /// pod the cache shows keeps its reservation while the super scheduler has not placed it.
-    fn settle(&self, ctx: &Context, state: &mut ShardState) {
+    pub(super) fn settle(&self, ctx: &Context, state: &mut ShardState) {
         let members = &state.members;
         state.reserved.retain(|pod, (uid, at)| {
             if members.get(pod).is_some_and(|m| *m.uid == **uid) {
@@ -237,14 +150,14 @@ impl Shard {
                     .copies
                     .get(&ObjectRef::new(pod).within(&self.namespace))
                     .is_some_and(|p| {
-                        token::secret_of(p.meta()) == Some(self.name.as_str())
+                        secret_of(p.meta()) == Some(self.name.as_str())
                             && identity::tenant_uid(p.meta()) == Some(uid.as_str())
                     })
         });
     }
 
     /// The members whose pods are gone.
-    fn gone(&self, ctx: &Context, state: &ShardState) -> Vec<String> {
+    pub(super) fn gone(&self, ctx: &Context, state: &ShardState) -> Vec<String> {
         state
             .members
             .iter()
@@ -253,7 +166,7 @@ impl Shard {
             .collect()
     }
 
-    async fn submit(&self, ctx: &Context, tenant: &Tenant, entry: Entry) -> Result<bool> {
+    pub(super) async fn submit(&self, ctx: &Context, tenant: &Tenant, entry: Entry) -> Result<bool> {
         self.commit
             .submit(
                 entry,
@@ -272,7 +185,7 @@ impl Shard {
     /// One write carrying a batch: the puts' keys, the renewed members' new tokens, the removal of gone
     /// members' keys. Returns whether anything was written.
     async fn write(&self, ctx: &Context, tenant: &Tenant, batch: Vec<Entry>) -> Result<bool> {
-        let now = token::now();
+        let now = now();
         let renew = batch.iter().any(|e| matches!(e, Entry::Renew));
         let mut puts: BTreeMap<String, Put> = BTreeMap::new();
         for entry in batch {
@@ -387,13 +300,13 @@ impl Shard {
             .copies
             .get(&ObjectRef::new(&pod).within(&self.namespace))?;
         let namespace = identity::tenant_namespace(super_pod.meta())?.to_owned();
-        let needs = token::needs_of(super_pod.meta())?;
+        let needs = needs_of(super_pod.meta())?;
         let tenant_pod = tenant
             .stores
             .pods
             .get(&ObjectRef::new(&pod).within(&namespace))
             .filter(|p| p.uid().as_deref() == Some(&*member.uid))?;
-        let subject = token::Subject {
+        let subject = Subject {
             namespace: &namespace,
             name: &pod,
             uid: &member.uid,
@@ -443,7 +356,7 @@ impl Shard {
     }
 
     fn shared_values(&self, tenant: &Tenant) -> (String, String) {
-        let ca = token::tenant_ca(tenant, &self.tenant_namespace).unwrap_or_default();
+        let ca = tenant_ca(tenant, &self.tenant_namespace).unwrap_or_default();
         (ca, self.tenant_namespace.clone())
     }
 
@@ -565,80 +478,119 @@ impl Shard {
     }
 }
 
-/// Mints a pod's tokens: its member record and data keys.
-async fn put_for(
-    tenant: &Tenant,
-    subject: &token::Subject<'_>,
-    needs: &[TokenNeed],
-    ttl: i64,
-) -> Result<Put> {
-    let prefix = key_prefix(subject.name);
-    let minted = token::mint(tenant, subject, needs, ttl).await?;
-    let mut data: BTreeMap<String, ByteString> = minted
-        .tokens
-        .into_iter()
-        .map(|(key, value)| (convert::pod_data_key(&prefix, &key), value))
-        .collect();
-    data.insert(
-        convert::pod_data_key(&prefix, KEY_UID),
-        ByteString(subject.uid.as_bytes().to_vec()),
-    );
-    let has_tokens = !needs.is_empty();
-    Ok(Put {
-        pod: subject.name.to_owned(),
-        member: Member {
-            uid: subject.uid.into(),
-            keys: data.keys().collect(),
-            issued: if has_tokens { token::now() } else { 0 },
-            expires: if has_tokens { minted.expires } else { 0 },
-        },
-        data,
-    })
+/// Reason of the event on a bound tenant pod whose service account token its apiserver refused to issue.
+pub const REASON_TOKEN_NOT_ISSUED: &str = "TokenNotIssued";
+
+/// How soon a token the tenant apiserver refused is asked for again (the service account may be created).
+pub const TOKEN_RETRY: Duration = Duration::from_secs(10);
+
+/// What [`Tokens::put_bound`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The writes made (none when the shard holds the pod's tokens already).
+    Written(u32),
+    /// The tenant apiserver refused to issue a token (its service account is gone): the tenant was told
+    /// why; the pod's containers wait, and the token is asked for again after `retry_after`.
+    NotIssued {
+        /// What the tenant was told.
+        message: String,
+        /// When to ask again.
+        retry_after: Duration,
+    },
 }
 
-/// Writes a bound pod's first tokens to the shard its volumes read, once its tenant pod is bound (the
-/// tokens name its node); returns the writes made, none when the shard holds them already (the cache's
-/// word: a shard whose keys someone removed is mended by [`keep`]).
-pub async fn put_bound(
-    ctx: &Context,
-    tenant: &Tenant,
-    tenant_pod: &TenantPod,
-    super_pod: &SuperPod,
-) -> Result<u32> {
-    let (Some(needs), Some(shard)) = (
-        token::needs_of(super_pod.meta()),
-        token::secret_of(super_pod.meta()),
-    ) else {
-        return Ok(0);
-    };
-    let Some(index) = shard_index(shard) else {
-        return Ok(0);
-    };
-    let name = tenant_pod.name_any();
-    let uid = tenant_pod.uid().unwrap_or_default();
-    let held = ctx
-        .supers
-        .pods
-        .token_shards
-        .shard(
-            &super_pod.namespace().unwrap_or_default(),
-            &tenant_pod.namespace().unwrap_or_default(),
-            index,
-        )
-        .load(ctx)
-        .members
-        .get(&name)
-        .is_some_and(|m| *m.uid == *uid && m.covers(&key_prefix(&name), &needs));
-    if held {
-        return Ok(0);
+impl Tokens {
+    /// Writes a bound pod's first tokens to the shard its volumes read, once its tenant pod is bound (the
+    /// tokens name its node); none when the shard holds them already (the cache's word: a shard whose keys
+    /// someone removed is mended by [`Tokens::keep`]). A token the tenant refuses is told on the tenant pod.
+    pub async fn put_bound(
+        &self,
+        ctx: &Context,
+        tenant: &Tenant,
+        tenant_pod: &TenantPod,
+        super_pod: &SuperPod,
+    ) -> Result<Bound> {
+        match self.put_bound_tokens(ctx, tenant, tenant_pod, super_pod).await {
+            Ok(written) => Ok(Bound::Written(written)),
+            Err(error) if error.is_tenant_refusal() => {
+                let message = format!(
+                    "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
+                    error.status_message().unwrap_or_default()
+                );
+                let (namespace, name) = (tenant_pod.namespace().unwrap_or_default(), tenant_pod.name_any());
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
+                ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
+                events::warn(
+                    tenant,
+                    &tenant_pod.object_ref(&()),
+                    REASON_TOKEN_NOT_ISSUED,
+                    &message,
+                )
+                .await;
+                Ok(Bound::NotIssued {
+                    message,
+                    retry_after: TOKEN_RETRY,
+                })
+            }
+            Err(error) => Err(error),
+        }
     }
-    keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await
+
+    async fn put_bound_tokens(
+        &self,
+        ctx: &Context,
+        tenant: &Tenant,
+        tenant_pod: &TenantPod,
+        super_pod: &SuperPod,
+    ) -> Result<u32> {
+        let (Some(needs), Some(shard)) = (needs_of(super_pod.meta()), secret_of(super_pod.meta())) else {
+            return Ok(0);
+        };
+        let Some(index) = shard_index(shard) else {
+            return Ok(0);
+        };
+        let name = tenant_pod.name_any();
+        let uid = tenant_pod.uid().unwrap_or_default();
+        let held = self
+            .shard(
+                &super_pod.namespace().unwrap_or_default(),
+                &tenant_pod.namespace().unwrap_or_default(),
+                index,
+            )
+            .load(ctx)
+            .members
+            .get(&name)
+            .is_some_and(|m| *m.uid == *uid && m.covers(&key_prefix(&name), &needs));
+        if held {
+            return Ok(0);
+        }
+        keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await
+    }
+
+    /// Keeps a bound pod's tokens (call it only for a bound pod: its first tokens are minted after the
+    /// binding, to name its node): in its shard ([`keep`]), or, for a pod of an earlier version, in its own
+    /// token Secret ([`legacy::refresh_token`]). Returns the writes made.
+    pub async fn keep(
+        &self,
+        ctx: &Context,
+        tenant: &Tenant,
+        tenant_pod: &TenantPod,
+        super_pod: &SuperPod,
+    ) -> Result<u32> {
+        let Some(needs) = needs_of(super_pod.meta()) else {
+            return Ok(0);
+        };
+        match secret_of(super_pod.meta()) {
+            Some(shard) => keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await,
+            None => legacy::refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await,
+        }
+    }
 }
 
 /// Keeps a bound pod's tokens: written when its shard lacks them (the first time, after the binding; the
 /// Secret was deleted; the pod is another of the same name), renewed with its shard when due; otherwise
 /// nothing is written and the pod is looked at again when they will be due. Returns the writes made.
-pub async fn keep(
+pub(crate) async fn keep(
     ctx: &Context,
     tenant: &Tenant,
     tenant_pod: &TenantPod,
@@ -654,23 +606,16 @@ pub async fn keep(
     let name = tenant_pod.name_any();
     let uid = tenant_pod.uid().unwrap_or_default();
     let super_namespace = super_pod.namespace().unwrap_or_default();
-    let shard = ctx
-        .supers
-        .pods
-        .token_shards
-        .shard(&super_namespace, &namespace, index);
+    let shard = ctx.tokens.shard(&super_namespace, &namespace, index);
     let prefix = key_prefix(&name);
-    let now = token::now();
+    let now = now();
     let member = shard.load(ctx).members.get(&name).cloned();
     let mut minting = None;
     let entry = match member {
         Some(member) if *member.uid == *uid && member.covers(&prefix, needs) => {
             if !member.due(now) {
                 if let Some(at) = member.refresh_at() {
-                    ctx.supers
-                        .pods
-                        .token_shards
-                        .schedule_renewal(&shard, &tenant.id, at);
+                    ctx.tokens.schedule_renewal(&shard, &tenant.id, at);
                 }
                 return Ok(0);
             }
@@ -681,7 +626,7 @@ pub async fn keep(
                 return Ok(0);
             };
             minting = Some(started);
-            let subject = token::Subject {
+            let subject = Subject {
                 namespace: &namespace,
                 name: &name,
                 uid: &uid,
@@ -694,72 +639,9 @@ pub async fn keep(
     drop(minting);
     let member = shard.load(ctx).members.get(&name).cloned();
     if let Some(at) = member.and_then(|m| m.refresh_at()) {
-        ctx.supers
-            .pods
-            .token_shards
-            .schedule_renewal(&shard, &tenant.id, at);
+        ctx.tokens.schedule_renewal(&shard, &tenant.id, at);
     }
     Ok(u32::from(wrote))
-}
-
-/// Runs the shards' renewal timers: queues each member due for renewal on its tenant's down queue.
-pub async fn renew(ctx: Arc<Context>) {
-    let shards = &ctx.supers.pods.token_shards;
-    loop {
-        let woken = shards.renewals.wake.notified();
-        let now = token::now();
-        let (due, next) = shards.fire_renewals(now);
-        for (tenant, item) in due {
-            ctx.queues.down.add(&tenant, item);
-        }
-        let wait = next.map_or(Duration::from_secs(3600), |at| {
-            Duration::from_secs(u64::try_from(at - now).unwrap_or(0).max(1))
-        });
-        tokio::select! {
-            () = woken => {}
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-/// The patrol's part: removes gone pods' keys from every shard of attached tenants, and deletes shards
-/// that serve no pod. Returns how many shards it wrote.
-pub async fn sweep(ctx: &Context) -> usize {
-    let mut swept = 0;
-    for cached in ctx.supers.pods.token_secrets.state() {
-        let (Some(namespace), Some(tenant_namespace), Some(index)) = (
-            cached.metadata.namespace.clone(),
-            identity::tenant_namespace(&cached.metadata),
-            cached.metadata.name.as_deref().and_then(shard_index),
-        ) else {
-            continue;
-        };
-        let Some(tenant) = identity::owner_cluster(&cached.metadata).and_then(|c| ctx.tenants.get(c)) else {
-            continue;
-        };
-        let shard = ctx
-            .supers
-            .pods
-            .token_shards
-            .shard(&namespace, tenant_namespace, index);
-        let stale = {
-            let mut state = shard.load(ctx);
-            shard.settle(ctx, &mut state);
-            !shard.gone(ctx, &state).is_empty()
-        };
-        if !stale {
-            continue;
-        }
-        crate::engine::patrol::findings::found(ctx, "secret", "stale-token-keys");
-        match shard.submit(ctx, &tenant, Entry::Sweep).await {
-            Ok(true) => swept += 1,
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(%namespace, shard = %shard.name, %error, "removing gone pods' tokens")
-            }
-        }
-    }
-    swept
 }
 
 #[cfg(test)]
@@ -767,96 +649,6 @@ mod tests {
     use k8s_openapi::jiff::{self, Timestamp};
 
     use super::*;
-    use crate::{cache::token_shards::shard_name, engine::items::Kind};
-
-    #[test]
-    fn shard_names_round_trip_and_are_reserved() {
-        assert_eq!(shard_name(0), "shard-0.vc-tokens");
-        assert_eq!(shard_index("shard-12.vc-tokens"), Some(12));
-        assert_eq!(shard_index("shard-012.vc-tokens"), None);
-        assert_eq!(shard_index("web-1.vc-token"), None);
-        assert_eq!(shard_index("shard-x.vc-tokens"), None);
-        assert!(crate::cache::token_shards::is_reserved_secret_name(&shard_name(
-            7
-        )));
-        assert!(crate::cache::token_shards::is_reserved_secret_name(
-            &token::secret_name("web-1")
-        ));
-        assert!(!crate::cache::token_shards::is_reserved_secret_name("vc-tokens"));
-    }
-
-    #[test]
-    fn key_prefixes_are_valid_keys_for_any_pod_name() {
-        assert_eq!(key_prefix("web-1"), "web-1");
-        let long = format!("{}.b", "a".repeat(251));
-        let prefix = key_prefix(&long);
-        assert!(convert::pod_data_key(&prefix, "token-0123456789").len() <= 253);
-        assert_ne!(key_prefix(&format!("{}.c", "a".repeat(251))), prefix);
-    }
-
-    fn member(issued: i64, expires: i64) -> Member {
-        Member {
-            uid: "u".into(),
-            keys: ["p.token", "p.uid"].into_iter().collect(),
-            issued,
-            expires,
-        }
-    }
-
-    #[test]
-    fn members_are_due_in_the_last_fifth_and_join_a_renewal_past_half_their_life() {
-        let m = member(1000, 2000);
-        assert_eq!(m.refresh_at(), Some(1800));
-        assert!(!m.due(1799));
-        assert!(m.due(1800));
-        assert!(!m.joins_renewal(1499));
-        assert!(m.joins_renewal(1500));
-        let no_token = member(0, 0);
-        assert!(!no_token.due(i64::MAX) && !no_token.joins_renewal(i64::MAX));
-        assert!(m.covers(
-            "p",
-            &[TokenNeed {
-                key: "token".into(),
-                audience: None,
-                expiration_seconds: None
-            }]
-        ));
-        assert!(!m.covers(
-            "p",
-            &[TokenNeed {
-                key: "token-x".into(),
-                audience: None,
-                expiration_seconds: None
-            }]
-        ));
-    }
-
-    #[test]
-    fn a_pod_goes_to_its_own_shard_else_the_first_with_room_else_a_new_one() {
-        let view = |index, occupancy, holds_pod| ShardView {
-            index,
-            occupancy,
-            holds_pod,
-        };
-        assert_eq!(choose(&[], 32), 0);
-        assert_eq!(choose(&[view(0, 32, false), view(1, 5, false)], 32), 1);
-        assert_eq!(choose(&[view(0, 32, false), view(1, 32, false)], 32), 2);
-        assert_eq!(choose(&[view(0, 3, false), view(1, 32, true)], 32), 1);
-    }
-
-    #[test]
-    fn a_data_patch_adds_removes_and_keeps_the_shared_keys() {
-        let added: BTreeMap<String, ByteString> =
-            [("a.token".to_owned(), ByteString(b"jwt".to_vec()))].into();
-        let gone = member(1, 2);
-        let data = data_patch(&added, &[&gone], "CA", "shop");
-        assert_eq!(data["a.token"], json!("and0"));
-        assert_eq!(data["p.token"], Value::Null);
-        assert_eq!(data["p.uid"], Value::Null);
-        assert_eq!(data["ca.crt"], json!("Q0E="));
-        assert_eq!(data["namespace"], json!("c2hvcA=="));
-    }
-
     // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
 
     use crate::{
@@ -948,7 +740,7 @@ mod tests {
                     .unwrap_or_default();
                 assert!(key.starts_with(&format!("{pod}.token-")), "{key}");
                 assert_eq!(
-                    call.body["metadata"]["annotations"][token::ANNOTATION_TOKEN_SECRET],
+                    call.body["metadata"]["annotations"][crate::tokens::mounts::ANNOTATION_TOKEN_SECRET],
                     "shard-0.vc-tokens"
                 );
                 created.push(call.echo());
@@ -956,9 +748,9 @@ mod tests {
             created
         };
         let (o1, o2, o3, mut created) = tokio::join!(
-            super::super::down::sync(&ctx, &tenant, &items[0]),
-            super::super::down::sync(&ctx, &tenant, &items[1]),
-            super::super::down::sync(&ctx, &tenant, &items[2]),
+            crate::resources::pod::down::sync(&ctx, &tenant, &items[0]),
+            crate::resources::pod::down::sync(&ctx, &tenant, &items[1]),
+            crate::resources::pod::down::sync(&ctx, &tenant, &items[2]),
             super_script,
         );
         for outcome in [o1, o2, o3] {
@@ -1045,9 +837,9 @@ mod tests {
             secret_writes
         };
         let (o1, o2, o3, (), writes) = tokio::join!(
-            super::super::up::pod(&ctx, &tenant, "ns", "p1"),
-            super::super::up::pod(&ctx, &tenant, "ns", "p2"),
-            super::super::up::pod(&ctx, &tenant, "ns", "p3"),
+            crate::resources::pod::up::pod(&ctx, &tenant, "ns", "p1"),
+            crate::resources::pod::up::pod(&ctx, &tenant, "ns", "p2"),
+            crate::resources::pod::up::pod(&ctx, &tenant, "ns", "p3"),
             tenant_script,
             super_script,
         );
@@ -1105,7 +897,7 @@ mod tests {
             cache(&mut caches.pods, from_json(pod));
             let again = tokio::time::timeout(
                 Duration::from_secs(5),
-                super::super::up::pod(&ctx, &tenant, "ns", name),
+                crate::resources::pod::up::pod(&ctx, &tenant, "ns", name),
             )
             .await
             .expect("no request");
@@ -1115,25 +907,13 @@ mod tests {
         tenants.idle().await;
     }
 
-    /// While one worker mints a pod's tokens, another that finds them missing leaves them to it.
-    #[test]
-    fn a_pods_tokens_are_minted_by_one_worker_at_a_time() {
-        let shards = TokenShards::default();
-        let shard = shards.shard(SUPER_NS, "ns", 0);
-        let first = shard.start_minting("p1", "uid-p1").expect("the first mints");
-        assert!(shard.start_minting("p1", "uid-p1").is_none());
-        assert!(shard.start_minting("p2", "uid-p2").is_some());
-        drop(first);
-        assert!(shard.start_minting("p1", "uid-p1").is_some());
-    }
-
     fn super_pod(name: &str) -> SuperPod {
         from_json(json!({
             "metadata": {"name": name, "namespace": SUPER_NS, "uid": format!("super-{name}"), "annotations": {
                 "tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "ns",
                 "tenancy.x-k8s.io/uid": format!("uid-{name}"),
-                (token::ANNOTATION_POD_TOKENS): token::needs_annotation(&[need()]),
-                (token::ANNOTATION_TOKEN_SECRET): "shard-0.vc-tokens"}},
+                (crate::tokens::mounts::ANNOTATION_POD_TOKENS): crate::tokens::mounts::needs_annotation(&[need()]),
+                (crate::tokens::mounts::ANNOTATION_TOKEN_SECRET): "shard-0.vc-tokens"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}
         }))
     }
@@ -1171,7 +951,7 @@ mod tests {
         let (tenant_client, mut tenants) = testing::mock();
         let (ctx, mut super_caches) = testing::context(super_client);
         let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
-        let now = token::now();
+        let now = now();
         // p1 is due, p2 past half its life, p3's pod is gone, p4 fresh.
         let members: Members = [
             ("p1".to_owned(), recorded("p1", now - 3000, now + 500)),
@@ -1251,7 +1031,7 @@ mod tests {
 
         // The shard's one timer fires at its earliest member's renewal (p4's, at now + 2870), queues
         // the members then due, and is set again for the renewed ones (at about now + 2880).
-        let shards = &ctx.supers.pods.token_shards;
+        let shards = &ctx.tokens;
         let due_at = |at: i64| -> Vec<String> {
             let (due, _) = shards.fire_renewals(at);
             due.into_iter()
