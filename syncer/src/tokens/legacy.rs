@@ -156,7 +156,7 @@ pub fn secret(
 
 /// Keeps the token Secret of its own that a pod of an earlier version reads (`<pod>.vc-token`): minted
 /// again when due, and a wake-up scheduled for the next renewal. Returns the writes made.
-pub(super) async fn refresh_token(
+pub(crate) async fn refresh_token(
     ctx: &Context,
     tenant: &Tenant,
     tenant_pod: &TenantPod,

@@ -370,6 +370,8 @@ pub fn key_prefix(pod: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
 
     fn need(key: &str) -> TokenNeed {

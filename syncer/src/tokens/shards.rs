@@ -649,6 +649,7 @@ mod tests {
     use k8s_openapi::jiff::{self, Timestamp};
 
     use super::*;
+    use crate::engine::items::Kind;
     // Controller tests on scripted apiservers: what creating and renewing cost the super cluster.
 
     use crate::{

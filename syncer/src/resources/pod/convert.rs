@@ -696,6 +696,7 @@ pub fn cached_spec(pod: &Pod) -> CachedPodSpec {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Volume;
     use serde_json::json;
 
     use super::*;

@@ -439,6 +439,7 @@ mod tests {
     use crate::{
         engine::context::testing::{self, from_json, put},
         tenancy::settings::TenantSettings,
+        tokens::shards::{REASON_TOKEN_NOT_ISSUED, TOKEN_RETRY},
     };
 
     /// The super copy of tenant pod `shop/web`, scheduled to `node-1`, with `status`.

@@ -11,10 +11,8 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::Secret;
 
 use super::super::{
-    convert::TokenNeed,
     ephemeral,
     refusal::{REASON_POLICY_VIOLATION, REASON_REFUSED_BY_SUPER_CLUSTER, REFUSED_RETRY},
-    token::{self, refresh_token},
     update::{
         ANNOTATION_REFUSED_RESIZE, ANNOTATION_REFUSED_TOLERATIONS, REASON_RESIZE_REFUSED,
         REASON_UPDATE_REFUSED,
@@ -28,6 +26,11 @@ use crate::{
         items::Kind,
     },
     tenancy::settings::TenantSettings,
+    tokens::{
+        legacy::{self as token, refresh_token},
+        mounts::TokenNeed,
+        now,
+    },
 };
 
 const HELD: &str = "tenant quota pods exceeded: 1 in use, 1 asked for, limit 1";
@@ -240,7 +243,7 @@ async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
         .copies
         .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
         .expect("super pod");
-    let now = token::now();
+    let now = now();
 
     // In sync (a restart): nothing is asked or written.
     crate::engine::context::testing::put(
