@@ -285,7 +285,6 @@ mod tests {
         assert!(!needs_refresh(Some(&secret), "old-uid", &[], 99_999));
     }
 
-
     #[test]
     fn long_pod_names_get_valid_secret_names() {
         assert_eq!(secret_name("web-1"), "web-1.vc-token");

@@ -99,10 +99,7 @@ impl Tokens {
             identity::owner_cluster(meta),
             identity::tenant_namespace(meta),
         ) {
-            return Some((
-                Arc::from(cluster),
-                vec![DownItem::new(Kind::Pod, namespace, pod)],
-            ));
+            return Some((Arc::from(cluster), vec![DownItem::new(Kind::Pod, namespace, pod)]));
         }
         self.observe_shard(meta, change);
         if change == Change::Deleted {
@@ -112,7 +109,11 @@ impl Tokens {
     }
 
     /// A shard someone else changed or deleted is read again from the cache before its next use.
-    fn observe_shard(&self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, change: Change) {
+    fn observe_shard(
+        &self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        change: Change,
+    ) {
         let (Some(namespace), Some(index)) = (
             meta.namespace.as_deref(),
             meta.name.as_deref().and_then(shard_index),

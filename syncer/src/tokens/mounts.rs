@@ -91,11 +91,21 @@ pub fn reserved_secret_references(spec: &PodSpec) -> Vec<String> {
         }
     }
     names.extend(spec.image_pull_secrets.iter().flatten().map(|r| r.name.as_str()));
-    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
-        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
+    for container in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        names.extend(env_secret_names(
+            container.env.as_deref(),
+            container.env_from.as_deref(),
+        ));
     }
     for container in spec.ephemeral_containers.iter().flatten() {
-        names.extend(env_secret_names(container.env.as_deref(), container.env_from.as_deref()));
+        names.extend(env_secret_names(
+            container.env.as_deref(),
+            container.env_from.as_deref(),
+        ));
     }
     reserved_refusals(names)
 }
@@ -400,7 +410,6 @@ mod tests {
         assert_eq!(needs_of(&ObjectMeta::default()), None);
     }
 
-
     #[test]
     fn key_prefixes_are_valid_keys_for_any_pod_name() {
         assert_eq!(key_prefix("web-1"), "web-1");
@@ -409,5 +418,4 @@ mod tests {
         assert!(pod_data_key(&prefix, "token-0123456789").len() <= 253);
         assert_ne!(key_prefix(&format!("{}.c", "a".repeat(251))), prefix);
     }
-
 }

@@ -316,15 +316,12 @@ mod tests {
         assert_eq!(shard_index("shard-012.vc-tokens"), None);
         assert_eq!(shard_index("web-1.vc-token"), None);
         assert_eq!(shard_index("shard-x.vc-tokens"), None);
-        assert!(crate::tokens::mounts::is_reserved_secret_name(&shard_name(
-            7
-        )));
+        assert!(crate::tokens::mounts::is_reserved_secret_name(&shard_name(7)));
         assert!(crate::tokens::mounts::is_reserved_secret_name(
             &crate::tokens::legacy::secret_name("web-1")
         ));
         assert!(!crate::tokens::mounts::is_reserved_secret_name("vc-tokens"));
     }
-
 
     #[test]
     fn members_are_due_in_the_last_fifth_and_join_a_renewal_past_half_their_life() {
@@ -379,5 +376,4 @@ mod tests {
         assert_eq!(data["ca.crt"], json!("Q0E="));
         assert_eq!(data["namespace"], json!("c2hvcA=="));
     }
-
 }

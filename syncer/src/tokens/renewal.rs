@@ -188,5 +188,4 @@ mod tests {
         let pods: Vec<&str> = due.iter().map(|(_, item)| item.name.as_str()).collect();
         assert_eq!(pods, ["web-1", "web-2"]);
     }
-
 }

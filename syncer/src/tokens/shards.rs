@@ -114,8 +114,7 @@ impl Shard {
             .copies
             .get(&ObjectRef::new(pod).within(&self.namespace))
             .is_some_and(|p| {
-                secret_of(p.meta()) == Some(self.name.as_str())
-                    && identity::tenant_uid(p.meta()) == Some(uid)
+                secret_of(p.meta()) == Some(self.name.as_str()) && identity::tenant_uid(p.meta()) == Some(uid)
             })
     }
 
