@@ -14,12 +14,10 @@ use dns::{keep_off_super_dns, literal_downward_env, rewrite_dns, set_apiserver_e
 pub use running::{missing_tolerations, mutable_view, resize_patch, resized_containers};
 
 use crds::{PodPolicy, wellknown::ANNOTATION_DISABLE_DNS_MUTATION};
-use k8s_openapi::api::core::v1::{
-    EphemeralContainer, HostAlias, PersistentVolumeClaimVolumeSource, Pod, PodDNSConfig, SecurityContext,
-};
+use k8s_openapi::api::core::v1::{HostAlias, PersistentVolumeClaimVolumeSource, Pod, SecurityContext};
 
 use crate::{
-    cache::pods::{CachedPodSpec, ContainerImage},
+    cache::pods::CachedPodSpec,
     engine::config::PlatformPodPolicy,
     resources::runtime_class::RuntimeClassChoice,
     tenancy::identity::{self, TenantIdentity},

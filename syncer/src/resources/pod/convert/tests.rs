@@ -1,10 +1,11 @@
 //! The conversion, table by table: a typical pod, DNS, refusals, runtime classes, hardening, the token
 //! Secret's volumes, a running pod's changes and ephemeral containers.
 
-use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::{EphemeralContainer, PodDNSConfig, Volume};
 use serde_json::json;
 
 use super::*;
+use crate::cache::pods::ContainerImage;
 
 fn identity() -> TenantIdentity {
     TenantIdentity {
