@@ -1,5 +1,5 @@
 //! Secrets: copied down, legacy service-account token Secrets as Opaque ones. Pods' token Secrets, which
-//! the syncer makes itself, are the pods' ([`super::pod::token_secrets`]); tenant Secrets of their names are not
+//! the syncer makes itself, are the tokens' ([`crate::tokens`]); tenant Secrets of their names are not
 //! copied.
 
 use crds::wellknown::{LABEL_POD_TOKEN, LABEL_VC_NAME};

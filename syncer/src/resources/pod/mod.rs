@@ -2,9 +2,9 @@
 //! and [`down`] does it, with the executors of creation ([`create`]) and of a running pod's changes
 //! ([`update`]); the copy is converted by [`convert`] (what it carries besides: [`desired`]), admitted by
 //! [`policy`], placed in the tenant's view of its nodes ([`placement`]); ephemeral containers added later
-//! ([`ephemeral`]). Their service-account tokens are [`crate::tokens`]' (reached through
-//! [`crate::engine::context::Context::tokens`]). Up: [`up`]. Their end ([`end`]): the deletion completed, and the terminal status of a
-//! deleted pod a finalizer holds. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
+//! ([`ephemeral`]). Up: [`up`]. Their end ([`end`]): the deletion completed, and the terminal status of a
+//! deleted pod a finalizer holds. Their service-account tokens are [`crate::tokens`]', reached through
+//! [`crate::engine::context::Context::tokens`]. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
 //! [`ephemeral`], which import them rather than each other. [`bindings`]: what the pods keep of each tenant
 //! besides their cache.
 
