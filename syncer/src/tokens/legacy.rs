@@ -1,9 +1,9 @@
 //! The per-pod token Secrets of earlier versions (`<pod>.vc-token`, owned by the super pod): still renewed
 //! for the pods that read them. Pods created since read the shared token Secrets ([`super::shards`]).
 //!
-//! To be removed in 0.2.0: this path serves only pods created before the shared token Secrets (by builds
-//! before 0.1.0); from 0.2.0 such a pod must have been recreated (its copy is recreated with the shared
-//! Secrets whenever it is), or its tokens expire unrenewed.
+//! To be removed in 0.2.0 (docs/syncer.md, "Token Secrets"): it serves only pods created before the shared
+//! token Secrets (by earlier builds of 0.1.0); such a pod must be recreated before the upgrade (its new copy
+//! reads the shared Secrets), or its tokens expire unrenewed.
 
 use std::time::Duration;
 
