@@ -9,8 +9,9 @@
 //! [`shards`]: its writes). Gone pods' keys leave with a shard's next write or the patrol's [`sweep`]. Pods
 //! created by earlier versions read a Secret of their own ([`legacy`], to be removed in 0.2.0).
 //!
-//! The calls pods make: [`mounts::rewrite_volumes`] while converting a pod (pure), [`Tokens::assign`] when
-//! its copy is created, [`Tokens::put_bound`] once its tenant pod is bound, [`Tokens::keep`] while it runs.
+//! The calls pods make: [`mounts::rewrite_volumes`] while converting a pod (pure: what the copy mounts),
+//! [`Tokens::mount`] when its copy is created (the shard it reads), [`Tokens::put_bound`] once its tenant
+//! pod is bound, [`Tokens::keep`] while it runs.
 //! A deleted pod needs none: its keys go with its shard's next write or the sweep. The token Secrets'
 //! watch (metadata only: token values never sit in the syncer's memory) is the pods' super cache's, and
 //! feeds [`Tokens::observe`].

@@ -1,4 +1,4 @@
-//! The shared token Secrets' writes: a pod's shard chosen at creation ([`Tokens::assign`]), its first tokens
+//! The shared token Secrets' writes: a pod's shard chosen at creation ([`Tokens::mount`]), its first tokens
 //! once its tenant pod is bound ([`Tokens::put_bound`]), kept and renewed with its shard
 //! ([`Tokens::keep`]); each shard's writes a group commit ([`crate::engine::group_commit`]) of merge
 //! patches with the shard's resourceVersion as precondition.
@@ -11,7 +11,11 @@ use std::{
 
 use crds::wellknown::LABEL_POD_TOKEN;
 use futures::{StreamExt, stream};
-use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Pod, Secret},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -23,7 +27,10 @@ use serde_json::{Value, json};
 use super::{
     Tokens, legacy,
     minting::{Subject, put_for, tenant_ca},
-    mounts::{TokenNeed, key_prefix, needs_of, secret_of},
+    mounts::{
+        ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET, TokenNeed, UNASSIGNED_TOKEN_SECRET, key_prefix,
+        needs_annotation, needs_of, retarget_token_secret, secret_of,
+    },
     now,
     records::{
         ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, ShardView, choose,
@@ -46,6 +53,32 @@ const RESERVATION: Duration = Duration::from_secs(120);
 const MINTS_IN_FLIGHT: usize = 8;
 
 impl Tokens {
+    /// Points a new copy's token volumes at the shard it will read them from (chosen now: the volumes name
+    /// it) and records on the copy what it needs and where; its tokens are minted once its tenant pod is
+    /// bound ([`Tokens::put_bound`], so they name the node), and the kubelet retries the mount until then.
+    pub fn mount(
+        &self,
+        ctx: &Context,
+        copy: &mut Pod,
+        needs: &[TokenNeed],
+        super_namespace: &str,
+        tenant_pod: &Pod,
+    ) {
+        let shard = self.assign(
+            ctx,
+            super_namespace,
+            tenant_pod.metadata.namespace.as_deref().unwrap_or_default(),
+            tenant_pod.metadata.name.as_deref().unwrap_or_default(),
+            tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        if let Some(spec) = copy.spec.as_mut() {
+            retarget_token_secret(spec, UNASSIGNED_TOKEN_SECRET, &shard);
+        }
+        let annotations = copy.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(ANNOTATION_POD_TOKENS.to_owned(), needs_annotation(needs));
+        annotations.insert(ANNOTATION_TOKEN_SECRET.to_owned(), shard);
+    }
+
     /// Assigns a pod of `tenant_namespace` to a shard of its super namespace `namespace` (reserving its
     /// place) and returns the shard's name.
     pub fn assign(

@@ -27,7 +27,7 @@ use crate::{
     cache::pods::{POD_SCHEDULED, TenantPod},
     engine::{context::Context, events},
     error::{Result, on_tenant},
-    tokens::mounts::{self, ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET, UNASSIGNED_TOKEN_SECRET},
+    tokens::mounts::{self, UNASSIGNED_TOKEN_SECRET},
     resources::{
         claim, namespace,
         outcome::Outcome,
@@ -238,24 +238,8 @@ async fn create_admitted(
     let mut pod = converted.pod;
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
-        // The shard its volumes read; its tokens are minted once the tenant pod is bound (so they name the
-        // node) and written there (`Tokens::put_bound`); the kubelet retries the mount until then.
-        let shard = ctx.tokens.assign(
-            ctx,
-            &api_namespace(api),
-            &namespace,
-            tenant_pod.metadata.name.as_deref().unwrap_or_default(),
-            tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
-        );
-        if let Some(spec) = pod.spec.as_mut() {
-            mounts::retarget_token_secret(spec, UNASSIGNED_TOKEN_SECRET, &shard);
-        }
-        pod.metadata = with_annotation(
-            pod.metadata,
-            ANNOTATION_POD_TOKENS,
-            mounts::needs_annotation(&converted.tokens),
-        );
-        pod.metadata = with_annotation(pod.metadata, ANNOTATION_TOKEN_SECRET, shard);
+        ctx.tokens
+            .mount(ctx, &mut pod, &converted.tokens, &api_namespace(api), tenant_pod);
     }
     // A POST, not an apply: the super apiserver decodes it once, with no YAML parse and no structured
     // merge (about a tenth of its CPU per synced pod); the pod's first update makes the fields applied.
