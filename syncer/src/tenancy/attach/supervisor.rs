@@ -147,7 +147,7 @@ async fn supervise_one(
     let retry = Backoff::<Failing>::new(RETRY_MIN, RETRY_MAX);
     let mut state: Option<&'static str> = None;
     // Sharded: which tenants this replica holds changes under the supervisor's feet.
-    let mut ownership = ctx.shards.as_ref().map(|shards| shards.subscribe());
+    let mut ownership = ctx.ownership_changes();
     let mut enter = |ctx: &Context, new: Option<&'static str>| {
         if state != new {
             if let Some(old) = state {

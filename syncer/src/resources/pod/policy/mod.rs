@@ -10,8 +10,8 @@
 //! Everything is checked before anything is written; a pod asking for more is not synced, and every
 //! violation is named in one event on the tenant pod.
 //!
-//! The rules are apart by what they judge: host access and volumes ([`host`]), security profiles and
-//! capabilities ([`profiles`]), and the nodes a pod may reach ([`nodes`]: tolerations, node selector,
+//! The rules are apart by what they judge: host access and volumes (`host`), security profiles and
+//! capabilities (`profiles`), and the nodes a pod may reach (`nodes`: tolerations, node selector,
 //! node affinity).
 
 mod host;
