@@ -10,14 +10,12 @@ use kube::ResourceExt;
 use tokio::sync::watch;
 
 use super::{
-    Failure,
     cleanup::detach,
     connect::{
-        REASON_IDENTITY_CHANGED, check, connect, fingerprint, identity_changed, load_kubeconfig,
-        pin_identity, response_too_large,
+        Failure, REASON_IDENTITY_CHANGED, check, connect, failure, fingerprint, identity_changed,
+        load_kubeconfig, pin_identity, response_too_large,
     },
     eligibility::recreates_missing_copies,
-    failure,
 };
 use crate::{
     engine::{

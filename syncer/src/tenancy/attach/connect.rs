@@ -20,11 +20,27 @@ use vc_runtime::{
     limits::{ResponseBudget, ResponseLimits},
 };
 
-use super::{Failure, eligibility::pinned_identity, failure};
+use super::eligibility::pinned_identity;
 use crate::{
     engine::context::Context,
     tenancy::{identity::TenantIdentity, tenant::Connection},
 };
+
+/// Why a tenant could not be attached, as a condition reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// What exactly failed.
+    pub message: String,
+}
+
+pub(super) fn failure(reason: &'static str, message: impl Into<String>) -> Failure {
+    Failure {
+        reason,
+        message: message.into(),
+    }
+}
 
 /// Reads a tenant's admin kubeconfig: an adopted tenant's from where its VirtualCluster's spec (or, in adopt
 /// mode, the original annotations) says, a provisioned tenant's from Secret `admin-kubeconfig` in its root

@@ -24,23 +24,7 @@ mod fixtures;
 
 pub use attempt::update_settings;
 pub use cleanup::{clean_up, delete_namespaces, detach, orphaned, remove_paused_pods};
-pub use connect::{Answer, REASON_IDENTITY_CHANGED, REASON_RESPONSE_TOO_LARGE, load_kubeconfig};
+pub use connect::{Answer, Failure, REASON_IDENTITY_CHANGED, REASON_RESPONSE_TOO_LARGE, load_kubeconfig};
 pub use eligibility::{REASON_TENANT_PAUSED, eligible, identity_of};
 pub use report::{CONDITION_SPEC_LIMITED, REASON_PLATFORM_LIMITS, limited_settings, recorder};
 pub use supervisor::supervise;
-
-/// Why a tenant could not be attached, as a condition reason and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    /// CamelCase reason.
-    pub reason: &'static str,
-    /// What exactly failed.
-    pub message: String,
-}
-
-pub(crate) fn failure(reason: &'static str, message: impl Into<String>) -> Failure {
-    Failure {
-        reason,
-        message: message.into(),
-    }
-}

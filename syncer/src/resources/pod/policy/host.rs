@@ -3,7 +3,7 @@
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{PodSpec, Volume};
 
-use super::{PolicyInput, containers};
+use super::input::{PolicyInput, containers};
 use crate::resources::claim;
 
 pub(super) fn host_access(spec: &PodSpec, policy: &PodPolicy, found: &mut Vec<String>) {

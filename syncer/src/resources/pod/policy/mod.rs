@@ -1,20 +1,22 @@
 //! What a tenant pod may ask of the super cluster: host access, volumes, placement, priority, scheduler,
 //! runtime class and the security profiles of its containers (init and ephemeral ones included).
 //!
-//! Two layers decide. The platform's flags ([`PlatformPodPolicy`]) hold for every tenant; a
-//! VirtualCluster's `podPolicy` widens host access and security profiles for its tenant, and placement
-//! (tolerations, node labels) only by keys the platform lets VirtualClusters grant. Whatever podPolicy
-//! allows, the Pod Security level of the super namespaces (see [`crate::engine::config::PodSecurityLabels`])
-//! still applies in the super apiserver: a VirtualCluster editor cannot lift the platform's backstop.
+//! Two layers decide. The platform's flags ([`crate::engine::config::PlatformPodPolicy`]) hold for every
+//! tenant; a VirtualCluster's `podPolicy` widens host access and security profiles for its tenant, and
+//! placement (tolerations, node labels) only by keys the platform lets VirtualClusters grant. Whatever
+//! podPolicy allows, the Pod Security level of the super namespaces (see
+//! [`crate::engine::config::PodSecurityLabels`]) still applies in the super apiserver: a VirtualCluster
+//! editor cannot lift the platform's backstop.
 //!
 //! Everything is checked before anything is written; a pod asking for more is not synced, and every
 //! violation is named in one event on the tenant pod.
 //!
 //! The rules are apart by what they judge: host access and volumes (`host`), security profiles and
 //! capabilities (`profiles`), and the nodes a pod may reach (`nodes`: tolerations, node selector,
-//! node affinity).
+//! node affinity), all over what they read (`input`).
 
 mod host;
+mod input;
 mod nodes;
 mod profiles;
 #[cfg(test)]
@@ -22,77 +24,18 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use crds::PodPolicy;
-use k8s_openapi::api::core::v1::{EphemeralContainer, PodSpec, SecurityContext};
+use k8s_openapi::api::core::v1::{EphemeralContainer, PodSpec};
 
 use self::{
     host::{host_access, volumes},
+    input::containers,
     nodes::placement,
     profiles::{APPARMOR_ANNOTATION_PREFIX, SECCOMP_CONTAINER_ANNOTATION_PREFIX, security_profiles},
 };
-pub use self::nodes::{may_tolerate, refused_tolerations};
-use crate::engine::config::PlatformPodPolicy;
-
-/// What the policy consults besides the pod.
-pub struct PolicyInput<'a> {
-    /// The VirtualCluster's `podPolicy`.
-    pub tenant: &'a PodPolicy,
-    /// The platform's flags.
-    pub platform: &'a PlatformPodPolicy,
-    /// The RuntimeClass the VirtualCluster forces, if any.
-    pub forced_runtime_class: Option<&'a str>,
-    /// Whether a PriorityClass is published (a super PriorityClass labelled
-    /// `tenancy.x-k8s.io/super.public=true`).
-    pub published_priority_class: &'a dyn Fn(&str) -> bool,
-    /// Whether the pod's node selection is resolved against the tenant's vNodes ([`super::placement`]):
-    /// then it can only reach nodes the tenant sees, whatever labels it names, and they are not judged.
-    pub node_selection_resolved: bool,
-    /// Whether a StorageClass is published (for generic ephemeral volumes, held to the rules of claims).
-    pub published_storage_class: &'a dyn Fn(&str) -> bool,
-    /// The published StorageClass marked default, when exactly one is.
-    pub published_default_storage_class: Option<&'a str>,
-}
-
-/// A container of any kind, with what the policy looks at.
-struct ContainerView<'a> {
-    kind: &'static str,
-    name: &'a str,
-    security: Option<&'a SecurityContext>,
-    host_ports: Vec<i32>,
-}
-
-fn containers(spec: &PodSpec) -> Vec<ContainerView<'_>> {
-    let host_ports = |ports: Option<&Vec<k8s_openapi::api::core::v1::ContainerPort>>| -> Vec<i32> {
-        ports
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.host_port.filter(|h| *h != 0))
-            .collect()
-    };
-    let mut all: Vec<ContainerView<'_>> = spec
-        .containers
-        .iter()
-        .map(|c| ContainerView {
-            kind: "container",
-            name: &c.name,
-            security: c.security_context.as_ref(),
-            host_ports: host_ports(c.ports.as_ref()),
-        })
-        .collect();
-    all.extend(spec.init_containers.iter().flatten().map(|c| ContainerView {
-        kind: "init container",
-        name: &c.name,
-        security: c.security_context.as_ref(),
-        host_ports: host_ports(c.ports.as_ref()),
-    }));
-    all.extend(spec.ephemeral_containers.iter().flatten().map(|c| ContainerView {
-        kind: "ephemeral container",
-        name: &c.name,
-        security: c.security_context.as_ref(),
-        host_ports: host_ports(c.ports.as_ref()),
-    }));
-    all
-}
+pub use self::{
+    input::PolicyInput,
+    nodes::{may_tolerate, refused_tolerations},
+};
 
 /// Everything a pod asks for that the policy does not allow, each naming the field and the setting that
 /// would allow it; empty when the pod may be synced.

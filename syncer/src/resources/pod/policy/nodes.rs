@@ -4,7 +4,7 @@
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration};
 
-use super::PolicyInput;
+use super::input::PolicyInput;
 use crate::engine::config::PlatformPodPolicy;
 
 /// The node label whose value is the node's name: allowing it allows affinity on `metadata.name`.
@@ -107,7 +107,7 @@ pub(super) fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec
     }
 }
 
-/// The tolerations of `tolerations` the policy does not allow, each described as in [`violations`]; what a
+/// The tolerations of `tolerations` the policy does not allow, each described as in [`violations`](super::violations); what a
 /// running pod may add is held to the same rules as what it was created with.
 pub fn refused_tolerations<'t>(
     tolerations: impl IntoIterator<Item = &'t Toleration>,

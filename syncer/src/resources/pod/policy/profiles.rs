@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Capabilities, PodSpec};
 
-use super::{ContainerView, PolicyInput};
+use super::input::{ContainerView, PolicyInput};
 
 /// Annotation prefix of the AppArmor profile of a container (before the `appArmorProfile` field).
 pub(super) const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";

@@ -1,8 +1,13 @@
 //! The policy's tables: what passes, what is named, what podPolicy and the platform's flags widen.
 
+use std::collections::BTreeMap;
+
+use crds::PodPolicy;
+use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::json;
 
 use super::*;
+use crate::engine::config::PlatformPodPolicy;
 
 fn spec(value: serde_json::Value) -> PodSpec {
     serde_json::from_value(value).expect("spec")
