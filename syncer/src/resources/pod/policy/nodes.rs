@@ -107,8 +107,9 @@ pub(super) fn placement(spec: &PodSpec, input: &PolicyInput<'_>, found: &mut Vec
     }
 }
 
-/// The tolerations of `tolerations` the policy does not allow, each described as in [`violations`](super::violations); what a
-/// running pod may add is held to the same rules as what it was created with.
+/// The tolerations of `tolerations` the policy does not allow, each described as in
+/// [`violations`](super::violations); what a running pod may add is held to the same rules as what it was
+/// created with.
 pub fn refused_tolerations<'t>(
     tolerations: impl IntoIterator<Item = &'t Toleration>,
     platform: &PlatformPodPolicy,
