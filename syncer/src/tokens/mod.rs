@@ -11,10 +11,9 @@
 //!
 //! The calls pods make: [`mounts::rewrite_volumes`] while converting a pod (pure: what the copy mounts),
 //! [`Tokens::mount`] when its copy is created (the shard it reads), [`Tokens::put_bound`] once its tenant
-//! pod is bound, [`Tokens::keep`] while it runs.
-//! A deleted pod needs none: its keys go with its shard's next write or the sweep. The token Secrets'
-//! watch (metadata only: token values never sit in the syncer's memory) is the pods' super cache's, and
-//! feeds [`Tokens::observe`].
+//! pod is bound, [`Tokens::keep`] while it runs. A deleted pod needs none: its keys go with its shard's
+//! next write or the sweep. The token Secrets' watch (metadata only: token values never sit in the
+//! syncer's memory) is the pods' super cache's, and feeds [`Tokens::observe`].
 //!
 //! Layers: [`mounts`] and [`records`] need nothing of the syncer's but its plumbing; this facade, its
 //! [`renewal`] timers and [`minting`] are held by the `Context`; [`shards`], [`legacy`] and [`sweep`] take

@@ -9,38 +9,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crds::wellknown::LABEL_POD_TOKEN;
 use futures::{StreamExt, stream};
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::{Pod, Secret},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
-use kube::{
-    Api,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
-    core::PartialObjectMeta,
-    runtime::reflector::ObjectRef,
-};
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
 
 use super::{
     Tokens, legacy,
-    minting::{Subject, put_for, tenant_ca},
+    minting::{Subject, put_for},
     mounts::{
         ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET, TokenNeed, UNASSIGNED_TOKEN_SECRET, key_prefix,
         needs_annotation, needs_of, retarget_token_secret, secret_of,
     },
     now,
-    records::{
-        ANNOTATION_TOKEN_MEMBERS, Entry, Member, Members, Put, Shard, ShardState, ShardView, choose,
-        data_patch, members_of, shard_index,
-    },
+    records::{Entry, Member, Put, Shard, ShardState, ShardView, choose, members_of, shard_index},
 };
 use crate::{
     cache::pods::{SuperPod, TenantPod},
     engine::{context::Context, events},
-    error::{Error, Result, on_super},
+    error::{Error, Result},
     tenancy::{identity, tenant::Tenant},
 };
 
@@ -352,162 +338,6 @@ impl Shard {
             }
         }
     }
-
-    fn metadata(
-        &self,
-        tenant: &Tenant,
-        members: &Members,
-        resource_version: Option<String>,
-    ) -> Result<Value> {
-        let mut meta = identity::super_metadata(
-            &ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.tenant_namespace.clone()),
-                ..Default::default()
-            },
-            &tenant.identity,
-            &Default::default(),
-            Some(self.namespace.clone()),
-            true,
-        );
-        meta.labels
-            .get_or_insert_with(Default::default)
-            .insert(LABEL_POD_TOKEN.to_owned(), "true".to_owned());
-        let recorded = serde_json::to_string(members).map_err(|source| Error::Serialize {
-            what: format!("members of token Secret {}/{}", self.namespace, self.name),
-            source,
-        })?;
-        meta.annotations
-            .get_or_insert_with(Default::default)
-            .insert(ANNOTATION_TOKEN_MEMBERS.to_owned(), recorded);
-        meta.resource_version = resource_version;
-        serde_json::to_value(meta).map_err(|source| Error::Serialize {
-            what: format!("token Secret {}/{}", self.namespace, self.name),
-            source,
-        })
-    }
-
-    fn shared_values(&self, tenant: &Tenant) -> (String, String) {
-        let ca = tenant_ca(tenant, &self.tenant_namespace).unwrap_or_default();
-        (ca, self.tenant_namespace.clone())
-    }
-
-    async fn create(
-        &self,
-        ctx: &Context,
-        tenant: &Tenant,
-        added: &BTreeMap<String, Option<ByteString>>,
-        members: &Members,
-    ) -> Result<ObjectMeta> {
-        let (ca, namespace) = self.shared_values(tenant);
-        let values: BTreeMap<String, ByteString> = added
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
-            .collect();
-        let data = data_patch(&values, &[], &ca, &namespace);
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": self.metadata(tenant, members, None)?,
-            "type": "Opaque",
-            "data": data,
-        }))
-        .map_err(|source| Error::Serialize {
-            what: format!("token Secret {}/{}", self.namespace, self.name),
-            source,
-        })?;
-        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
-        let params = PostParams {
-            field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
-            ..Default::default()
-        };
-        ctx.metrics.super_write("secret", "create");
-        let created = api.create(&params, &secret).await.map_err(on_super(format!(
-            "creating token Secret {}/{}",
-            self.namespace, self.name
-        )))?;
-        Ok(created.metadata)
-    }
-
-    async fn patch(
-        &self,
-        ctx: &Context,
-        tenant: &Tenant,
-        added: &BTreeMap<String, Option<ByteString>>,
-        removed: &[&Member],
-        members: &Members,
-        resource_version: Option<String>,
-    ) -> Result<ObjectMeta> {
-        let (ca, namespace) = self.shared_values(tenant);
-        let values: BTreeMap<String, ByteString> = added
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
-            .collect();
-        let mut data = data_patch(&values, removed, &ca, &namespace);
-        for (key, value) in added {
-            if value.is_none() {
-                data.insert(key.clone(), Value::Null);
-            }
-        }
-        let patch = json!({
-            "metadata": self.metadata(tenant, members, resource_version)?,
-            "data": data,
-        });
-        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
-        let params = PatchParams {
-            field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
-            field_validation: Some(kube::api::ValidationDirective::Ignore),
-            ..Default::default()
-        };
-        ctx.metrics.super_write("secret", "patch");
-        let patched = api
-            .patch(&self.name, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(on_super(format!(
-                "writing token Secret {}/{}",
-                self.namespace, self.name
-            )))?;
-        Ok(patched.metadata)
-    }
-
-    async fn delete(&self, ctx: &Context, resource_version: Option<String>) -> Result<()> {
-        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: None,
-                resource_version,
-            }),
-            ..Default::default()
-        };
-        ctx.metrics.super_write("secret", "delete");
-        match api.delete(&self.name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(on_super(format!(
-                "deleting token Secret {}/{}",
-                self.namespace, self.name
-            ))(e)),
-        }
-    }
-
-    /// Reads the shard's metadata from the super cluster (never its values).
-    async fn reread(&self, ctx: &Context) -> Result<()> {
-        let api: Api<Secret> = Api::namespaced(ctx.super_client.clone(), &self.namespace);
-        let found: Option<PartialObjectMeta<Secret>> = match api.get_metadata(&self.name).await {
-            Ok(meta) => Some(meta),
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
-            Err(e) => {
-                return Err(on_super(format!(
-                    "reading token Secret {}/{}",
-                    self.namespace, self.name
-                ))(e));
-            }
-        };
-        let mut state = self.lock();
-        state.exists = found.is_some();
-        state.resource_version = found.as_ref().and_then(|f| f.metadata.resource_version.clone());
-        state.members = found.map(|f| members_of(&f.metadata)).unwrap_or_default();
-        state.loaded = true;
-        Ok(())
-    }
 }
 
 /// Reason of the event on a bound tenant pod whose service account token its apiserver refused to issue.
@@ -676,5 +506,6 @@ pub(crate) async fn keep(
     Ok(u32::from(wrote))
 }
 
+mod secret;
 #[cfg(test)]
 mod tests;

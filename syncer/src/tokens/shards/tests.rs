@@ -1,10 +1,14 @@
 //! The shared token Secrets on scripted apiservers: what creating pods and renewing their tokens cost the
 //! super cluster.
 
+use crds::wellknown::LABEL_POD_TOKEN;
 use k8s_openapi::{
-    api::core::v1::Namespace,
+    ByteString,
+    api::core::v1::{Namespace, Secret},
     jiff::{self, Timestamp},
 };
+use kube::core::PartialObjectMeta;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::{
@@ -14,6 +18,7 @@ use crate::{
     },
     resources::Outcome,
     tenancy::settings::TenantSettings,
+    tokens::records::{ANNOTATION_TOKEN_MEMBERS, Members},
 };
 
 const SUPER_NS: &str = "team-abc123-vc-ns";
