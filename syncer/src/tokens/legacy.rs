@@ -293,4 +293,105 @@ mod tests {
         assert!(name.len() <= 253, "{}", name.len());
         assert_ne!(secret_name(&"a".repeat(252)), name);
     }
+
+    // The path on a scripted apiserver: what keeping a pod's own token Secret asks and writes.
+
+    use serde_json::json;
+
+    use crate::{
+        engine::context::testing::{self, from_json, put},
+        tenancy::settings::TenantSettings,
+    };
+
+    /// The token Secret of a pod created by an earlier version, as the metadata cache holds it.
+    fn legacy_token_secret(issued: i64, expires: i64) -> kube::core::PartialObjectMeta<Secret> {
+        from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": "web.vc-token", "namespace": "team-abc123-vc-shop",
+            "labels": {"tenancy.x-k8s.io/pod-token": "true"},
+            "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop",
+                "tenancy.x-k8s.io/uid": "pod-uid", "tenancy.x-k8s.io/token-for-pod": "web",
+                (ANNOTATION_TOKEN_KEYS): "token",
+                (ANNOTATION_TOKEN_ISSUED): issued.to_string(),
+                (ANNOTATION_TOKEN_EXPIRES): expires.to_string()}}}))
+    }
+
+    #[tokio::test]
+    async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
+        let needs = [TokenNeed {
+            key: "token".into(),
+            audience: None,
+            expiration_seconds: None,
+        }];
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        // A running pod, as the caches show it and its copy.
+        let running = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid", "resourceVersion": "3"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.9"}
+        });
+        let mut copy = running.clone();
+        copy["metadata"]["namespace"] = json!("team-abc123-vc-shop");
+        copy["metadata"]["uid"] = json!("super-uid");
+        copy["metadata"]["annotations"] = json!({"tenancy.x-k8s.io/cluster": "team-abc123-vc",
+            "tenancy.x-k8s.io/namespace": "shop", "tenancy.x-k8s.io/uid": "pod-uid"});
+        put(&mut caches.pods, from_json(running));
+        put(&mut super_caches.pods, from_json(copy));
+        let tenant_pod = tenant
+            .stores
+            .pods
+            .get(&ObjectRef::new("web").within("shop"))
+            .expect("tenant pod");
+        let super_pod = ctx
+            .supers
+            .pods
+            .copies
+            .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
+            .expect("super pod");
+        let now = now();
+
+        // In sync (a restart): nothing is asked or written.
+        put(
+            &mut super_caches.tokens,
+            legacy_token_secret(now - 10, now + 3590),
+        );
+        let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
+        assert_eq!(kept.expect("kept"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+
+        // Due: minted again and applied to the pod's own Secret, not to a shared one.
+        put(
+            &mut super_caches.tokens,
+            legacy_token_secret(now - 3000, now + 500),
+        );
+        let (refreshed, ()) = tokio::join!(
+            refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs),
+            async {
+                let call = tenants
+                    .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
+                    .await;
+                assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
+                let spec = call.body["spec"].clone();
+                call.ok(
+                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
+                "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}),
+                );
+                let applied = supers
+                    .expect(
+                        "PATCH",
+                        "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?",
+                    )
+                    .await;
+                assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
+                applied.echo();
+            }
+        );
+        assert_eq!(refreshed.expect("refreshed"), 1);
+        supers.idle().await;
+        tenants.idle().await;
+    }
 }
