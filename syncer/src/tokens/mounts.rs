@@ -381,8 +381,107 @@ pub fn key_prefix(pod: &str) -> String {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
 
     use super::*;
+
+    /// The keys of `secret` a pod's volumes read.
+    fn keys_read(spec: &PodSpec, secret: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        for volume in spec.volumes.iter().flatten() {
+            if let Some(source) = volume
+                .secret
+                .as_ref()
+                .filter(|s| s.secret_name.as_deref() == Some(secret))
+            {
+                keys.extend(source.items.iter().flatten().map(|i| i.key.clone()));
+            }
+            for source in volume.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+                if let Some(projection) = source.secret.as_ref().filter(|s| s.name == secret) {
+                    keys.extend(projection.items.iter().flatten().map(|i| i.key.clone()));
+                }
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn volumes_read_the_pods_own_keys_and_the_shared_ones_from_the_token_secret() {
+        let custom = token_key(Some("vault"), Some(900));
+        // A volume; whether the pod needs the Secret, the keys it reads there, and the tokens to mint.
+        let cases = [
+            (
+                json!({"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}),
+                true,
+                vec!["p.token".to_owned()],
+                vec![need(KEY_TOKEN)],
+            ),
+            (
+                json!({"name": "v", "projected": {"sources": [{"serviceAccountToken":
+                    {"path": "t", "audience": "vault", "expirationSeconds": 900}}]}}),
+                true,
+                vec![format!("p.{custom}")],
+                vec![TokenNeed {
+                    key: custom.clone(),
+                    audience: Some("vault".into()),
+                    expiration_seconds: Some(900),
+                }],
+            ),
+            (
+                json!({"name": "v", "configMap": {"name": ROOT_CA_CONFIG_MAP}}),
+                true,
+                vec![KEY_CA.to_owned()],
+                vec![],
+            ),
+            (
+                json!({"name": "v", "downwardAPI": {"items": [
+                    {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}},
+                    {"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}},
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}),
+                true,
+                vec!["p.uid".to_owned(), KEY_NAMESPACE.to_owned()],
+                vec![],
+            ),
+            (
+                json!({"name": "v", "configMap": {"name": "settings"}}),
+                false,
+                vec![],
+                vec![],
+            ),
+            (json!({"name": "v", "emptyDir": {}}), false, vec![], vec![]),
+        ];
+        for (volume, needs_secret, keys, tokens) in cases {
+            let mut spec = PodSpec {
+                volumes: Some(vec![serde_json::from_value(volume.clone()).expect("volume")]),
+                ..Default::default()
+            };
+            let (minted, needed) = rewrite_volumes(&mut spec, "shard-0.vc-tokens", "p");
+            assert_eq!(needed, needs_secret, "{volume}");
+            assert_eq!(keys_read(&spec, "shard-0.vc-tokens"), keys, "{volume}");
+            assert_eq!(minted, tokens, "{volume}");
+        }
+    }
+
+    #[test]
+    fn the_syncers_token_secrets_may_not_be_named_by_a_tenant_pod() {
+        for (name, reserved) in [
+            ("shard-0.vc-tokens", true),
+            ("web-1.vc-token", true),
+            ("vc-tokens", false),
+            ("web-1.vc-token-backup", false),
+            ("default-token-abc", false),
+        ] {
+            assert_eq!(is_reserved_secret_name(name), reserved, "{name}");
+            let spec: PodSpec = serde_json::from_value(json!({"containers": [{"name": "c",
+                "envFrom": [{"secretRef": {"name": name}}]}], "imagePullSecrets": [{"name": name}]}))
+            .expect("spec");
+            assert_eq!(
+                reserved_secret_references(&spec).len(),
+                usize::from(reserved),
+                "{name}"
+            );
+        }
+    }
 
     fn need(key: &str) -> TokenNeed {
         TokenNeed {
