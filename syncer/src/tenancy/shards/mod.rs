@@ -23,6 +23,7 @@
 //!   Leases) run on the holder of Lease `vc-syncer-duties`, placed like a tenant.
 
 pub mod assignment;
+pub mod flags;
 pub mod handover;
 
 use std::{
