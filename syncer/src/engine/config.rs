@@ -14,7 +14,11 @@
 //! | [`UsageFlags`] | `--usage-*` | [`crate::accounting::usage::settings`] |
 //! | [`PodFlags`] | pod DNS, Pod Security, pod policy, image pulls | [`crate::resources::pod::flags`] |
 //! | [`TokenFlags`] | token lifetime, pods per token Secret | [`crate::resources::pod::token_flags`] |
-//! | [`KindFlags`], [`VNodeFlags`], [`ServiceFlags`], [`NetworkFlags`], [`VnAgentAccessFlags`], [`MetaFlags`] | the other kinds | [`crate::resources::flags`] |
+//! | [`VNodeFlags`] | vNodes | [`crate::resources::vnode::flags`] |
+//! | [`ServiceFlags`] | ExternalName Services, load-balancer classes | [`crate::resources::service::flags`] |
+//! | [`NetworkFlags`] | network isolation, the CIDRs tenants may name | [`crate::resources::isolation::flags`] |
+//! | [`VnAgentAccessFlags`] | vn-agent's rights on tenant pods | [`crate::resources::access::flags`] |
+//! | [`KindFlags`], [`MetaFlags`] | which kinds are synced, the labels and annotations copied | [`crate::resources::flags`] |
 
 #[cfg(test)]
 mod command_line;
@@ -30,8 +34,12 @@ use crate::{
     accounting::usage::settings::{UsageFlags, UsageSettings},
     engine::{budget::CacheLimits, flags::EngineFlags},
     resources::{
-        flags::{KindFlags, MetaFlags, NetworkFlags, ServiceFlags, VNodeFlags, VnAgentAccessFlags},
+        access::flags::VnAgentAccessFlags,
+        flags::{KindFlags, MetaFlags},
+        isolation::flags::NetworkFlags,
         pod::{flags::PodFlags, token_flags::TokenFlags},
+        service::flags::ServiceFlags,
+        vnode::flags::VNodeFlags,
     },
     tenancy::{
         attach_flags::AttachFlags, journal::flags::JournalFlags, settings::flags::LimitFlags,
@@ -40,8 +48,11 @@ use crate::{
 };
 // The types the config holds, where callers have always found them.
 pub use crate::resources::{
-    flags::{ExternalNameServices, INSTANCE_METADATA, NetworkIsolation, VNodeAddresses, VNodeMode, VnAgentAccess},
+    access::flags::VnAgentAccess,
+    isolation::flags::{INSTANCE_METADATA, NetworkIsolation},
     pod::flags::{POD_SECURITY_PREFIX, PlatformPodPolicy, PodSecurityLabels, TenantDnsService, VOLUME_TYPES},
+    service::flags::ExternalNameServices,
+    vnode::flags::{VNodeAddresses, VNodeMode},
 };
 
 /// Every flag of the syncer binary: sync settings, leader election, admin endpoint, logging.
