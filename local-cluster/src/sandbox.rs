@@ -446,7 +446,10 @@ impl Sandbox {
         if let Some(accounts) = &options.accounts
             && let Some(role) = &accounts.vn_agent_tenant_pods
         {
-            flags.push(format!("--vn-agent-service-account={}/{}", accounts.namespace, accounts.vn_agent));
+            flags.push(format!(
+                "--vn-agent-service-account={}/{}",
+                accounts.namespace, accounts.vn_agent
+            ));
             flags.push(format!("--vn-agent-cluster-role={role}"));
         }
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();

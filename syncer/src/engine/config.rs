@@ -293,17 +293,101 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn vnode_modes_round_trip_through_their_text() {
-        for text in ["pods", "usable", "selected:zone=a,tier=gold"] {
-            let mode: VNodeMode = text.parse().expect("parses");
-            assert_eq!(mode.to_string(), text);
-        }
-    }
-
     fn parse(flags: &[&str]) -> Result<SyncerConfig, String> {
         let args = Args::try_parse_from(["syncer"].iter().chain(flags)).map_err(|e| e.to_string())?;
         SyncerConfig::try_from(args.syncer)
+    }
+
+    #[test]
+    fn bad_values_fail_at_parse_time_naming_their_flag() {
+        for (bad, flag) in [
+            ("--downward-workers=many", "--downward-workers"),
+            ("--patrol-interval-seconds=-1", "--patrol-interval-seconds"),
+            ("--token-ttl-seconds=599", "--token-ttl-seconds"),
+            ("--pods-per-token-secret=0", "--pods-per-token-secret"),
+            ("--pods-per-token-secret=257", "--pods-per-token-secret"),
+            ("--tenant-cache-max-bytes=1G", "--tenant-cache-max-bytes"),
+            ("--usage-interval-seconds=soon", "--usage-interval-seconds"),
+            ("--vn-agent-service=vn-agent", "--vn-agent-service"),
+            ("--tenant-dns-service=a/b/c", "--tenant-dns-service"),
+            (
+                "--network-isolation-platform-dns=kube-dns",
+                "--network-isolation-platform-dns",
+            ),
+            ("--pod-security-warn=strict", "--pod-security-warn"),
+            ("--attach-journal-namespace= ", "--attach-journal-namespace"),
+        ] {
+            // Refused by clap, before any config is made: the parser's error names the flag.
+            let error = Args::try_parse_from(["syncer", bad]).expect_err(bad).to_string();
+            assert!(error.contains(flag), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn zero_periods_and_counts_are_taken_as_one() {
+        let config = parse(&[
+            "--patrol-interval-seconds=0",
+            "--downward-workers=0",
+            "--tenant-cache-max-objects=0",
+            "--tenant-response-max-bytes=1",
+            "--usage-concurrency=0",
+        ])
+        .expect("clamped");
+        assert_eq!(config.patrol_interval, Duration::from_secs(1));
+        assert_eq!(config.downward_workers, 1);
+        assert_eq!(config.tenant_cache_limits.max_objects, 1);
+        assert_eq!(config.tenant_response_limits.max_bytes, 64 * 1024);
+        assert_eq!(config.usage.concurrency, 1);
+        assert_eq!(
+            parse(&["--usage-interval-seconds=0"])
+                .expect("off")
+                .usage
+                .interval,
+            None
+        );
+    }
+
+    #[test]
+    fn vn_agent_access_needs_both_flags() {
+        assert_eq!(parse(&[]).expect("defaults").vn_agent_access, None);
+        let access = parse(&[
+            "--vn-agent-service-account=vc-system/vn-agent",
+            "--vn-agent-cluster-role=vc-vn-agent-tenant-pods",
+        ])
+        .expect("both")
+        .vn_agent_access
+        .expect("granted");
+        assert_eq!(
+            (access.namespace.as_str(), access.service_account.as_str()),
+            ("vc-system", "vn-agent")
+        );
+        for one in [
+            "--vn-agent-service-account=vc-system/vn-agent",
+            "--vn-agent-cluster-role=vc-vn-agent-tenant-pods",
+        ] {
+            let error = parse(&[one]).expect_err(one);
+            assert!(error.contains("go together"), "{error}");
+        }
+    }
+
+    #[test]
+    fn tests_get_the_flags_defaults_without_the_journal() {
+        let parsed = parse(&[]).expect("defaults");
+        let for_tests = SyncerConfig::for_tests();
+        assert!(parsed.journal.is_some() && for_tests.journal.is_none());
+        assert_eq!(
+            format!(
+                "{:?}",
+                SyncerConfig {
+                    journal: None,
+                    ..parsed
+                }
+            ),
+            format!("{for_tests:?}")
+        );
+        let config = SyncerConfig::from_flags(&["--downward-workers=4"]).expect("flags");
+        assert_eq!(config.downward_workers, 4);
+        assert!(SyncerConfig::from_flags(&["--no-such-flag"]).is_err());
     }
 
     #[test]
@@ -375,9 +459,24 @@ mod tests {
             }
         );
         assert_eq!(config.pod_policy.allowed_schedulers, ["default-scheduler"]);
-        assert!(config.pod_policy.grantable_taints.is_empty() && config.pod_policy.grantable_node_labels.is_empty());
-        assert!(config.pod_policy.allowed_taints.iter().all(|t| t.starts_with("node.kubernetes.io/")));
-        assert!(!config.pod_policy.allowed_capabilities.iter().any(|c| c == "NET_RAW" || c == "SYS_ADMIN"));
+        assert!(
+            config.pod_policy.grantable_taints.is_empty()
+                && config.pod_policy.grantable_node_labels.is_empty()
+        );
+        assert!(
+            config
+                .pod_policy
+                .allowed_taints
+                .iter()
+                .all(|t| t.starts_with("node.kubernetes.io/"))
+        );
+        assert!(
+            !config
+                .pod_policy
+                .allowed_capabilities
+                .iter()
+                .any(|c| c == "NET_RAW" || c == "SYS_ADMIN")
+        );
         assert_eq!(
             config.pod_security.labels(),
             [

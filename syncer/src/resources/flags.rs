@@ -4,7 +4,6 @@
 //! [`crate::resources::service::flags`], [`crate::resources::isolation::flags`],
 //! [`crate::resources::access::flags`].
 
-
 /// Flags of which kinds are synced.
 #[derive(Clone, Debug, clap::Args)]
 pub struct KindFlags {

@@ -43,4 +43,3 @@ pub struct VnAgentAccess {
     /// The ClusterRole bound.
     pub cluster_role: String,
 }
-

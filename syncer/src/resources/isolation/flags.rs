@@ -53,14 +53,29 @@ impl NetworkFlags {
     pub fn isolation(&self) -> NetworkIsolation {
         NetworkIsolation {
             enabled: self.network_isolation,
-            allow_namespaces: self.network_isolation_allow_namespaces.iter().flatten().cloned().collect(),
-            allow_cidrs: self.network_isolation_allow_cidrs.iter().flatten().copied().collect(),
+            allow_namespaces: self
+                .network_isolation_allow_namespaces
+                .iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            allow_cidrs: self
+                .network_isolation_allow_cidrs
+                .iter()
+                .flatten()
+                .copied()
+                .collect(),
             platform_dns: self
                 .network_isolation_platform_dns
                 .0
                 .clone()
                 .map(|service| (service.namespace, service.name)),
-            deny_egress: self.network_isolation_deny_egress_cidrs.iter().flatten().copied().collect(),
+            deny_egress: self
+                .network_isolation_deny_egress_cidrs
+                .iter()
+                .flatten()
+                .copied()
+                .collect(),
         }
     }
 }
@@ -87,4 +102,3 @@ impl NetworkIsolation {
         self.platform_dns.is_some() || !self.deny_egress.is_empty()
     }
 }
-

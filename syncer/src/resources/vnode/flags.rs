@@ -115,3 +115,16 @@ fn vnode_mode(value: &str) -> Result<VNodeMode, String> {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vnode_modes_round_trip_through_their_text() {
+        for text in ["pods", "usable", "selected:zone=a,tier=gold"] {
+            let mode: VNodeMode = text.parse().expect("parses");
+            assert_eq!(mode.to_string(), text);
+        }
+    }
+}

@@ -48,7 +48,11 @@ impl LimitFlags {
             default_rate_limit: Blank::of(self.default_rate_limit),
             max_rate_limit: Blank::of(self.max_rate_limit),
             ingress_host_suffix: Blank::of(self.ingress_host_suffix),
-            grantable_ingress_host_suffixes: self.ingress_grantable_host_suffixes.into_iter().flatten().collect(),
+            grantable_ingress_host_suffixes: self
+                .ingress_grantable_host_suffixes
+                .into_iter()
+                .flatten()
+                .collect(),
         }
     }
 }
