@@ -374,3 +374,106 @@ pub const VOLUME_TYPES: &[&str] = &[
     "storageos",
     "vsphereVolume",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the config holds of these flags.
+    struct Parsed {
+        pod_security: PodSecurityLabels,
+        pod_policy: PlatformPodPolicy,
+        tenant_dns: Option<TenantDnsService>,
+        pod_upstream_nameservers: Vec<String>,
+    }
+
+    fn parse(flags: &[&str]) -> Result<Parsed, String> {
+        let flags = values::parse_without_env::<PodFlags>(flags)?;
+        Ok(Parsed {
+            pod_upstream_nameservers: flags.upstream_nameservers()?,
+            tenant_dns: flags.tenant_dns(),
+            pod_security: flags.security.labels(),
+            pod_policy: flags.policy.tidy(),
+        })
+    }
+
+    #[test]
+    fn pod_security_and_pod_policy_flags_default_to_the_safe_levels() {
+        let config = parse(&[]).expect("defaults");
+        assert_eq!(
+            config.pod_security,
+            PodSecurityLabels {
+                enforce: Some("baseline".into()),
+                warn: Some("restricted".into()),
+                audit: None,
+                version: "latest".into(),
+            }
+        );
+        assert_eq!(config.pod_policy.allowed_schedulers, ["default-scheduler"]);
+        assert!(
+            config.pod_policy.grantable_taints.is_empty()
+                && config.pod_policy.grantable_node_labels.is_empty()
+        );
+        assert!(
+            config
+                .pod_policy
+                .allowed_taints
+                .iter()
+                .all(|t| t.starts_with("node.kubernetes.io/"))
+        );
+        assert!(
+            !config
+                .pod_policy
+                .allowed_capabilities
+                .iter()
+                .any(|c| c == "NET_RAW" || c == "SYS_ADMIN")
+        );
+        assert_eq!(
+            config.pod_security.labels(),
+            [
+                ("pod-security.kubernetes.io/enforce", "baseline"),
+                ("pod-security.kubernetes.io/enforce-version", "latest"),
+                ("pod-security.kubernetes.io/warn", "restricted"),
+                ("pod-security.kubernetes.io/warn-version", "latest"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+
+        let config = parse(&[
+            "--pod-security-enforce=restricted",
+            "--pod-security-warn=",
+            "--pod-security-version=v1.30",
+            "--pod-allowed-capabilities=",
+            "--pod-grantable-taints=dedicated,pool",
+        ])
+        .expect("set");
+        assert_eq!(config.pod_security.enforce.as_deref(), Some("restricted"));
+        assert_eq!(config.pod_security.warn, None);
+        assert!(config.pod_policy.allowed_capabilities.is_empty());
+        assert_eq!(config.pod_policy.grantable_taints, ["dedicated", "pool"]);
+
+        for bad in ["--pod-security-enforce=none", "--pod-security-version=1.30"] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tenant_dns_flags_name_a_service_and_upstream_addresses() {
+        let config = parse(&[]).expect("defaults");
+        assert_eq!(config.tenant_dns, None);
+        assert!(config.pod_upstream_nameservers.is_empty());
+        let config = parse(&[
+            "--tenant-dns-service=vc-system/vc-dns",
+            "--pod-upstream-nameservers=10.0.0.2, fd00::53",
+        ])
+        .expect("flags");
+        assert_eq!(
+            config.tenant_dns,
+            Some(TenantDnsService::new("vc-system", "vc-dns"))
+        );
+        assert_eq!(config.pod_upstream_nameservers, ["10.0.0.2", "fd00::53"]);
+        assert!(parse(&["--tenant-dns-service=vc-dns"]).is_err());
+        assert!(parse(&["--pod-upstream-nameservers=dns.example"]).is_err());
+        assert!(parse(&["--pod-upstream-nameservers=1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"]).is_err());
+    }
+}

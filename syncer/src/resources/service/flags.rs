@@ -26,7 +26,7 @@ pub struct ServiceFlags {
     /// What the super cluster gets of tenants' ExternalName Services: `dns-only` (an inert stub; the name
     /// resolves only through vc-dns) or `synced` (a real ExternalName Service). `refused` and `allowed`
     /// are accepted as their old names.
-    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::DnsOnly)]
+    #[arg(long, env = "EXTERNAL_NAME_SERVICES", value_enum, default_value_t = ExternalNameServices::default())]
     pub external_name_services: ExternalNameServices,
     /// `loadBalancerClass`es tenant Services may name (default none: only the super cluster's default load
     /// balancer).

@@ -20,7 +20,7 @@ pub struct VNodeFlags {
     /// Which super nodes tenants see: `pods` (those their pods run on, unschedulable), `usable` (every
     /// node their pods may use, from the start, schedulable) or `selected:key=value[,...]` (the usable
     /// nodes with those labels).
-    #[arg(long, env = "VNODE_MODE", default_value = "pods", value_parser = vnode_mode)]
+    #[arg(long, env = "VNODE_MODE", default_value_t = VNodeMode::default(), value_parser = vnode_mode)]
     pub vnode_mode: VNodeMode,
 }
 
@@ -119,6 +119,33 @@ fn vnode_mode(value: &str) -> Result<VNodeMode, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(flags: &[&str]) -> Result<VNodeMode, String> {
+        values::parse_without_env::<VNodeFlags>(flags).map(|flags| flags.vnode_mode)
+    }
+
+    #[test]
+    fn vnode_modes_parse() {
+        assert_eq!(parse(&[]).expect("default"), VNodeMode::Pods);
+        assert_eq!(
+            parse(&["--vnode-mode=usable"]).expect("usable"),
+            VNodeMode::Usable
+        );
+        assert_eq!(
+            parse(&["--vnode-mode=selected:pool=tenants,zone=a"]).expect("selected"),
+            VNodeMode::Selected(vec![
+                ("pool".into(), "tenants".into()),
+                ("zone".into(), "a".into())
+            ])
+        );
+        for bad in [
+            "--vnode-mode=all",
+            "--vnode-mode=selected:",
+            "--vnode-mode=selected:=x",
+        ] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn vnode_modes_round_trip_through_their_text() {

@@ -50,3 +50,39 @@ fn backoff(value: &str) -> Result<Duration, String> {
         backoff => Ok(backoff),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Option<JournalSettings>, String> {
+        values::parse_without_env::<JournalFlags>(flags).map(JournalFlags::settings)
+    }
+
+    #[test]
+    fn the_attach_journal_is_on_by_default_and_its_flags_are_checked() {
+        let journal = parse(&[]).expect("defaults").expect("on");
+        assert_eq!(journal.probation, Duration::from_secs(60));
+        assert_eq!(
+            journal.policy,
+            Policy {
+                base: Duration::from_secs(60),
+                max: Duration::from_secs(3600)
+            }
+        );
+        assert!(parse(&["--attach-journal=false"]).expect("off").is_none());
+        let set = parse(&[
+            "--attach-journal-namespace=vc-system",
+            "--attach-probation-seconds=5",
+            "--crash-backoff-seconds=10",
+            "--crash-backoff-max-seconds=5",
+        ])
+        .expect("set")
+        .expect("on");
+        assert_eq!(set.namespace, "vc-system");
+        // A ceiling below the first wait is the first wait.
+        assert_eq!(set.policy.max, Duration::from_secs(10));
+        let refused = parse(&["--crash-backoff-seconds=0"]).expect_err("refused");
+        assert!(refused.contains("--crash-backoff-seconds"), "{refused}");
+    }
+}

@@ -57,3 +57,40 @@ fn lease_duration(value: &str) -> Result<Duration, String> {
         false => Ok(duration),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Option<ShardSettings>, String> {
+        crate::engine::config::values::parse_without_env::<ShardFlags>(flags)?.settings()
+    }
+
+    #[test]
+    fn shards_are_off_by_default_and_their_flags_are_checked() {
+        assert!(parse(&[]).expect("defaults").is_none());
+        let config = parse(&[
+            "--shards=true",
+            "--replica-id=syncer-7f9c-abcde",
+            "--shard-namespace=vc-system",
+        ])
+        .expect("sharded");
+        assert_eq!(
+            config,
+            Some(ShardSettings {
+                replica_id: "syncer-7f9c-abcde".into(),
+                namespace: "vc-system".into(),
+                lease_duration: Duration::from_secs(6),
+            })
+        );
+        let refused = parse(&["--shards=true", "--replica-id=Bad_Name"]).expect_err("refused");
+        assert!(refused.contains("--replica-id"), "{refused}");
+        let refused = parse(&[
+            "--shards=true",
+            "--replica-id=a",
+            "--shard-lease-duration-seconds=2",
+        ])
+        .expect_err("refused");
+        assert!(refused.contains("at least 3"), "{refused}");
+    }
+}
