@@ -67,6 +67,12 @@ impl Context {
         }
     }
 
+    /// Wakes whenever the tenants this replica holds change (`None` without sharding: they never do), so
+    /// that a tenant's supervisor follows handovers without knowing the shards.
+    pub fn ownership_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.shards.as_ref().map(|shards| shards.subscribe())
+    }
+
     /// Which of a tenant's labels and annotations reach super objects: the platform's allow-lists, and the
     /// super-owned prefixes of the flag and the VirtualCluster (`tenant_prefixes`).
     pub fn meta_policy(&self, tenant_prefixes: &[String]) -> MetaPolicy {

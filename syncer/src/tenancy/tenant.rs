@@ -720,6 +720,7 @@ impl Tenant {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
     use serde_json::json;
 
     use super::*;
@@ -764,6 +765,24 @@ mod tests {
         apiserver.idle().await;
         assert!(!check.holds(), "another cluster: held");
         task.abort();
+    }
+
+    #[test]
+    fn only_pods_older_than_the_resume_and_not_recreated_yet_were_paused_away() {
+        let resumed = Resumed::at(Timestamp::from_second(1_800_000_000).expect("time"));
+        let pod = |uid: &str, created: i64| PackedMeta {
+            uid: Some(uid.into()),
+            creation_timestamp: Some(Time(Timestamp::from_second(created).expect("time"))),
+            ..Default::default()
+        };
+        let old = pod("old", 1_700_000_000);
+        assert!(resumed.removed(&old));
+        // Created during the pause or after: never had a copy the pause removed.
+        assert!(!resumed.removed(&pod("new", 1_800_000_001)));
+        // Recreated once: a copy lost after that is lost.
+        resumed.restored(&old);
+        assert!(!resumed.removed(&old));
+        assert!(resumed.removed(&pod("other-old", 1_700_000_000)));
     }
 
     #[tokio::test]
