@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, ResourceExt};
 
 use super::*;
-use crate::engine::context::Context;
+use crate::{engine::context::Context, metrics::HandoverLabels};
 
 /// Keeps this replica's share of the tenants: takes the Leases the assignment gives it, hands over the
 /// others, stops everything when the membership lapses. Looks every renew period and whenever a Lease

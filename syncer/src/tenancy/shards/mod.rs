@@ -50,7 +50,6 @@ use tokio::sync::{Notify, watch};
 
 use crate::{
     error::{Error, on_super},
-    metrics::HandoverLabels,
     tenancy::shards::assignment::{Placed, assign, first_choice},
 };
 
