@@ -34,3 +34,48 @@ impl Handover for AttachHandover {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Namespace;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        engine::context::testing::{self, from_json},
+        tenancy::settings::TenantSettings,
+    };
+
+    /// What the shards ask reaches attach: a stop detaches the tenant, a removal deletes its super
+    /// namespaces (pinned to their uid), and without an attach journal the duties' chores write nothing.
+    #[tokio::test]
+    async fn the_shards_asks_detach_the_tenant_and_delete_its_namespaces() {
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, _tenants) = testing::mock();
+        let (ctx, mut writers) = testing::context(super_client);
+        let ctx = Arc::new(ctx);
+        let (tenant, _) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        let key = tenant.identity.cluster_key.clone();
+        let name = crds::naming::super_namespace(&key, "shop");
+        let namespace: Namespace = from_json(json!({"metadata": {"name": name, "uid": "ns-uid",
+            "annotations": {crds::wellknown::ANNOTATION_CLUSTER: key, crds::wellknown::ANNOTATION_NAMESPACE: "shop"}}}));
+        testing::put(&mut writers.namespaces, namespace);
+        let hands = AttachHandover::new(ctx.clone());
+
+        hands.stop(&key);
+        assert!(ctx.tenants.get(&key).is_none(), "detached");
+        let script = async move {
+            let delete = supers
+                .expect("DELETE", &format!("/api/v1/namespaces/{name}?"))
+                .await;
+            assert_eq!(delete.body["preconditions"]["uid"], "ns-uid");
+            delete.ok(json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+            supers.idle().await;
+        };
+        mock_apiserver::run(script, async {
+            hands.remove(&key).await;
+            hands.run_duties().await;
+        })
+        .await;
+    }
+}
