@@ -49,7 +49,7 @@ pub(crate) fn config() -> SyncerConfig {
             ingress_host_suffix: Some(INGRESS_HOST_SUFFIX.to_owned()),
             ..Default::default()
         },
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     }
 }
 

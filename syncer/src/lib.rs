@@ -173,10 +173,12 @@ impl Syncer {
             shard_tasks.push(tokio::spawn(shards::handover::guard_membership(
                 ctx.clone(),
                 shards.clone(),
+                attach::AttachHandover::new(ctx.clone()),
             )));
             shard_tasks.push(tokio::spawn(shards::handover::balance(
                 ctx.clone(),
                 shards.clone(),
+                attach::AttachHandover::new(ctx.clone()),
             )));
             tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
         }
@@ -197,7 +199,8 @@ impl Syncer {
             task.abort();
         }
         if let Some(shards) = self.context.shards.clone() {
-            shards::handover::resign(&self.context, &shards).await;
+            let hands = attach::AttachHandover::new(self.context.clone());
+            shards::handover::resign(&self.context, &shards, &hands).await;
         }
         // A clean stop: the tenants being attached are not to blame for it.
         if let Some(journal) = self.context.journal.clone() {

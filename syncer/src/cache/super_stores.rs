@@ -195,7 +195,7 @@ pub struct SuperWatch<'a> {
     /// (`--vn-agent-service-account`).
     pub vn_agent_access: bool,
     /// Which super nodes tenants see.
-    pub vnode_mode: &'a crate::engine::config::VNodeMode,
+    pub vnode_mode: &'a crate::resources::vnode::flags::VNodeMode,
     /// The custom resource kinds synced.
     pub custom_resources: &'a [crate::engine::config::custom_kinds::CustomKind],
     tasks: Vec<JoinHandle<()>>,

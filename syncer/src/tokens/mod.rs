@@ -19,6 +19,7 @@
 //! [`renewal`] timers and [`minting`] are held by the `Context`; [`shards`], [`legacy`] and [`sweep`] take
 //! the `Context` (its caches, client and flags), so they sit above it, below the kinds.
 
+pub mod flags;
 pub mod legacy;
 pub mod minting;
 pub mod mounts;

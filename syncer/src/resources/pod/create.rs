@@ -274,7 +274,7 @@ async fn create_admitted(
 /// with a reason while it cannot be read.
 async fn tenant_dns_ip(
     ctx: &Context,
-    service: &crate::engine::config::TenantDnsService,
+    service: &crate::resources::pod::flags::TenantDnsService,
 ) -> Result<String, String> {
     let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
     if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
@@ -349,7 +349,7 @@ async fn node_selection(
     let Some(spec) = spec.filter(|spec| placement::selects(spec)) else {
         return Ok(None);
     };
-    if ctx.config.vnode_mode == crate::engine::config::VNodeMode::Pods {
+    if ctx.config.vnode_mode == crate::resources::vnode::flags::VNodeMode::Pods {
         return Ok(None);
     }
     let cached = tenant.stores.nodes.state();

@@ -14,6 +14,7 @@ pub mod create;
 pub mod desired;
 pub mod down;
 pub mod end;
+pub mod flags;
 pub mod ephemeral;
 pub mod placement;
 pub mod plan;
