@@ -9,7 +9,29 @@ use kube::{
     runtime::events::{Event, EventType},
 };
 
-use crate::{engine::queue::TenantId, tenancy::tenant::Tenant};
+use crate::{engine::queue::TenantId, metrics::Metrics, tenancy::tenant::Tenant};
+
+/// Refuses to write a tenant object, the one way every kind does it: a warning in the log (the sync's
+/// span names the tenant and the object), the refusal metric, and a Warning event on the object when
+/// there is one to put it on (`None`: the caller tells the tenant later, in one event for several).
+pub async fn refuse(
+    metrics: &Metrics,
+    tenant: &Tenant,
+    reference: Option<&ObjectReference>,
+    resource: &'static str,
+    reason: &'static str,
+    message: &str,
+) {
+    let api_version = reference
+        .and_then(|r| r.api_version.as_deref())
+        .unwrap_or_default();
+    let kind = reference.and_then(|r| r.kind.as_deref()).unwrap_or_default();
+    tracing::warn!(resource, reason, api_version, kind, "{message}");
+    metrics.refused(resource, reason);
+    if let Some(reference) = reference {
+        warn(tenant, reference, reason, message).await;
+    }
+}
 
 /// Publishes a warning about a tenant object in the tenant.
 pub async fn warn(tenant: &Tenant, reference: &ObjectReference, reason: &str, note: &str) {

@@ -202,15 +202,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
             _ => false,
         };
         if !in_sync {
-            tracing::warn!(
-                tenant = %tenant.identity.vc_ref(),
-                kind = %K::KIND,
-                namespace = %item.namespace,
-                name = %item.name,
-                reason,
-                message = %message,
-                "refused part of a tenant object"
-            );
+            tracing::warn!(reason, message = %message, "refused part of a tenant object");
             events::warn(tenant, reference, reason, message).await;
         }
     }
@@ -241,7 +233,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     let (Some(object), Some((reason, message))) = (&live, write_refused) else {
                         return Ok(Outcome::InSync);
                     };
-                    Ok(refuse(ctx, tenant, item, &**object, reason, message).await)
+                    Ok(refuse(ctx, tenant, &**object, reason, message).await)
                 }
                 Some(existing) if K::replaced(&desired, &existing) => {
                     delete(ctx, &api, &item.name, existing.uid(), None).await?;
@@ -263,7 +255,7 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
                     if let Some(object) = &live
                         && let Some((reason, message)) = K::creation_refusal(object, &cx).or(write_refused)
                     {
-                        return Ok(refuse(ctx, tenant, item, &**object, reason, message).await);
+                        return Ok(refuse(ctx, tenant, &**object, reason, message).await);
                     }
                     if let Some(held) = admit_to_quota(ctx, tenant, item, &desired, live.as_deref()).await {
                         return Ok(held);
@@ -288,26 +280,23 @@ pub async fn sync_down<K: Downward>(ctx: &Context, tenant: &Tenant, item: &DownI
     }
 }
 
-/// Refuses to write a tenant object: a log line, the refusal metric and a Warning event on the object;
-/// the outcome says why it waits (it is synced again when it changes, or at the next patrol).
+/// Refuses to write a tenant object ([`events::refuse`]); the outcome says why it waits (it is synced again when it changes, or at the next patrol).
 async fn refuse<K: Downward>(
     ctx: &Context,
     tenant: &Tenant,
-    item: &DownItem,
     object: &K,
     reason: &'static str,
     message: String,
 ) -> Outcome {
-    tracing::warn!(
-        tenant = %tenant.identity.vc_ref(),
-        kind = %K::KIND,
-        namespace = %item.namespace,
-        name = %item.name,
+    events::refuse(
+        &ctx.metrics,
+        tenant,
+        Some(&object.object_ref(&())),
+        kind_label::<K>(),
         reason,
-        "{message}"
-    );
-    ctx.metrics.refused(kind_label::<K>(), reason);
-    events::warn(tenant, &object.object_ref(&()), reason, &message).await;
+        &message,
+    )
+    .await;
     Outcome::Waiting {
         reason: message,
         retry_after: None,
@@ -330,17 +319,16 @@ async fn admit_to_quota<K: Downward>(
         .admit_object(&tenant.id, settings.quota.as_ref(), item, usage)
         .err()?;
     let message = format!("{exceeded}; the change is not synced until usage drops or the quota is raised");
-    tracing::warn!(
-        tenant = %tenant.identity.vc_ref(),
-        kind = %K::KIND,
-        namespace = %item.namespace,
-        name = %item.name,
-        "{message}"
-    );
-    ctx.metrics.refused(kind_label::<K>(), REASON_QUOTA_EXCEEDED);
-    if let Some(object) = tenant_object {
-        events::warn(tenant, &object.object_ref(&()), REASON_QUOTA_EXCEEDED, &message).await;
-    }
+    let reference = tenant_object.map(|object| object.object_ref(&()));
+    events::refuse(
+        &ctx.metrics,
+        tenant,
+        reference.as_ref(),
+        kind_label::<K>(),
+        REASON_QUOTA_EXCEEDED,
+        &message,
+    )
+    .await;
     Some(Outcome::Waiting {
         reason: message,
         retry_after: None,

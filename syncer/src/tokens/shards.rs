@@ -379,12 +379,12 @@ impl Tokens {
                     "the tenant apiserver issued no service account token for the pod, whose containers wait for it: {}",
                     error.status_message().unwrap_or_default()
                 );
-                let (namespace, name) = (tenant_pod.namespace().unwrap_or_default(), tenant_pod.name_any());
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
-                ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
-                events::warn(
+                let reference = tenant_pod.object_ref(&());
+                events::refuse(
+                    &ctx.metrics,
                     tenant,
-                    &tenant_pod.object_ref(&()),
+                    Some(&reference),
+                    "pod",
                     REASON_TOKEN_NOT_ISSUED,
                     &message,
                 )

@@ -119,13 +119,11 @@ async fn refused(
     resource: &kube::api::ApiResource,
     error: &Error,
 ) {
-    ctx.metrics.refused(label(), REASON_INVALID);
     let message = format!(
         "the super cluster refused the copy: {}",
         error.status_message().unwrap_or("no reason given")
     );
-    tracing::warn!(tenant = %tenant.identity.vc_ref(), kind = %resource.kind, namespace = %object.namespace().unwrap_or_default(), name = %object.name_any(), message = %message, "custom resource refused by the super cluster");
-    events::warn(tenant, &object.object_ref(resource), REASON_INVALID, &message).await;
+    events::refuse(&ctx.metrics, tenant, Some(&object.object_ref(resource)), label(), REASON_INVALID, &message).await;
 }
 
 /// Syncs one tenant instance into the super cluster.
@@ -171,9 +169,8 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
         Ok(desired) => desired,
         Err(why) => {
             let message = format!("not copied to the super cluster: {why}");
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, namespace = %namespace_name, name, message = %message, "custom resource refused");
-            ctx.metrics.refused(label(), REASON_REFUSED);
-            events::warn(tenant, &live.object_ref(&tenant_side.resource), REASON_REFUSED, &message).await;
+            let reference = live.object_ref(&tenant_side.resource);
+            events::refuse(&ctx.metrics, tenant, Some(&reference), label(), REASON_REFUSED, &message).await;
             return Ok(Outcome::Waiting {
                 reason: message,
                 retry_after: None,
@@ -228,9 +225,8 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
                         resource.kind,
                         CONFLICT_DELAY.as_secs()
                     );
-                    tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, namespace = %namespace_name, name, "custom resource conflicts with a super object not its own");
-                    ctx.metrics.refused(label(), REASON_CONFLICT);
-                    events::warn(tenant, &live.object_ref(&tenant_side.resource), REASON_CONFLICT, &message).await;
+                    let reference = live.object_ref(&tenant_side.resource);
+                    events::refuse(&ctx.metrics, tenant, Some(&reference), label(), REASON_CONFLICT, &message).await;
                     Ok(Outcome::Waiting {
                         reason: message,
                         retry_after: Some(CONFLICT_DELAY),

@@ -156,9 +156,7 @@ pub(super) async fn create(
                 Refusal::NodeNameSet(_) => "NotSupported",
                 Refusal::Policy(_) => REASON_POLICY_VIOLATION,
             };
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{refusal}");
-            ctx.metrics.refused("pod", reason);
-            events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
+            events::refuse(&ctx.metrics, tenant, Some(&cached.object_ref(&())), "pod", reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
                 reason: refusal.to_string(),
                 retry_after: None,
@@ -174,15 +172,8 @@ pub(super) async fn create(
             limited_dimensions(settings.quota.as_ref()),
             unstated.join(", ")
         );
-        tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
-        ctx.metrics.refused("pod", REASON_RESOURCES_REQUIRED);
-        events::warn(
-            tenant,
-            &cached.object_ref(&()),
-            REASON_RESOURCES_REQUIRED,
-            &message,
-        )
-        .await;
+        let reference = cached.object_ref(&());
+        events::refuse(&ctx.metrics, tenant, Some(&reference), "pod", REASON_RESOURCES_REQUIRED, &message).await;
         return Ok(Outcome::Waiting {
             reason: message,
             retry_after: None,
@@ -257,9 +248,7 @@ async fn create_admitted(
             let Some((reason, message, retry_after)) = super_refusal(&error) else {
                 return Err(error);
             };
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{message}");
-            ctx.metrics.refused("pod", reason);
-            events::warn(tenant, &tenant_pod.object_ref(&()), reason, &message).await;
+            events::refuse(&ctx.metrics, tenant, Some(&tenant_pod.object_ref(&())), "pod", reason, &message).await;
             return Ok(Outcome::Waiting {
                 reason: message,
                 retry_after,
@@ -451,7 +440,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, 
         .patch_status(&tenant_pod.name_any(), &params, &Patch::Apply(&status))
         .await
     {
-        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %tenant_pod.name_any(), %error, "setting the quota condition");
+        tracing::warn!(error = &error as &dyn std::error::Error, "setting the quota condition");
     }
 }
 

@@ -82,7 +82,7 @@ pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, tenant_pod: &Te
         return Ok(Outcome::Deleted);
     };
     tracing::info!(
-        tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, phase = status.phase.as_deref().unwrap_or_default(),
+        phase = status.phase.as_deref().unwrap_or_default(),
         "a finalizer holds the deleted pod: its containers are reported terminated"
     );
     let written = write_status(ctx, tenant, &api, &namespace, &name, status).await?;

@@ -97,8 +97,8 @@ pub async fn sync(
                 container.name,
                 container.image.as_deref().unwrap_or_default()
             );
-            tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not changed");
-            ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
+            // The event, one for all of them, follows once every container is looked at.
+            events::refuse(&ctx.metrics, tenant, None, "pod", REASON_EPHEMERAL_REFUSED, &message).await;
             told_refused.push(message);
         }
         refused.insert(key);
@@ -155,8 +155,8 @@ pub async fn sync(
                         violations.join("; "),
                         container.name
                     );
-                    tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_POLICY_VIOLATION, %message, "ephemeral container not added");
-                    ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+                    // The event, one for all of them, follows once every container is looked at.
+                    events::refuse(&ctx.metrics, tenant, None, "pod", REASON_POLICY_VIOLATION, &message).await;
                     told_violations.push(message);
                     refused.insert(key);
                     continue;
@@ -192,8 +192,8 @@ pub async fn sync(
                         container.name,
                         error.status_message().unwrap_or_default()
                     );
-                    tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not added");
-                    ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
+                    // The event, one for all of them, follows once every container is looked at.
+                    events::refuse(&ctx.metrics, tenant, None, "pod", REASON_EPHEMERAL_REFUSED, &message).await;
                     told_refused.push(message);
                     refused.insert(key);
                 }

@@ -228,7 +228,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
         .and_then(|status| rejected_by_node(&tenant_pod, &super_pod, status))
     {
         // The down worker removes the copy once the cache shows the pod failed, so it never starts later.
-        tracing::info!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, %reason, "{message}");
+        tracing::info!(%reason, "{message}");
         events::warn(tenant, &tenant_pod.object_ref(&()), &reason, &message).await;
         let failed = PodStatus {
             phase: Some("Failed".to_owned()),
@@ -406,7 +406,7 @@ async fn delete_evicted(
         "node {} stopped answering ({}) and the super cluster is deleting the pod's copy there; deleting the pod so that its controller replaces it",
         lost.node, lost.why
     );
-    tracing::info!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, node = %lost.node, reason = REASON_NODE_LOST, "{message}");
+    tracing::info!(node = %lost.node, reason = REASON_NODE_LOST, "{message}");
     events::warn(tenant, &tenant_pod.object_ref(&()), REASON_NODE_LOST, &message).await;
     let params = kube::api::DeleteParams {
         grace_period_seconds: lost.grace_period_seconds.and_then(|g| u32::try_from(g).ok()),

@@ -89,9 +89,7 @@ pub(super) async fn update(
             "the pod policy does not allow adding the {} (the syncer's --pod-allowed-taints, or podPolicy.allowedTaints for keys in --pod-grantable-taints); the running pod keeps its tolerations",
             described.join(", ")
         );
-        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_POLICY_VIOLATION, "{message}");
-        ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
-        events::warn(tenant, &reference, REASON_POLICY_VIOLATION, &message).await;
+        events::refuse(&ctx.metrics, tenant, Some(&reference), "pod", REASON_POLICY_VIOLATION, &message).await;
     }
 
     let mut resized = false;
@@ -127,9 +125,7 @@ pub(super) async fn update(
                             convert::resized_containers(&patch).join(", "),
                             error.status_message().unwrap_or_default()
                         );
-                        tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_RESIZE_REFUSED, "{message}");
-                        ctx.metrics.refused("pod", REASON_RESIZE_REFUSED);
-                        events::warn(tenant, &reference, REASON_RESIZE_REFUSED, &message).await;
+                        events::refuse(&ctx.metrics, tenant, Some(&reference), "pod", REASON_RESIZE_REFUSED, &message).await;
                         Some(wanted)
                     }
                     Err(error) => return Err(error),
@@ -194,9 +190,7 @@ pub(super) async fn update(
                     ),
                     error.status_message().unwrap_or_default()
                 );
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_UPDATE_REFUSED, "{message}");
-                ctx.metrics.refused("pod", REASON_UPDATE_REFUSED);
-                events::warn(tenant, &reference, REASON_UPDATE_REFUSED, &message).await;
+                events::refuse(&ctx.metrics, tenant, Some(&reference), "pod", REASON_UPDATE_REFUSED, &message).await;
                 return Ok(Outcome::Waiting {
                     reason: message,
                     retry_after: None,
