@@ -69,7 +69,7 @@ impl Syncer {
             0 => client,
             slots => write_gate::gated(
                 client,
-                write_gate::WriteGate::new(slots, metrics.write_slots.clone()),
+                write_gate::WriteGate::new(slots, metrics.engine.write_slots.clone()),
             ),
         };
         let virtual_clusters: Api<VirtualCluster> = Api::all(client.clone());
@@ -85,7 +85,7 @@ impl Syncer {
             up: Arc::new(FairQueue::new()),
         };
         let tenants = Arc::new(Tenants::default());
-        let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
+        let quota = Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone()));
         let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &config);
         let (vc_store, vc_writer) = reflector::store();
         let shards = config

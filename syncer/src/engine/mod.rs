@@ -9,6 +9,7 @@ pub mod context;
 pub mod events;
 pub mod group_commit;
 pub mod items;
+pub mod metrics;
 pub mod patrol;
 pub mod queue;
 pub mod workers;

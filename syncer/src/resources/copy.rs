@@ -306,7 +306,7 @@ async fn refuse<K: Downward>(
         reason,
         "{message}"
     );
-    ctx.metrics.refused(kind_label::<K>(), reason);
+    ctx.metrics.resources.refused(kind_label::<K>(), reason);
     events::warn(tenant, &object.object_ref(&()), reason, &message).await;
     Outcome::Waiting {
         reason: message,
@@ -337,7 +337,9 @@ async fn admit_to_quota<K: Downward>(
         name = %item.name,
         "{message}"
     );
-    ctx.metrics.refused(kind_label::<K>(), REASON_QUOTA_EXCEEDED);
+    ctx.metrics
+        .resources
+        .refused(kind_label::<K>(), REASON_QUOTA_EXCEEDED);
     if let Some(object) = tenant_object {
         events::warn(tenant, &object.object_ref(&()), REASON_QUOTA_EXCEEDED, &message).await;
     }

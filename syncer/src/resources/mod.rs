@@ -9,6 +9,7 @@
 pub mod access;
 pub mod copy;
 pub mod isolation;
+pub mod metrics;
 pub mod outcome;
 pub mod public;
 pub mod synced;

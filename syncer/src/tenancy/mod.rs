@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod identity;
 pub mod journal;
+pub mod metrics;
 pub mod settings;
 pub mod shards;
 pub mod tenant;

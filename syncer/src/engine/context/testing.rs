@@ -66,7 +66,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         tenants: Arc::new(Tenants::default()),
         supers,
         virtual_clusters: kube::runtime::reflector::store().0,
-        quota: Arc::new(Quota::new(queues.down.clone(), metrics.clone())),
+        quota: Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone())),
         queues,
         metrics,
         events: Default::default(),

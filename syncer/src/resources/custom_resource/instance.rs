@@ -119,7 +119,7 @@ async fn refused(
     resource: &kube::api::ApiResource,
     error: &Error,
 ) {
-    ctx.metrics.refused(label(), REASON_INVALID);
+    ctx.metrics.resources.refused(label(), REASON_INVALID);
     let message = format!(
         "the super cluster refused the copy: {}",
         error.status_message().unwrap_or("no reason given")
@@ -156,7 +156,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
     let Some(live) = live else {
         return match super_object {
             Some(existing) => {
-                ctx.metrics.super_write(label(), "delete");
+                ctx.metrics.resources.super_write(label(), "delete");
                 vc_runtime::cleanup::delete_pinned(&api, name, existing.uid(), None)
                     .await
                     .map_err(on_super(format!("deleting {} {super_namespace}/{name}", resource.plural)))?;
@@ -172,7 +172,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
         Err(why) => {
             let message = format!("not copied to the super cluster: {why}");
             tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, namespace = %namespace_name, name, message = %message, "custom resource refused");
-            ctx.metrics.refused(label(), REASON_REFUSED);
+            ctx.metrics.resources.refused(label(), REASON_REFUSED);
             events::warn(tenant, &live.object_ref(&tenant_side.resource), REASON_REFUSED, &message).await;
             return Ok(Outcome::Waiting {
                 reason: message,
@@ -183,7 +183,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
     match super_object {
         Some(existing) if identity::tenant_uid(&existing.metadata) != live.uid().as_deref() => {
             // The tenant object was recreated: the old copy goes, the new one follows the deletion.
-            ctx.metrics.super_write(label(), "delete");
+            ctx.metrics.resources.super_write(label(), "delete");
             vc_runtime::cleanup::delete_pinned(&api, name, existing.uid(), None)
                 .await
                 .map_err(on_super(format!("deleting {} {super_namespace}/{name}", resource.plural)))?;
@@ -193,7 +193,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
         Some(existing) => {
             // Forced onto this very object (uid): what the tenant wants wins over edits of the copy.
             desired.metadata.uid = existing.uid();
-            ctx.metrics.super_write(label(), "apply");
+            ctx.metrics.resources.super_write(label(), "apply");
             let applied = api
                 .patch(
                     name,
@@ -217,7 +217,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
             };
             // Created, never applied: an object of that name that is not the tenant's (the cache holds
             // only the syncer's) must not be taken over.
-            ctx.metrics.super_write(label(), "create");
+            ctx.metrics.resources.super_write(label(), "create");
             match api.create(&PostParams::default(), &desired).await {
                 Ok(_) => Ok(Outcome::Created {
                     writes: 1 + namespace_writes,
@@ -229,7 +229,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
                         CONFLICT_DELAY.as_secs()
                     );
                     tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, namespace = %namespace_name, name, "custom resource conflicts with a super object not its own");
-                    ctx.metrics.refused(label(), REASON_CONFLICT);
+                    ctx.metrics.resources.refused(label(), REASON_CONFLICT);
                     events::warn(tenant, &live.object_ref(&tenant_side.resource), REASON_CONFLICT, &message).await;
                     Ok(Outcome::Waiting {
                         reason: message,
@@ -292,7 +292,7 @@ pub async fn sync_up(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name: 
             &tenant.identity.cluster_key,
             format!("copying the status of {} {namespace_name}/{name}", resource.plural),
         ))?;
-    ctx.metrics.tenant_write(label(), "apply");
+    ctx.metrics.resources.tenant_write(label(), "apply");
     Ok(Outcome::Updated { writes: 1 })
 }
 

@@ -157,7 +157,7 @@ pub(super) async fn create(
                 Refusal::Policy(_) => REASON_POLICY_VIOLATION,
             };
             tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{refusal}");
-            ctx.metrics.refused("pod", reason);
+            ctx.metrics.resources.refused("pod", reason);
             events::warn(tenant, &cached.object_ref(&()), reason, &refusal.to_string()).await;
             return Ok(Outcome::Waiting {
                 reason: refusal.to_string(),
@@ -175,7 +175,7 @@ pub(super) async fn create(
             unstated.join(", ")
         );
         tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, "{message}");
-        ctx.metrics.refused("pod", REASON_RESOURCES_REQUIRED);
+        ctx.metrics.resources.refused("pod", REASON_RESOURCES_REQUIRED);
         events::warn(
             tenant,
             &cached.object_ref(&()),
@@ -274,7 +274,7 @@ async fn create_admitted(
                 return Err(error);
             };
             tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason, "{message}");
-            ctx.metrics.refused("pod", reason);
+            ctx.metrics.resources.refused("pod", reason);
             events::warn(tenant, &tenant_pod.object_ref(&()), reason, &message).await;
             return Ok(Outcome::Waiting {
                 reason: message,
@@ -461,7 +461,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, 
         ..Default::default()
     };
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &tenant_pod.namespace().unwrap_or_default());
-    ctx.metrics.tenant_write("pod", "status");
+    ctx.metrics.resources.tenant_write("pod", "status");
     let params = crate::resources::write::apply_params().force();
     if let Err(error) = api
         .patch_status(&tenant_pod.name_any(), &params, &Patch::Apply(&status))

@@ -98,7 +98,7 @@ pub async fn sync(
                 container.image.as_deref().unwrap_or_default()
             );
             tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not changed");
-            ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
+            ctx.metrics.resources.refused("pod", REASON_EPHEMERAL_REFUSED);
             told_refused.push(message);
         }
         refused.insert(key);
@@ -156,7 +156,7 @@ pub async fn sync(
                         container.name
                     );
                     tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_POLICY_VIOLATION, %message, "ephemeral container not added");
-                    ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+                    ctx.metrics.resources.refused("pod", REASON_POLICY_VIOLATION);
                     told_violations.push(message);
                     refused.insert(key);
                     continue;
@@ -167,7 +167,7 @@ pub async fn sync(
                 "metadata": {"uid": super_pod.uid()},
                 "spec": {"ephemeralContainers": [converted]},
             });
-            ctx.metrics.super_write("pod", "ephemeralcontainers");
+            ctx.metrics.resources.super_write("pod", "ephemeralcontainers");
             let result = api
                 .patch_subresource(
                     "ephemeralcontainers",
@@ -193,7 +193,7 @@ pub async fn sync(
                         error.status_message().unwrap_or_default()
                     );
                     tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, container = %container.name, reason = REASON_EPHEMERAL_REFUSED, %message, "ephemeral container not added");
-                    ctx.metrics.refused("pod", REASON_EPHEMERAL_REFUSED);
+                    ctx.metrics.resources.refused("pod", REASON_EPHEMERAL_REFUSED);
                     told_refused.push(message);
                     refused.insert(key);
                 }

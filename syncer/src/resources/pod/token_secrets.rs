@@ -474,7 +474,7 @@ impl Shard {
             field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "create");
+        ctx.metrics.resources.super_write("secret", "create");
         let created = api.create(&params, &secret).await.map_err(on_super(format!(
             "creating token Secret {}/{}",
             self.namespace, self.name
@@ -512,7 +512,7 @@ impl Shard {
             field_validation: Some(kube::api::ValidationDirective::Ignore),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "patch");
+        ctx.metrics.resources.super_write("secret", "patch");
         let patched = api
             .patch(&self.name, &params, &Patch::Merge(&patch))
             .await
@@ -532,7 +532,7 @@ impl Shard {
             }),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "delete");
+        ctx.metrics.resources.super_write("secret", "delete");
         match api.delete(&self.name, &params).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -966,7 +966,7 @@ mod tests {
         }
         assert_eq!(
             ctx.metrics
-                .super_write_counts()
+                .resources.super_write_counts()
                 .iter()
                 .filter(|(r, _, _)| *r == "secret")
                 .count(),
@@ -1087,7 +1087,7 @@ mod tests {
         )
         .expect("members json");
         assert_eq!(members.keys().collect::<Vec<_>>(), ["p1", "p2", "p3"]);
-        let counts = ctx.metrics.super_write_counts();
+        let counts = ctx.metrics.resources.super_write_counts();
         let count = |resource, verb| {
             counts
                 .iter()
@@ -1245,7 +1245,7 @@ mod tests {
         // p2 was renewed with p1: its own wake-up finds nothing to do.
         let along = keep(&ctx, &tenant, &tenant_pods[1], &super_pods[1], shard, &needs);
         assert_eq!(along.await.expect("kept"), 0);
-        assert_eq!(ctx.metrics.super_writes_total(), 1);
+        assert_eq!(ctx.metrics.resources.super_writes_total(), 1);
         supers.idle().await;
         tenants.idle().await;
 

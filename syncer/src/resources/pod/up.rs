@@ -207,7 +207,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             "metadata": { "name": name, "uid": tenant_pod.uid() },
             "target": { "apiVersion": "v1", "kind": "Node", "name": node },
         });
-        ctx.metrics.tenant_write("pod", "bind");
+        ctx.metrics.resources.tenant_write("pod", "bind");
         match api
             .create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
             .await
@@ -294,7 +294,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
                 error.status_message().unwrap_or_default()
             );
             tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, pod = %name, reason = REASON_TOKEN_NOT_ISSUED, "{message}");
-            ctx.metrics.refused("pod", REASON_TOKEN_NOT_ISSUED);
+            ctx.metrics.resources.refused("pod", REASON_TOKEN_NOT_ISSUED);
             events::warn(
                 tenant,
                 &tenant_pod.object_ref(&()),
@@ -432,7 +432,7 @@ async fn delete_evicted(
         }),
         ..Default::default()
     };
-    ctx.metrics.tenant_write("pod", "delete");
+    ctx.metrics.resources.tenant_write("pod", "delete");
     match api.delete(&name, &params).await {
         Ok(_) => Ok(Outcome::Updated { writes: 1 }),
         // Gone, or another pod of the name now: the next event shows which.

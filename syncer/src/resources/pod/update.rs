@@ -90,7 +90,7 @@ pub(super) async fn update(
             described.join(", ")
         );
         tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_POLICY_VIOLATION, "{message}");
-        ctx.metrics.refused("pod", REASON_POLICY_VIOLATION);
+        ctx.metrics.resources.refused("pod", REASON_POLICY_VIOLATION);
         events::warn(tenant, &reference, REASON_POLICY_VIOLATION, &message).await;
     }
 
@@ -102,7 +102,7 @@ pub(super) async fn update(
             if super_pod.meta().annotation(ANNOTATION_REFUSED_RESIZE) == Some(wanted.as_str()) {
                 Some(wanted)
             } else {
-                ctx.metrics.super_write("pod", "resize");
+                ctx.metrics.resources.super_write("pod", "resize");
                 let result = api
                     .patch_subresource(
                         "resize",
@@ -128,7 +128,7 @@ pub(super) async fn update(
                             error.status_message().unwrap_or_default()
                         );
                         tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_RESIZE_REFUSED, "{message}");
-                        ctx.metrics.refused("pod", REASON_RESIZE_REFUSED);
+                        ctx.metrics.resources.refused("pod", REASON_RESIZE_REFUSED);
                         events::warn(tenant, &reference, REASON_RESIZE_REFUSED, &message).await;
                         Some(wanted)
                     }
@@ -195,7 +195,7 @@ pub(super) async fn update(
                     error.status_message().unwrap_or_default()
                 );
                 tracing::warn!(tenant = %tenant.identity.vc_ref(), pod = %name, reason = REASON_UPDATE_REFUSED, "{message}");
-                ctx.metrics.refused("pod", REASON_UPDATE_REFUSED);
+                ctx.metrics.resources.refused("pod", REASON_UPDATE_REFUSED);
                 events::warn(tenant, &reference, REASON_UPDATE_REFUSED, &message).await;
                 return Ok(Outcome::Waiting {
                     reason: message,
@@ -352,7 +352,7 @@ async fn sync_readiness_gates(
         }),
         ..Default::default()
     };
-    ctx.metrics.super_write("pod", "apply");
+    ctx.metrics.resources.super_write("pod", "apply");
     api.patch_status(
         &super_pod.name_any(),
         &crate::resources::write::apply_params().force(),

@@ -237,6 +237,7 @@ fn lost(ctx: &Context, shards: &Shards, key: &str) {
 
 fn handover(ctx: &Context, reason: &'static str) {
     ctx.metrics
+        .shards
         .shard_handovers
         .get_or_create(&HandoverLabels { reason })
         .inc();
@@ -339,12 +340,14 @@ pub(super) fn drop_everything(ctx: &Context, shards: &Shards) -> usize {
 fn publish(ctx: &Context, shards: &Shards, members: usize) {
     let metrics = &ctx.metrics;
     metrics
+        .shards
         .shard_owned_tenants
         .set(i64::try_from(shards.lock_held().len()).unwrap_or(i64::MAX));
     metrics
+        .shards
         .shard_members
         .set(i64::try_from(members).unwrap_or(i64::MAX));
-    metrics.shard_duties.set(i64::from(shards.runs_duties()));
+    metrics.shards.shard_duties.set(i64::from(shards.runs_duties()));
 }
 
 /// Hands everything over before this replica stops (a graceful shutdown): detaches every tenant, waits for

@@ -24,6 +24,7 @@
 
 pub mod assignment;
 pub mod handover;
+pub mod metrics;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -50,8 +51,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::{
     error::{Error, on_super},
-    metrics::HandoverLabels,
     tenancy::shards::assignment::{Placed, assign, first_choice},
+    tenancy::shards::metrics::HandoverLabels,
 };
 
 pub use crds::wellknown::LABEL_SYNCER_LEASE;

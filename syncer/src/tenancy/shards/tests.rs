@@ -247,7 +247,7 @@ async fn a_lone_replica_takes_every_tenant_and_the_duties() {
         assert!(ctx.owns(&key_of(vc)));
     }
     assert!(ctx.runs_cluster_duties());
-    assert_eq!(ctx.metrics.shard_owned_tenants.get(), 2);
+    assert_eq!(ctx.metrics.shards.shard_owned_tenants.get(), 2);
     // The next look writes nothing: tenant Leases are not renewed one by one.
     let mut supers = returned.await.expect("script done");
     let quiet = async move { supers.idle().await };
@@ -339,8 +339,9 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
     assert!(!ctx.runs_cluster_duties());
     let count = |reason| {
         ctx.metrics
+            .shards
             .shard_handovers
-            .get_or_create(&crate::metrics::HandoverLabels { reason })
+            .get_or_create(&crate::tenancy::shards::metrics::HandoverLabels { reason })
             .get()
     };
     assert_eq!((count("taken_over"), count("released")), (1, 1));
