@@ -8,7 +8,8 @@
 //! - [`engine`]: the fair queues and the one list of kinds, the flags, the [`Context`], the workers
 //!   that drain the queues and the patrol that repairs drift.
 //! - [`resources`]: one module per kind, syncing it down (tenant → super) and up (super → tenant).
-//! - [`metrics`]: the syncer's series; [`error`]: its one error type.
+//! - [`metrics`]: the syncer's series, each subsystem's registered by its own struct; [`error`]: its one
+//!   error type.
 
 pub mod accounting;
 pub mod cache;

@@ -1,7 +1,7 @@
 //! Tenants: which tenant a super object belongs to ([`identity`]), what a VirtualCluster's spec may ask
 //! ([`settings`]), an attached tenant and its caches ([`tenant`]), attaching and detaching them
 //! ([`attach`]), the attach [`journal`] that holds back a tenant that made a process stop, and the
-//! [`shards`] that share tenants across replicas.
+//! [`shards`] that share tenants across replicas; the tenants' [`metrics`].
 
 pub mod attach;
 pub mod identity;
