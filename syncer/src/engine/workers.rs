@@ -5,6 +5,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use tracing::Instrument;
+
 use crate::{
     engine::metrics::{Direction, Operation, OperationLabels, ResourceLabels, TenantLabels},
     engine::{
@@ -118,13 +120,37 @@ async fn process(
         queue.add_after(&work.tenant, work.item.clone(), NOT_READY_DELAY);
         return;
     }
+    let item = &work.item;
+    // Whatever the sync logs carries the object it works on, once, from this span.
+    let span = tracing::info_span!(
+        "sync",
+        tenant = %tenant.identity.vc_ref(),
+        ?direction,
+        kind = %item.kind,
+        namespace = %item.namespace,
+        name = %item.name,
+    );
     let started = Instant::now();
     // Its super writes take from the tenant's share of the write slots.
     let share = Share::tenant(work.tenant.clone(), tenant.settings().weight);
     let result = match direction {
-        Direction::Down => on_behalf(share, resources::sync_down(ctx, &tenant, &work.item)).await,
-        Direction::Up => on_behalf(share, resources::sync_up(ctx, &tenant, &work.item)).await,
+        Direction::Down => {
+            on_behalf(
+                share,
+                resources::sync_down(ctx, &tenant, item).instrument(span.clone()),
+            )
+            .await
+        }
+        Direction::Up => {
+            on_behalf(
+                share,
+                resources::sync_up(ctx, &tenant, item).instrument(span.clone()),
+            )
+            .await
+        }
     };
+    // No await below: the span may be entered for the logs of the outcome.
+    let _entered = span.enter();
     record(
         ctx,
         &tenant,
@@ -134,7 +160,6 @@ async fn process(
         started,
         &result,
     );
-    let item = &work.item;
     match result {
         Ok(outcome) => {
             backoff.reset(&(work.tenant.clone(), item.clone()));
@@ -143,7 +168,7 @@ async fn process(
                 queue.charge(&work.tenant, f64::from(outcome.writes()) - 1.0);
             }
             if let Outcome::Waiting { reason, retry_after } = &outcome {
-                tracing::debug!(tenant = %tenant.identity.vc_ref(), ?direction, kind = %item.kind, namespace = %item.namespace, name = %item.name, reason = %reason, "waiting");
+                tracing::debug!(%reason, "waiting");
                 if let Some(delay) = retry_after {
                     queue.add_after(&work.tenant, item.clone(), *delay);
                 }
@@ -152,11 +177,6 @@ async fn process(
         Err(error) => {
             let delay = backoff.failed(&(work.tenant.clone(), item.clone()));
             tracing::warn!(
-                tenant = %tenant.identity.vc_ref(),
-                ?direction,
-                kind = %item.kind,
-                namespace = %item.namespace,
-                name = %item.name,
                 error = &error as &dyn std::error::Error,
                 retry_in_ms = delay.as_millis() as u64,
                 "sync failed"
