@@ -260,7 +260,7 @@ async fn listed_custom_resources_are_published_synced_and_reported() -> anyhow::
             "gadgets.example.com;tenants=nobody=ever".into(),
         ])
         .map_err(anyhow::Error::msg)?,
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     };
     vc_runtime::logging::init(vc_runtime::logging::LogFormat::Text);
     let _syncer = Syncer::start(

@@ -29,7 +29,7 @@ fn config() -> SyncerConfig {
         patrol_interval: Duration::from_secs(2),
         tenant_health_period: Duration::from_secs(2),
         token_ttl_seconds: 600,
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     }
 }
 

@@ -60,7 +60,7 @@ fn config() -> SyncerConfig {
         downward_workers: 4,
         upward_workers: 4,
         token_ttl_seconds: 600,
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     }
 }
 

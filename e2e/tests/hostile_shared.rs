@@ -68,7 +68,7 @@ fn syncer_config() -> SyncerConfig {
         downward_workers: 4,
         upward_workers: 4,
         token_ttl_seconds: 600,
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     }
 }
 

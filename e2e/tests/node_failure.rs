@@ -95,7 +95,7 @@ async fn a_dead_node_is_seen_and_its_pods_are_replaced() -> anyhow::Result<()> {
             vnode_mode: VNodeMode::Usable,
             downward_workers: 4,
             upward_workers: 4,
-            ..Default::default()
+            ..SyncerConfig::for_tests()
         },
         Arc::new(Metrics::default()),
         Health::new(),

@@ -52,7 +52,7 @@ async fn tenancy() -> anyhow::Result<(Tenancy, Syncer)> {
         tenant_health_period: Duration::from_secs(2),
         downward_workers: 2,
         upward_workers: 2,
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     };
     let syncer = Syncer::start(
         tenancy.super_client(),

@@ -54,7 +54,7 @@ fn replica_config(replica: &str) -> SyncerConfig {
         // The test measures its own tenants' usage nowhere.
         usage: syncer::accounting::usage::UsageSettings {
             interval: None,
-            ..Default::default()
+            ..config().usage
         },
         ..config()
     }

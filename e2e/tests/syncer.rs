@@ -49,7 +49,7 @@ pub(crate) fn config() -> SyncerConfig {
             ingress_host_suffix: Some(INGRESS_HOST_SUFFIX.to_owned()),
             ..Default::default()
         },
-        ..Default::default()
+        ..SyncerConfig::for_tests()
     }
 }
 
@@ -455,7 +455,7 @@ async fn every_kind_syncs_down_and_up_without_collisions() -> anyhow::Result<()>
         // A shared Secret belongs to no pod: it records its members (the tenant pod's uid, which the tokens
         // are bound to), and the patrol removes the keys of gone pods.
         assert!(token_secret.owner_references().is_empty());
-        let members = syncer::cache::token_shards::members_of(&token_secret.metadata);
+        let members = syncer::tokens::records::members_of(&token_secret.metadata);
         assert_eq!(
             members.get("web-1").map(|m| &*m.uid),
             annotation(&super_pod, wellknown::ANNOTATION_UID),

@@ -186,7 +186,7 @@ async fn usable_nodes(platform_labels: serde_json::Value) -> anyhow::Result<(Ten
             tenant_health_period: Duration::from_secs(2),
             token_ttl_seconds: 600,
             vnode_mode: VNodeMode::Usable,
-            ..Default::default()
+            ..SyncerConfig::for_tests()
         },
         Arc::new(Metrics::default()),
         Health::new(),

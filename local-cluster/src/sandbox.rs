@@ -428,36 +428,38 @@ impl Sandbox {
         )
         .await?;
         let dns = TenantDns::start(&tenancy, clients.dns, real_nodes).await?;
+        // The sandbox's syncer by its flags, as the chart runs it (the journal off: a sandbox restarts at will).
+        let mut flags = vec![
+            format!("--tenant-dns-service={DNS_SERVICE_NAMESPACE}/{DNS_SERVICE_NAME}"),
+            format!("--vn-agent-port={vn_agent_port}"),
+            "--vnode-grace-seconds=30".to_owned(),
+            "--patrol-interval-seconds=15".to_owned(),
+            "--tenant-health-period-seconds=2".to_owned(),
+            "--downward-workers=8".to_owned(),
+            "--upward-workers=8".to_owned(),
+            format!("--vnode-mode={}", options.vnode_mode),
+            "--attach-journal=false".to_owned(),
+        ];
+        if let Some(level) = options.pod_security_enforce {
+            flags.push(format!("--pod-security-enforce={}", level.as_str()));
+        }
+        if let Some(accounts) = &options.accounts
+            && let Some(role) = &accounts.vn_agent_tenant_pods
+        {
+            flags.push(format!(
+                "--vn-agent-service-account={}/{}",
+                accounts.namespace, accounts.vn_agent
+            ));
+            flags.push(format!("--vn-agent-cluster-role={role}"));
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let config = syncer::SyncerConfig::from_flags(&flags).map_err(|error| Error::Component {
+            component: "syncer",
+            source: error.into(),
+        })?;
         let syncer = syncer::Syncer::start(
             clients.syncer,
-            syncer::SyncerConfig {
-                tenant_dns: Some(syncer::engine::config::TenantDnsService::new(
-                    DNS_SERVICE_NAMESPACE,
-                    DNS_SERVICE_NAME,
-                )),
-                vn_agent_port,
-                vnode_grace: Duration::from_secs(30),
-                patrol_interval: Duration::from_secs(15),
-                tenant_health_period: Duration::from_secs(2),
-                downward_workers: 8,
-                upward_workers: 8,
-                vnode_mode: options.vnode_mode.clone(),
-                pod_security: match options.pod_security_enforce {
-                    Some(level) => syncer::engine::config::PodSecurityLabels {
-                        enforce: Some(level.as_str().to_owned()),
-                        ..syncer::engine::config::PodSecurityLabels::default()
-                    },
-                    None => syncer::engine::config::PodSecurityLabels::default(),
-                },
-                vn_agent_access: options.accounts.as_ref().and_then(|accounts| {
-                    Some(syncer::engine::config::VnAgentAccess {
-                        namespace: accounts.namespace.clone(),
-                        service_account: accounts.vn_agent.clone(),
-                        cluster_role: accounts.vn_agent_tenant_pods.clone()?,
-                    })
-                }),
-                ..syncer::SyncerConfig::default()
-            },
+            config,
             Arc::new(syncer::Metrics::default()),
             Health::new(),
         )

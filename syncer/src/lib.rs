@@ -18,6 +18,7 @@ pub mod error;
 pub mod metrics;
 pub mod resources;
 pub mod tenancy;
+pub mod tokens;
 
 use std::sync::Arc;
 
@@ -87,7 +88,8 @@ impl Syncer {
         };
         let tenants = Arc::new(Tenants::default());
         let quota = Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone()));
-        let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &config);
+        let tokens = Arc::new(tokens::Tokens::default());
+        let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &tokens, &config);
         let (vc_store, vc_writer) = reflector::store();
         let shards = config
             .shards
@@ -109,6 +111,7 @@ impl Syncer {
             config,
             tenants,
             supers,
+            tokens,
             virtual_clusters: vc_store,
             queues,
             quota,
@@ -150,7 +153,10 @@ impl Syncer {
             tasks.push(tokio::spawn(workers::upward(ctx.clone(), up_backoff.clone())));
         }
         tasks.push(tokio::spawn(patrol::run(ctx.clone())));
-        tasks.push(tokio::spawn(resources::pod::token_secrets::renew(ctx.clone())));
+        tasks.push(tokio::spawn(tokens::renewal::run(
+            ctx.tokens.clone(),
+            ctx.queues.down.clone(),
+        )));
         tasks.push(tokio::spawn(resources::event::forward(ctx.clone())));
         tasks.push(tokio::spawn(workers::publish_depths(ctx.clone())));
         tasks.push(tokio::spawn(usage::run(ctx.clone())));
@@ -168,10 +174,12 @@ impl Syncer {
             shard_tasks.push(tokio::spawn(shards::handover::guard_membership(
                 ctx.clone(),
                 shards.clone(),
+                attach::AttachHandover::new(ctx.clone()),
             )));
             shard_tasks.push(tokio::spawn(shards::handover::balance(
                 ctx.clone(),
                 shards.clone(),
+                attach::AttachHandover::new(ctx.clone()),
             )));
             tracing::info!(replica = %shards.settings.replica_id, instance = %shards.instance(), "sharding tenants across replicas");
         }
@@ -192,7 +200,8 @@ impl Syncer {
             task.abort();
         }
         if let Some(shards) = self.context.shards.clone() {
-            shards::handover::resign(&self.context, &shards).await;
+            let hands = attach::AttachHandover::new(self.context.clone());
+            shards::handover::resign(&self.context, &shards, &hands).await;
         }
         // A clean stop: the tenants being attached are not to blame for it.
         if let Some(journal) = self.context.journal.clone() {

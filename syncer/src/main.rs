@@ -10,7 +10,7 @@ use vc_runtime::Runtime;
 pub async fn main() -> anyhow::Result<()> {
     vc_runtime::clients::identify("syncer");
     let args = Args::parse();
-    let super_http2 = args.syncer.super_http2;
+    let super_http2 = args.super_http2;
     let config = SyncerConfig::try_from(args.syncer).map_err(anyhow::Error::msg)?;
     // Sharded replicas are all active; each holds its own Leases instead of one for the whole process.
     let election = match config.shards {

@@ -185,6 +185,8 @@ pub struct SuperWatch<'a> {
     pub tenants: &'a Arc<Tenants>,
     /// The quota ledger, which follows what counts against tenants' quotas.
     pub quota: &'a Arc<Quota>,
+    /// The pods' tokens, which follow the token Secrets' watch.
+    pub tokens: &'a Arc<crate::tokens::Tokens>,
     /// The tenant namespaces: which tenant namespace each super namespace serves.
     pub namespaces: &'a Store<Namespace>,
     /// Whether Ingresses are synced.
@@ -193,7 +195,7 @@ pub struct SuperWatch<'a> {
     /// (`--vn-agent-service-account`).
     pub vn_agent_access: bool,
     /// Which super nodes tenants see.
-    pub vnode_mode: &'a crate::engine::config::VNodeMode,
+    pub vnode_mode: &'a crate::resources::vnode::flags::VNodeMode,
     /// The custom resource kinds synced.
     pub custom_resources: &'a [crate::engine::config::custom_kinds::CustomKind],
     tasks: Vec<JoinHandle<()>>,
@@ -360,6 +362,7 @@ impl SuperStores {
         queues: &Queues,
         tenants: Arc<Tenants>,
         quota: Arc<Quota>,
+        tokens: &Arc<crate::tokens::Tokens>,
         config: &crate::engine::config::SyncerConfig,
     ) -> Self {
         let sync_ingresses = config.sync_ingresses;
@@ -389,6 +392,7 @@ impl SuperStores {
             queues,
             tenants: &tenants,
             quota: &quota,
+            tokens,
             namespaces: &namespaces,
             sync_ingresses,
             vn_agent_access: config.vn_agent_access.is_some(),

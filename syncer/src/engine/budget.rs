@@ -20,12 +20,28 @@ use crate::engine::items::ObjectKey;
 /// Reason of the `TenantSynced` condition of a tenant over its cache limits.
 pub const REASON_LIMIT_EXCEEDED: &str = "TenantLimitExceeded";
 
-/// How much of a tenant the syncer caches at most.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How much of a tenant the syncer caches at most: its flags, and what attach gives each tenant's budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
 pub struct CacheLimits {
-    /// Objects, over every cached kind.
+    /// Most objects the syncer caches of one tenant (over every kind); a tenant with more is detached with
+    /// `TenantLimitExceeded` until it fits.
+    #[arg(
+        id = "tenant_cache_max_objects",
+        long = "tenant-cache-max-objects",
+        env = "TENANT_CACHE_MAX_OBJECTS",
+        default_value_t = CacheLimits::default().max_objects,
+        value_parser = crate::engine::config::values::at_least_one
+    )]
     pub max_objects: u64,
-    /// Bytes, as the objects' JSON length.
+    /// Most bytes (objects' JSON length) the syncer caches of one tenant; a tenant with more is detached
+    /// with `TenantLimitExceeded` until it fits.
+    #[arg(
+        id = "tenant_cache_max_bytes",
+        long = "tenant-cache-max-bytes",
+        env = "TENANT_CACHE_MAX_BYTES",
+        default_value_t = CacheLimits::default().max_bytes,
+        value_parser = crate::engine::config::values::at_least_one
+    )]
     pub max_bytes: u64,
 }
 

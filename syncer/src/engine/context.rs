@@ -15,6 +15,7 @@ use crate::{
         shards::Shards,
         tenant::{Queues, Tenants},
     },
+    tokens::Tokens,
 };
 
 /// Clients, caches, queues and metrics shared by the syncer's loops.
@@ -27,6 +28,8 @@ pub struct Context {
     pub tenants: Arc<Tenants>,
     /// Super-cluster caches.
     pub supers: SuperStores,
+    /// Service-account tokens of tenant pods: their shared token Secrets, renewal and sweep.
+    pub tokens: Arc<Tokens>,
     /// VirtualClusters.
     pub virtual_clusters: Store<VirtualCluster>,
     /// Work queues.

@@ -1,6 +1,6 @@
 //! Group commit: one write at a time, and what arrives while one is in flight goes in the next, together.
 //! At low load an item is written at once; in a burst many share a write. Used by the token shards'
-//! writes ([`crate::cache::token_shards::Shard`]).
+//! writes ([`crate::tokens::records::Shard`]).
 
 use std::{collections::HashMap, future::Future, sync::Mutex};
 

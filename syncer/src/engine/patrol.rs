@@ -49,7 +49,7 @@ pub async fn scan(ctx: &Context) -> Findings {
     }
     // Gone pods' tokens leave the shared token Secrets of the tenants this replica holds (the delete path
     // writes nothing).
-    findings.drifted += resources::pod::token_secrets::sweep(ctx).await;
+    findings.drifted += ctx.tokens.sweep(ctx).await;
     ctx.metrics
         .patrol
         .patrol_duration

@@ -8,6 +8,8 @@
 //! can reach is exactly what the syncer created for tenants. The binding is the syncer's alone; it is
 //! forced back when changed and goes with its namespace.
 
+pub mod flags;
+
 use crds::wellknown::{
     ANNOTATION_GRANTS_CLUSTER, ANNOTATION_GRANTS_NAMESPACE, LABEL_VC_NAME, LABEL_VC_NAMESPACE,
 };
@@ -109,10 +111,8 @@ fn in_sync(desired: &RoleBinding, existing: &RoleBinding) -> bool {
 mod tests {
     use super::*;
     use crate::{
-        engine::{
-            config::VnAgentAccess,
-            context::testing::{self, put},
-        },
+        engine::context::testing::{self, put},
+        resources::access::flags::VnAgentAccess,
         tenancy::settings::TenantSettings,
     };
 

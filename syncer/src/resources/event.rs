@@ -123,10 +123,10 @@ fn awaits_first_tokens(event: &CoreEvent) -> bool {
         return false;
     };
     // `secret "shard-0.vc-tokens" not found`, or `references non-existent secret key: <pod prefix>.token`.
-    message.contains(&format!("{}\"", crate::cache::token_shards::SHARD_SUFFIX))
+    message.contains(&format!("{}\"", crate::tokens::mounts::SHARD_SUFFIX))
         || message.contains(&format!(
             "non-existent secret key: {}.",
-            super::pod::token_secrets::key_prefix(pod)
+            crate::tokens::mounts::key_prefix(pod)
         ))
 }
 

@@ -19,6 +19,8 @@
 //! Enforcement is the CNI's: on a cluster whose network plugin ignores NetworkPolicies (the e2e harness's
 //! bridge plugin among them), these objects exist and change nothing.
 
+pub mod flags;
+
 use crds::wellknown::{
     COMPONENT_APISERVER, LABEL_CLUSTER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAMESPACE_NAME,
     LABEL_VC_NAME, LABEL_VC_NAMESPACE, MANAGED_BY_VC_MANAGER,

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod copy;
+pub mod flags;
 pub mod isolation;
 pub mod metrics;
 pub mod outcome;

@@ -44,13 +44,13 @@ use crate::{
         super_stores::{SuperCache, SuperWatch, ours},
     },
     engine::{
-        config::POD_SECURITY_PREFIX,
         context::Context,
         events,
         items::{DownItem, Item, kinds},
         patrol::findings::{Findings, found},
     },
     error::{Result, on_super},
+    resources::pod::flags::POD_SECURITY_PREFIX,
     tenancy::{
         identity,
         tenant::{Tenant, TenantCache, TenantWatch},

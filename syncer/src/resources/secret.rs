@@ -1,5 +1,5 @@
 //! Secrets: copied down, legacy service-account token Secrets as Opaque ones. Pods' token Secrets, which
-//! the syncer makes itself, are the pods' ([`super::pod::token_secrets`]); tenant Secrets of their names are not
+//! the syncer makes itself, are the tokens' ([`crate::tokens`]); tenant Secrets of their names are not
 //! copied.
 
 use crds::wellknown::{LABEL_POD_TOKEN, LABEL_VC_NAME};
@@ -13,10 +13,7 @@ use super::{
     synced::SyncedKind,
 };
 use crate::{
-    cache::{
-        super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch, tenant_key},
-        token_shards,
-    },
+    cache::super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch, tenant_key},
     engine::{
         context::Context,
         items::{Item, Kind, kinds},
@@ -24,6 +21,7 @@ use crate::{
     },
     error::Result,
     tenancy::tenant::{Tenant, TenantCache, TenantStores, TenantWatch},
+    tokens::mounts::is_reserved_secret_name,
 };
 
 /// Type of legacy service-account token Secrets; their copies are Opaque (the super cluster's token
@@ -60,7 +58,7 @@ impl Downward for Secret {
 
     fn creation_refusal(tenant: &Self, _cx: &Conversion<'_>) -> Option<(&'static str, String)> {
         let name = tenant.metadata.name.as_deref().unwrap_or_default();
-        token_shards::is_reserved_secret_name(name).then(|| {
+        is_reserved_secret_name(name).then(|| {
             (
                 REASON_RESERVED_NAME,
                 format!(

@@ -1,6 +1,8 @@
 //! Services: copied down, where the super cluster allocates their cluster IP and node ports, and those and
 //! the load-balancer status copied back up onto the tenant Service.
 
+pub mod flags;
+
 use crds::wellknown::{ANNOTATION_EXTERNAL_NAME, ANNOTATION_SUPER_CLUSTER_IP, ANNOTATION_TENANT_CLUSTER_IP};
 use k8s_openapi::{
     api::core::v1::{Service, ServicePort, ServiceSpec},
@@ -19,11 +21,11 @@ use super::{
     synced::SyncedKind,
     upward::{matching_super, params, transparent},
 };
+use self::flags::ExternalNameServices;
 use crate::{
     accounting::quota::{ObjectUsage, needs_node_ports, service_usage},
     cache::super_stores::{EventSubject, SuperCache, SuperStores, SuperWatch},
     engine::{
-        config::ExternalNameServices,
         context::Context,
         events,
         items::{Item, Kind, UpItem, kinds},

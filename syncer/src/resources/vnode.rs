@@ -9,6 +9,8 @@
 //!   selected labels) is a vNode from attach on, schedulable (the tenant may cordon it), and stays while the
 //!   super node does; a node outside that set still appears where a pod of the tenant runs, as in `pods`.
 
+pub mod flags;
+
 use std::{collections::BTreeMap, time::Instant};
 
 use crds::wellknown::LABEL_VIRTUAL_NODE;
@@ -25,11 +27,11 @@ use kube::{
     },
 };
 
+use self::flags::{VNodeAddresses, VNodeMode};
 use super::{outcome::Outcome, pod::policy, synced::SyncedKind};
 use crate::{
     cache::super_stores::{SuperCache, SuperWatch},
     engine::{
-        config::{VNodeAddresses, VNodeMode},
         context::Context,
         items::{Item, Kind, UpItem, kinds},
         patrol::findings::{Findings, found},

@@ -6,6 +6,8 @@
 //! returns the settings the syncer runs the tenant with and one note per field it limited, which the
 //! syncer reports on the VirtualCluster (condition `SpecLimited`).
 
+pub mod flags;
+
 use std::cmp::Ordering;
 
 use crds::{PodPolicy, TenantQuota, VirtualCluster, quantity::parse_quantity};
@@ -34,7 +36,7 @@ pub struct TenantSettings {
     pub ingress_host_suffixes: Vec<String>,
 }
 
-/// How far a VirtualCluster's spec may reach: the platform's flags.
+/// How far a VirtualCluster's spec may reach: the platform's flags ([`flags::LimitFlags`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlatformLimits {
     /// Highest `spec.weight` honoured (`--max-weight`).

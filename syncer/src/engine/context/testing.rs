@@ -62,9 +62,10 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
     let (supers, writers) = SuperStores::for_tests();
     let ctx = Context {
         super_client,
-        config: SyncerConfig::default(),
+        config: SyncerConfig::for_tests(),
         tenants: Arc::new(Tenants::default()),
         supers,
+        tokens: Default::default(),
         virtual_clusters: kube::runtime::reflector::store().0,
         quota: Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone())),
         queues,

@@ -21,13 +21,13 @@ use super::{
     plan::was_scheduled,
     refusal::{REASON_POLICY_VIOLATION, super_refusal},
     tenant_endpoints::tenant_endpoints,
-    token, token_secrets,
 };
 use crate::{
     accounting::quota::REASON_QUOTA_EXCEEDED,
     cache::pods::{POD_SCHEDULED, TenantPod},
     engine::{context::Context, events},
     error::{Result, on_tenant},
+    tokens::mounts::{self, UNASSIGNED_TOKEN_SECRET},
     resources::{
         claim, namespace,
         outcome::Outcome,
@@ -238,24 +238,8 @@ async fn create_admitted(
     let mut pod = converted.pod;
     pod.metadata = with_annotation(pod.metadata, identity::ANNOTATION_SYNC_HASH, hash);
     if converted.needs_secret {
-        // The shard its volumes read; its tokens are minted once the tenant pod is bound (so they name the
-        // node) and written there (`token_secrets::put_bound`); the kubelet retries the mount until then.
-        let shard = ctx.supers.pods.token_shards.assign(
-            ctx,
-            &api_namespace(api),
-            &namespace,
-            tenant_pod.metadata.name.as_deref().unwrap_or_default(),
-            tenant_pod.metadata.uid.as_deref().unwrap_or_default(),
-        );
-        if let Some(spec) = pod.spec.as_mut() {
-            convert::retarget_token_secret(spec, convert::UNASSIGNED_TOKEN_SECRET, &shard);
-        }
-        pod.metadata = with_annotation(
-            pod.metadata,
-            token::ANNOTATION_POD_TOKENS,
-            token::needs_annotation(&converted.tokens),
-        );
-        pod.metadata = with_annotation(pod.metadata, token::ANNOTATION_TOKEN_SECRET, shard);
+        ctx.tokens
+            .mount(ctx, &mut pod, &converted.tokens, &api_namespace(api), tenant_pod);
     }
     // A POST, not an apply: the super apiserver decodes it once, with no YAML parse and no structured
     // merge (about a tenth of its CPU per synced pod); the pod's first update makes the fields applied.
@@ -290,7 +274,7 @@ async fn create_admitted(
 /// with a reason while it cannot be read.
 async fn tenant_dns_ip(
     ctx: &Context,
-    service: &crate::engine::config::TenantDnsService,
+    service: &crate::resources::pod::flags::TenantDnsService,
 ) -> Result<String, String> {
     let fresh = |at: &std::time::Instant| at.elapsed() < Duration::from_secs(60);
     if let Some((ip, at)) = service.cached.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
@@ -323,7 +307,7 @@ fn convert(
     let meta = ctx.meta_policy(&settings.opaque_prefixes);
     let namespace = pod.namespace().unwrap_or_default();
     let super_namespace = tenant.identity.super_namespace(&namespace);
-    let token_key_prefix = token_secrets::key_prefix(&pod.name_any());
+    let token_key_prefix = mounts::key_prefix(&pod.name_any());
     let published_priority_class = |name: &str| {
         ctx.supers
             .priority_classes
@@ -349,7 +333,7 @@ fn convert(
         endpoints,
         ndots: ctx.config.dns_ndots,
         upstream_nameservers: &ctx.config.pod_upstream_nameservers,
-        token_secret: convert::UNASSIGNED_TOKEN_SECRET,
+        token_secret: UNASSIGNED_TOKEN_SECRET,
         token_key_prefix: &token_key_prefix,
     };
     convert::to_super(pod, &cx)
@@ -365,7 +349,7 @@ async fn node_selection(
     let Some(spec) = spec.filter(|spec| placement::selects(spec)) else {
         return Ok(None);
     };
-    if ctx.config.vnode_mode == crate::engine::config::VNodeMode::Pods {
+    if ctx.config.vnode_mode == crate::resources::vnode::flags::VNodeMode::Pods {
         return Ok(None);
     }
     let cached = tenant.stores.nodes.state();

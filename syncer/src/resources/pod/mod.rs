@@ -1,10 +1,10 @@
 //! Tenant pods. Down: [`plan`] decides from the caches what a pod and its copy need next (a pure function),
 //! and [`down`] does it, with the executors of creation ([`create`]) and of a running pod's changes
 //! ([`update`]); the copy is converted by [`convert`] (what it carries besides: [`desired`]), admitted by
-//! [`policy`], placed in the tenant's view of its nodes ([`placement`]); service-account tokens
-//! ([`token`], kept in shared Secrets: [`token_secrets`]) and ephemeral containers added later
+//! [`policy`], placed in the tenant's view of its nodes ([`placement`]); ephemeral containers added later
 //! ([`ephemeral`]). Up: [`up`]. Their end ([`end`]): the deletion completed, and the terminal status of a
-//! deleted pod a finalizer holds. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
+//! deleted pod a finalizer holds. Their service-account tokens are [`crate::tokens`]', reached through
+//! [`crate::engine::context::Context::tokens`]. [`refusal`] and [`tenant_endpoints`] serve [`create`], [`update`] and
 //! [`ephemeral`], which import them rather than each other. [`bindings`]: what the pods keep of each tenant
 //! besides their cache.
 
@@ -14,23 +14,19 @@ pub mod create;
 pub mod desired;
 pub mod down;
 pub mod end;
+pub mod flags;
 pub mod ephemeral;
 pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod refusal;
 pub mod tenant_endpoints;
-pub mod token;
-pub mod token_secrets;
 pub mod up;
 pub mod update;
-
-use std::sync::Arc;
 
 use crds::wellknown::LABEL_POD_TOKEN;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Resource,
     core::PartialObjectMeta,
     runtime::{reflector::Store, watcher},
 };
@@ -43,7 +39,6 @@ use crate::{
         slim_store::SlimStore,
         stores::{Cache, Change, trim},
         super_stores::{EventSubject, SuperCache, SuperWatch, ours, tenant_key},
-        token_shards::{TokenShards, member_items},
     },
     engine::{
         context::Context,
@@ -75,14 +70,12 @@ impl TenantCache for kinds::Pod {
 }
 
 /// The super cluster's pods the syncer reads: its copies of tenants' pods, and the Secrets that hold their
-/// service-account tokens.
+/// service-account tokens (what the syncer wrote of those is the Context's [`crate::tokens::Tokens`]).
 pub struct SuperPods {
     /// The copies of tenants' pods.
     pub copies: SlimStore<SuperPod>,
     /// Metadata of pods' token Secrets (shared ones, and a pod's own of an earlier version).
     pub token_secrets: Store<PartialObjectMeta<Secret>>,
-    /// What the syncer wrote of the shared token Secrets, ahead of `token_secrets`.
-    pub token_shards: Arc<TokenShards>,
 }
 
 impl Cache for SuperPods {
@@ -96,43 +89,27 @@ impl Cache for SuperPods {
         Self {
             copies: Cache::empty(),
             token_secrets: Cache::empty(),
-            token_shards: Default::default(),
         }
     }
 }
 
 /// Watches pods' token Secrets, apart from the tenants' Secrets and metadata only: their values never need
-/// to be in memory.
-fn watch_token_secrets(supers: &mut SuperWatch<'_>) -> (Store<PartialObjectMeta<Secret>>, Arc<TokenShards>) {
-    let token_shards = Arc::new(TokenShards::default());
+/// to be in memory. What a change means is the tokens' ([`crate::tokens::Tokens::observe`]).
+fn watch_token_secrets(supers: &mut SuperWatch<'_>) -> Store<PartialObjectMeta<Secret>> {
     let queue = supers.queues.down.clone();
     let selector = watcher::Config::default().labels(&format!("{LABEL_POD_TOKEN}=true"));
-    let shards = token_shards.clone();
-    let store = supers.watch_with(
+    let tokens = supers.tokens.clone();
+    supers.watch_with(
         selector,
         trim,
         move |secret: &PartialObjectMeta<Secret>, change| {
-            // A pod's token Secret (of an earlier version) is part of the pod: repairing it means syncing the
-            // pod.
-            if let (Some((tenant, namespace, _)), Some(pod)) =
-                (tenant_key(secret), identity::pod_of_token_secret(secret.meta()))
-            {
-                queue.add(&tenant, DownItem::new(Kind::Pod, &namespace, pod));
-                return;
-            }
-            // A shared one someone else changed is read again before its next write; when it is deleted, the
-            // pods it served write their keys again. Our own writes queue nothing.
-            shards.observe(secret.meta(), change);
-            if change == Change::Deleted
-                && let Some((tenant, items)) = member_items(secret.meta())
-            {
+            if let Some((tenant, items)) = tokens.observe(secret, change) {
                 for item in items {
                     queue.add(&tenant, item);
                 }
             }
         },
-    );
-    (store, token_shards)
+    )
 }
 
 impl SuperCache for kinds::Pod {
@@ -145,7 +122,7 @@ impl SuperCache for kinds::Pod {
             supers.quota.clone(),
             supers.tenants.clone(),
         );
-        let (token_secrets, token_shards) = watch_token_secrets(supers);
+        let token_secrets = watch_token_secrets(supers);
         let copies = supers.watch_converted::<WatchedSuperPod, _, _>(
             ours(),
             SuperPod::from,
@@ -175,7 +152,6 @@ impl SuperCache for kinds::Pod {
         SuperPods {
             copies,
             token_secrets,
-            token_shards,
         }
     }
 

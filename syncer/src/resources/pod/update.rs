@@ -19,7 +19,6 @@ use super::{
     desired::{desired_state, with_annotation},
     ephemeral, policy,
     refusal::{REASON_POLICY_VIOLATION, is_refusal},
-    token, token_secrets,
 };
 use crate::{
     cache::{
@@ -33,6 +32,7 @@ use crate::{
         write::{self, apply},
     },
     tenancy::{identity, tenant::Tenant},
+    tokens::mounts::{ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET},
 };
 
 /// Annotation on a super pod: hash of the resize the super cluster refused. The tenant was told; the
@@ -166,7 +166,7 @@ pub(super) async fn update(
             writes += 1;
         }
         let mut meta = with_annotation(desired_meta, identity::ANNOTATION_SYNC_HASH, hash);
-        for key in [token::ANNOTATION_POD_TOKENS, token::ANNOTATION_TOKEN_SECRET] {
+        for key in [ANNOTATION_POD_TOKENS, ANNOTATION_TOKEN_SECRET] {
             if let Some(value) = super_pod.meta().annotation(key) {
                 meta = with_annotation(meta, key, value.to_owned());
             }
@@ -206,14 +206,8 @@ pub(super) async fn update(
         }
     }
     // Tokens only for a bound pod: its first ones are minted after the binding (`up`), to name its node.
-    if let Some(needs) = token::needs_of(super_pod.meta())
-        && tenant_pod.spec.node_name.is_some()
-    {
-        writes += match token::secret_of(super_pod.meta()) {
-            Some(shard) => token_secrets::keep(ctx, tenant, tenant_pod, super_pod, shard, &needs).await?,
-            // A pod of an earlier version reads a token Secret of its own.
-            None => token::refresh_token(ctx, tenant, tenant_pod, super_pod, &needs).await?,
-        };
+    if tenant_pod.spec.node_name.is_some() {
+        writes += ctx.tokens.keep(ctx, tenant, tenant_pod, super_pod).await?;
     }
     writes += sync_readiness_gates(ctx, tenant_pod, super_pod, api).await?;
     Ok(match (ephemeral.waiting, writes) {

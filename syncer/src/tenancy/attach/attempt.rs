@@ -185,7 +185,7 @@ pub(super) async fn attach_or_check(
         }
     });
     // Outside `pods` mode the tenant sees its nodes from the start.
-    if ctx.config.vnode_mode != crate::engine::config::VNodeMode::Pods {
+    if ctx.config.vnode_mode != crate::resources::vnode::flags::VNodeMode::Pods {
         for node in ctx.supers.nodes.state() {
             ctx.queues
                 .up

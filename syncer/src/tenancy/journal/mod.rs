@@ -24,6 +24,7 @@
 //!   stays attached for the probation is cleared (`status.attachBackoff` removed).
 
 pub mod decide;
+pub mod flags;
 pub mod stops;
 
 use std::{

@@ -1,6 +1,8 @@
 //! What a replica does as tenant Leases change hands: it attaches the tenants the assignment gives it and
 //! detaches the others (waiting for their work in progress before it lets their Leases go), runs the
-//! cluster-wide duties while it holds them, and stops everything when its membership lapses.
+//! cluster-wide duties while it holds them, and stops everything when its membership lapses. What follows
+//! from a change of hands (stopping a tenant, removing a deleted one's namespaces, the duties' chores) it
+//! asks of a [`Handover`], which the layers above implement.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,12 +14,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, ResourceExt};
 
 use super::*;
-use crate::{engine::context::Context, tenancy::attach};
+use crate::{engine::context::Context, tenancy::shards::metrics::HandoverLabels};
 
 /// Keeps this replica's share of the tenants: takes the Leases the assignment gives it, hands over the
 /// others, stops everything when the membership lapses. Looks every renew period and whenever a Lease
 /// changes.
-pub async fn balance(ctx: Arc<Context>, shards: Arc<Shards>) {
+pub async fn balance(ctx: Arc<Context>, shards: Arc<Shards>, hands: impl Handover) {
     let leases = Leases {
         api: Api::namespaced(ctx.super_client.clone(), &shards.settings.namespace),
         shards: shards.clone(),
@@ -29,13 +31,13 @@ pub async fn balance(ctx: Arc<Context>, shards: Arc<Shards>) {
             _ = tick.tick() => {}
             () = shards.wake.notified() => {}
         }
-        balance_once(&ctx, &leases).await;
+        balance_once(&ctx, &leases, &hands).await;
     }
 }
 
 /// Stops every tenant as soon as the membership lapses: a loop of its own, so that no slow request of the
 /// others can hold it past the renew deadline.
-pub async fn guard_membership(ctx: Arc<Context>, shards: Arc<Shards>) {
+pub async fn guard_membership(ctx: Arc<Context>, shards: Arc<Shards>, hands: impl Handover) {
     loop {
         let wake = shards.membership.notified();
         let mut wake = std::pin::pin!(wake);
@@ -48,7 +50,7 @@ pub async fn guard_membership(ctx: Arc<Context>, shards: Arc<Shards>) {
                 }
             }
             _ => {
-                let dropped = drop_everything(&ctx, &shards);
+                let dropped = drop_everything(&ctx, &shards, &hands);
                 if dropped > 0 {
                     tracing::error!(
                         tenants = dropped,
@@ -63,7 +65,7 @@ pub async fn guard_membership(ctx: Arc<Context>, shards: Arc<Shards>) {
 }
 
 /// One look at the assignment: what `balance` does each time.
-pub(super) async fn balance_once(ctx: &Context, leases: &Leases) {
+pub(super) async fn balance_once(ctx: &Context, leases: &Leases, hands: &impl Handover) {
     let shards = &leases.shards;
     let now = Instant::now();
     if !shards.member_at(now) {
@@ -130,7 +132,7 @@ pub(super) async fn balance_once(ctx: &Context, leases: &Leases) {
                 }
             }
             Step::HandOver => handovers.push((key.clone(), lease.cloned())),
-            Step::Lost => lost(ctx, shards, key),
+            Step::Lost => lost(ctx, shards, hands, key),
             Step::Wait | Step::Nothing => {}
         }
     }
@@ -149,9 +151,9 @@ pub(super) async fn balance_once(ctx: &Context, leases: &Leases) {
     gone.retain(|key| !owners.contains_key(key));
     for key in gone {
         shards.revoke(&key);
-        attach::detach(ctx, &key);
+        hands.stop(&key);
         tracing::info!(cluster_key = %key, "tenant deleted; removing its super namespaces");
-        attach::clean_up(ctx, &key).await;
+        hands.remove(&key).await;
         if let Some(lease) = observed.get(&tenant_lease_name(&key)) {
             delete_lease(leases, &lease.lease).await;
         }
@@ -159,7 +161,7 @@ pub(super) async fn balance_once(ctx: &Context, leases: &Leases) {
     futures::future::join_all(
         handovers
             .into_iter()
-            .map(|(key, lease)| hand_over(ctx, leases, key, lease)),
+            .map(|(key, lease)| hand_over(ctx, leases, hands, key, lease)),
     )
     .await;
 
@@ -203,9 +205,7 @@ pub(super) async fn balance_once(ctx: &Context, leases: &Leases) {
     }
     if shards.runs_duties() {
         collect_stale_leases(leases, &observed, &owners, &instances).await;
-        if let Some(journal) = ctx.journal.as_ref() {
-            crate::tenancy::journal::stops::collect(ctx, journal).await;
-        }
+        hands.run_duties().await;
     }
     publish(ctx, shards, live.len());
 }
@@ -228,9 +228,9 @@ fn acquired(ctx: &Context, shards: &Shards, key: &str, reason: &'static str) {
     tracing::info!(cluster_key = %key, replica = %shards.settings.replica_id, reason, "tenant Lease acquired");
 }
 
-fn lost(ctx: &Context, shards: &Shards, key: &str) {
+fn lost(ctx: &Context, shards: &Shards, hands: &impl Handover, key: &str) {
     shards.revoke(key);
-    attach::detach(ctx, key);
+    hands.stop(key);
     handover(ctx, "lost");
     tracing::warn!(cluster_key = %key, "tenant Lease now held by another replica; stopped syncing the tenant");
 }
@@ -253,11 +253,11 @@ fn lease_write_failed(name: &str, doing: &str, error: &kube::Error) {
 
 /// Detaches a tenant this replica should no longer sync, waits (at most a renew period) for its in-flight
 /// work, and releases its Lease.
-async fn hand_over(ctx: &Context, leases: &Leases, key: String, lease: Option<Lease>) {
+async fn hand_over(ctx: &Context, leases: &Leases, hands: &impl Handover, key: String, lease: Option<Lease>) {
     let shards = &leases.shards;
     shards.revoke(&key);
     let tenant = ctx.tenants.get(&key);
-    attach::detach(ctx, &key);
+    hands.stop(&key);
     if let Some(tenant) = tenant
         && tokio::time::timeout(shards.settings.renew_period(), tenant.in_flight.idle())
             .await
@@ -315,7 +315,7 @@ async fn collect_stale_leases(
 }
 
 /// Stops syncing everything at once (membership lapsed); returns how many tenants were dropped.
-pub(super) fn drop_everything(ctx: &Context, shards: &Shards) -> usize {
+pub(super) fn drop_everything(ctx: &Context, shards: &Shards, hands: &impl Handover) -> usize {
     let keys = {
         let mut held = shards.lock_held();
         if shards.member_at(Instant::now()) {
@@ -331,7 +331,7 @@ pub(super) fn drop_everything(ctx: &Context, shards: &Shards) -> usize {
         keys
     };
     for key in &keys {
-        attach::detach(ctx, key);
+        hands.stop(key);
         handover(ctx, "lost");
     }
     keys.len()
@@ -353,7 +353,7 @@ fn publish(ctx: &Context, shards: &Shards, members: usize) {
 /// Hands everything over before this replica stops (a graceful shutdown): detaches every tenant, waits for
 /// in-flight work, releases the Leases and deletes the membership Lease, so the others take over at once
 /// rather than after the Leases expire.
-pub async fn resign(ctx: &Context, shards: &Arc<Shards>) {
+pub async fn resign(ctx: &Context, shards: &Arc<Shards>, hands: &impl Handover) {
     let leases = Leases {
         api: Api::namespaced(ctx.super_client.clone(), &shards.settings.namespace),
         shards: shards.clone(),
@@ -362,7 +362,7 @@ pub async fn resign(ctx: &Context, shards: &Arc<Shards>) {
     let keys = shards.held();
     futures::future::join_all(keys.into_iter().map(|key| {
         let lease = observed.get(&tenant_lease_name(&key)).map(|o| (*o.lease).clone());
-        hand_over(ctx, &leases, key, lease)
+        hand_over(ctx, &leases, hands, key, lease)
     }))
     .await;
     if shards.runs_duties() {

@@ -23,6 +23,7 @@
 //!   Leases) run on the holder of Lease `vc-syncer-duties`, placed like a tenant.
 
 pub mod assignment;
+pub mod flags;
 pub mod handover;
 pub mod metrics;
 
@@ -52,7 +53,6 @@ use tokio::sync::{Notify, watch};
 use crate::{
     error::{Error, on_super},
     tenancy::shards::assignment::{Placed, assign, first_choice},
-    tenancy::shards::metrics::HandoverLabels,
 };
 
 pub use crds::wellknown::LABEL_SYNCER_LEASE;
@@ -69,6 +69,23 @@ pub const DUTIES_LEASE: &str = "vc-syncer-duties";
 const DUTIES_KEY: &str = "cluster-duties";
 /// Shortest Lease duration: renewing every third of it must leave time for a request.
 pub const MIN_LEASE_DURATION: Duration = Duration::from_secs(3);
+
+/// What the handover ([`handover`]) needs done as tenants change hands, by the layers above the shards
+/// (attaching, the attach journal): the shards decide which replica syncs which tenant, and ask through
+/// this what follows from it, so they import nothing above them.
+pub trait Handover: Send + Sync {
+    /// Stops syncing a tenant this replica no longer holds (deleting nothing): its watches stop and its
+    /// queued work and series are forgotten.
+    fn stop(&self, cluster_key: &str);
+
+    /// Removes the super namespaces of a tenant whose VirtualCluster is gone (this replica held its Lease,
+    /// so it was its owner).
+    fn remove(&self, cluster_key: &str) -> impl Future<Output = ()> + Send;
+
+    /// The cluster-wide duties' chores beyond the Leases (the attach journals of replicas long gone), on
+    /// every look while this replica runs the duties.
+    fn run_duties(&self) -> impl Future<Output = ()> + Send;
+}
 
 /// Sharding flags.
 #[derive(Clone, Debug, PartialEq, Eq)]

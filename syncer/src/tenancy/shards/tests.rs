@@ -73,6 +73,46 @@ fn holder_of(body: &Value) -> Option<&str> {
     body["spec"]["holderIdentity"].as_str()
 }
 
+/// What a look asked of the [`Handover`], in order.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Asked {
+    Stop(String),
+    Remove(String),
+    Duties,
+}
+
+fn stop(key: &str) -> Asked {
+    Asked::Stop(key.into())
+}
+
+/// A [`Handover`] that records what it is asked, so that a test states what a look does to tenants.
+#[derive(Default)]
+struct Recorded(std::sync::Mutex<Vec<Asked>>);
+
+impl Recorded {
+    fn asked(&self) -> Vec<Asked> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+
+    fn ask(&self, asked: Asked) {
+        self.0.lock().expect("not poisoned").push(asked);
+    }
+}
+
+impl Handover for Recorded {
+    fn stop(&self, cluster_key: &str) {
+        self.ask(stop(cluster_key));
+    }
+
+    async fn remove(&self, cluster_key: &str) {
+        self.ask(Asked::Remove(cluster_key.into()));
+    }
+
+    async fn run_duties(&self) {
+        self.ask(Asked::Duties);
+    }
+}
+
 #[test]
 fn replica_ids_must_name_a_lease() {
     assert_eq!(replica_id(" syncer-7d9f-x2 ").as_deref(), Ok("syncer-7d9f-x2"));
@@ -189,12 +229,17 @@ async fn nothing_is_granted_without_a_valid_membership_and_a_lapse_drops_everyth
     assert!(ctx.owns("t1") && !ctx.owns("t3"));
     let mut changes = shards.subscribe();
     changes.mark_unchanged();
+    let hands = Recorded::default();
     // Still valid: nothing is dropped.
-    assert_eq!(drop_everything(&ctx, &shards), 0);
+    assert_eq!(drop_everything(&ctx, &shards, &hands), 0);
+    assert_eq!(hands.asked(), []);
     // Renewed last longer ago than the renew deadline.
     shards.renewed(Instant::now() - shards.settings.renew_deadline() - Duration::from_millis(1));
-    assert_eq!(drop_everything(&ctx, &shards), 2);
+    assert_eq!(drop_everything(&ctx, &shards, &hands), 2);
     assert!(!ctx.owns("t1") && !ctx.owns("t2"));
+    let mut asked = hands.asked();
+    asked.sort();
+    assert_eq!(asked, [stop("t1"), stop("t2")], "both stopped");
     assert!(changes.has_changed().expect("open"), "supervisors are told");
     assert!(!shards.grant("t1"));
     assert_eq!(ctx.admit("t1", || ()), None, "no attach without the Lease");
@@ -242,17 +287,24 @@ async fn a_lone_replica_takes_every_tenant_and_the_duties() {
         supers.idle().await;
         let _ = back.send(supers);
     };
-    mock_apiserver::run(script, balance_once(&ctx, &leases)).await;
+    let hands = Recorded::default();
+    mock_apiserver::run(script, balance_once(&ctx, &leases, &hands)).await;
     for vc in &vcs {
         assert!(ctx.owns(&key_of(vc)));
     }
+    assert_eq!(
+        hands.asked(),
+        [Asked::Duties],
+        "nothing stopped; the duties' chores run"
+    );
     assert!(ctx.runs_cluster_duties());
     assert_eq!(ctx.metrics.shards.shard_owned_tenants.get(), 2);
     // The next look writes nothing: tenant Leases are not renewed one by one.
     let mut supers = returned.await.expect("script done");
     let quiet = async move { supers.idle().await };
-    mock_apiserver::run(quiet, balance_once(&ctx, &leases)).await;
+    mock_apiserver::run(quiet, balance_once(&ctx, &leases, &hands)).await;
     assert!(ctx.owns(&key_of(&vcs[0])));
+    assert_eq!(hands.asked(), [Asked::Duties, Asked::Duties]);
 }
 
 /// A tenant Lease whose holder is no longer a member is taken (one update, pinned to the version read); one
@@ -332,8 +384,14 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
         // The duties' Lease is b's, which is live: nothing is written for it whoever should hold it.
         supers.idle().await;
     };
-    mock_apiserver::run(script, balance_once(&ctx, &leases)).await;
+    let hands = Recorded::default();
+    mock_apiserver::run(script, balance_once(&ctx, &leases, &hands)).await;
     assert!(ctx.owns(&mine[0]));
+    assert_eq!(
+        hands.asked(),
+        [stop(&theirs[0])],
+        "only the tenant handed over is stopped; the duties are b's"
+    );
     assert!(mine[1..].iter().all(|k| !ctx.owns(k)), "taken from a live member");
     assert!(!ctx.owns(&theirs[0]));
     assert!(!ctx.runs_cluster_duties());
@@ -345,6 +403,66 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
             .get()
     };
     assert_eq!((count("taken_over"), count("released")), (1, 1));
+}
+
+/// A tenant whose VirtualCluster is gone is stopped and its super namespaces removed by the replica that
+/// held its Lease, which then deletes the Lease (pinned to its uid and version); a tenant synced here whose
+/// Lease another live replica holds is stopped at once.
+#[tokio::test]
+async fn deleted_tenants_are_removed_and_lost_ones_stopped() {
+    let (client, mut supers) = testing::mock();
+    let vcs = [virtual_cluster("kept", 1)];
+    let (ctx, shards) = sharded(client.clone(), "a", &vcs);
+    shards.renewed(Instant::now());
+    let now = Instant::now();
+    let instance = shards.instance().to_owned();
+    let kept = key_of(&vcs[0]);
+    shards.observe(
+        lease(&member_lease_name("b"), ROLE_MEMBER, Some("b/1"), "1", None),
+        now,
+    );
+    shards.observe(
+        lease(
+            &tenant_lease_name(&kept),
+            ROLE_TENANT,
+            Some("b/1"),
+            "5",
+            Some(&kept),
+        ),
+        now,
+    );
+    let gone = tenant_lease_name("gone");
+    shards.observe(lease(&gone, ROLE_TENANT, Some(&instance), "4", Some("gone")), now);
+    // Held by b, which is live: whoever should hold the duties, nothing is written for them.
+    shards.observe(lease(DUTIES_LEASE, ROLE_DUTIES, Some("b/1"), "3", None), now);
+    assert!(shards.grant(&kept) && shards.grant("gone"));
+    let leases = leases(&shards, client);
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{gone}?");
+    let script = async move {
+        let delete = supers.expect("DELETE", &path).await;
+        assert_eq!(delete.body["preconditions"]["uid"], format!("uid-{gone}"));
+        assert_eq!(delete.body["preconditions"]["resourceVersion"], "4");
+        delete.ok(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        supers.idle().await;
+    };
+    let hands = Recorded::default();
+    mock_apiserver::run(script, balance_once(&ctx, &leases, &hands)).await;
+    assert_eq!(
+        hands.asked(),
+        [stop(&kept), stop("gone"), Asked::Remove("gone".into())]
+    );
+    assert!(!ctx.owns(&kept) && !ctx.owns("gone"));
+    assert!(
+        !shards.snapshot().contains_key(&tenant_lease_name("gone")),
+        "forgotten"
+    );
+    let lost = ctx
+        .metrics
+        .shards
+        .shard_handovers
+        .get_or_create(&crate::tenancy::shards::metrics::HandoverLabels { reason: "lost" })
+        .get();
+    assert_eq!(lost, 1);
 }
 
 /// The membership Lease is created when missing and renewed in place; one held by another instance of the

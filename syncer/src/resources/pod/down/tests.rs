@@ -1,5 +1,6 @@
 //! The down path against a scripted super apiserver: creation held for quota and refused by the super
-//! cluster, a running pod's changes, tokens of earlier versions, ephemeral containers, a pod ended unplaced.
+//! cluster, a running pod's changes, ephemeral containers, a pod ended unplaced. (Tokens of earlier
+//! versions: [`crate::tokens::legacy`].)
 
 use crds::TenantQuota;
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::api::resource::Quantity};
@@ -8,13 +9,9 @@ use serde_json::json;
 use super::*;
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::Secret;
-
 use super::super::{
-    convert::TokenNeed,
     ephemeral,
     refusal::{REASON_POLICY_VIOLATION, REASON_REFUSED_BY_SUPER_CLUSTER, REFUSED_RETRY},
-    token::{self, refresh_token},
     update::{
         ANNOTATION_REFUSED_RESIZE, ANNOTATION_REFUSED_TOLERATIONS, REASON_RESIZE_REFUSED,
         REASON_UPDATE_REFUSED,
@@ -203,86 +200,6 @@ fn running_pod(tenant_pod: serde_json::Value, super_annotations: serde_json::Val
 
 const POD: &str = "/api/v1/namespaces/team-abc123-vc-shop/pods/web";
 
-/// The token Secret of a pod created by an earlier version, as the metadata cache holds it.
-fn legacy_token_secret(issued: i64, expires: i64) -> kube::core::PartialObjectMeta<Secret> {
-    from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
-        "name": "web.vc-token", "namespace": "team-abc123-vc-shop",
-        "labels": {"tenancy.x-k8s.io/pod-token": "true"},
-        "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop",
-            "tenancy.x-k8s.io/uid": "pod-uid", "tenancy.x-k8s.io/token-for-pod": "web",
-            (token::ANNOTATION_TOKEN_KEYS): "token",
-            (token::ANNOTATION_TOKEN_ISSUED): issued.to_string(),
-            (token::ANNOTATION_TOKEN_EXPIRES): expires.to_string()}}}))
-}
-
-#[tokio::test]
-async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
-    let needs = [TokenNeed {
-        key: "token".into(),
-        audience: None,
-        expiration_seconds: None,
-    }];
-    let Running {
-        ctx,
-        tenant,
-        mut supers,
-        mut tenants,
-        mut super_caches,
-    } = running_pod(running("busybox:1", "100m", json!([])), identity_annotations());
-    let tenant_pod = tenant
-        .stores
-        .pods
-        .get(&ObjectRef::new("web").within("shop"))
-        .expect("tenant pod");
-    let super_pod = ctx
-        .supers
-        .pods
-        .copies
-        .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
-        .expect("super pod");
-    let now = token::now();
-
-    // In sync (a restart): nothing is asked or written.
-    crate::engine::context::testing::put(
-        &mut super_caches.tokens,
-        legacy_token_secret(now - 10, now + 3590),
-    );
-    let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
-    assert_eq!(kept.expect("kept"), 0);
-    supers.idle().await;
-    tenants.idle().await;
-
-    // Due: minted again and applied to the pod's own Secret, not to a shared one.
-    crate::engine::context::testing::put(
-        &mut super_caches.tokens,
-        legacy_token_secret(now - 3000, now + 500),
-    );
-    let (refreshed, ()) = tokio::join!(
-        refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs),
-        async {
-            let call = tenants
-                .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
-                .await;
-            assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
-            let spec = call.body["spec"].clone();
-            call.ok(
-                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
-            "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}),
-            );
-            let applied = supers
-                .expect(
-                    "PATCH",
-                    "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?",
-                )
-                .await;
-            assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
-            applied.echo();
-        }
-    );
-    assert_eq!(refreshed.expect("refreshed"), 1);
-    supers.idle().await;
-    tenants.idle().await;
-}
 
 #[tokio::test]
 async fn image_allowed_tolerations_and_resources_of_a_running_pod_reach_the_super_pod() {

@@ -4,7 +4,7 @@
 use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{PodSpec, SecurityContext};
 
-use crate::engine::config::PlatformPodPolicy;
+use crate::resources::pod::flags::PlatformPodPolicy;
 
 /// What the policy consults besides the pod.
 pub struct PolicyInput<'a> {

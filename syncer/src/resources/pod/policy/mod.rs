@@ -1,11 +1,11 @@
 //! What a tenant pod may ask of the super cluster: host access, volumes, placement, priority, scheduler,
 //! runtime class and the security profiles of its containers (init and ephemeral ones included).
 //!
-//! Two layers decide. The platform's flags ([`crate::engine::config::PlatformPodPolicy`]) hold for every
+//! Two layers decide. The platform's flags ([`crate::resources::pod::flags::PlatformPodPolicy`]) hold for every
 //! tenant; a VirtualCluster's `podPolicy` widens host access and security profiles for its tenant, and
 //! placement (tolerations, node labels) only by keys the platform lets VirtualClusters grant. Whatever
 //! podPolicy allows, the Pod Security level of the super namespaces (see
-//! [`crate::engine::config::PodSecurityLabels`]) still applies in the super apiserver: a VirtualCluster
+//! [`crate::resources::pod::flags::PodSecurityLabels`]) still applies in the super apiserver: a VirtualCluster
 //! editor cannot lift the platform's backstop.
 //!
 //! Everything is checked before anything is written; a pod asking for more is not synced, and every

@@ -5,7 +5,7 @@ use crds::PodPolicy;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration};
 
 use super::input::PolicyInput;
-use crate::engine::config::PlatformPodPolicy;
+use crate::resources::pod::flags::PlatformPodPolicy;
 
 /// The node label whose value is the node's name: allowing it allows affinity on `metadata.name`.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::json;
 
 use super::*;
-use crate::engine::config::PlatformPodPolicy;
+use crate::resources::pod::flags::PlatformPodPolicy;
 
 fn spec(value: serde_json::Value) -> PodSpec {
     serde_json::from_value(value).expect("spec")

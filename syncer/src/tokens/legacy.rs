@@ -1,29 +1,26 @@
-//! Service-account tokens for tenant pods.
+//! The per-pod token Secrets of earlier versions (`<pod>.vc-token`, owned by the super pod): still renewed
+//! for the pods that read them. Pods created since read the shared token Secrets ([`super::shards`]).
 //!
-//! A super pod gets short-lived tokens for its *tenant* service account, requested from the tenant
-//! apiserver (TokenRequest, bound to the tenant pod), and refreshed when a fifth of their life remains. No
-//! long-lived token is made. Pods keep them, with the tenant CA and namespace, in the shared token Secrets
-//! of their super namespace ([`super::token_secrets`]). Pods created by earlier versions have a Secret of their
-//! own, `<pod>.vc-token`, owned by the super pod ([`secret`]), which is still refreshed.
-//!
-//! The syncer caches only the metadata of token Secrets: the annotations say what they hold and until
-//! when, so the token values never sit in the syncer's memory.
+//! To be removed in 0.2.0 (docs/syncer.md, "Token Secrets"): it serves only pods created before the shared
+//! token Secrets (by earlier builds of 0.1.0); such a pod must be recreated before the upgrade (its new copy
+//! reads the shared Secrets), or its tokens expire unrenewed.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
-use crds::wellknown::{ANNOTATION_TOKEN_FOR_POD, LABEL_POD_TOKEN, ROOT_CA_CONFIG_MAP};
+use crds::wellknown::{ANNOTATION_TOKEN_FOR_POD, LABEL_POD_TOKEN};
 use k8s_openapi::{
     ByteString,
-    api::{
-        authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
-        core::v1::{Secret, ServiceAccount},
-    },
+    api::core::v1::Secret,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
-use kube::{Api, Resource, api::PostParams, runtime::reflector::ObjectRef};
+use kube::{Api, Resource, runtime::reflector::ObjectRef};
 use sha2::{Digest, Sha256};
 
-use super::convert::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed};
+use super::{
+    minting::{Minted, Subject, mint, tenant_ca},
+    mounts::{KEY_CA, KEY_NAMESPACE, KEY_UID, TokenNeed},
+    now,
+};
 use crate::{
     cache::{
         meta::Tagged,
@@ -33,7 +30,7 @@ use crate::{
         context::Context,
         items::{DownItem, Kind},
     },
-    error::{Result, on_tenant},
+    error::Result,
     resources::write::apply,
     tenancy::{
         identity::{self, TenantIdentity},
@@ -47,20 +44,6 @@ pub const ANNOTATION_TOKEN_EXPIRES: &str = "tenancy.x-k8s.io/token-expires";
 pub const ANNOTATION_TOKEN_ISSUED: &str = "tenancy.x-k8s.io/token-issued";
 /// Annotation on a token Secret: its keys, comma-separated.
 pub const ANNOTATION_TOKEN_KEYS: &str = "tenancy.x-k8s.io/token-keys";
-/// Annotation on a super pod: the tokens it needs, as JSON (absent: it needs no token Secret).
-pub const ANNOTATION_POD_TOKENS: &str = "tenancy.x-k8s.io/tokens";
-/// Annotation on a super pod: the shared token Secret its volumes read (absent on pods of earlier
-/// versions, which read `<pod>.vc-token`).
-pub const ANNOTATION_TOKEN_SECRET: &str = "tenancy.x-k8s.io/token-secret";
-
-/// The shared token Secret a super pod's volumes read, if it is not a pod of an earlier version.
-pub fn secret_of(super_pod: &impl Tagged) -> Option<&str> {
-    super_pod.annotation(ANNOTATION_TOKEN_SECRET)
-}
-
-/// Lifetime the tenant apiserver stretches to a year (`--service-account-extend-token-expiration`); such
-/// requests get the syncer's own short lifetime instead.
-const EXTENDABLE_EXPIRATION: i64 = 3607;
 
 /// The token Secret's name for a pod: `<pod>.vc-token`, hashed if that is too long.
 pub fn secret_name(pod: &str) -> String {
@@ -70,16 +53,6 @@ pub fn secret_name(pod: &str) -> String {
     }
     let digest = hex::encode(Sha256::digest(pod.as_bytes()));
     format!("{}.{}.vc-token", &pod[..200], &digest[..10])
-}
-
-/// The tokens a super pod needs, from its annotation; `None` when it needs no token Secret.
-pub fn needs_of(super_pod: &impl Tagged) -> Option<Vec<TokenNeed>> {
-    serde_json::from_str(super_pod.annotation(ANNOTATION_POD_TOKENS)?).ok()
-}
-
-/// The annotation value recording what tokens a pod needs.
-pub fn needs_annotation(needs: &[TokenNeed]) -> String {
-    serde_json::to_string(needs).unwrap_or_else(|_| "[]".into())
 }
 
 fn annotation_seconds(meta: &impl Tagged, key: &str) -> Option<i64> {
@@ -120,88 +93,6 @@ pub fn refresh_at(secret: &impl Tagged) -> Option<i64> {
     let issued = annotation_seconds(secret, ANNOTATION_TOKEN_ISSUED)?;
     let expires = annotation_seconds(secret, ANNOTATION_TOKEN_EXPIRES)?;
     Some(expires - (expires - issued) / 5)
-}
-
-/// The tenant pod tokens are bound to.
-pub struct Subject<'a> {
-    /// Tenant namespace.
-    pub namespace: &'a str,
-    /// Pod name.
-    pub name: &'a str,
-    /// Tenant pod uid.
-    pub uid: &'a str,
-    /// Its service account.
-    pub service_account: Option<&'a str>,
-}
-
-/// Minted tokens: Secret data and the earliest expiry.
-pub struct Minted {
-    /// Key to token.
-    pub tokens: BTreeMap<String, ByteString>,
-    /// Earliest expiry, unix seconds.
-    pub expires: i64,
-}
-
-/// Requests each token the pod needs from the tenant apiserver, bound to the tenant pod.
-pub async fn mint(
-    tenant: &Tenant,
-    subject: &Subject<'_>,
-    needs: &[TokenNeed],
-    default_ttl: i64,
-) -> Result<Minted> {
-    let account = subject
-        .service_account
-        .filter(|s| !s.is_empty())
-        .unwrap_or("default");
-    let api: Api<ServiceAccount> = Api::namespaced(tenant.client.clone(), subject.namespace);
-    let mut tokens = BTreeMap::new();
-    let mut expires = i64::MAX;
-    for need in needs {
-        let expiration = match need.expiration_seconds {
-            Some(seconds) if seconds != EXTENDABLE_EXPIRATION => seconds.max(600),
-            _ => default_ttl,
-        };
-        let request = TokenRequest {
-            metadata: ObjectMeta::default(),
-            spec: TokenRequestSpec {
-                audiences: need.audience.clone().map(|a| vec![a]).unwrap_or_default(),
-                expiration_seconds: Some(expiration),
-                bound_object_ref: Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(subject.name.to_owned()),
-                    uid: Some(subject.uid.to_owned()),
-                }),
-            },
-            status: None,
-        };
-        let context = format!("requesting a token for {}/{account}", subject.namespace);
-        let issued: TokenRequest = api
-            .create_subresource("token", account, &PostParams::default(), &request)
-            .await
-            .map_err(on_tenant(&tenant.identity.cluster_key, &context))?;
-        let Some(status) = issued.status else {
-            return Err(crate::error::Error::Conversion(format!(
-                "the tenant issued no token ({context})"
-            )));
-        };
-        expires = expires.min(status.expiration_timestamp.0.as_second());
-        tokens.insert(need.key.clone(), ByteString(status.token.into_bytes()));
-    }
-    Ok(Minted {
-        tokens,
-        expires: if needs.is_empty() { 0 } else { expires },
-    })
-}
-
-/// The tenant CA for pods in `namespace`: the namespace's `kube-root-ca.crt`, else the kubeconfig's CA.
-pub fn tenant_ca(tenant: &Tenant, namespace: &str) -> Option<String> {
-    tenant
-        .stores
-        .config_maps
-        .get(&ObjectRef::new(ROOT_CA_CONFIG_MAP).within(namespace))
-        .and_then(|cm| cm.data.as_ref()?.get(KEY_CA).cloned())
-        .or_else(|| tenant.ca_pem.clone())
 }
 
 /// The token Secret of a super pod, owned by it.
@@ -263,14 +154,9 @@ pub fn secret(
     }
 }
 
-/// Seconds since the epoch.
-pub use vc_runtime::clock::now;
-
-// The per-pod token Secrets of earlier versions: still renewed for the pods that read them.
-
 /// Keeps the token Secret of its own that a pod of an earlier version reads (`<pod>.vc-token`): minted
 /// again when due, and a wake-up scheduled for the next renewal. Returns the writes made.
-pub(super) async fn refresh_token(
+pub(crate) async fn refresh_token(
     ctx: &Context,
     tenant: &Tenant,
     tenant_pod: &TenantPod,
@@ -400,29 +286,112 @@ mod tests {
     }
 
     #[test]
-    fn needs_round_trip_through_the_pod_annotation() {
-        let needs = vec![
-            need("token"),
-            TokenNeed {
-                key: "token-x".into(),
-                audience: Some("vault".into()),
-                expiration_seconds: Some(900),
-            },
-        ];
-        let meta = ObjectMeta {
-            annotations: Some([(ANNOTATION_POD_TOKENS.to_owned(), needs_annotation(&needs))].into()),
-            ..Default::default()
-        };
-        assert_eq!(needs_of(&meta), Some(needs));
-        assert_eq!(needs_of(&ObjectMeta::default()), None);
-    }
-
-    #[test]
     fn long_pod_names_get_valid_secret_names() {
         assert_eq!(secret_name("web-1"), "web-1.vc-token");
         let long = "a".repeat(253);
         let name = secret_name(&long);
         assert!(name.len() <= 253, "{}", name.len());
         assert_ne!(secret_name(&"a".repeat(252)), name);
+    }
+
+    // The path on a scripted apiserver: what keeping a pod's own token Secret asks and writes.
+
+    use serde_json::json;
+
+    use crate::{
+        engine::context::testing::{self, from_json, put},
+        tenancy::settings::TenantSettings,
+    };
+
+    /// The token Secret of a pod created by an earlier version, as the metadata cache holds it.
+    fn legacy_token_secret(issued: i64, expires: i64) -> kube::core::PartialObjectMeta<Secret> {
+        from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": "web.vc-token", "namespace": "team-abc123-vc-shop",
+            "labels": {"tenancy.x-k8s.io/pod-token": "true"},
+            "annotations": {"tenancy.x-k8s.io/cluster": "team-abc123-vc", "tenancy.x-k8s.io/namespace": "shop",
+                "tenancy.x-k8s.io/uid": "pod-uid", "tenancy.x-k8s.io/token-for-pod": "web",
+                (ANNOTATION_TOKEN_KEYS): "token",
+                (ANNOTATION_TOKEN_ISSUED): issued.to_string(),
+                (ANNOTATION_TOKEN_EXPIRES): expires.to_string()}}}))
+    }
+
+    #[tokio::test]
+    async fn a_pod_of_an_earlier_version_keeps_its_own_token_secret_refreshed() {
+        let needs = [TokenNeed {
+            key: "token".into(),
+            audience: None,
+            expiration_seconds: None,
+        }];
+        let (super_client, mut supers) = testing::mock();
+        let (tenant_client, mut tenants) = testing::mock();
+        let (ctx, mut super_caches) = testing::context(super_client);
+        let (tenant, mut caches) = testing::tenant(&ctx, tenant_client, TenantSettings::default());
+        // A running pod, as the caches show it and its copy.
+        let running = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid", "resourceVersion": "3"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.9"}
+        });
+        let mut copy = running.clone();
+        copy["metadata"]["namespace"] = json!("team-abc123-vc-shop");
+        copy["metadata"]["uid"] = json!("super-uid");
+        copy["metadata"]["annotations"] = json!({"tenancy.x-k8s.io/cluster": "team-abc123-vc",
+            "tenancy.x-k8s.io/namespace": "shop", "tenancy.x-k8s.io/uid": "pod-uid"});
+        put(&mut caches.pods, from_json(running));
+        put(&mut super_caches.pods, from_json(copy));
+        let tenant_pod = tenant
+            .stores
+            .pods
+            .get(&ObjectRef::new("web").within("shop"))
+            .expect("tenant pod");
+        let super_pod = ctx
+            .supers
+            .pods
+            .copies
+            .get(&ObjectRef::new("web").within("team-abc123-vc-shop"))
+            .expect("super pod");
+        let now = now();
+
+        // In sync (a restart): nothing is asked or written.
+        put(
+            &mut super_caches.tokens,
+            legacy_token_secret(now - 10, now + 3590),
+        );
+        let kept = refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs).await;
+        assert_eq!(kept.expect("kept"), 0);
+        supers.idle().await;
+        tenants.idle().await;
+
+        // Due: minted again and applied to the pod's own Secret, not to a shared one.
+        put(
+            &mut super_caches.tokens,
+            legacy_token_secret(now - 3000, now + 500),
+        );
+        let (refreshed, ()) = tokio::join!(
+            refresh_token(&ctx, &tenant, &tenant_pod, &super_pod, &needs),
+            async {
+                let call = tenants
+                    .expect("POST", "/api/v1/namespaces/shop/serviceaccounts/default/token?")
+                    .await;
+                assert_eq!(call.body["spec"]["boundObjectRef"]["uid"], "pod-uid");
+                let spec = call.body["spec"].clone();
+                call.ok(
+                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
+                "status": {"token": "jwt", "expirationTimestamp": "2030-01-01T00:00:00Z"}}),
+                );
+                let applied = supers
+                    .expect(
+                        "PATCH",
+                        "/api/v1/namespaces/team-abc123-vc-shop/secrets/web.vc-token?",
+                    )
+                    .await;
+                assert_eq!(applied.body["metadata"]["ownerReferences"][0]["uid"], "super-uid");
+                applied.echo();
+            }
+        );
+        assert_eq!(refreshed.expect("refreshed"), 1);
+        supers.idle().await;
+        tenants.idle().await;
     }
 }
