@@ -2262,23 +2262,26 @@ fn chart_alerts_read_only_series_the_components_export() -> anyhow::Result<()> {
     let syncer_metrics = syncer::metrics::Metrics::default();
     syncer_metrics.register(&mut registry);
     syncer_metrics
+        .engine
         .queue_wait
-        .get_or_create(&syncer::metrics::TenantLabels {
+        .get_or_create(&syncer::engine::metrics::TenantLabels {
             tenant: "ns/a".into(),
-            direction: syncer::metrics::Direction::Down,
+            direction: syncer::engine::metrics::Direction::Down,
         })
         .observe(1.0);
     syncer_metrics
+        .patrol
         .patrol_findings
-        .get_or_create(&syncer::metrics::PatrolLabels {
+        .get_or_create(&syncer::engine::patrol::metrics::PatrolLabels {
             resource: "pods",
             finding: "missing",
         })
         .inc();
     for state in ["unreachable", "over_limit"] {
         syncer_metrics
+            .tenancy
             .tenants
-            .get_or_create(&syncer::metrics::StateLabels { state })
+            .get_or_create(&syncer::tenancy::metrics::StateLabels { state })
             .set(1);
     }
     syncer_metrics

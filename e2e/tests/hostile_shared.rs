@@ -357,7 +357,7 @@ async fn an_event_storm_waits_behind_its_own_tenant() -> anyhow::Result<()> {
 
     // The storm is held in a bounded inbox (plus the few events the attacker's share of the upward
     // workers is trying to copy): what does not fit is dropped and counted.
-    let dropped = metrics.events_dropped.get();
+    let dropped = metrics.resources.events_dropped.get();
     let held = syncer::engine::events::PENDING_EVENTS_PER_TENANT + syncer_config().upward_workers;
     assert!(
         dropped >= (storm - held) as u64,

@@ -353,7 +353,7 @@ async fn three_replicas_share_the_tenants_and_a_killed_ones_move_without_lost_or
         .lock()
         .expect("lock")
         .iter()
-        .map(|(n, s)| (n.clone(), s.context.metrics.shard_owned_tenants.get()))
+        .map(|(n, s)| (n.clone(), s.context.metrics.shards.shard_owned_tenants.get()))
         .collect();
     println!("owned tenants per surviving replica: {counts:?}");
 

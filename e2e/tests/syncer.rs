@@ -1414,16 +1414,17 @@ async fn restarts_outages_and_deletion_lose_nothing() -> anyhow::Result<()> {
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = metrics.super_writes_total();
+    let writes = metrics.resources.super_writes_total();
     if writes != 0 {
         bail!(
             "restart with everything in sync wrote {writes} times to the super cluster: {:?}",
-            metrics.super_write_counts()
+            metrics.resources.super_write_counts()
         );
     }
     let service_writes = metrics
+        .resources
         .tenant_writes
-        .get_or_create(&syncer::metrics::WriteLabels {
+        .get_or_create(&syncer::resources::metrics::WriteLabels {
             resource: "service",
             verb: "apply",
         })

@@ -8,7 +8,8 @@
 //! - [`engine`]: the fair queues and the one list of kinds, the flags, the [`Context`], the workers
 //!   that drain the queues and the patrol that repairs drift.
 //! - [`resources`]: one module per kind, syncing it down (tenant → super) and up (super → tenant).
-//! - [`metrics`]: the syncer's series; [`error`]: its one error type.
+//! - [`metrics`]: the syncer's series, each subsystem's registered by its own struct; [`error`]: its one
+//!   error type.
 
 pub mod accounting;
 pub mod cache;
@@ -70,7 +71,7 @@ impl Syncer {
             0 => client,
             slots => write_gate::gated(
                 client,
-                write_gate::WriteGate::new(slots, metrics.write_slots.clone()),
+                write_gate::WriteGate::new(slots, metrics.engine.write_slots.clone()),
             ),
         };
         let virtual_clusters: Api<VirtualCluster> = Api::all(client.clone());
@@ -86,7 +87,7 @@ impl Syncer {
             up: Arc::new(FairQueue::new()),
         };
         let tenants = Arc::new(Tenants::default());
-        let quota = Arc::new(Quota::new(queues.down.clone(), metrics.clone()));
+        let quota = Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone()));
         let tokens = Arc::new(tokens::Tokens::default());
         let supers = SuperStores::start(&client, &queues, tenants.clone(), quota.clone(), &tokens, &config);
         let (vc_store, vc_writer) = reflector::store();

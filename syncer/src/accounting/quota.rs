@@ -5,6 +5,8 @@
 //! again as soon as a pod of the same tenant ends or goes away, when the tenant's quota changes
 //! ([`Quota::requeue_waiting`]), and by every patrol.
 
+pub mod metrics;
+
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
@@ -16,7 +18,9 @@ use k8s_openapi::{
     apimachinery::pkg::api::resource::Quantity,
 };
 
+use self::metrics::QuotaMetrics;
 use crate::{
+    accounting::usage::metrics::UsageLabels,
     cache::{
         meta::Tagged,
         pods::{CachedPodSpec, SuperPod},
@@ -26,7 +30,6 @@ use crate::{
         items::{DownItem, Kind, ObjectKey},
         queue::{FairQueue, TenantId},
     },
-    metrics::{Metrics, UsageLabels},
     tenancy::identity,
 };
 
@@ -276,12 +279,12 @@ impl Ledger {
 pub struct Quota {
     tenants: Mutex<HashMap<TenantId, Ledger>>,
     down: Arc<FairQueue<DownItem>>,
-    metrics: Arc<Metrics>,
+    metrics: QuotaMetrics,
 }
 
 impl Quota {
     /// An empty ledger that re-queues waiting pods on `down`.
-    pub fn new(down: Arc<FairQueue<DownItem>>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(down: Arc<FairQueue<DownItem>>, metrics: QuotaMetrics) -> Self {
         Self {
             tenants: Mutex::default(),
             down,
@@ -630,7 +633,7 @@ mod tests {
     #[tokio::test]
     async fn admission_reserves_and_refuses_over_the_limit() {
         let down = Arc::new(FairQueue::new());
-        let quota = Quota::new(down.clone(), Arc::new(Metrics::default()));
+        let quota = Quota::new(down.clone(), QuotaMetrics::default());
         let tenant: TenantId = Arc::from("t");
         let limit = TenantQuota {
             pods: Some(Quantity("2".into())),
@@ -674,7 +677,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_pods_are_queued_again_on_demand_and_checked_without_reserving() {
         let down = Arc::new(FairQueue::new());
-        let quota = Quota::new(down.clone(), Arc::new(Metrics::default()));
+        let quota = Quota::new(down.clone(), QuotaMetrics::default());
         let tenant: TenantId = Arc::from("t");
         down.configure_tenant(&tenant, 1, None);
         let one_pod = TenantQuota {
@@ -716,7 +719,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_tenant_is_counted_again_from_its_super_pods() {
-        let quota = Quota::new(Arc::new(FairQueue::new()), Arc::new(Metrics::default()));
+        let quota = Quota::new(Arc::new(FairQueue::new()), QuotaMetrics::default());
         let tenant: TenantId = Arc::from("t");
         let pod = |name: &str, cluster: &str, phase: &str| -> SuperPod {
             let mut pod: SuperPod = serde_json::from_value(serde_json::json!({
@@ -752,7 +755,7 @@ mod tests {
     #[test]
     fn objects_count_once_across_reservations_updates_and_deletions() {
         let down = Arc::new(FairQueue::new());
-        let quota = Quota::new(down, Arc::new(Metrics::default()));
+        let quota = Quota::new(down, QuotaMetrics::default());
         let tenant: TenantId = Arc::from("t");
         let limit = TenantQuota {
             persistentvolumeclaims: Some(Quantity("2".into())),

@@ -27,7 +27,7 @@ pub async fn refuse(
         .unwrap_or_default();
     let kind = reference.and_then(|r| r.kind.as_deref()).unwrap_or_default();
     tracing::warn!(resource, reason, api_version, kind, "{message}");
-    metrics.refused(resource, reason);
+    metrics.resources.refused(resource, reason);
     if let Some(reference) = reference {
         warn(tenant, reference, reason, message).await;
     }

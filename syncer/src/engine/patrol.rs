@@ -3,6 +3,7 @@
 //! pods waiting for quota, and removes the namespaces of tenants that no longer exist.
 
 pub mod findings;
+pub mod metrics;
 
 use std::{sync::Arc, time::Instant};
 
@@ -50,6 +51,7 @@ pub async fn scan(ctx: &Context) -> Findings {
     // writes nothing).
     findings.drifted += ctx.tokens.sweep(ctx).await;
     ctx.metrics
+        .patrol
         .patrol_duration
         .observe(started.elapsed().as_secs_f64());
     findings

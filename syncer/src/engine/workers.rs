@@ -8,6 +8,7 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
+    engine::metrics::{Direction, Operation, OperationLabels, ResourceLabels, TenantLabels},
     engine::{
         context::Context,
         items::Item,
@@ -15,7 +16,6 @@ use crate::{
         write_gate::{Share, on_behalf},
     },
     error::Result,
-    metrics::{Direction, Operation, OperationLabels, ResourceLabels, TenantLabels},
     resources::{self, Outcome},
     tenancy::tenant::Tenant,
 };
@@ -62,12 +62,14 @@ fn record(
             Err(error) => error.category(),
         },
     };
-    ctx.metrics.operations.get_or_create(&labels).inc();
+    ctx.metrics.engine.operations.get_or_create(&labels).inc();
     ctx.metrics
+        .engine
         .operation_duration
         .get_or_create(&ResourceLabels { resource, direction })
         .observe(started.elapsed().as_secs_f64());
     ctx.metrics
+        .engine
         .queue_wait
         .get_or_create(&TenantLabels {
             tenant: tenant.identity.vc_ref(),
@@ -199,7 +201,11 @@ pub async fn publish_depths(ctx: Arc<Context>) {
                         tenant: tenant.identity.vc_ref(),
                         direction,
                     };
-                    ctx.metrics.queue_depth.get_or_create(&labels).set(depth as i64);
+                    ctx.metrics
+                        .engine
+                        .queue_depth
+                        .get_or_create(&labels)
+                        .set(depth as i64);
                 }
             }
         }

@@ -30,6 +30,7 @@ use prometheus_client::{
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
+    registry::Registry,
 };
 use tokio::sync::oneshot;
 
@@ -123,6 +124,27 @@ impl Default for GateMetrics {
             in_use: Gauge::default(),
             waiting: Gauge::default(),
         }
+    }
+}
+
+impl GateMetrics {
+    /// Registers the metrics in the syncer's (already prefixed) registry.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "super_write_slot_wait_seconds",
+            "Time super writes waited for one of the --super-write-slots, by class (tenant, platform)",
+            self.wait.clone(),
+        );
+        registry.register(
+            "super_write_slots_in_use",
+            "Super writes in flight (at most --super-write-slots)",
+            self.in_use.clone(),
+        );
+        registry.register(
+            "super_write_slot_waiters",
+            "Super writes waiting for a slot",
+            self.waiting.clone(),
+        );
     }
 }
 

@@ -230,7 +230,7 @@ pub async fn claim(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) 
                 &tenant.identity.cluster_key,
                 format!("updating status of claim {namespace}/{name}"),
             ))?;
-        ctx.metrics.tenant_write("persistentvolumeclaim", "status");
+        ctx.metrics.resources.tenant_write("persistentvolumeclaim", "status");
         writes += 1;
     }
     writes +=

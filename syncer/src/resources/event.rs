@@ -54,7 +54,7 @@ pub fn queue_up(ctx: &Context, event: &CoreEvent) {
             .up
             .add(&tenant.id, UpItem::new(Kind::Event, &namespace, &name));
     } else {
-        ctx.metrics.events_dropped.inc();
+        ctx.metrics.resources.events_dropped.inc();
         tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, "too many events waiting for the tenant; dropping one");
     }
 }
@@ -150,7 +150,7 @@ pub async fn copy_up(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
         return Ok(Outcome::InSync);
     };
     let api: Api<CoreEvent> = Api::namespaced(tenant.client.clone(), namespace);
-    ctx.metrics.tenant_write("event", "apply");
+    ctx.metrics.resources.tenant_write("event", "apply");
     let params = crate::resources::write::apply_params().force();
     match api.patch(name, &params, &Patch::Apply(&copy)).await {
         Ok(_) => Ok(Outcome::Created { writes: 1 }),
@@ -272,7 +272,7 @@ mod tests {
         }
         queue_up(&ctx, &event("calm", "web.1"));
         assert_eq!(ctx.events.len(), PENDING_EVENTS_PER_TENANT + 1);
-        assert_eq!(ctx.metrics.events_dropped.get(), 500);
+        assert_eq!(ctx.metrics.resources.events_dropped.get(), 500);
 
         let mut handed_out = Vec::new();
         for _ in 0..3 {

@@ -248,7 +248,7 @@ async fn ingress_status(ctx: &Context, tenant: &Tenant, namespace: &str, name: &
                 &tenant.identity.cluster_key,
                 format!("updating status of ingress {namespace}/{name}"),
             ))?;
-        ctx.metrics.tenant_write("ingress", "status");
+        ctx.metrics.resources.tenant_write("ingress", "status");
         writes += 1;
     }
     writes += transparent::<Ingress>(ctx, tenant, tenant_ingress.meta(), super_ingress.meta()).await?;

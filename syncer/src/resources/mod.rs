@@ -10,6 +10,7 @@ pub mod access;
 pub mod copy;
 pub mod flags;
 pub mod isolation;
+pub mod metrics;
 pub mod outcome;
 pub mod public;
 pub mod synced;

@@ -317,7 +317,7 @@ async fn create(
                 field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
                 ..Default::default()
             };
-            ctx.metrics.super_write("namespace", "create");
+            ctx.metrics.resources.super_write("namespace", "create");
             match api.create(&params, &claim(&desired)).await {
                 Ok(created) => created.uid(),
                 // Someone else created it between the read and the create: look again.

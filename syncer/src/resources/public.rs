@@ -62,7 +62,7 @@ where
     match (desired, existing) {
         (None, None) => Ok(Outcome::InSync),
         (None, Some(_)) => {
-            ctx.metrics.tenant_write(kind_label::<K>(), "delete");
+            ctx.metrics.resources.tenant_write(kind_label::<K>(), "delete");
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => Ok(Outcome::Deleted),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::InSync),
@@ -90,7 +90,7 @@ where
                 &tenant.identity.cluster_key,
                 format!("applying {} {name}", K::kind(&())),
             ))?;
-            ctx.metrics.tenant_write(kind_label::<K>(), "apply");
+            ctx.metrics.resources.tenant_write(kind_label::<K>(), "apply");
             Ok(match existing {
                 Some(_) => Outcome::Updated { writes: 1 },
                 None => Outcome::Created { writes: 1 },

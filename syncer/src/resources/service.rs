@@ -431,7 +431,7 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
     let mut refused = None;
     let wanted = service_up(&tenant_service, &super_service);
     if lacks(&tenant_service, &wanted) {
-        ctx.metrics.tenant_write("service", "apply");
+        ctx.metrics.resources.tenant_write("service", "apply");
         let resource_version = tenant_service.resource_version();
         match apply_service_up(&api, name, &wanted, resource_version).await {
             Ok(()) => writes += 1,
@@ -458,7 +458,7 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
                     ..wanted.clone()
                 };
                 if lacks(&tenant_service, &without_ports) {
-                    ctx.metrics.tenant_write("service", "apply");
+                    ctx.metrics.resources.tenant_write("service", "apply");
                     apply_service_up(&api, name, &without_ports, None)
                         .await
                         .map_err(on_tenant(
@@ -508,7 +508,7 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
                 &tenant.identity.cluster_key,
                 format!("updating status of service {namespace}/{name}"),
             ))?;
-        ctx.metrics.tenant_write("service", "status");
+        ctx.metrics.resources.tenant_write("service", "status");
         writes += 1;
     }
     writes += transparent::<Service>(ctx, tenant, tenant_service.meta(), super_service.meta()).await?;

@@ -81,7 +81,7 @@ where
         &tenant.identity.cluster_key,
         format!("copying transparent metadata to {name}"),
     ))?;
-    ctx.metrics.tenant_write(kind_label::<K>(), "apply");
+    ctx.metrics.resources.tenant_write(kind_label::<K>(), "apply");
     Ok(1)
 }
 

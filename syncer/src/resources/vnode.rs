@@ -237,7 +237,7 @@ async fn sync_taints(ctx: &Context, tenant: &Tenant, vnode: &Node, super_node: &
             &tenant.identity.cluster_key,
             format!("updating the taints of vNode {name}"),
         ))?;
-    ctx.metrics.tenant_write("node", "patch");
+    ctx.metrics.resources.tenant_write("node", "patch");
     Ok(1)
 }
 
@@ -262,8 +262,8 @@ pub async fn ensure(ctx: &Context, tenant: &Tenant, node: &str) -> Result<u32> {
     api.patch_status(node, &params(), &Patch::Apply(&status))
         .await
         .map_err(on_tenant(&tenant.identity.cluster_key, &context))?;
-    ctx.metrics.tenant_write("node", "apply");
-    ctx.metrics.tenant_write("node", "status");
+    ctx.metrics.resources.tenant_write("node", "apply");
+    ctx.metrics.resources.tenant_write("node", "status");
     Ok(2 + sync_taints(ctx, tenant, &created, &super_node).await?)
 }
 
@@ -312,7 +312,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
     };
     let expired = idle_for.is_some_and(|idle| idle >= ctx.config.vnode_grace);
     if super_node.is_none() || expired {
-        ctx.metrics.tenant_write("node", "delete");
+        ctx.metrics.resources.tenant_write("node", "delete");
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => {
@@ -348,7 +348,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
                 &tenant.identity.cluster_key,
                 format!("updating vNode {name}"),
             ))?;
-        ctx.metrics.tenant_write("node", "apply");
+        ctx.metrics.resources.tenant_write("node", "apply");
         writes += 1;
     }
     let have = vnode.status.clone().unwrap_or_default();
@@ -367,7 +367,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, name: &str) -> Result<Outcome>
                 &tenant.identity.cluster_key,
                 format!("updating vNode {name} status"),
             ))?;
-        ctx.metrics.tenant_write("node", "status");
+        ctx.metrics.resources.tenant_write("node", "status");
         writes += 1;
     }
     if let Some(idle) = idle_for {

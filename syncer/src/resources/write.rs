@@ -60,7 +60,7 @@ where
             "applying {resource} {}/{name}",
             desired.namespace().unwrap_or_default()
         )));
-    ctx.metrics.super_write(kind_label::<K>(), "apply");
+    ctx.metrics.resources.super_write(kind_label::<K>(), "apply");
     result
 }
 
@@ -83,7 +83,7 @@ where
         desired.namespace().unwrap_or_default(),
         desired.name_any()
     )));
-    ctx.metrics.super_write(kind_label::<K>(), "create");
+    ctx.metrics.resources.super_write(kind_label::<K>(), "create");
     result
 }
 
@@ -109,7 +109,7 @@ where
         "managedFields": entries,
     }});
     let name = object.name_any();
-    ctx.metrics.super_write(kind_label::<K>(), "patch");
+    ctx.metrics.resources.super_write(kind_label::<K>(), "patch");
     api.patch(&name, &apply_params(), &Patch::Merge(&patch))
         .await
         .map_err(on_super(format!(
@@ -301,7 +301,7 @@ pub async fn delete<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
 {
-    ctx.metrics.super_write(kind_label::<K>(), "delete");
+    ctx.metrics.resources.super_write(kind_label::<K>(), "delete");
     // Gone already, or replaced by another object (whose sync will follow): nothing to do.
     vc_runtime::cleanup::delete_pinned(api, name, uid, grace)
         .await

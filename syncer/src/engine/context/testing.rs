@@ -67,7 +67,7 @@ pub fn context(super_client: Client) -> (Context, super_stores::Writers) {
         supers,
         tokens: Default::default(),
         virtual_clusters: kube::runtime::reflector::store().0,
-        quota: Arc::new(Quota::new(queues.down.clone(), metrics.clone())),
+        quota: Arc::new(Quota::new(queues.down.clone(), metrics.quota.clone())),
         queues,
         metrics,
         events: Default::default(),

@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Arc};
 use crate::{
     cache::meta::{HasTags, Tagged},
     engine::context::Context,
-    metrics::PatrolLabels,
+    engine::patrol::metrics::PatrolLabels,
     tenancy::identity,
 };
 
@@ -41,8 +41,8 @@ impl std::ops::AddAssign for Findings {
 /// Counts a finding of the patrol and the remedy it queued.
 pub fn found(ctx: &Context, resource: &'static str, finding: &'static str) {
     let labels = PatrolLabels { resource, finding };
-    ctx.metrics.patrol_findings.get_or_create(&labels).inc();
-    ctx.metrics.patrol_remedies.get_or_create(&labels).inc();
+    ctx.metrics.patrol.patrol_findings.get_or_create(&labels).inc();
+    ctx.metrics.patrol.patrol_remedies.get_or_create(&labels).inc();
 }
 
 /// Super objects of one tenant, by tenant namespace and name.

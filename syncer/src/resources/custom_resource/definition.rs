@@ -49,7 +49,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 api.delete(crd, &DeleteParams::default())
                     .await
                     .map_err(on_error("removing"))?;
-                ctx.metrics.tenant_write(Kind::CustomResource.as_str(), "delete");
+                ctx.metrics.resources.tenant_write(Kind::CustomResource.as_str(), "delete");
                 tracing::info!(tenant = %tenant.identity.vc_ref(), crd, "published CRD removed: the tenant may no longer have the kind");
                 Ok(Outcome::Deleted)
             }
@@ -89,7 +89,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 .replace(crd, &PostParams::default(), &desired)
                 .await
                 .map_err(on_error("restoring"))?;
-            ctx.metrics.tenant_write(Kind::CustomResource.as_str(), "replace");
+            ctx.metrics.resources.tenant_write(Kind::CustomResource.as_str(), "replace");
             // Told once it is back: a replace that lost a race (409) is retried, and says nothing.
             if tampered {
                 let message = format!(
@@ -110,7 +110,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 )
                 .await
                 .map_err(on_error("publishing"))?;
-            ctx.metrics.tenant_write(Kind::CustomResource.as_str(), "apply");
+            ctx.metrics.resources.tenant_write(Kind::CustomResource.as_str(), "apply");
             tracing::info!(tenant = %tenant.identity.vc_ref(), crd, "CRD published");
             remember(&applied);
             Outcome::Created { writes: 1 }

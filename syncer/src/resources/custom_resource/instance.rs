@@ -154,7 +154,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
     let Some(live) = live else {
         return match super_object {
             Some(existing) => {
-                ctx.metrics.super_write(label(), "delete");
+                ctx.metrics.resources.super_write(label(), "delete");
                 vc_runtime::cleanup::delete_pinned(&api, name, existing.uid(), None)
                     .await
                     .map_err(on_super(format!("deleting {} {super_namespace}/{name}", resource.plural)))?;
@@ -180,7 +180,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
     match super_object {
         Some(existing) if identity::tenant_uid(&existing.metadata) != live.uid().as_deref() => {
             // The tenant object was recreated: the old copy goes, the new one follows the deletion.
-            ctx.metrics.super_write(label(), "delete");
+            ctx.metrics.resources.super_write(label(), "delete");
             vc_runtime::cleanup::delete_pinned(&api, name, existing.uid(), None)
                 .await
                 .map_err(on_super(format!("deleting {} {super_namespace}/{name}", resource.plural)))?;
@@ -190,7 +190,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
         Some(existing) => {
             // Forced onto this very object (uid): what the tenant wants wins over edits of the copy.
             desired.metadata.uid = existing.uid();
-            ctx.metrics.super_write(label(), "apply");
+            ctx.metrics.resources.super_write(label(), "apply");
             let applied = api
                 .patch(
                     name,
@@ -214,7 +214,7 @@ pub async fn sync_down(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name
             };
             // Created, never applied: an object of that name that is not the tenant's (the cache holds
             // only the syncer's) must not be taken over.
-            ctx.metrics.super_write(label(), "create");
+            ctx.metrics.resources.super_write(label(), "create");
             match api.create(&PostParams::default(), &desired).await {
                 Ok(_) => Ok(Outcome::Created {
                     writes: 1 + namespace_writes,
@@ -288,7 +288,7 @@ pub async fn sync_up(ctx: &Context, tenant: &Tenant, crd: &str, namespace_name: 
             &tenant.identity.cluster_key,
             format!("copying the status of {} {namespace_name}/{name}", resource.plural),
         ))?;
-    ctx.metrics.tenant_write(label(), "apply");
+    ctx.metrics.resources.tenant_write(label(), "apply");
     Ok(Outcome::Updated { writes: 1 })
 }
 

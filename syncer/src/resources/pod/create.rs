@@ -434,7 +434,7 @@ async fn hold_for_quota(ctx: &Context, tenant: &Tenant, tenant_pod: &TenantPod, 
         ..Default::default()
     };
     let api: Api<Pod> = Api::namespaced(tenant.client.clone(), &tenant_pod.namespace().unwrap_or_default());
-    ctx.metrics.tenant_write("pod", "status");
+    ctx.metrics.resources.tenant_write("pod", "status");
     let params = crate::resources::write::apply_params().force();
     if let Err(error) = api
         .patch_status(&tenant_pod.name_any(), &params, &Patch::Apply(&status))

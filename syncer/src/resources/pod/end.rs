@@ -65,7 +65,7 @@ pub async fn finalize_tenant_pod(ctx: &Context, tenant: &Tenant, tenant_pod: &Te
         }),
         ..Default::default()
     };
-    ctx.metrics.tenant_write("pod", "delete");
+    ctx.metrics.resources.tenant_write("pod", "delete");
     let remaining = match api.delete(&name, &params).await {
         // The apiserver answers with the pod while finalizers keep it.
         Ok(answer) => answer.left(),
@@ -235,7 +235,7 @@ pub(super) async fn write_status(
         spec: None,
         status: Some(status),
     };
-    ctx.metrics.tenant_write("pod", "status");
+    ctx.metrics.resources.tenant_write("pod", "status");
     match api.patch_status(name, &params(), &Patch::Apply(&patch)).await {
         Ok(_) => Ok(1),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(0),

@@ -167,7 +167,7 @@ pub async fn sync(
                 "metadata": {"uid": super_pod.uid()},
                 "spec": {"ephemeralContainers": [converted]},
             });
-            ctx.metrics.super_write("pod", "ephemeralcontainers");
+            ctx.metrics.resources.super_write("pod", "ephemeralcontainers");
             let result = api
                 .patch_subresource(
                     "ephemeralcontainers",

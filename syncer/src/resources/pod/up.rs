@@ -201,7 +201,7 @@ pub async fn pod(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str) ->
             "metadata": { "name": name, "uid": tenant_pod.uid() },
             "target": { "apiVersion": "v1", "kind": "Node", "name": node },
         });
-        ctx.metrics.tenant_write("pod", "bind");
+        ctx.metrics.resources.tenant_write("pod", "bind");
         match api
             .create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
             .await
@@ -416,7 +416,7 @@ async fn delete_evicted(
         }),
         ..Default::default()
     };
-    ctx.metrics.tenant_write("pod", "delete");
+    ctx.metrics.resources.tenant_write("pod", "delete");
     match api.delete(&name, &params).await {
         Ok(_) => Ok(Outcome::Updated { writes: 1 }),
         // Gone, or another pod of the name now: the next event shows which.

@@ -100,7 +100,7 @@ pub(super) async fn update(
             if super_pod.meta().annotation(ANNOTATION_REFUSED_RESIZE) == Some(wanted.as_str()) {
                 Some(wanted)
             } else {
-                ctx.metrics.super_write("pod", "resize");
+                ctx.metrics.resources.super_write("pod", "resize");
                 let result = api
                     .patch_subresource(
                         "resize",
@@ -340,7 +340,7 @@ async fn sync_readiness_gates(
         }),
         ..Default::default()
     };
-    ctx.metrics.super_write("pod", "apply");
+    ctx.metrics.resources.super_write("pod", "apply");
     api.patch_status(
         &super_pod.name_any(),
         &crate::resources::write::apply_params().force(),

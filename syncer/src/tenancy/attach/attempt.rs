@@ -177,7 +177,7 @@ pub(super) async fn attach_or_check(
     }
     tokio::spawn({
         let tenant = tenant.clone();
-        let listed = ctx.metrics.tenant_list_duration.clone();
+        let listed = ctx.metrics.tenancy.tenant_list_duration.clone();
         let attached_at = std::time::Instant::now();
         async move {
             tenant.become_ready().await;

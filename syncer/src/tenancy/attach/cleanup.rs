@@ -156,7 +156,7 @@ mod tests {
         deleted.sort();
         assert_eq!(deleted, [format!("{key}-mine-a"), format!("{key}-mine-b")]);
         // Every delete asked counts as a write to the super cluster, the refused one too.
-        assert_eq!(ctx.metrics.super_writes_total(), 2);
+        assert_eq!(ctx.metrics.resources.super_writes_total(), 2);
         supers.idle().await;
     }
 

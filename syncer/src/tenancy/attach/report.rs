@@ -130,6 +130,7 @@ pub(super) async fn report_limits(ctx: &Context, recorder: &Recorder, vc: &Virtu
         return;
     }
     ctx.metrics
+        .tenancy
         .spec_limited
         .inc_by(u64::try_from(notes.len()).unwrap_or(0));
     let condition = Condition {

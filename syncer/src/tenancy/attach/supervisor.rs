@@ -24,7 +24,7 @@ use super::{
 };
 use crate::{
     engine::{budget::REASON_LIMIT_EXCEEDED, context::Context},
-    metrics::StateLabels,
+    tenancy::metrics::StateLabels,
     tenancy::tenant::Tenant,
 };
 
@@ -45,6 +45,7 @@ const PAUSED_RECHECK: Duration = Duration::from_secs(2);
 
 fn set_state(ctx: &Context, state: &'static str, delta: i64) {
     ctx.metrics
+        .tenancy
         .tenants
         .get_or_create(&StateLabels { state })
         .inc_by(delta);

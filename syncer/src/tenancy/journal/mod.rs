@@ -376,7 +376,7 @@ impl Journal {
         self.api
             .patch(&self.name, &params, &Patch::Apply(&config_map))
             .await?;
-        self.metrics.journal_writes.inc();
+        self.metrics.tenancy.journal_writes.inc();
         Ok(())
     }
 

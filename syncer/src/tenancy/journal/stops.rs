@@ -87,7 +87,7 @@ async fn count_stops(
         return current;
     };
     journal.remember(&key, Some(&counted));
-    ctx.metrics.attach_stops.inc();
+    ctx.metrics.tenancy.attach_stops.inc();
     let message = stop_message(&counted);
     tracing::warn!(vc = %format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any()), stops = counted.stops, attached_with = counted.attached_with, instance = counted.instance.as_deref().unwrap_or_default(), "{message}");
     if let Err(error) = write_backoff(ctx, vc, Some(&counted)).await {

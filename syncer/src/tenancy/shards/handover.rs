@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, ResourceExt};
 
 use super::*;
-use crate::{engine::context::Context, metrics::HandoverLabels};
+use crate::{engine::context::Context, tenancy::shards::metrics::HandoverLabels};
 
 /// Keeps this replica's share of the tenants: takes the Leases the assignment gives it, hands over the
 /// others, stops everything when the membership lapses. Looks every renew period and whenever a Lease
@@ -237,6 +237,7 @@ fn lost(ctx: &Context, shards: &Shards, hands: &impl Handover, key: &str) {
 
 fn handover(ctx: &Context, reason: &'static str) {
     ctx.metrics
+        .shards
         .shard_handovers
         .get_or_create(&HandoverLabels { reason })
         .inc();
@@ -339,12 +340,14 @@ pub(super) fn drop_everything(ctx: &Context, shards: &Shards, hands: &impl Hando
 fn publish(ctx: &Context, shards: &Shards, members: usize) {
     let metrics = &ctx.metrics;
     metrics
+        .shards
         .shard_owned_tenants
         .set(i64::try_from(shards.lock_held().len()).unwrap_or(i64::MAX));
     metrics
+        .shards
         .shard_members
         .set(i64::try_from(members).unwrap_or(i64::MAX));
-    metrics.shard_duties.set(i64::from(shards.runs_duties()));
+    metrics.shards.shard_duties.set(i64::from(shards.runs_duties()));
 }
 
 /// Hands everything over before this replica stops (a graceful shutdown): detaches every tenant, waits for

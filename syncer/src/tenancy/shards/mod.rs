@@ -25,6 +25,7 @@
 pub mod assignment;
 pub mod flags;
 pub mod handover;
+pub mod metrics;
 
 use std::{
     collections::{HashMap, HashSet},

@@ -298,7 +298,7 @@ async fn a_lone_replica_takes_every_tenant_and_the_duties() {
         "nothing stopped; the duties' chores run"
     );
     assert!(ctx.runs_cluster_duties());
-    assert_eq!(ctx.metrics.shard_owned_tenants.get(), 2);
+    assert_eq!(ctx.metrics.shards.shard_owned_tenants.get(), 2);
     // The next look writes nothing: tenant Leases are not renewed one by one.
     let mut supers = returned.await.expect("script done");
     let quiet = async move { supers.idle().await };
@@ -397,8 +397,9 @@ async fn dead_holders_leases_are_taken_and_others_handed_over() {
     assert!(!ctx.runs_cluster_duties());
     let count = |reason| {
         ctx.metrics
+            .shards
             .shard_handovers
-            .get_or_create(&crate::metrics::HandoverLabels { reason })
+            .get_or_create(&crate::tenancy::shards::metrics::HandoverLabels { reason })
             .get()
     };
     assert_eq!((count("taken_over"), count("released")), (1, 1));
@@ -457,8 +458,9 @@ async fn deleted_tenants_are_removed_and_lost_ones_stopped() {
     );
     let lost = ctx
         .metrics
+        .shards
         .shard_handovers
-        .get_or_create(&crate::metrics::HandoverLabels { reason: "lost" })
+        .get_or_create(&crate::tenancy::shards::metrics::HandoverLabels { reason: "lost" })
         .get();
     assert_eq!(lost, 1);
 }

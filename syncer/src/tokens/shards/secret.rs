@@ -89,7 +89,7 @@ impl Shard {
             field_manager: Some(crds::wellknown::FIELD_MANAGER_SYNCER.to_owned()),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "create");
+        ctx.metrics.resources.super_write("secret", "create");
         let created = api.create(&params, &secret).await.map_err(on_super(format!(
             "creating token Secret {}/{}",
             self.namespace, self.name
@@ -127,7 +127,7 @@ impl Shard {
             field_validation: Some(kube::api::ValidationDirective::Ignore),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "patch");
+        ctx.metrics.resources.super_write("secret", "patch");
         let patched = api
             .patch(&self.name, &params, &Patch::Merge(&patch))
             .await
@@ -147,7 +147,7 @@ impl Shard {
             }),
             ..Default::default()
         };
-        ctx.metrics.super_write("secret", "delete");
+        ctx.metrics.resources.super_write("secret", "delete");
         match api.delete(&self.name, &params).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),

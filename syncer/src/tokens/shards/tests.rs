@@ -118,6 +118,7 @@ async fn tokens_are_minted_after_the_binding_and_a_burst_shares_token_secret_wri
     }
     assert_eq!(
         ctx.metrics
+            .resources
             .super_write_counts()
             .iter()
             .filter(|(r, _, _)| *r == "secret")
@@ -239,7 +240,7 @@ async fn tokens_are_minted_after_the_binding_and_a_burst_shares_token_secret_wri
     )
     .expect("members json");
     assert_eq!(members.keys().collect::<Vec<_>>(), ["p1", "p2", "p3"]);
-    let counts = ctx.metrics.super_write_counts();
+    let counts = ctx.metrics.resources.super_write_counts();
     let count = |resource, verb| {
         counts
             .iter()
@@ -385,7 +386,7 @@ async fn a_due_shard_is_renewed_in_one_write_that_also_drops_gone_pods() {
     // p2 was renewed with p1: its own wake-up finds nothing to do.
     let along = keep(&ctx, &tenant, &tenant_pods[1], &super_pods[1], shard, &needs);
     assert_eq!(along.await.expect("kept"), 0);
-    assert_eq!(ctx.metrics.super_writes_total(), 1);
+    assert_eq!(ctx.metrics.resources.super_writes_total(), 1);
     supers.idle().await;
     tenants.idle().await;
 
