@@ -440,7 +440,7 @@ pub fn web_server_image(reference: &str, root: &str) -> LocalImage {
 /// them), and it says `/bin/sh: can't create /file: …` (the read-only root file system test runs
 /// `/bin/sh -c 'echo test > /file'` and compares that line; bash words it otherwise). So `sh` found on
 /// PATH is bash (`/usr/bin/sh`, before `/bin`; `bash`: [`BASH`]'s files from [`tool_files`]) and `/bin/sh`
-/// named by its path is busybox.
+/// named by its path is busybox. Its command is upstream's, `sh`.
 pub fn busybox_image(reference: &str, busybox: &Path, bash: &[(PathBuf, String)]) -> Result<LocalImage> {
     let output = Command::new(busybox)
         .arg("--list")
@@ -450,6 +450,9 @@ pub fn busybox_image(reference: &str, busybox: &Path, bash: &[(PathBuf, String)]
         names: vec![reference.to_owned()],
         files: bash.to_vec(),
         links: busybox_links(&String::from_utf8_lossy(&output.stdout)),
+        // Upstream's command: a test container that names neither command nor args runs `sh`, which ends
+        // at once (a Job test's pods do; without it containerd refuses them, "no command specified").
+        cmd: vec!["sh".into()],
         ..LocalImage::default()
     })
 }
@@ -820,6 +823,19 @@ mod tests {
         );
         assert!(script.starts_with("trap 'exit 0' TERM;"), "{script}");
         assert!(image.entrypoint.is_empty(), "a test's command replaces the shell");
+    }
+
+    #[test]
+    fn busybox_runs_sh_for_a_container_that_names_no_command() {
+        // `echo --list` stands in for busybox's list of applets.
+        let image = busybox_image(
+            "registry.k8s.io/e2e-test-images/busybox:1.36.1-1",
+            std::path::Path::new("/bin/echo"),
+            &[],
+        )
+        .expect("image");
+        assert_eq!(image.cmd, vec!["sh"]);
+        assert!(image.entrypoint.is_empty(), "a test's command replaces it");
     }
 
     #[test]
