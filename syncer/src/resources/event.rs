@@ -156,7 +156,7 @@ pub async fn copy_up(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
         Ok(_) => Ok(Outcome::Created { writes: 1 }),
         // The involved object's namespace is gone, or the tenant refuses the event: nothing to retry.
         Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 429 => {
-            tracing::debug!(tenant = %tenant.identity.vc_ref(), %namespace, event = %name, code = status.code, message = %status.message, "the tenant refused an event copy");
+            tracing::debug!(code = status.code, message = %status.message, "the tenant refused an event copy");
             Ok(Outcome::InSync)
         }
         Err(error) => {

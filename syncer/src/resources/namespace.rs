@@ -184,7 +184,6 @@ async fn collision(
         "super namespace {super_name} already holds {holder}; namespace {name} is not synced (rename it)"
     );
     tracing::warn!(
-        tenant = %tenant.identity.vc_ref(),
         namespace = name,
         super_namespace = super_name,
         holder,

@@ -442,7 +442,7 @@ pub async fn service(ctx: &Context, tenant: &Tenant, namespace: &str, name: &str
                     && !wanted.node_ports.is_empty()
                     && status.message.contains("nodePort") =>
             {
-                tracing::info!(tenant = %tenant.identity.vc_ref(), service = %format!("{namespace}/{name}"), message = %status.message, "the tenant refuses the super cluster's node ports");
+                tracing::info!(message = %status.message, "the tenant refuses the super cluster's node ports");
                 events::warn(
                     tenant,
                     &tenant_service.object_ref(&()),

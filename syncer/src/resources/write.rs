@@ -210,8 +210,6 @@ where
             .map(|(_, field, manager)| format!("{field} ({manager})"))
             .collect();
         tracing::warn!(
-            tenant = %tenant.identity.vc_ref(),
-            kind = %K::kind(&()),
             object = %name,
             withheld = %keys.join(","),
             conflicts = %described.join(", "),
@@ -228,8 +226,6 @@ where
     }
     if !repaired.is_empty() {
         tracing::info!(
-            tenant = %tenant.identity.vc_ref(),
-            kind = %K::kind(&()),
             object = %name,
             fields = %repaired.iter().map(|(_, f, m)| format!("{f} ({m})")).collect::<Vec<_>>().join(", "),
             "taking back fields of a super copy that someone else changed"

@@ -333,7 +333,7 @@ impl Shard {
         match put_for(tenant, &subject, &needs, ctx.config.token_ttl_seconds).await {
             Ok(put) => Some(put),
             Err(error) => {
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, %pod, %error, "renewing a pod's tokens");
+                tracing::warn!(tenant = %tenant.identity.vc_ref(), %namespace, %pod, error = &error as &dyn std::error::Error, "renewing a pod's tokens");
                 None
             }
         }

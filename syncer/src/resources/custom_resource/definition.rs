@@ -50,7 +50,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                     .await
                     .map_err(on_error("removing"))?;
                 ctx.metrics.resources.tenant_write(Kind::CustomResource.as_str(), "delete");
-                tracing::info!(tenant = %tenant.identity.vc_ref(), crd, "published CRD removed: the tenant may no longer have the kind");
+                tracing::info!(crd, "published CRD removed: the tenant may no longer have the kind");
                 Ok(Outcome::Deleted)
             }
             _ => Ok(Outcome::InSync),
@@ -95,7 +95,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 let message = format!(
                     "CustomResourceDefinition {crd} is published by the platform and cannot be changed in the tenant; it was put back"
                 );
-                tracing::warn!(tenant = %tenant.identity.vc_ref(), crd, "a published CRD was edited or replaced in the tenant; put back");
+                tracing::warn!(crd, "a published CRD was edited or replaced in the tenant; put back");
                 events::warn(tenant, &existing.object_ref(&()), REASON_DEFINITION_RESTORED, &message).await;
             }
             remember(&replaced);
@@ -111,7 +111,7 @@ pub async fn sync(ctx: &Context, tenant: &Tenant, crd: &str) -> Result<Outcome> 
                 .await
                 .map_err(on_error("publishing"))?;
             ctx.metrics.resources.tenant_write(Kind::CustomResource.as_str(), "apply");
-            tracing::info!(tenant = %tenant.identity.vc_ref(), crd, "CRD published");
+            tracing::info!(crd, "CRD published");
             remember(&applied);
             Outcome::Created { writes: 1 }
         }
