@@ -269,7 +269,7 @@ mod tests {
         },
         tenancy::attach::{
             eligibility::eligible,
-            fixtures::{KUBECONFIG, answer_check, kube_system, provisioned},
+            fixtures::{KUBECONFIG, answer_check, answer_check_with, provisioned},
         },
     };
 
@@ -328,28 +328,7 @@ current-context: x
                 TenantSettings::of(&vc),
                 None,
             ),
-            async {
-                supers
-                    .expect(
-                        "GET",
-                        "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
-                    )
-                    .await
-                    .respond(
-                        200,
-                        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
-                            "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
-                    );
-                tenants.expect("GET", "/version").await.respond(
-                    200,
-                    &json!({"major": "1", "minor": "25", "gitVersion": "v1.25.9", "gitCommit": "x", "gitTreeState": "clean",
-                        "buildDate": "2023-04-12T12:00:00Z", "goVersion": "go1.19", "compiler": "gc", "platform": "linux/amd64"}),
-                );
-                tenants
-                    .expect("GET", "/api/v1/namespaces/kube-system")
-                    .await
-                    .respond(200, &kube_system("a-new-uid"));
-            }
+            answer_check_with(&mut supers, &mut tenants, "a-new-uid")
         );
         let failed = result.expect_err("refused");
         assert_eq!(failed.reason, REASON_IDENTITY_CHANGED);

@@ -340,7 +340,7 @@ mod tests {
     use super::*;
     use crate::{
         engine::context::testing,
-        tenancy::attach::fixtures::{KUBECONFIG, provisioned},
+        tenancy::attach::fixtures::{KUBECONFIG, answer_kubeconfig, provisioned},
     };
 
     #[tokio::test]
@@ -351,17 +351,7 @@ mod tests {
         vc.status.as_mut().expect("status").cluster_namespace = Some("victim-root".into());
         let identity = testing::identity();
         let (loaded, ()) = tokio::join!(load_kubeconfig(&super_client, &vc, &identity), async {
-            supers
-                .expect(
-                    "GET",
-                    "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
-                )
-                .await
-                .respond(
-                    200,
-                    &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
-                        "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
-                );
+            answer_kubeconfig(&mut supers).await;
         });
         assert_eq!(loaded.expect("loaded"), KUBECONFIG);
         supers.idle().await;

@@ -29,20 +29,34 @@ pub(super) fn kube_system(uid: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": uid}})
 }
 
-/// Answers the reads of one `attach_or_check` of an attached tenant: its kubeconfig Secret (super),
-/// then `/version` and a namespace list (tenant).
-pub(super) async fn answer_check(supers: &mut testing::ApiServer, tenants: &mut testing::ApiServer) {
-    let secret = supers
+/// Answers the read of a tenant's kubeconfig Secret (super).
+pub(super) async fn answer_kubeconfig(supers: &mut testing::ApiServer) {
+    supers
         .expect(
             "GET",
             "/api/v1/namespaces/team-abc123-vc/secrets/admin-kubeconfig",
         )
-        .await;
-    secret.respond(
-        200,
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
-            "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
-    );
+        .await
+        .respond(
+            200,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "admin-kubeconfig"},
+                "data": {"admin-kubeconfig": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)}}),
+        );
+}
+
+/// Answers the reads of one `attach_or_check` of an attached tenant: its kubeconfig Secret (super),
+/// then `/version` and a namespace list (tenant).
+pub(super) async fn answer_check(supers: &mut testing::ApiServer, tenants: &mut testing::ApiServer) {
+    answer_check_with(supers, tenants, "kube-system-uid").await;
+}
+
+/// [`answer_check`], with the tenant's `kube-system` of uid `kube_system_uid`.
+pub(super) async fn answer_check_with(
+    supers: &mut testing::ApiServer,
+    tenants: &mut testing::ApiServer,
+    kube_system_uid: &str,
+) {
+    answer_kubeconfig(supers).await;
     tenants.expect("GET", "/version").await.respond(
         200,
         &json!({"major": "1", "minor": "25", "gitVersion": "v1.25.9", "gitCommit": "x", "gitTreeState": "clean",
@@ -51,7 +65,7 @@ pub(super) async fn answer_check(supers: &mut testing::ApiServer, tenants: &mut 
     tenants
         .expect("GET", "/api/v1/namespaces/kube-system")
         .await
-        .respond(200, &kube_system("kube-system-uid"));
+        .respond(200, &kube_system(kube_system_uid));
 }
 
 pub(super) fn with_conditions(mut vc: VirtualCluster, conditions: serde_json::Value) -> VirtualCluster {
