@@ -282,18 +282,20 @@ pub fn data_patch(
     data
 }
 
+/// A member of one pod's two keys, for the token tests.
+#[cfg(test)]
+pub(crate) fn member(issued: i64, expires: i64) -> Member {
+    Member {
+        uid: "u".into(),
+        keys: ["p.token", "p.uid"].into_iter().collect(),
+        issued,
+        expires,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn member(issued: i64, expires: i64) -> Member {
-        Member {
-            uid: "u".into(),
-            keys: ["p.token", "p.uid"].into_iter().collect(),
-            issued,
-            expires,
-        }
-    }
 
     #[test]
     fn members_read_and_write_the_recorded_json_and_drop_keys_that_are_not_ours() {

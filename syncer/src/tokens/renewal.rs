@@ -120,16 +120,7 @@ pub async fn run(tokens: Arc<Tokens>, down: Arc<FairQueue<DownItem>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::records::Member;
-
-    fn member(issued: i64, expires: i64) -> Member {
-        Member {
-            uid: "u".into(),
-            keys: ["p.token", "p.uid"].into_iter().collect(),
-            issued,
-            expires,
-        }
-    }
+    use crate::tokens::records::member;
 
     #[test]
     fn one_timer_per_shard_queues_the_members_due_and_is_set_again_for_the_next() {
